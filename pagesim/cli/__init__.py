@@ -1,0 +1,13 @@
+"""The `pagesim` command. Each subcommand lives in its own module and imports heavy libraries
+(torch, pandas, ...) inside the command, so `pagesim --help` stays fast."""
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Paged KV-cache serving, simulated and real.")
+
+# Subcommand modules register themselves on `app` when imported.
+from pagesim.cli import trace as _trace  # noqa: E402,F401
+
+
+def main() -> None:
+    app()

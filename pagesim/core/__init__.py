@@ -1,0 +1,15 @@
+"""The engine core: requests, KV cache managers and the scheduler. Pure Python, shared by the
+simulator and the executor; it imports nothing heavy."""
+
+from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator, OutOfBlocks
+from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
+from pagesim.core.paged import BlockPool, PagedKVManager
+from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
+from pagesim.core.reservation import ReservationKVManager
+from pagesim.core.scheduler import Sample, Scheduler, SchedulerConfig, SchedulerOutput, StepResult
+
+__all__ = [
+    "BlockPool", "BuddyAllocator", "FirstFitAllocator", "KVCacheManager", "OutOfBlocks", "PagedKVManager",
+    "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
+    "SchedulerOutput", "Sequence", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",
+]

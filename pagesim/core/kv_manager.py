@@ -1,0 +1,105 @@
+"""What the scheduler needs from a KV cache manager, and the memory breakdown both report.
+
+Two implementations: PagedKVManager (vLLM) and ReservationKVManager (the Orca baselines). The
+scheduler never looks inside either; it asks how many blocks a step needs, and moves groups
+between running, swapped and waiting.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from pagesim.core.request import Sequence, SequenceGroup
+
+
+@dataclass(frozen=True)
+class WasteBreakdown:
+    """KV slots (token positions) of the device pool by what they hold right now; the five
+    fields add up to the pool. This is the paper's Fig. 2 taken from the allocator's state."""
+
+    token_states: int  # slots holding a computed token's K/V
+    reserved: int  # reserved for tokens the request will still produce
+    internal_fragmentation: int  # inside allocations, never to be used
+    external_fragmentation: int  # lost to the allocator (buddy rounding)
+    free: int  # not allocated at all
+
+    @property
+    def total(self) -> int:
+        return self.token_states + self.reserved + self.internal_fragmentation + self.external_fragmentation + self.free
+
+
+class KVCacheManager(ABC):
+    block_size: int
+    num_device_blocks: int
+    supports_swap: bool = False
+
+    def __init__(self) -> None:
+        # Copy-on-write and fork copies the scheduler hands to the executor, drained every step.
+        self.pending_copies: list[tuple[int, int]] = []
+
+    # -- admission -------------------------------------------------------------------------
+    @abstractmethod
+    def never_fits(self, group: SequenceGroup, max_model_len: int) -> str | None:
+        """Why this group can never be served by this pool, or None."""
+
+    @abstractmethod
+    def match_prefix(self, seq: Sequence) -> int:
+        """For a sequence about to be prefilled: tokens that a cache already holds (0 without
+        prefix caching). Sets nothing; admit() takes the hit."""
+
+    @abstractmethod
+    def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
+        """Can the waiting group start, computing num_new_tokens[i] for its i-th sequence?"""
+
+    @abstractmethod
+    def admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> None:
+        """Take the prefix hits and allocate what the first step of a waiting group needs."""
+
+    # -- running ---------------------------------------------------------------------------
+    @abstractmethod
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Free blocks an append of num_new_tokens to seq would take (new blocks and copies)."""
+
+    @property
+    @abstractmethod
+    def num_free_blocks(self) -> int: ...
+
+    @abstractmethod
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Make the block table cover num_computed_tokens + num_new_tokens. Callers check
+        blocks_needed first; running out here is a bug."""
+
+    @abstractmethod
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """child continues from parent's tokens (parallel sampling, beam search)."""
+
+    @abstractmethod
+    def free(self, seq: Sequence) -> None: ...
+
+    def release(self, group: SequenceGroup) -> None:
+        """Called once all of a group's sequences are freed (it finished or was preempted)."""
+
+    def on_computed(self, seq: Sequence) -> None:
+        """Hook after a step computed tokens of seq (prefix caching registers full blocks)."""
+
+    # -- swapping (paged only) --------------------------------------------------------------
+    def can_swap_out(self, group: SequenceGroup) -> bool:
+        return False
+
+    def swap_out(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        raise NotImplementedError(f"{type(self).__name__} does not swap")
+
+    def can_swap_in(self, group: SequenceGroup) -> bool:
+        return False
+
+    def swap_in(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        raise NotImplementedError(f"{type(self).__name__} does not swap")
+
+    # -- accounting ------------------------------------------------------------------------
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_device_blocks - self.num_free_blocks
+
+    @abstractmethod
+    def waste(self, running: list[SequenceGroup]) -> WasteBreakdown: ...

@@ -1,0 +1,258 @@
+"""vLLM's paged KV cache: fixed-size blocks, per-sequence block tables, reference counts,
+copy-on-write, swapping whole groups to a host pool, and optional automatic prefix caching.
+
+A block holds `block_size` consecutive tokens of one sequence. Blocks are shared by reference
+count: forks share all of the parent's blocks, and prefix-cache hits share full prompt blocks
+across requests. A sequence only ever writes into the last block of its table; if that block is
+shared, it is copied first (copy-on-write).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
+from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
+
+
+class BlockPool:
+    """Physical blocks of one memory (device or host) with reference counts and a free queue.
+
+    The free queue's order is the eviction order: blocks are taken from its head and returned
+    to its tail, so with prefix caching the least recently freed cached block is evicted first.
+    """
+
+    def __init__(self, num_blocks: int, enable_caching: bool = False):
+        self.num_blocks = num_blocks
+        self.refcount = [0] * num_blocks
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.enable_caching = enable_caching
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}  # block hash -> block id holding those tokens
+        self.num_evictions = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_queue)
+
+    def allocate(self) -> int:
+        block, _ = self.free_queue.popitem(last=False)
+        if self.block_hash[block] is not None:  # evict its cached contents
+            del self.cached[self.block_hash[block]]
+            self.block_hash[block] = None
+            self.num_evictions += 1
+        self.refcount[block] = 1
+        return block
+
+    def incref(self, block: int) -> None:
+        if self.refcount[block] == 0:  # a cached block revived by a prefix hit
+            del self.free_queue[block]
+        self.refcount[block] += 1
+
+    def decref(self, block: int) -> None:
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            self.free_queue[block] = None
+
+    def register(self, block: int, block_hash: int) -> None:
+        """Record that block holds the full block of tokens identified by block_hash."""
+        if self.block_hash[block] is None and block_hash not in self.cached:
+            self.block_hash[block] = block_hash
+            self.cached[block_hash] = block
+
+
+def block_hashes(token_ids: list[int], block_size: int, num_blocks: int) -> list[int]:
+    """Chained hashes of the first num_blocks full blocks: a block's hash covers its own
+    tokens and, through its parent's hash, every token before it."""
+    hashes = []
+    parent = 0
+    for i in range(num_blocks):
+        parent = hash((parent, tuple(token_ids[i * block_size:(i + 1) * block_size])))
+        hashes.append(parent)
+    return hashes
+
+
+class PagedKVManager(KVCacheManager):
+    supports_swap = True
+
+    def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
+                 enable_prefix_caching: bool = False, watermark: float = 0.01):
+        super().__init__()
+        self.block_size = block_size
+        self.num_device_blocks = num_device_blocks
+        self.device = BlockPool(num_device_blocks, enable_caching=enable_prefix_caching)
+        self.host = BlockPool(num_host_blocks)
+        self.enable_prefix_caching = enable_prefix_caching
+        # Admission keeps this many blocks free, so a newly admitted group does not force a
+        # preemption at its first decode step (vLLM's default is 1% of the pool).
+        self.watermark_blocks = int(watermark * num_device_blocks)
+        self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
+        self.prefix_queries = 0  # prompt blocks looked up
+        self.prefix_hits = 0  # prompt blocks found
+
+    # -- admission -------------------------------------------------------------------------
+    def _blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def never_fits(self, group: SequenceGroup, max_model_len: int) -> str | None:
+        # At its largest the group holds each sequence's full length; only whole prompt blocks
+        # are certain to stay shared between its sequences.
+        final_len = min(group.prompt_len + group.sampling.max_tokens, max_model_len)
+        shared = group.prompt_len // self.block_size if group.max_num_seqs > 1 else 0
+        need = shared + group.max_num_seqs * (self._blocks_for(final_len) - shared)
+        usable = self.num_device_blocks - self.watermark_blocks
+        if need > usable:
+            return f"needs {need} KV blocks at its longest, the pool has {usable} usable"
+        return None
+
+    def _hashes(self, seq: Sequence) -> list[int]:
+        hashes = self._prompt_hashes.get(seq.seq_id)
+        if hashes is None:
+            # Only full prompt blocks are cached, and a hit always leaves the last prompt token
+            # to compute, since its logits are needed.
+            num_full = (seq.prompt_len - 1) // self.block_size
+            hashes = block_hashes(seq.token_ids, self.block_size, num_full) if seq.token_ids else []
+            self._prompt_hashes[seq.seq_id] = hashes
+        return hashes
+
+    def _cached_blocks(self, seq: Sequence) -> list[int]:
+        if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.has_token_ids:
+            return []
+        hits = []
+        for h in self._hashes(seq):
+            block = self.device.cached.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def match_prefix(self, seq: Sequence) -> int:
+        return len(self._cached_blocks(seq)) * self.block_size
+
+    def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
+        need = 0
+        for seq, n in zip(group.seqs, num_new_tokens):
+            hits = self._cached_blocks(seq)
+            need += self._blocks_for(len(hits) * self.block_size + n) - len(hits)
+            # hits sitting in the free queue stop being free when taken
+            need += sum(1 for b in hits if self.device.refcount[b] == 0)
+        return self.device.num_free - need >= self.watermark_blocks
+
+    def admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> None:
+        for seq, n in zip(group.seqs, num_new_tokens):
+            hits = self._cached_blocks(seq)
+            if self.enable_prefix_caching and seq.has_token_ids and not seq.num_computed_tokens:
+                self.prefix_queries += len(self._hashes(seq))
+                self.prefix_hits += len(hits)
+            for block in hits:
+                self.device.incref(block)
+            seq.block_table = list(hits)
+            seq.num_computed_tokens = len(hits) * self.block_size
+            self.allocate_slots(seq, n)
+
+    # -- running ---------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return self.device.num_free
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        table = seq.block_table
+        need = self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)
+        if seq.num_computed_tokens < len(table) * self.block_size and self.device.refcount[table[-1]] > 1:
+            need += 1  # the partly filled last block is shared: copy before writing
+        return max(need, 0)
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:
+        table = seq.block_table
+        if seq.num_computed_tokens < len(table) * self.block_size:
+            last = table[-1]
+            if self.device.refcount[last] > 1:
+                copy = self.device.allocate()
+                self.device.decref(last)
+                table[-1] = copy
+                self.pending_copies.append((last, copy))
+        for _ in range(self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)):
+            table.append(self.device.allocate())
+
+    def on_computed(self, seq: Sequence) -> None:
+        if not self.enable_prefix_caching or not seq.has_token_ids:
+            return
+        hashes = self._hashes(seq)
+        full = min(seq.num_computed_tokens // self.block_size, len(hashes))
+        for i in range(full):
+            self.device.register(seq.block_table[i], hashes[i])
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        for block in parent.block_table:
+            self.device.incref(block)
+        child.block_table = list(parent.block_table)
+        if parent.seq_id in self._prompt_hashes:
+            self._prompt_hashes[child.seq_id] = self._prompt_hashes[parent.seq_id]
+
+    def free(self, seq: Sequence) -> None:
+        pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
+        # Tail blocks go back first, so they are evicted before the prefix they extend.
+        for block in reversed(seq.block_table):
+            pool.decref(block)
+        seq.block_table = []
+        seq.num_computed_tokens = 0
+        self._prompt_hashes.pop(seq.seq_id, None)
+
+    # -- swapping --------------------------------------------------------------------------
+    @staticmethod
+    def _unique_blocks(group: SequenceGroup) -> int:
+        return len({b for seq in group.seqs for b in seq.block_table})
+
+    def can_swap_out(self, group: SequenceGroup) -> bool:
+        return self._unique_blocks(group) <= self.host.num_free
+
+    def can_swap_in(self, group: SequenceGroup) -> bool:
+        # one extra block per sequence for the token it appends right after coming back
+        need = self._unique_blocks(group) + len(group.seqs)
+        return self.device.num_free - need >= self.watermark_blocks
+
+    def swap_out(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        return self._move(group, src=self.device, dst=self.host)
+
+    def swap_in(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        return self._move(group, src=self.host, dst=self.device)
+
+    @staticmethod
+    def _move(group: SequenceGroup, src: BlockPool, dst: BlockPool) -> list[tuple[int, int]]:
+        """Move the group's blocks to the other pool, keeping sharing inside the group."""
+        mapping: dict[int, int] = {}
+        for seq in group.seqs:
+            new_table = []
+            for block in seq.block_table:
+                moved = mapping.get(block)
+                if moved is None:
+                    moved = mapping[block] = dst.allocate()
+                else:
+                    dst.incref(moved)
+                src.decref(block)
+                new_table.append(moved)
+            seq.block_table = new_table
+        return list(mapping.items())
+
+    # -- accounting ------------------------------------------------------------------------
+    def waste(self, running: list[SequenceGroup]) -> WasteBreakdown:
+        filled: dict[int, int] = {}  # device block -> tokens it holds (a shared block counts once)
+        bs = self.block_size
+        for group in running:
+            for seq in group.seqs:
+                computed = seq.num_computed_tokens
+                for i, block in enumerate(seq.block_table):
+                    tokens = min(bs, max(0, computed - i * bs))
+                    if tokens > filled.get(block, -1):
+                        filled[block] = tokens
+        used = self.num_device_blocks - self.device.num_free
+        token_states = sum(filled.values())
+        # Paged allocation reserves nothing ahead: between steps every allocated slot holds a
+        # computed token except the unfilled tail of each last block (internal fragmentation).
+        return WasteBreakdown(
+            token_states=token_states,
+            reserved=0,
+            internal_fragmentation=used * bs - token_states,
+            external_fragmentation=0,
+            free=self.device.num_free * bs,
+        )

@@ -1,0 +1,173 @@
+"""Requests as the core sees them: a request becomes a SequenceGroup of one or more Sequences.
+
+A group starts with a single sequence holding the prompt. Parallel sampling (n > 1) and beam
+search (beam_width > 1) fork it after the prompt, so the prompt's KV blocks are shared.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1  # parallel samples
+    beam_width: int = 1  # > 1: beam search (exclusive with n > 1)
+    max_tokens: int = 16  # output tokens per sequence (the trace's output_len in the simulator)
+    ignore_eos: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k cut
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.beam_width < 1:
+            raise ValueError(f"beam_width must be >= 1, got {self.beam_width}")
+        if self.n > 1 and self.beam_width > 1:
+            raise ValueError("n > 1 and beam_width > 1 cannot be combined")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(f"bad sampling values: temperature={self.temperature} top_p={self.top_p} top_k={self.top_k}")
+
+    @property
+    def num_seqs(self) -> int:
+        """How many sequences the group runs at once after the prompt."""
+        return max(self.n, self.beam_width)
+
+    @property
+    def use_beam_search(self) -> bool:
+        return self.beam_width > 1
+
+
+@dataclass
+class Request:
+    """What a driver submits. prompt_token_ids may be None in the simulator (lengths only)."""
+
+    request_id: int
+    prompt_len: int
+    sampling: SamplingParams
+    arrival_time: float = 0.0
+    prompt_token_ids: list[int] | None = None
+
+    def __post_init__(self):
+        if self.prompt_len < 1:
+            raise ValueError(f"request {self.request_id}: prompt_len must be >= 1")
+        if self.prompt_token_ids is not None and len(self.prompt_token_ids) != self.prompt_len:
+            raise ValueError(f"request {self.request_id}: {len(self.prompt_token_ids)} prompt ids, prompt_len {self.prompt_len}")
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"  # not admitted yet, or preempted by recompute
+    RUNNING = "running"
+    SWAPPED = "swapped"  # preempted by swap; its blocks are in the host pool
+    FINISHED = "finished"  # stop condition met
+    DROPPED = "dropped"  # a beam that lost; never finishes on its own
+    REJECTED = "rejected"  # can never fit; see SequenceGroup.reject_reason
+
+
+class Sequence:
+    """One token stream. Its KV block table is owned (mutated) by the KV manager."""
+
+    __slots__ = ("seq_id", "prompt_len", "token_ids", "num_tokens", "num_computed_tokens",
+                 "block_table", "status", "cumulative_logprob")
+
+    def __init__(self, seq_id: int, prompt_len: int, prompt_token_ids: list[int] | None):
+        self.seq_id = seq_id
+        self.prompt_len = prompt_len
+        # Prompt ids (when known) followed by output ids. Without prompt ids only outputs are kept.
+        self.token_ids: list[int] = list(prompt_token_ids) if prompt_token_ids is not None else []
+        self.num_tokens = prompt_len  # prompt + outputs
+        self.num_computed_tokens = 0  # tokens whose K/V is in the cache
+        self.block_table: list[int] = []
+        self.status = SequenceStatus.WAITING
+        self.cumulative_logprob = 0.0
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_tokens - self.prompt_len
+
+    @property
+    def has_token_ids(self) -> bool:
+        return len(self.token_ids) == self.num_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[len(self.token_ids) - self.num_output_tokens:]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    def append_token(self, token_id: int, logprob: float = 0.0) -> None:
+        self.token_ids.append(token_id)
+        self.num_tokens += 1
+        self.cumulative_logprob += logprob
+
+    def copy_as(self, seq_id: int) -> "Sequence":
+        """A fork's token state (the block table is shared by the KV manager, not here)."""
+        child = Sequence.__new__(Sequence)
+        child.seq_id = seq_id
+        child.prompt_len = self.prompt_len
+        child.token_ids = list(self.token_ids)
+        child.num_tokens = self.num_tokens
+        child.num_computed_tokens = self.num_computed_tokens
+        child.block_table = []
+        child.status = self.status
+        child.cumulative_logprob = self.cumulative_logprob
+        return child
+
+    def __repr__(self) -> str:
+        return f"Sequence(id={self.seq_id}, tokens={self.num_tokens}, computed={self.num_computed_tokens}, {self.status.value})"
+
+
+@dataclass(eq=False)
+class SequenceGroup:
+    """A request in flight: its live sequences, its sampling parameters and its timeline."""
+
+    request: Request
+    seqs: list[Sequence]
+    arrival_order: int  # FCFS rank; the scheduler preempts the highest first
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_preemptions: int = 0
+    num_swaps: int = 0
+    num_cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
+    reject_reason: str | None = None
+    finished_seqs: list[Sequence] = field(default_factory=list)  # outputs, in finishing order
+
+    @property
+    def request_id(self) -> int:
+        return self.request.request_id
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.request.sampling
+
+    @property
+    def arrival_time(self) -> float:
+        return self.request.arrival_time
+
+    @property
+    def prompt_len(self) -> int:
+        return self.request.prompt_len
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.request.sampling.num_seqs
+
+    @property
+    def is_finished(self) -> bool:
+        return not self.seqs
+
+    @property
+    def output_len(self) -> int:
+        """Output tokens of the longest finished sequence (what latency metrics divide by)."""
+        return max((s.num_output_tokens for s in self.finished_seqs), default=0)
+
+    def __repr__(self) -> str:
+        return f"SequenceGroup(request={self.request_id}, seqs={self.seqs})"

@@ -1,0 +1,375 @@
+"""Iteration-level scheduling (continuous batching) over a KV cache manager.
+
+Drivers loop:  out = scheduler.schedule(now);  run the step;  scheduler.update(out, result, now).
+
+Policy (the paper's, from its artifact):
+- FCFS. A step either prefills newly admitted groups or decodes the running ones; prefills go
+  first, but only while nothing is swapped out (swapped groups resume before new admissions).
+- When a decode step cannot get the blocks it needs, the most recently arrived running group
+  is preempted whole: by recompute (free everything, prefill prompt + outputs again later) or
+  by swap (blocks to the host pool). `auto` recomputes single-sequence groups and swaps the rest.
+- Options: chunked prefill (decodes first, then prompt chunks fill the token budget, mixed in
+  one step) and `static` request-level batching (a new batch only when the last one is done).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from pagesim.core.kv_manager import KVCacheManager
+from pagesim.core.request import Request, Sequence, SequenceGroup, SequenceStatus
+
+PREEMPTION_MODES = ("recompute", "swap", "auto")
+BATCHING = ("iteration", "static")
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2560
+    max_model_len: int = 2048
+    preemption_mode: str = "auto"
+    chunked_prefill: bool = False
+    batching: str = "iteration"
+    eos_token_id: int | None = None
+
+    def __post_init__(self):
+        if self.preemption_mode not in PREEMPTION_MODES:
+            raise ValueError(f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
+        if self.batching not in BATCHING:
+            raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token per sequence)")
+        if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len, "
+                             "or a long prompt could never be scheduled")
+
+
+@dataclass
+class SchedulerOutput:
+    """One iteration's work. seqs and num_new_tokens are parallel lists; a sequence computes
+    num_new_tokens tokens starting at its num_computed_tokens (a whole prompt, a prefill chunk,
+    a recompute, or 1 for decode). The executor performs the swaps and copies first."""
+
+    groups: list[SequenceGroup] = field(default_factory=list)
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    num_prefill_tokens: int = 0  # tokens of sequences computing more than one token
+    num_decode_seqs: int = 0
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) on the device
+    preempted: list[tuple[SequenceGroup, str]] = field(default_factory=list)  # (group, "recompute" | "swap")
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A token appended to a sequence. When several samples name one parent, the parent is
+    forked; in beam search a live sequence that no sample names is dropped."""
+
+    parent_seq_id: int
+    token_id: int
+    logprob: float = 0.0
+
+
+@dataclass
+class StepResult:
+    """What a step produced. samples maps request_id to the group's samples; a group that is due
+    tokens and is absent gets default_token for each sequence (the simulator's choice, where
+    token ids do not matter). The executor gives every group its samples."""
+
+    samples: dict[int, list[Sample]] = field(default_factory=dict)
+    default_token: int | None = None
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
+        self.config = config
+        self.kv = kv
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []  # kept in arrival order: preemption takes the last
+        self.swapped: list[SequenceGroup] = []  # arrival order: the oldest comes back first
+        self._seq_ids = itertools.count()
+        self._arrivals = itertools.count()
+        self.num_preemptions = 0
+        self.num_swapped_blocks = 0  # blocks moved either way
+
+    # -- requests --------------------------------------------------------------------------
+    def add_request(self, request: Request) -> SequenceGroup:
+        """Queue a request, or reject it (group.reject_reason) if it can never be served."""
+        seq = Sequence(next(self._seq_ids), request.prompt_len, request.prompt_token_ids)
+        group = SequenceGroup(request, [seq], arrival_order=next(self._arrivals))
+        total = request.prompt_len + request.sampling.max_tokens
+        if total > self.config.max_model_len:
+            reason = f"prompt {request.prompt_len} + max_tokens {request.sampling.max_tokens} exceeds max_model_len {self.config.max_model_len}"
+        elif request.sampling.num_seqs > self.config.max_num_seqs:
+            reason = f"{request.sampling.num_seqs} sequences exceed max_num_seqs {self.config.max_num_seqs}"
+        else:
+            reason = self.kv.never_fits(group, self.config.max_model_len)
+        if reason is not None:
+            group.reject_reason = reason
+            seq.status = SequenceStatus.REJECTED
+            group.finished_seqs.append(seq)
+            group.seqs = []
+            return group
+        self.waiting.append(group)
+        return group
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    @property
+    def num_running_seqs(self) -> int:
+        return sum(len(g.seqs) for g in self.running)
+
+    # -- one iteration ---------------------------------------------------------------------
+    def schedule(self, now: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        may_admit = not self.swapped and (self.config.batching == "iteration" or not self.running)
+        if not self.config.chunked_prefill:
+            if may_admit:
+                # static batching prefills its whole batch at once, as FasterTransformer does
+                budget = self.config.max_num_batched_tokens if self.config.batching == "iteration" else math.inf
+                self._admit_waiting(out, now, budget)
+                if out.groups:
+                    return self._finish(out)
+            self._schedule_running(out)
+            if not out.preempted:
+                self._swap_in(out)
+        else:
+            budget = self._schedule_running(out)
+            if not out.preempted:
+                budget = self._swap_in(out, budget)
+                if may_admit and not self.swapped:
+                    self._admit_waiting(out, now, budget)
+        return self._finish(out)
+
+    def _finish(self, out: SchedulerOutput) -> SchedulerOutput:
+        if self.kv.pending_copies:
+            out.blocks_to_copy = self.kv.pending_copies
+            self.kv.pending_copies = []
+        return out
+
+    def _add(self, out: SchedulerOutput, group: SequenceGroup, counts: list[int]) -> None:
+        out.groups.append(group)
+        for seq, n in zip(group.seqs, counts):
+            out.seqs.append(seq)
+            out.num_new_tokens.append(n)
+            if n == 1 and seq.num_computed_tokens + 1 == seq.num_tokens:
+                out.num_decode_seqs += 1
+            else:
+                out.num_prefill_tokens += n
+
+    def _admit_waiting(self, out: SchedulerOutput, now: float, budget: int) -> int:
+        chunked = self.config.chunked_prefill
+        num_seqs = self.num_running_seqs
+        while self.waiting and budget > 0:
+            group = self.waiting[0]
+            counts = [seq.num_tokens - self.kv.match_prefix(seq) for seq in group.seqs]
+            if chunked:
+                counts = _cap(counts, budget)
+            elif sum(counts) > budget:
+                break
+            if num_seqs + group.max_num_seqs > self.config.max_num_seqs:
+                break
+            if not self.kv.can_admit(group, counts):
+                break
+            self.waiting.popleft()
+            self.kv.admit(group, counts)
+            for seq in group.seqs:
+                seq.status = SequenceStatus.RUNNING
+            group.num_cached_prompt_tokens = max(group.num_cached_prompt_tokens, group.seqs[0].num_computed_tokens)
+            if group.first_scheduled_time is None:
+                group.first_scheduled_time = now
+            bisect.insort(self.running, group, key=_arrival)
+            num_seqs += group.max_num_seqs
+            budget -= sum(counts)
+            self._add(out, group, counts)
+        return budget
+
+    def _schedule_running(self, out: SchedulerOutput) -> int:
+        """Give every running group its next tokens, preempting from the newest end when the
+        blocks run out. Returns the token budget left."""
+        budget = self.config.max_num_batched_tokens
+        kv = self.kv
+        i = 0
+        while i < len(self.running):
+            group = self.running[i]
+            counts = [seq.num_uncomputed_tokens for seq in group.seqs]
+            if self.config.chunked_prefill:
+                counts = _cap(counts, budget)
+                if not any(counts):
+                    i += 1
+                    continue
+            need = 0
+            for seq, n in zip(group.seqs, counts):
+                need += kv.blocks_needed(seq, n)
+            while need > kv.num_free_blocks:
+                victim = self.running[-1]
+                self._preempt(victim, out)
+                if victim is group:
+                    break
+            if group.seqs[0].status is not SequenceStatus.RUNNING:
+                break  # the group preempted itself: it was the newest
+            for seq, n in zip(group.seqs, counts):
+                kv.allocate_slots(seq, n)
+            budget -= sum(counts)
+            self._add(out, group, counts)
+            i += 1
+        return budget
+
+    def _swap_in(self, out: SchedulerOutput, budget: int | None = None) -> int | None:
+        num_seqs = self.num_running_seqs
+        while self.swapped:
+            group = self.swapped[0]
+            if num_seqs + len(group.seqs) > self.config.max_num_seqs or not self.kv.can_swap_in(group):
+                break
+            if budget is not None and budget < len(group.seqs):
+                break
+            self.swapped.pop(0)
+            mapping = self.kv.swap_in(group)
+            out.blocks_to_swap_in.extend(mapping)
+            self.num_swapped_blocks += len(mapping)
+            for seq in group.seqs:
+                seq.status = SequenceStatus.RUNNING
+            bisect.insort(self.running, group, key=_arrival)
+            num_seqs += len(group.seqs)
+            # A group swapped out in the middle of a chunked prefill continues next step; a
+            # decoding one decodes now, in the block per sequence can_swap_in kept free.
+            if all(seq.num_uncomputed_tokens == 1 for seq in group.seqs):
+                for seq in group.seqs:
+                    self.kv.allocate_slots(seq, 1)
+                if budget is not None:
+                    budget -= len(group.seqs)
+                self._add(out, group, [1] * len(group.seqs))
+        return budget
+
+    def _preemption_mode(self, group: SequenceGroup) -> str:
+        mode = self.config.preemption_mode
+        if mode == "auto":
+            mode = "swap" if group.max_num_seqs > 1 else "recompute"
+        if mode == "swap" and not (self.kv.supports_swap and self.kv.can_swap_out(group)):
+            mode = "recompute"  # no swap space left (or none at all): recompute instead
+        return mode
+
+    def _preempt(self, group: SequenceGroup, out: SchedulerOutput) -> None:
+        self.running.remove(group)
+        mode = self._preemption_mode(group)
+        if mode == "swap":
+            mapping = self.kv.swap_out(group)
+            out.blocks_to_swap_out.extend(mapping)
+            self.num_swapped_blocks += len(mapping)
+            for seq in group.seqs:
+                seq.status = SequenceStatus.SWAPPED
+            bisect.insort(self.swapped, group, key=_arrival)
+            group.num_swaps += 1
+        else:
+            for seq in group.seqs:
+                self.kv.free(seq)
+                seq.status = SequenceStatus.WAITING
+            self.kv.release(group)
+            self.waiting.appendleft(group)  # first in line, ahead of newer arrivals
+        group.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append((group, mode))
+
+    # -- after the step --------------------------------------------------------------------
+    def update(self, out: SchedulerOutput, result: StepResult, now: float) -> list[SequenceGroup]:
+        """Record what the step computed and produced; returns the groups that finished."""
+        kv = self.kv
+        finished = []
+        pos = 0
+        for group in out.groups:
+            due = []
+            for seq in group.seqs:
+                seq.num_computed_tokens += out.num_new_tokens[pos]
+                pos += 1
+                kv.on_computed(seq)
+                if seq.num_computed_tokens == seq.num_tokens:
+                    due.append(seq)
+            if not due:
+                continue  # a prefill chunk that did not reach the end of the prompt
+            if group.first_token_time is None:
+                group.first_token_time = now
+            samples = result.samples.get(group.request_id)
+            if samples is not None:
+                self._apply_samples(group, due, samples)
+            elif result.default_token is not None:
+                for seq in due:
+                    seq.append_token(result.default_token)
+            else:
+                raise ValueError(f"no samples for request {group.request_id}")
+            self._retire_stopped(group)
+            if not group.seqs:
+                group.finish_time = now
+                kv.release(group)
+                self.running.remove(group)
+                finished.append(group)
+        return finished
+
+    def _apply_samples(self, group: SequenceGroup, due: list[Sequence], samples: list[Sample]) -> None:
+        by_parent: dict[int, list[Sample]] = {}
+        for sample in samples:
+            by_parent.setdefault(sample.parent_seq_id, []).append(sample)
+        new_seqs = []
+        for seq in group.seqs:
+            if seq not in due:
+                new_seqs.append(seq)
+                continue
+            mine = by_parent.get(seq.seq_id)
+            if not mine:  # a beam that lost
+                seq.status = SequenceStatus.DROPPED
+                self.kv.free(seq)
+                continue
+            for sample in mine[1:]:  # fork before the parent appends its own token
+                child = seq.copy_as(next(self._seq_ids))
+                self.kv.fork(seq, child)
+                child.append_token(sample.token_id, sample.logprob)
+                new_seqs.append(child)
+            seq.append_token(mine[0].token_id, mine[0].logprob)
+            new_seqs.append(seq)
+        group.seqs = new_seqs
+
+    def _retire_stopped(self, group: SequenceGroup) -> None:
+        live = []
+        for seq in group.seqs:
+            if self._is_stopped(group, seq):
+                seq.status = SequenceStatus.FINISHED
+                self.kv.free(seq)
+                group.finished_seqs.append(seq)
+            else:
+                live.append(seq)
+        group.seqs = live
+
+    def _is_stopped(self, group: SequenceGroup, seq: Sequence) -> bool:
+        if seq.num_tokens - seq.prompt_len >= group.sampling.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            return True
+        eos = self.config.eos_token_id
+        return eos is not None and not group.sampling.ignore_eos and seq.token_ids[-1] == eos
+
+
+def _arrival(group: SequenceGroup) -> int:
+    return group.arrival_order
+
+
+def _cap(counts: list[int], budget: int) -> list[int]:
+    """Split a token budget over a group's sequences in order."""
+    capped = []
+    for n in counts:
+        take = min(n, budget)
+        capped.append(take)
+        budget -= take
+    return capped
