@@ -6,9 +6,11 @@ from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.paged import BlockPool, PagedKVManager
 from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from pagesim.core.reservation import ReservationKVManager
+from pagesim.core.policies import POLICIES, PoolConfig, make_kv_manager, make_scheduler
 from pagesim.core.scheduler import Sample, Scheduler, SchedulerConfig, SchedulerOutput, StepResult
 
 __all__ = [
+    "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
     "BlockPool", "BuddyAllocator", "FirstFitAllocator", "KVCacheManager", "OutOfBlocks", "PagedKVManager",
     "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
     "SchedulerOutput", "Sequence", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",

@@ -33,6 +33,8 @@ class KVCacheManager(ABC):
     block_size: int
     num_device_blocks: int
     supports_swap: bool = False
+    tracks_computed: bool = False  # wants on_computed() after every step
+    allocates_on_demand: bool = False  # takes blocks as sequences grow (see append_block)
 
     def __init__(self) -> None:
         # Copy-on-write and fork copies the scheduler hands to the executor, drained every step.
@@ -69,6 +71,10 @@ class KVCacheManager(ABC):
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:
         """Make the block table cover num_computed_tokens + num_new_tokens. Callers check
         blocks_needed first; running out here is a bug."""
+
+    def append_block(self, seq: Sequence) -> None:
+        """Give seq one more block at the end of its table (managers that allocate on demand)."""
+        raise NotImplementedError(f"{type(self).__name__} does not allocate on demand")
 
     @abstractmethod
     def fork(self, parent: Sequence, child: Sequence) -> None:

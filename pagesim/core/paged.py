@@ -74,6 +74,7 @@ def block_hashes(token_ids: list[int], block_size: int, num_blocks: int) -> list
 
 class PagedKVManager(KVCacheManager):
     supports_swap = True
+    allocates_on_demand = True
 
     def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
                  enable_prefix_caching: bool = False, watermark: float = 0.01):
@@ -83,6 +84,7 @@ class PagedKVManager(KVCacheManager):
         self.device = BlockPool(num_device_blocks, enable_caching=enable_prefix_caching)
         self.host = BlockPool(num_host_blocks)
         self.enable_prefix_caching = enable_prefix_caching
+        self.tracks_computed = enable_prefix_caching
         # Admission keeps this many blocks free, so a newly admitted group does not force a
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
@@ -157,10 +159,12 @@ class PagedKVManager(KVCacheManager):
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         table = seq.block_table
-        need = self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)
-        if seq.num_computed_tokens < len(table) * self.block_size and self.device.refcount[table[-1]] > 1:
+        capacity = len(table) * self.block_size
+        end = seq.num_computed_tokens + num_new_tokens
+        need = -(-(end - capacity) // self.block_size) if end > capacity else 0
+        if seq.num_computed_tokens < capacity and self.device.refcount[table[-1]] > 1:
             need += 1  # the partly filled last block is shared: copy before writing
-        return max(need, 0)
+        return need
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:
         table = seq.block_table
@@ -173,6 +177,9 @@ class PagedKVManager(KVCacheManager):
                 self.pending_copies.append((last, copy))
         for _ in range(self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)):
             table.append(self.device.allocate())
+
+    def append_block(self, seq: Sequence) -> None:
+        seq.block_table.append(self.device.allocate())
 
     def on_computed(self, seq: Sequence) -> None:
         if not self.enable_prefix_caching or not seq.has_token_ids:

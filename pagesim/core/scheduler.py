@@ -74,6 +74,18 @@ class SchedulerOutput:
         return self.num_prefill_tokens + self.num_decode_seqs
 
 
+@dataclass
+class DecodeRun:
+    """What advance_decode() did: num_steps decode steps of the same batch. At step j (from 0)
+    the batch read first_context_tokens + j * num_seqs tokens of context."""
+
+    num_steps: int
+    num_groups: int
+    num_seqs: int
+    first_context_tokens: int
+    kv_blocks_used: list[int]  # after each step
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     """A token appended to a sequence. When several samples name one parent, the parent is
@@ -135,6 +147,10 @@ class Scheduler:
     def num_running_seqs(self) -> int:
         return sum(len(g.seqs) for g in self.running)
 
+    def decode_context_tokens(self) -> int:
+        """Context the next decode step reads: every running sequence's tokens."""
+        return sum(seq.num_computed_tokens + 1 for g in self.running for seq in g.seqs)
+
     # -- one iteration ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -157,6 +173,98 @@ class Scheduler:
                     self._admit_waiting(out, now, budget)
         return self._finish(out)
 
+    # -- runs of plain decode steps (the simulator's fast path) -----------------------------
+    def decode_horizon(self, limit: int) -> int:
+        """How many of the next steps (at most limit) are certain to be plain decode steps of
+        today's running batch: every running sequence computes exactly one token, and nothing
+        is admitted, swapped in, preempted, copied or finished. Such steps can be taken in one
+        go by advance_decode() with the same outcome as one schedule()/update() at a time.
+        Only for drivers whose tokens cannot stop a sequence early (no EOS)."""
+        if not self.running or limit < 1:
+            return 0
+        kv, cfg = self.kv, self.config
+        bs = kv.block_size
+        on_demand = kv.allocates_on_demand
+        horizon = limit
+        opens_at = []  # per sequence: the step (from 0) at which it first needs a new block
+        for group in self.running:
+            sampling = group.request.sampling
+            if not sampling.ignore_eos and cfg.eos_token_id is not None:
+                return 0
+            if sampling.use_beam_search or (sampling.n > 1 and group.seqs[0].num_output_tokens == 0):
+                return 0  # beams fork and drop every step; parallel samples fork at their first token
+            stop = min(group.request.prompt_len + sampling.max_tokens, cfg.max_model_len)
+            for seq in group.seqs:
+                computed = seq.num_computed_tokens
+                if seq.num_tokens - computed != 1:
+                    return 0  # still in prefill
+                # the step that appends the last token must finish the sequence normally
+                horizon = min(horizon, stop - seq.num_tokens - 1)
+                if on_demand:
+                    capacity = len(seq.block_table) * bs
+                    if kv.blocks_needed(seq, 1) > (computed >= capacity):
+                        return 0  # a shared last block must be copied first
+                    opens_at.append(capacity - computed)
+        if horizon < 1:
+            return 0
+        # Admission and swap-in only get harder while decoding takes memory: if the heads of the
+        # queues cannot start now, they cannot start during the run either.
+        num_seqs = self.num_running_seqs
+        budget = cfg.max_num_batched_tokens - num_seqs
+        if self.swapped and self._can_swap_in(self.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
+            return 0
+        if self.waiting and not self.swapped and cfg.batching == "iteration":
+            if self._admission(self.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None:
+                return 0
+        # The longest run whose new blocks all fit: past it, some step would preempt.
+        free = kv.num_free_blocks
+
+        def blocks_for(steps: int) -> int:
+            return sum((steps - 1 - first) // bs + 1 for first in opens_at if first < steps)
+
+        if blocks_for(horizon) <= free:
+            return horizon
+        lo, hi = 0, horizon
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if blocks_for(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def advance_decode(self, num_steps: int, token_id: int) -> DecodeRun:
+        """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
+        sequence appending token_id each step. New blocks are taken in the order single steps
+        would take them (step by step, in running order), so block ids come out the same."""
+        kv = self.kv
+        bs = kv.block_size
+        seqs = [seq for group in self.running for seq in group.seqs]
+        used = kv.num_used_blocks
+        new_blocks_at = [0] * num_steps
+        if kv.allocates_on_demand:
+            starts = []  # (step, position in batch) of each step that opens a new block
+            for order, seq in enumerate(seqs):
+                pos = len(seq.block_table) * bs  # first token position without a block
+                while pos < seq.num_computed_tokens + num_steps:
+                    starts.append((pos - seq.num_computed_tokens, order))
+                    pos += bs
+            starts.sort()
+            for step, order in starts:
+                kv.append_block(seqs[order])
+                new_blocks_at[step] += 1
+        blocks_used = []
+        for n in new_blocks_at:
+            used += n
+            blocks_used.append(used)
+        first_context = 0
+        for seq in seqs:
+            first_context += seq.num_computed_tokens + 1
+            seq.num_computed_tokens += num_steps
+            seq.token_ids.extend([token_id] * num_steps)
+            seq.num_tokens += num_steps
+        return DecodeRun(num_steps, len(self.running), len(seqs), first_context, blocks_used)
+
     def _finish(self, out: SchedulerOutput) -> SchedulerOutput:
         if self.kv.pending_copies:
             out.blocks_to_copy = self.kv.pending_copies
@@ -173,20 +281,27 @@ class Scheduler:
             else:
                 out.num_prefill_tokens += n
 
-    def _admit_waiting(self, out: SchedulerOutput, now: float, budget: int) -> int:
-        chunked = self.config.chunked_prefill
+    def _admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
+        """Tokens each sequence of a waiting group would compute if it started now, or None if
+        it cannot start (token budget, sequence limit or memory)."""
+        counts = [seq.num_tokens - self.kv.match_prefix(seq) for seq in group.seqs]
+        if self.config.chunked_prefill:
+            counts = _cap(counts, budget)
+        elif sum(counts) > budget:
+            return None
+        if num_seqs + group.max_num_seqs > self.config.max_num_seqs or not self.kv.can_admit(group, counts):
+            return None
+        return counts
+
+    def _admit_waiting(self, out: SchedulerOutput, now: float, budget: float) -> float:
+        if not self.waiting:
+            return budget
         num_seqs = self.num_running_seqs
         while self.waiting and budget > 0:
             group = self.waiting[0]
-            counts = [seq.num_tokens - self.kv.match_prefix(seq) for seq in group.seqs]
-            if chunked:
-                counts = _cap(counts, budget)
-            elif sum(counts) > budget:
-                break
-            if num_seqs + group.max_num_seqs > self.config.max_num_seqs:
-                break
-            if not self.kv.can_admit(group, counts):
-                break
+            counts = self._admission(group, budget, num_seqs)
+            if counts is None:
+                break  # FCFS: nobody overtakes the head of the queue
             self.waiting.popleft()
             self.kv.admit(group, counts)
             for seq in group.seqs:
@@ -217,27 +332,32 @@ class Scheduler:
             need = 0
             for seq, n in zip(group.seqs, counts):
                 need += kv.blocks_needed(seq, n)
-            while need > kv.num_free_blocks:
-                victim = self.running[-1]
-                self._preempt(victim, out)
-                if victim is group:
-                    break
-            if group.seqs[0].status is not SequenceStatus.RUNNING:
-                break  # the group preempted itself: it was the newest
-            for seq, n in zip(group.seqs, counts):
-                kv.allocate_slots(seq, n)
+            if need:  # most decode steps write into a block the sequence already owns
+                while need > kv.num_free_blocks:
+                    victim = self.running[-1]
+                    self._preempt(victim, out)
+                    if victim is group:
+                        break
+                if group.seqs[0].status is not SequenceStatus.RUNNING:
+                    break  # the group preempted itself: it was the newest
+                for seq, n in zip(group.seqs, counts):
+                    kv.allocate_slots(seq, n)
             budget -= sum(counts)
             self._add(out, group, counts)
             i += 1
         return budget
 
-    def _swap_in(self, out: SchedulerOutput, budget: int | None = None) -> int | None:
+    def _can_swap_in(self, group: SequenceGroup, num_seqs: int, budget: float) -> bool:
+        return (num_seqs + len(group.seqs) <= self.config.max_num_seqs and budget >= len(group.seqs)
+                and self.kv.can_swap_in(group))
+
+    def _swap_in(self, out: SchedulerOutput, budget: float = math.inf) -> float:
+        if not self.swapped:
+            return budget
         num_seqs = self.num_running_seqs
         while self.swapped:
             group = self.swapped[0]
-            if num_seqs + len(group.seqs) > self.config.max_num_seqs or not self.kv.can_swap_in(group):
-                break
-            if budget is not None and budget < len(group.seqs):
+            if not self._can_swap_in(group, num_seqs, budget):
                 break
             self.swapped.pop(0)
             mapping = self.kv.swap_in(group)
@@ -252,8 +372,7 @@ class Scheduler:
             if all(seq.num_uncomputed_tokens == 1 for seq in group.seqs):
                 for seq in group.seqs:
                     self.kv.allocate_slots(seq, 1)
-                if budget is not None:
-                    budget -= len(group.seqs)
+                budget -= len(group.seqs)
                 self._add(out, group, [1] * len(group.seqs))
         return budget
 
@@ -290,26 +409,31 @@ class Scheduler:
     def update(self, out: SchedulerOutput, result: StepResult, now: float) -> list[SequenceGroup]:
         """Record what the step computed and produced; returns the groups that finished."""
         kv = self.kv
+        track_computed = kv.tracks_computed
+        new_tokens = out.num_new_tokens
+        samples_of = result.samples
+        default = result.default_token
         finished = []
         pos = 0
         for group in out.groups:
             due = []
             for seq in group.seqs:
-                seq.num_computed_tokens += out.num_new_tokens[pos]
+                seq.num_computed_tokens += new_tokens[pos]
                 pos += 1
-                kv.on_computed(seq)
+                if track_computed:
+                    kv.on_computed(seq)
                 if seq.num_computed_tokens == seq.num_tokens:
                     due.append(seq)
             if not due:
                 continue  # a prefill chunk that did not reach the end of the prompt
             if group.first_token_time is None:
                 group.first_token_time = now
-            samples = result.samples.get(group.request_id)
+            samples = samples_of.get(group.request.request_id) if samples_of else None
             if samples is not None:
                 self._apply_samples(group, due, samples)
-            elif result.default_token is not None:
+            elif default is not None:
                 for seq in due:
-                    seq.append_token(result.default_token)
+                    seq.append_token(default)
             else:
                 raise ValueError(f"no samples for request {group.request_id}")
             self._retire_stopped(group)
@@ -344,21 +468,19 @@ class Scheduler:
         group.seqs = new_seqs
 
     def _retire_stopped(self, group: SequenceGroup) -> None:
+        """Finish the sequences that hit max_tokens, max_model_len or (unless ignored) EOS."""
+        limit = min(group.request.prompt_len + group.request.sampling.max_tokens, self.config.max_model_len)
+        eos = None if group.request.sampling.ignore_eos else self.config.eos_token_id
         live = []
         for seq in group.seqs:
-            if self._is_stopped(group, seq):
+            if seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos):
                 seq.status = SequenceStatus.FINISHED
                 self.kv.free(seq)
                 group.finished_seqs.append(seq)
             else:
                 live.append(seq)
-        group.seqs = live
-
-    def _is_stopped(self, group: SequenceGroup, seq: Sequence) -> bool:
-        if seq.num_tokens - seq.prompt_len >= group.sampling.max_tokens or seq.num_tokens >= self.config.max_model_len:
-            return True
-        eos = self.config.eos_token_id
-        return eos is not None and not group.sampling.ignore_eos and seq.token_ids[-1] == eos
+        if len(live) != len(group.seqs):
+            group.seqs = live
 
 
 def _arrival(group: SequenceGroup) -> int:

@@ -1,0 +1,128 @@
+"""Flash-style attention of packed new tokens over a paged context, in Triton; same contract as
+reference.paged_prefill_attention. One kernel serves prompts (empty context before the new
+tokens), prefill chunks, prefix-cache hits and recompute: all K/V, the new tokens' too, are read
+from the cache.
+
+Grid: (sequence, query head, query tile of BLOCK_M rows). A tile walks the context in BLOCK_N
+token steps up to its last query's position (causal), gathering each token's physical block from
+the block table, with an online softmax in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, context_lens_ptr,
+    out_ptr, scale_log2,
+    stride_qt, stride_qh,
+    stride_kb, stride_kt, stride_kh,
+    stride_vb, stride_vt, stride_vh,
+    stride_bt,
+    stride_ot, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    q_tile = tl.program_id(2)
+    q_start = tl.load(query_start_loc_ptr + seq).to(tl.int64)
+    q_len = (tl.load(query_start_loc_ptr + seq + 1) - q_start).to(tl.int32)
+    tile_lo = q_tile * BLOCK_M
+    if tile_lo >= q_len:  # the grid is sized for the longest sequence
+        return
+    ctx = tl.load(context_lens_ptr + seq).to(tl.int32)
+    kv_head = head // GROUP
+
+    rows = tile_lo + tl.arange(0, BLOCK_M)
+    row_mask = rows < q_len
+    q_pos = ctx - q_len + rows  # each query's position in its sequence
+    dims = tl.arange(0, D_PAD)
+    dim_mask = dims < HEAD_DIM
+    tok_rows = q_start + rows
+    q = tl.load(q_ptr + tok_rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
+                mask=row_mask[:, None] & dim_mask[None, :], other=0.0)
+    if UPCAST:  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
+        q = q.to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    # Causal: nothing past the tile's last query position is visible to any of its rows.
+    kv_end = tl.minimum(ctx, ctx - q_len + tile_lo + BLOCK_M)
+    table_row = block_tables_ptr + seq * stride_bt
+    for t0 in range(0, kv_end, BLOCK_N):
+        toks = t0 + tl.arange(0, BLOCK_N)
+        tok_mask = toks < kv_end
+        block = tl.load(table_row + toks // BLOCK_SIZE, mask=tok_mask, other=0).to(tl.int64)
+        slot_in_block = (toks % BLOCK_SIZE).to(tl.int64)
+        kv_mask = tok_mask[:, None] & dim_mask[None, :]
+        k_off = block * stride_kb + slot_in_block * stride_kt + kv_head * stride_kh
+        k = tl.load(k_cache_ptr + k_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
+        v_off = block * stride_vb + slot_in_block * stride_vt + kv_head * stride_vh
+        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2
+        visible = tok_mask[None, :] & (toks[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))  # before the max, so padding never wins it
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoid -inf - -inf = nan
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        m_i = m_new
+
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a row that saw nothing gives zeros
+    tl.store(out_ptr + tok_rows[:, None] * stride_ot + head * stride_oh + dims[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & dim_mask[None, :])
+
+
+def paged_prefill_attention_tiled(query, key_cache, value_cache, block_tables, query_start_loc,
+                                  context_lens, scale: float, block_m: int = 64, block_n: int = 64):
+    """The prefill kernel with explicit tile sizes (powers of two, >= 16)."""
+    query = query if query.stride(-1) == 1 else query.contiguous()
+    assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1
+    block_tables = block_tables.contiguous()
+    query_start_loc = query_start_loc.contiguous()
+    context_lens = context_lens.contiguous()
+    num_tokens, num_heads, head_dim = query.shape
+    num_seqs = context_lens.shape[0]
+    _, block_size, num_kv_heads, _ = key_cache.shape
+    assert num_heads % num_kv_heads == 0, "query heads must be a multiple of KV heads"
+    out = torch.empty_like(query)
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    # One host sync for the longest query run: it sizes the grid's tile axis.
+    max_q_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
+    grid = (num_seqs, num_heads, triton.cdiv(max_q_len, block_m))
+    _prefill_kernel[grid](
+        query, key_cache, value_cache, block_tables, query_start_loc, context_lens, out,
+        scale * LOG2E,
+        query.stride(0), query.stride(1),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
+        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0), out.stride(1),
+        GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim,
+        D_PAD=triton.next_power_of_2(head_dim), BLOCK_SIZE=block_size,
+        BLOCK_M=block_m, BLOCK_N=block_n, UPCAST=not query.is_cuda,
+    )
+    return out
+
+
+def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_start_loc,
+                            context_lens, scale: float):
+    """Same contract as reference.paged_prefill_attention."""
+    return paged_prefill_attention_tiled(query, key_cache, value_cache, block_tables,
+                                         query_start_loc, context_lens, scale)

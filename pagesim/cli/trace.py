@@ -1,0 +1,205 @@
+"""`pagesim trace build|inspect`: make the project's traces and look at them.
+
+Heavy libraries (transformers, matplotlib) are imported inside the commands so `pagesim --help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pagesim.cli import app
+
+trace_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Build and inspect workload traces (docs/traces.md).")
+app.add_typer(trace_app, name="trace")
+
+
+class Kind(str, enum.Enum):
+    sharegpt = "sharegpt"
+    alpaca = "alpaca"
+    sharegpt_chat = "sharegpt-chat"
+
+
+def _recorded_out(out: Path) -> str:
+    """--out as it goes into the metadata: relative to the repo root when inside it, so the
+    committed traces never carry a machine's absolute path."""
+    from pagesim.workload.builders import repo_root
+
+    if out.is_absolute():
+        try:
+            return out.resolve().relative_to(repo_root()).as_posix()
+        except ValueError:
+            return str(out)
+    return out.as_posix()
+
+
+@trace_app.command("build")
+def build(
+    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca or sharegpt-chat"),
+    out: Path = typer.Option(..., "--out", help="trace file to write"),
+    data_dir: Optional[Path] = typer.Option(
+        None, "--data-dir", help="public data folder (default: $PAGESIM_DATA_DIR, else ../shared/data beside the repo)"
+    ),
+    num: Optional[int] = typer.Option(
+        None, "--num", help="requests to keep (sharegpt: 10000; alpaca: all), or conversations (sharegpt-chat: 850)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="seed of the shuffle that picks the requests"),
+) -> None:
+    """Build a trace from the public data; the same command always writes the same bytes."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pagesim.workload import builders
+    from pagesim.workload.trace import save_trace
+
+    console = Console()
+    data = data_dir if data_dir is not None else builders.default_data_dir()
+    if num is None:
+        num = builders.DEFAULT_NUM[kind.value]
+    if num is not None and num < 1:
+        raise typer.BadParameter("must be >= 1", param_hint="--num")
+    command = builders.build_command(kind.value, num, seed, _recorded_out(out))
+
+    started = time.perf_counter()
+    try:
+        if kind is Kind.sharegpt_chat:
+            with Progress(TextColumn("tokenizing messages"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
+                task = bar.add_task("tok", total=None)
+                trace = builders.build_sharegpt_chat(
+                    data, num=num, seed=seed, command=command, progress=lambda done, total: bar.update(task, completed=done, total=total)
+                )
+        else:
+            with console.status(f"building {kind.value} trace"):
+                trace = builders.BUILDERS[kind.value](data, num=num, seed=seed, command=command)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    save_trace(trace, out)
+    elapsed = time.perf_counter() - started
+
+    meta = trace.metadata
+    stats = meta["stats"]
+    console.print(
+        f"wrote [bold]{out}[/bold]: {meta['count']} requests, {out.stat().st_size / 1e6:.2f} MB, built in {elapsed:.1f} s"
+    )
+    console.print(f"  mean prompt_len {stats['prompt_len']['mean']:.2f}, mean output_len {stats['output_len']['mean']:.2f}")
+    if "pool" in meta:
+        pool = meta["pool"]
+        console.print(
+            f"  filtered pool: {pool['prompt_len']['count']} pairs, means {pool['prompt_len']['mean']:.2f} / {pool['output_len']['mean']:.2f}"
+        )
+    paper = meta.get("paper", {}).get("mean")
+    if paper:
+        console.print(f"  paper ({meta['paper']['figure']}): {paper['prompt_len']} / {paper['output_len']}")
+    for rule in meta.get("filters", []):
+        if rule.get("dropped"):
+            console.print(f"  filter '{rule['rule']}': dropped {rule['dropped']}")
+    src = meta.get("source", {})
+    if "conversations_recovered" in src:
+        style = "yellow" if src["truncated_file"] else "green"
+        console.print(
+            f"  [{style}]ShareGPT file: recovered {src['conversations_recovered']} complete conversations; reading stopped at "
+            f"byte {src['read_stopped_at_byte']:,} of {src['file_bytes']:,} ({src['read_stop_reason']})[/{style}]"
+        )
+        console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
+    console.print(f"  command: {meta['command']}")
+
+
+@trace_app.command("inspect")
+def inspect(
+    file: Path = typer.Argument(..., help="trace file"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="write the input/output length histograms (Fig. 11) to this PNG"),
+    as_json: bool = typer.Option(False, "--json", help="print the statistics as JSON instead of a table"),
+) -> None:
+    """Print count, mean and percentiles of prompt and output lengths; optionally plot them."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from pagesim.workload.builders import trace_stats
+    from pagesim.workload.trace import TraceError, load_trace
+
+    console = Console()
+    try:
+        trace = load_trace(file)
+    except (TraceError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    stats = trace_stats(trace.requests)
+    meta = trace.metadata
+
+    if as_json:
+        print(json.dumps({"file": str(file), "stats": stats}, indent=2, sort_keys=True))
+    else:
+        table = Table(title=f"{file} ({meta.get('name', 'trace')})")
+        table.add_column("length")
+        for col in ("count", "mean", "p50", "p90", "p99", "max"):
+            table.add_column(col, justify="right")
+        paper = meta.get("paper", {}).get("mean", {})
+        if paper:
+            table.add_column("paper mean", justify="right")
+        for name in ("prompt_len", "output_len"):
+            s = stats[name]
+            row = [name, str(s["count"]), f"{s['mean']:.2f}", str(s["p50"]), str(s["p90"]), str(s["p99"]), str(s["max"])]
+            if paper:
+                row.append(f"{paper[name]:.2f}")
+            table.add_row(*row)
+        console.print(table)
+        pool = meta.get("pool")
+        if pool:
+            # The paper's means are over the whole filtered pool, not over this sample.
+            console.print(
+                f"  filtered pool ({pool['prompt_len']['count']} pairs): means "
+                f"{pool['prompt_len']['mean']:.2f} / {pool['output_len']['mean']:.2f}"
+            )
+        extras = []
+        if any(r.prompt_token_ids is not None for r in trace.requests):
+            extras.append("prompt_token_ids present")
+        groups = {r.prefix_group for r in trace.requests if r.prefix_group is not None}
+        if groups:
+            extras.append(f"{len(groups)} prefix groups")
+        if any(r.arrival_time is not None for r in trace.requests):
+            extras.append(f"arrival times over {trace.requests[-1].arrival_time:.1f} s")
+        if any(r.num_seqs > 1 for r in trace.requests):
+            extras.append("parallel sampling / beam search requests present")
+        if extras:
+            console.print("  " + "; ".join(extras))
+        if meta.get("command"):
+            console.print(f"  built by: {meta['command']}")
+
+    if plot is not None:
+        _plot_lengths(trace, stats, plot, title=str(meta.get("name", file.name)))
+        if not as_json:
+            console.print(f"  wrote {plot}")
+
+
+def _plot_lengths(trace, stats, path: Path, title: str) -> None:
+    """The paper's Fig. 11 for one trace: histograms of input and output lengths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for ax, name, label, color in (
+        (axes[0], "prompt_len", "input (prompt) length, tokens", "tab:blue"),
+        (axes[1], "output_len", "output length, tokens", "tab:orange"),
+    ):
+        values = [getattr(r, name) for r in trace.requests]
+        ax.hist(values, bins=min(60, max(10, len(set(values)))), density=True, color=color, alpha=0.85)
+        mean = stats[name]["mean"]
+        ax.axvline(mean, color="black", linestyle="--", linewidth=1)
+        ax.set_title(f"{label}\nmean {mean:.2f}, p50 {stats[name]['p50']}, max {stats[name]['max']}", fontsize=9)
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("density")
+    fig.suptitle(f"{title}: {len(trace.requests)} requests", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A fixed metadata block keeps the PNG free of a creation timestamp.
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(fig)

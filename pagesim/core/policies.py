@@ -1,0 +1,47 @@
+"""The named serving systems a run can choose, built from the core's pieces. Both drivers (the
+simulator and the executor) build their KV manager and scheduler here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pagesim.core.kv_manager import KVCacheManager
+from pagesim.core.paged import PagedKVManager
+from pagesim.core.reservation import ReservationKVManager
+from pagesim.core.scheduler import Scheduler, SchedulerConfig
+
+# policy name -> (reservation estimate or None for paged, batching)
+POLICIES = {
+    "paged": (None, "iteration"),  # vLLM
+    "orca-max": ("max", "iteration"),
+    "orca-pow2": ("pow2", "iteration"),
+    "orca-oracle": ("oracle", "iteration"),
+    "static": ("max", "static"),  # request-level batching over max-length reservations (FasterTransformer)
+}
+
+
+@dataclass
+class PoolConfig:
+    num_device_blocks: int
+    num_host_blocks: int = 0
+    block_size: int = 16
+    prefix_caching: bool = False
+    allocator: str = "buddy"  # reservation baselines only
+
+
+def make_kv_manager(policy: str, pool: PoolConfig, max_model_len: int) -> KVCacheManager:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    estimate, _ = POLICIES[policy]
+    if estimate is None:
+        return PagedKVManager(pool.num_device_blocks, pool.block_size, pool.num_host_blocks,
+                              enable_prefix_caching=pool.prefix_caching)
+    if pool.prefix_caching:
+        raise ValueError(f"prefix caching needs paged blocks; policy {policy!r} reserves contiguous ranges")
+    return ReservationKVManager(pool.num_device_blocks, pool.block_size, estimate, max_model_len, pool.allocator)
+
+
+def make_scheduler(policy: str, pool: PoolConfig, config: SchedulerConfig) -> Scheduler:
+    """A scheduler for the named system (the policy decides the batching)."""
+    kv = make_kv_manager(policy, pool, config.max_model_len)
+    return Scheduler(replace(config, batching=POLICIES[policy][1]), kv)

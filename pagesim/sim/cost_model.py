@@ -1,0 +1,294 @@
+"""Per-iteration cost models: how many seconds one engine step takes.
+
+The simulator describes a step by a ``BatchShape`` (token and sequence counts, swap and copy
+traffic) and asks a ``CostModel`` for its duration. ``RooflineCostModel`` derives it from a
+ModelSpec and a GPUSpec; ``ConstantCostModel`` is for tests; a profiled model (fitted to the
+executor's own measurements) is just another CostModel registered under "profiled".
+
+Speed matters: a replay calls ``iteration_time`` ~1e5 times, so the roofline precomputes every
+per-model factor and a call is a few multiply-adds (see ``RooflineCostModel.iteration_time``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, replace
+from typing import Callable
+
+from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What one iteration computes and moves; all the cost models look at."""
+
+    num_prefill_tokens: int = 0     # new tokens computed this step for sequences in prefill
+    num_prefill_seqs: int = 0       # (a whole prompt, a chunk, or a recompute)
+    prefill_attn_pairs: int = 0     # sum over prefill seqs of new*ctx_before + new*(new+1)//2
+    num_decode_seqs: int = 0
+    decode_context_tokens: int = 0  # sum over decode seqs of their context length (KV read)
+    num_swap_blocks: int = 0        # blocks moved host<->device this step (in + out)
+    num_copy_blocks: int = 0        # copy-on-write block copies this step
+    block_size: int = 16
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+    @property
+    def num_seqs(self) -> int:
+        return self.num_prefill_seqs + self.num_decode_seqs
+
+
+def prefill_attn_pairs(new_tokens: int, context_before: int = 0) -> int:
+    """(query, key) pairs under the causal mask for `new_tokens` appended after `context_before`."""
+    return new_tokens * context_before + new_tokens * (new_tokens + 1) // 2
+
+
+class CostModel(ABC):
+    """Duration of one engine iteration. Implementations must be deterministic and pure."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def iteration_time(self, shape: BatchShape) -> float:
+        """Seconds the step described by `shape` takes."""
+
+    def describe(self) -> dict:
+        """Parameters worth writing next to results (reports, calibration)."""
+        return {"name": self.name}
+
+
+class ConstantCostModel(CostModel):
+    """Every step takes `seconds`, whatever it computes. For tests and toy runs."""
+
+    name = "constant"
+
+    def __init__(self, seconds: float = 0.01) -> None:
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        self.seconds = float(seconds)
+
+    def iteration_time(self, shape: BatchShape) -> float:
+        return self.seconds
+
+    def describe(self) -> dict:
+        return {"name": self.name, "seconds": self.seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineConstants:
+    """Achievable fractions of peak and fixed latencies. Estimates, each with its reason;
+    a profiled cost model replaces all of them with measurements."""
+
+    # cuBLAS FP16 GEMMs at prefill shapes (thousands of rows) reach ~80% of the tensor-core
+    # peak on A100/H100; decode GEMMs are bandwidth-bound, so this only shapes prefill.
+    matmul_efficiency: float = 0.8
+    # Streaming reads (weights, activations) reach ~85-90% of HBM peak (STREAM-like copies on
+    # A100 run at ~1.3-1.4 of 1.555 TB/s).
+    hbm_efficiency: float = 0.85
+    # Prompt attention kernels (xformers / FlashAttention) reach ~50% of peak FLOPs
+    # (FlashAttention-2 paper: 50-73% forward on A100; the 2023 xformers kernels less).
+    attention_compute_efficiency: float = 0.5
+    # Paged decode attention reads KV at ~70% of HBM peak: the paper (Fig. 18a) measures its
+    # kernel 20-26% slower than FasterTransformer's contiguous one, itself ~85-90% of peak.
+    kv_read_efficiency: float = 0.7
+    # Elementwise work outside the matmuls (norms, residual adds, rotary/positions, activation
+    # function, KV writes), as full passes over a token's vectors per layer: read+write of the
+    # hidden state by 2 norms and 2 residual adds (8) plus read+write of the MLP intermediate
+    # by the activation (2; +1 for the gated multiply).
+    elementwise_hidden_passes: int = 8
+    elementwise_ffn_passes: int = 2
+    # NCCL ring all-reduce reaches ~75-80% of NVLink per-direction bandwidth (bus bandwidth of
+    # ~230 of 300 GB/s on DGX A100).
+    interconnect_efficiency: float = 0.77
+    # Fixed latency of one small NCCL all-reduce over NVLink (~10-20 us for 2-8 GPUs).
+    allreduce_latency_s: float = 15e-6
+    # CPU time per step that does not overlap the GPU: scheduling, building input tensors,
+    # kernel launches (vLLM v0.1 ran eagerly, no CUDA graphs, a few ms per step).
+    step_overhead_s: float = 3e-3
+    # CPU time per scheduled sequence: block tables, input lists, per-sequence sampling and
+    # output handling in Python (vLLM v0.1: several ms for a batch of a few hundred).
+    per_seq_overhead_s: float = 20e-6
+    # One host<->device cudaMemcpyAsync: vLLM swaps each block of each layer, K and V apart,
+    # as its own copy; each pays this fixed cost (API call + DMA setup). Makes small blocks
+    # slow to swap (paper Fig. 19a).
+    swap_copy_latency_s: float = 5e-6
+    # Pinned host<->device copies reach ~80% of the PCIe link (~25 of 32 GB/s on Gen4 x16).
+    pcie_efficiency: float = 0.8
+    # One launch of the copy-on-write kernel (all layers, all pairs in one kernel).
+    copy_kernel_latency_s: float = 10e-6
+
+
+DEFAULT_ROOFLINE_CONSTANTS = RooflineConstants()
+
+
+class RooflineCostModel(CostModel):
+    """Roofline time of one step of a TP group: each part is max(FLOPs / achievable FLOP/s,
+    bytes / achievable bandwidth), and the parts add up (they run one after another).
+
+    Parts: linear layers over every token (weights read once per step); LM head over the
+    sequences that sample; prompt attention (causal pairs) and decode attention (KV reads);
+    elementwise traffic; TP all-reduce (2 per layer); CPU overhead; swap over PCIe (one copy per
+    block, layer and K/V); copy-on-write copies in HBM.
+    """
+
+    name = "roofline"
+
+    def __init__(self, model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
+                 constants: RooflineConstants = DEFAULT_ROOFLINE_CONSTANTS) -> None:
+        model, gpu = get_model(model), get_gpu(gpu)
+        if tp <= 0:
+            raise ValueError("tp must be positive")
+        self.model, self.gpu, self.tp, self.constants = model, gpu, tp, constants
+        c = constants
+        d = model.dtype_bytes
+        flops = gpu.fp16_flops * c.matmul_efficiency
+        attn_flops = gpu.fp16_flops * c.attention_compute_efficiency
+        hbm = gpu.hbm_bandwidth * c.hbm_efficiency
+        kv_bw = gpu.hbm_bandwidth * c.kv_read_efficiency
+        kv_token = kv_bytes_per_token_per_gpu(model, tp)  # this GPU's share of one token's KV
+
+        # Linear layers: compute grows with tokens, the weight read is paid once per step.
+        self._linear_s_per_token = 2 * model.linear_params / tp / flops
+        self._linear_weight_s = model.linear_params * d / tp / hbm
+        # LM head (vocab split over TP).
+        self._lm_s_per_seq = 2 * model.lm_head_params / tp / flops
+        self._lm_weight_s = model.lm_head_params * d / tp / hbm
+        # Elementwise traffic per token (hidden is replicated over TP, the MLP is split).
+        ffn_passes = c.elementwise_ffn_passes + (1 if model.gated_mlp else 0)
+        elem_bytes = model.num_layers * d * (c.elementwise_hidden_passes * model.hidden_size
+                                             + ffn_passes * model.ffn_size // tp)
+        self._elementwise_s_per_token = elem_bytes / hbm
+        # Prompt attention: FLOPs per causal pair vs writing and reading each new token's KV once.
+        self._prefill_attn_s_per_pair = model.attention_flops_per_pair / tp / attn_flops
+        self._prefill_kv_s_per_token = 2 * kv_token / kv_bw
+        # Decode attention: both FLOPs and KV bytes grow with context; the larger factor wins.
+        self._decode_attn_s_per_ctx = max(kv_token / kv_bw,
+                                          model.attention_flops_per_pair / tp / attn_flops)
+        # TP all-reduce: 2 per layer over tokens * hidden, ring moves 2 (tp-1)/tp of the data.
+        if tp > 1:
+            ring = 2 * (tp - 1) / tp
+            ic = gpu.interconnect_bandwidth * c.interconnect_efficiency
+            self._allreduce_s_per_token = 2 * model.num_layers * ring * model.hidden_size * d / ic
+            self._allreduce_fixed_s = 2 * model.num_layers * c.allreduce_latency_s
+        else:
+            self._allreduce_s_per_token = 0.0
+            self._allreduce_fixed_s = 0.0
+        self._step_s = c.step_overhead_s
+        self._per_seq_s = c.per_seq_overhead_s
+        # Swap: each block = 2 * layers copies of (block_size * kv_token / (2 * layers)) bytes.
+        self._swap_copies_per_block = 2 * model.num_layers
+        self._swap_latency_s = c.swap_copy_latency_s
+        self._swap_s_per_token_copy = kv_token / (2 * model.num_layers) / (
+            gpu.pcie_bandwidth * c.pcie_efficiency)
+        # Copy-on-write: read + write a block of every layer inside HBM.
+        self._cow_s_per_token = 2 * kv_token / hbm
+        self._cow_launch_s = c.copy_kernel_latency_s
+
+    def iteration_time(self, shape: BatchShape) -> float:
+        # Hot path: plain float arithmetic, no function calls beyond attribute reads.
+        n_dec = shape.num_decode_seqs
+        n_pre = shape.num_prefill_seqs
+        tokens = shape.num_prefill_tokens + n_dec
+        seqs = n_pre + n_dec
+        t = self._step_s + self._per_seq_s * seqs
+        if tokens:
+            lin = tokens * self._linear_s_per_token
+            t += lin if lin > self._linear_weight_s else self._linear_weight_s
+            t += tokens * (self._elementwise_s_per_token + self._allreduce_s_per_token)
+            t += self._allreduce_fixed_s
+        if seqs:
+            lm = seqs * self._lm_s_per_seq
+            t += lm if lm > self._lm_weight_s else self._lm_weight_s
+        if shape.num_prefill_tokens:
+            a = shape.prefill_attn_pairs * self._prefill_attn_s_per_pair
+            b = shape.num_prefill_tokens * self._prefill_kv_s_per_token
+            t += a if a > b else b
+        if n_dec:
+            t += shape.decode_context_tokens * self._decode_attn_s_per_ctx
+        if shape.num_swap_blocks:
+            t += shape.num_swap_blocks * self._swap_copies_per_block * (
+                self._swap_latency_s + shape.block_size * self._swap_s_per_token_copy)
+        if shape.num_copy_blocks:
+            t += self._cow_launch_s + shape.num_copy_blocks * shape.block_size * self._cow_s_per_token
+        return t
+
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        """The same sum as `iteration_time`, part by part (slow path, for reports and tests)."""
+        tokens, seqs = shape.num_tokens, shape.num_seqs
+        parts = {
+            "overhead": self._step_s + self._per_seq_s * seqs,
+            "linear": max(tokens * self._linear_s_per_token, self._linear_weight_s) if tokens else 0.0,
+            "elementwise": tokens * self._elementwise_s_per_token,
+            "allreduce": (tokens * self._allreduce_s_per_token + self._allreduce_fixed_s)
+            if tokens else 0.0,
+            "lm_head": max(seqs * self._lm_s_per_seq, self._lm_weight_s) if seqs else 0.0,
+            "prefill_attention": max(shape.prefill_attn_pairs * self._prefill_attn_s_per_pair,
+                                     shape.num_prefill_tokens * self._prefill_kv_s_per_token)
+            if shape.num_prefill_tokens else 0.0,
+            "decode_attention": shape.decode_context_tokens * self._decode_attn_s_per_ctx
+            if shape.num_decode_seqs else 0.0,
+            "swap": shape.num_swap_blocks * self._swap_copies_per_block * (
+                self._swap_latency_s + shape.block_size * self._swap_s_per_token_copy),
+            "copy": (self._cow_launch_s + shape.num_copy_blocks * shape.block_size
+                     * self._cow_s_per_token) if shape.num_copy_blocks else 0.0,
+        }
+        return parts
+
+    def swap_seconds_per_byte(self, block_size: int) -> float:
+        """Swap time per KV byte moved at `block_size` (paper Fig. 19a: worse for small blocks)."""
+        block_bytes = block_size * kv_bytes_per_token_per_gpu(self.model, self.tp)
+        swap = self.breakdown(BatchShape(num_swap_blocks=1, block_size=block_size))["swap"]
+        return swap / block_bytes
+
+    def describe(self) -> dict:
+        return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
+                **asdict(self.constants)}
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+
+CostModelFactory = Callable[..., CostModel]
+
+
+def _make_roofline(model, gpu, tp, profile_path=None,
+                   constants: RooflineConstants = DEFAULT_ROOFLINE_CONSTANTS, **overrides) -> CostModel:
+    # Overrides name RooflineConstants fields, e.g. make_cost_model(..., hbm_efficiency=0.8).
+    return RooflineCostModel(model, gpu, tp, replace(constants, **overrides))
+
+
+def _make_constant(model, gpu, tp, profile_path=None, seconds: float = 0.01) -> CostModel:
+    return ConstantCostModel(seconds)
+
+
+def _make_profiled(model, gpu, tp, profile_path=None, **kwargs) -> CostModel:
+    raise NotImplementedError(
+        "the 'profiled' cost model is not implemented yet: it will be fitted from the executor's "
+        "profile file (profile_path) and registered with register_cost_model('profiled', ...); "
+        "use 'roofline' meanwhile")
+
+
+COST_MODELS: dict[str, CostModelFactory] = {
+    "roofline": _make_roofline,
+    "constant": _make_constant,
+    "profiled": _make_profiled,
+}
+
+
+def register_cost_model(name: str, factory: CostModelFactory) -> None:
+    """Add or replace a cost model. `factory(model, gpu, tp, profile_path=None, **kwargs)`."""
+    COST_MODELS[name.lower()] = factory
+
+
+def make_cost_model(name: str, model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
+                    profile_path: str | None = None, **kwargs) -> CostModel:
+    """Build a cost model by name ('roofline', 'constant', 'profiled'); extra kwargs go to it."""
+    try:
+        factory = COST_MODELS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown cost model {name!r}; known: {', '.join(sorted(COST_MODELS))}") \
+            from None
+    return factory(get_model(model), get_gpu(gpu), tp, profile_path=profile_path, **kwargs)

@@ -1,0 +1,270 @@
+"""The simulator: a SimPy replay of a trace through the unchanged engine core.
+
+Two processes share one virtual clock. `arrivals` submits each request at its arrival time;
+`engine` loops schedule -> cost -> update, where a step's duration comes from the cost model
+and every sequence produces exactly its trace output length (no EOS), as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import simpy
+
+from pagesim.core import PoolConfig, Request, SamplingParams, Sample, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
+from pagesim.metrics import MetricsRecorder
+from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
+from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
+from pagesim.workload.arrivals import ArrivalProcess
+from pagesim.workload.trace import Trace
+
+SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
+MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists)
+
+
+@dataclass
+class ReplayConfig:
+    model: str = "opt-13b"
+    gpu: str = "a100-40gb"
+    tp: int = 1
+    policy: str = "paged"  # paged | orca-max | orca-pow2 | orca-oracle | static
+    block_size: int = 16
+    preemption: str = "auto"  # recompute | swap | auto
+    rate: float | None = 1.0  # req/s; None: the trace's own arrival times
+    burstiness: float = 1.0  # gamma shape; 1.0 is Poisson
+    num_requests: int | None = 1000
+    duration: float | None = None  # seconds of arrivals (instead of a count)
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2560
+    max_model_len: int | None = None  # default: the model's
+    swap_space_gib: float = DEFAULT_SWAP_GIB  # host memory per GPU for swapped blocks
+    gpu_memory_utilization: float | None = None  # default: the paper's (see specs)
+    num_gpu_blocks: int | None = None  # override the pool size
+    prefix_caching: bool = False
+    chunked_prefill: bool = False
+    allocator: str = "buddy"
+    n: int | None = None  # override every request's parallel samples
+    cost_model: str = "roofline"
+    profile: str | None = None
+    seed: int = 0
+    warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
+    waste_interval_s: float | None = None  # sample the KV waste breakdown this often
+
+
+@dataclass
+class ReplayResult:
+    config: ReplayConfig
+    summary: dict
+    metrics: MetricsRecorder
+    notes: list[str] = field(default_factory=list)
+
+
+def build_requests(trace: Trace, cfg: ReplayConfig) -> tuple[list[Request], list[str]]:
+    """The requests a replay submits, with arrival times; cycles the trace when asked for more
+    requests than it holds (the paper's artifact does the same)."""
+    notes = []
+    if cfg.rate is None:
+        process = ArrivalProcess("trace")
+    else:
+        process = ArrivalProcess("poisson" if cfg.burstiness == 1.0 else "gamma", cfg.rate, cfg.burstiness, cfg.seed)
+    count = None if cfg.duration is not None else (cfg.num_requests or len(trace))
+    times = process.times(count=count, duration=cfg.duration, trace=trace)
+    if len(times) > len(trace):
+        notes.append(f"trace cycled: {len(times)} requests from {len(trace)} records")
+    requests = []
+    for i, t in enumerate(times):
+        rec = trace.requests[i % len(trace)]
+        n = cfg.n if cfg.n is not None else (rec.n or 1)
+        if (rec.beam_width or 1) > 1:
+            raise NotImplementedError("beam search in the simulator needs a beam-ancestry model (not built yet)")
+        sampling = SamplingParams(n=n, max_tokens=rec.output_len, ignore_eos=True)
+        requests.append(Request(i, rec.prompt_len, sampling, float(t), rec.prompt_token_ids))
+    return requests, notes
+
+
+def batch_shape(out: SchedulerOutput, block_size: int) -> BatchShape:
+    prefill_tokens = prefill_seqs = pairs = decode_seqs = decode_context = 0
+    for seq, n in zip(out.seqs, out.num_new_tokens):
+        before = seq.num_computed_tokens
+        if n == 1 and before + 1 == seq.num_tokens:
+            decode_seqs += 1
+            decode_context += before + 1
+        else:
+            prefill_seqs += 1
+            prefill_tokens += n
+            pairs += n * before + n * (n + 1) // 2
+    return BatchShape(prefill_tokens, prefill_seqs, pairs, decode_seqs, decode_context,
+                      len(out.blocks_to_swap_in) + len(out.blocks_to_swap_out), len(out.blocks_to_copy), block_size)
+
+
+def sim_step_result(out: SchedulerOutput) -> StepResult:
+    """Token outcomes for a simulated step: one token per sequence, except that a parallel-
+    sampling group forks into its n samples at its first token."""
+    samples = {}
+    for group in out.groups:
+        n = group.sampling.n
+        if n > 1 and len(group.seqs) == 1 and group.seqs[0].num_output_tokens == 0:
+            samples[group.request_id] = [Sample(group.seqs[0].seq_id, SIM_TOKEN)] * n
+    return StepResult(samples=samples, default_token=SIM_TOKEN)
+
+
+class Replay:
+    """One simulated run. Build with a config and a trace, then call run()."""
+
+    def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True):
+        self.cfg = cfg
+        model = get_model(cfg.model)
+        self.max_model_len = cfg.max_model_len or model.max_model_len
+        if cfg.num_gpu_blocks is not None:
+            num_blocks, self.capacity = cfg.num_gpu_blocks, None
+            host_blocks = int(cfg.swap_space_gib * 2**30) // (model.kv_bytes_per_token * cfg.block_size // cfg.tp)
+        else:
+            kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
+            self.capacity = kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                              max_num_seqs=cfg.max_num_seqs, **kwargs)
+            num_blocks = self.capacity.num_blocks(cfg.block_size)
+            host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
+        self.pool = PoolConfig(num_blocks, host_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator)
+        sched_cfg = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                    max_model_len=self.max_model_len, preemption_mode=cfg.preemption,
+                                    chunked_prefill=cfg.chunked_prefill)
+        self.scheduler = make_scheduler(cfg.policy, self.pool, sched_cfg)
+        self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
+        self.requests, self.notes = build_requests(trace, cfg)
+        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s)
+        self.num_done = 0  # finished or rejected
+        self.num_submitted = 0
+        self.fast_forward = fast_forward
+        self.on_progress = None  # callable(num_done) for progress bars
+
+    def _done(self, group) -> None:
+        self.metrics.record_request(group)
+        self.num_done += 1
+        if self.on_progress is not None:
+            self.on_progress(self.num_done)
+
+    def run(self) -> ReplayResult:
+        env = simpy.Environment()
+        self.env = env
+        self.idle = env.event()  # triggered by an arrival while the engine has nothing to do
+        env.process(self._arrivals(env))
+        engine = env.process(self._engine(env))
+        env.run(until=engine)
+        return ReplayResult(self.cfg, self.summary(), self.metrics, self.notes)
+
+    def _arrivals(self, env: simpy.Environment):
+        for request in self.requests:
+            if request.arrival_time > env.now:
+                yield env.timeout(request.arrival_time - env.now)
+            group = self.scheduler.add_request(request)
+            self.num_submitted += 1
+            if group.reject_reason:
+                self._done(group)
+            elif not self.idle.triggered:
+                self.idle.succeed()
+
+    def _engine(self, env: simpy.Environment):
+        scheduler, cost, metrics = self.scheduler, self.cost, self.metrics
+        block_size = self.cfg.block_size
+        waste_every = self.cfg.waste_interval_s
+        self.next_waste = 0.0 if waste_every is not None else math.inf
+        total = len(self.requests)
+        while self.num_done < total:
+            if not scheduler.has_unfinished:
+                self.idle = env.event()
+                yield self.idle
+                continue
+            horizon = scheduler.decode_horizon(MAX_DECODE_RUN) if self.fast_forward else 0
+            if horizon >= 2:
+                yield from self._decode_run(env, horizon)
+                continue
+            out = scheduler.schedule(env.now)
+            if out.is_empty:
+                raise RuntimeError(f"t={env.now:.3f}s: requests are queued but nothing can run "
+                                   f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
+            duration = cost.iteration_time(batch_shape(out, block_size))
+            yield env.timeout(duration)
+            for group in scheduler.update(out, sim_step_result(out), env.now):
+                self._done(group)
+            metrics.record_step(out, env.now, duration, scheduler)
+            self._maybe_sample_waste(env.now)
+
+    def _decode_run(self, env: simpy.Environment, horizon: int):
+        """Steps that can only be plain decode steps of the same batch, taken in one go up to
+        the step during which the next request arrives (or the next waste sample is due).
+        Times, metrics and core state come out exactly as stepping one at a time would give."""
+        scheduler = self.scheduler
+        until = min(self._next_arrival_time(), self.next_waste)
+        num_seqs = scheduler.num_running_seqs
+        context = scheduler.decode_context_tokens()
+        now = env.now
+        ends, durations = [], []
+        for _ in range(horizon):
+            duration = self.cost.iteration_time(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context,
+                                                           block_size=self.cfg.block_size))
+            now = now + duration  # accumulated exactly as successive timeouts would
+            ends.append(now)
+            durations.append(duration)
+            context += num_seqs
+            if now >= until:
+                break
+        waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
+        run = scheduler.advance_decode(len(ends), SIM_TOKEN)
+        yield env.timeout(_delay_to(env.now, now))
+        for j, (end, duration) in enumerate(zip(ends, durations)):
+            waiting = waiting_before if j < len(ends) - 1 else len(scheduler.waiting)
+            self.metrics.record_decode_step(end, duration, running, num_seqs, waiting, swapped, run.kv_blocks_used[j])
+        self._maybe_sample_waste(env.now)
+
+    def _next_arrival_time(self) -> float:
+        i = self.num_submitted
+        return self.requests[i].arrival_time if i < len(self.requests) else math.inf
+
+    def _maybe_sample_waste(self, now: float) -> None:
+        if now >= self.next_waste:
+            self.metrics.record_waste(now, self.scheduler)
+            self.next_waste = now + self.cfg.waste_interval_s
+
+    def summary(self) -> dict:
+        cfg = self.cfg
+        extra = {
+            "config": asdict(cfg),
+            "num_kv_blocks": self.pool.num_device_blocks,
+            "num_host_blocks": self.pool.num_host_blocks,
+            "kv_token_slots": self.pool.num_device_blocks * cfg.block_size,
+            "max_model_len": self.max_model_len,
+            "cost_model": self.cost.describe(),
+            "notes": self.notes,
+        }
+        if self.scheduler.kv.__class__.__name__ == "PagedKVManager" and cfg.prefix_caching:
+            kv = self.scheduler.kv
+            extra["prefix_hit_rate"] = kv.prefix_hits / kv.prefix_queries if kv.prefix_queries else 0.0
+        if self.metrics.waste:
+            extra["waste_mean_share"] = _mean_shares(self.metrics.waste, cfg.warmup_s)
+        return self.metrics.summary(**extra)
+
+
+def _delay_to(now: float, target: float) -> float:
+    """A delay d with now + d == target exactly in floating point, so that a run of steps ends
+    at the very instant successive per-step timeouts would have reached."""
+    delay = target - now
+    while now + delay < target:
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > target:
+        delay = math.nextafter(delay, -math.inf)
+    return delay
+
+
+def _mean_shares(rows: list[tuple], since: float) -> dict:
+    rows = [r for r in rows if r[0] >= since] or rows
+    names = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
+    totals = [sum(r[i + 1] for r in rows) for i in range(len(names))]
+    grand = sum(totals)
+    return {name: t / grand for name, t in zip(names, totals)} if grand else {}
+
+
+def replay(cfg: ReplayConfig, trace: Trace, progress=None, fast_forward: bool = True) -> ReplayResult:
+    sim = Replay(cfg, trace, fast_forward=fast_forward)
+    sim.on_progress = progress
+    return sim.run()

@@ -1,0 +1,347 @@
+"""The trace file: what a workload is, on disk and in memory.
+
+A trace is one JSON object:
+
+    {"format": "pagesim-trace/1",
+    "metadata": {...},
+    "requests": [
+    {"prompt_len":21,"output_len":518},
+    ...
+    ]}
+
+`save_trace` writes one request per line with a fixed key order and fixed separators, and
+metadata with sorted keys, so the same trace always gives the same bytes (rebuilds can be
+compared with `cmp`, diffs stay readable). `load_trace` checks every record and raises
+`TraceError` naming the file, the record index and the field; it never skips a record.
+See docs/traces.md for the meaning of each field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "pagesim-trace/1"
+
+# Key order in the file. Required fields first; the long token list last so a line stays
+# readable up to it.
+REQUEST_FIELDS = (
+    "prompt_len",
+    "output_len",
+    "arrival_time",
+    "n",
+    "beam_width",
+    "prefix_group",
+    "shared_prefix_len",
+    "prompt_token_ids",
+)
+REQUIRED_FIELDS = ("prompt_len", "output_len")
+TOP_LEVEL_KEYS = ("format", "metadata", "requests")
+
+
+class TraceError(ValueError):
+    """A trace file (or an in-memory trace being saved) breaks the format.
+
+    The message names the file and, where they apply, the JSON line/column, the record index
+    and the field; the same facts are kept as attributes for callers and tests.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike | None,
+        problem: str,
+        *,
+        index: int | None = None,
+        field: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        self.path = None if path is None else str(path)
+        self.problem = problem
+        self.index = index
+        self.field = field
+        self.line = line
+        self.column = column
+        where = [self.path if self.path is not None else "<trace>"]
+        if line is not None:
+            where.append(f"line {line}, column {column}")
+        if index is not None:
+            where.append(f"request {index}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        super().__init__(": ".join(where) + ": " + problem)
+
+
+@dataclass
+class TraceRequest:
+    """One request of a workload.
+
+    Optional fields are None when absent from the file (and stay absent when saved), so a
+    file round-trips exactly; consumers read None as the default (no arrival time given,
+    n = 1, beam_width = 1, no prefix group).
+    """
+
+    prompt_len: int
+    output_len: int
+    arrival_time: float | None = None
+    n: int | None = None
+    beam_width: int | None = None
+    prefix_group: int | str | None = None
+    shared_prefix_len: int | None = None
+    prompt_token_ids: list[int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as written to the file: fixed key order, absent fields left out."""
+        out: dict[str, Any] = {}
+        for name in REQUEST_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = list(value) if name == "prompt_token_ids" else value
+        return out
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences this request runs at once (beam width or n, whichever applies)."""
+        return max(self.n or 1, self.beam_width or 1)
+
+
+@dataclass
+class Trace:
+    metadata: dict[str, Any] = field(default_factory=dict)
+    requests: list[TraceRequest] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    @property
+    def prompt_lens(self) -> list[int]:
+        return [r.prompt_len for r in self.requests]
+
+    @property
+    def output_lens(self) -> list[int]:
+        return [r.output_len for r in self.requests]
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation (shared by load and save, so nothing invalid is ever written either)
+
+
+def _is_int(value: Any) -> bool:
+    # bool is a subclass of int in Python, but `true` is not a length.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
+    def fail(field_name: str | None, problem: str) -> TraceError:
+        return TraceError(path, problem, index=index, field=field_name)
+
+    if not isinstance(record, dict):
+        raise fail(None, f"must be a JSON object, got {type(record).__name__}")
+    duplicates = getattr(record, "duplicate_keys", ())
+    if duplicates:
+        raise fail(duplicates[0], "appears more than once in the record")
+    for name in record:
+        if name not in REQUEST_FIELDS:
+            raise fail(name, f"unknown field name (allowed: {', '.join(REQUEST_FIELDS)})")
+    for name in REQUIRED_FIELDS:
+        if name not in record:
+            raise fail(name, "missing (every request needs prompt_len and output_len)")
+        value = record[name]
+        if not _is_int(value):
+            raise fail(name, f"must be an integer, got {json.dumps(value)}")
+        if value <= 0:
+            raise fail(name, f"must be > 0, got {value}")
+    prompt_len = record["prompt_len"]
+
+    arrival = record.get("arrival_time")
+    if arrival is not None:
+        if not (_is_int(arrival) or isinstance(arrival, float)):
+            raise fail("arrival_time", f"must be a number of seconds, got {json.dumps(arrival)}")
+        if not math.isfinite(arrival) or arrival < 0:
+            raise fail("arrival_time", f"must be finite and >= 0, got {arrival}")
+        arrival = float(arrival)
+
+    for name in ("n", "beam_width"):
+        value = record.get(name)
+        if value is None:
+            continue
+        if not _is_int(value):
+            raise fail(name, f"must be an integer, got {json.dumps(value)}")
+        if value < 1:
+            raise fail(name, f"must be >= 1, got {value}")
+    n, beam_width = record.get("n"), record.get("beam_width")
+    if beam_width is not None and beam_width > 1 and n is not None and n > beam_width:
+        # Beam search returns at most beam_width sequences.
+        raise fail("n", f"must be <= beam_width ({beam_width}) under beam search, got {n}")
+
+    group = record.get("prefix_group")
+    if group is not None:
+        if not (_is_int(group) or isinstance(group, str)):
+            raise fail("prefix_group", f"must be an integer or a string, got {json.dumps(group)}")
+        if (_is_int(group) and group < 0) or group == "":
+            raise fail("prefix_group", f"must be >= 0 or a non-empty string, got {json.dumps(group)}")
+
+    shared = record.get("shared_prefix_len")
+    if shared is not None:
+        if not _is_int(shared):
+            raise fail("shared_prefix_len", f"must be an integer, got {json.dumps(shared)}")
+        if shared < 0 or shared > prompt_len:
+            raise fail("shared_prefix_len", f"must be in [0, prompt_len={prompt_len}], got {shared}")
+        if group is None:
+            raise fail("shared_prefix_len", "given without a prefix_group to share with")
+
+    ids = record.get("prompt_token_ids")
+    if ids is not None:
+        if not isinstance(ids, list):
+            raise fail("prompt_token_ids", f"must be a list of token ids, got {type(ids).__name__}")
+        if len(ids) != prompt_len:
+            raise fail("prompt_token_ids", f"has {len(ids)} ids but prompt_len is {prompt_len}")
+        for pos, tok in enumerate(ids):
+            if not _is_int(tok) or tok < 0:
+                raise fail("prompt_token_ids", f"element {pos} is not a token id (integer >= 0): {json.dumps(tok)}")
+
+    return TraceRequest(
+        prompt_len=prompt_len,
+        output_len=record["output_len"],
+        arrival_time=arrival,
+        n=n,
+        beam_width=beam_width,
+        prefix_group=group,
+        shared_prefix_len=shared,
+        prompt_token_ids=None if ids is None else list(ids),
+    )
+
+
+def _check_arrival_order(requests: list[TraceRequest], path: str | None) -> None:
+    """Arrival times are all given or all absent, and never go back in time."""
+    given = [r.arrival_time is not None for r in requests]
+    if any(given) and not all(given):
+        index = given.index(False)
+        raise TraceError(path, "missing, but other requests have one (give all or none)", index=index, field="arrival_time")
+    if all(given):
+        for i in range(1, len(requests)):
+            if requests[i].arrival_time < requests[i - 1].arrival_time:
+                raise TraceError(
+                    path,
+                    f"{requests[i].arrival_time} is earlier than request {i - 1}'s {requests[i - 1].arrival_time}"
+                    " (requests must be in arrival order)",
+                    index=i,
+                    field="arrival_time",
+                )
+
+
+def _check_trace(metadata: Any, requests: list[TraceRequest], path: str | None) -> None:
+    if not isinstance(metadata, dict):
+        raise TraceError(path, f"'metadata' must be a JSON object, got {type(metadata).__name__}", field="metadata")
+    if not requests:
+        raise TraceError(path, "'requests' is empty", field="requests")
+    count = metadata.get("count")
+    if count is not None and count != len(requests):
+        raise TraceError(path, f"metadata count is {count} but the file has {len(requests)} requests", field="metadata.count")
+    _check_arrival_order(requests, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Load / save
+
+
+class _Obj(dict):
+    """A JSON object that remembers keys given twice (json keeps only the last silently)."""
+
+    duplicate_keys: tuple[str, ...] = ()
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    obj = _Obj(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        obj.duplicate_keys = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    # json accepts NaN and Infinity by default; they are not JSON and not valid lengths/times.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_trace(text: str, path: str | os.PathLike | None = None) -> Trace:
+    """Parse and validate trace text; `path` is only used in error messages."""
+    where = None if path is None else str(path)
+    try:
+        doc = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise TraceError(where, f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
+    except ValueError as exc:  # NaN / Infinity
+        raise TraceError(where, f"invalid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise TraceError(where, f"the top level must be a JSON object, got {type(doc).__name__}")
+    if getattr(doc, "duplicate_keys", ()):
+        raise TraceError(where, "top-level key appears more than once", field=doc.duplicate_keys[0])
+    for key in doc:
+        if key not in TOP_LEVEL_KEYS:
+            raise TraceError(where, f"unknown top-level key (allowed: {', '.join(TOP_LEVEL_KEYS)})", field=key)
+    for key in TOP_LEVEL_KEYS:
+        if key not in doc:
+            raise TraceError(where, "missing top-level key", field=key)
+    if doc["format"] != FORMAT:
+        raise TraceError(where, f"expected {FORMAT!r}, got {json.dumps(doc['format'])}", field="format")
+    records = doc["requests"]
+    if not isinstance(records, list):
+        raise TraceError(where, f"'requests' must be a JSON array, got {type(records).__name__}", field="requests")
+    requests = [_check_request(rec, i, where) for i, rec in enumerate(records)]
+    metadata = _plain(doc["metadata"], where)
+    _check_trace(metadata, requests, where)
+    return Trace(metadata=metadata, requests=requests)
+
+
+def _plain(value: Any, path: str | None) -> Any:
+    """Turn the duplicate-tracking dicts back into plain ones (so Trace compares equal)."""
+    if isinstance(value, dict):
+        if getattr(value, "duplicate_keys", ()):
+            raise TraceError(path, f"key {value.duplicate_keys[0]!r} appears more than once", field="metadata")
+        return {k: _plain(v, path) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, path) for v in value]
+    return value
+
+
+def load_trace(path: str | os.PathLike) -> Trace:
+    """Read and validate a trace file; raises TraceError on anything malformed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_trace(text, path)
+
+
+def dumps_trace(trace: Trace) -> str:
+    """The canonical text of a trace (what save_trace writes)."""
+    requests = [_check_request(r.to_dict(), i, None) for i, r in enumerate(trace.requests)]
+    _check_trace(trace.metadata, requests, None)
+    meta = json.dumps(trace.metadata, indent=2, sort_keys=True, ensure_ascii=True, allow_nan=False)
+    lines = [json.dumps(r.to_dict(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) for r in requests]
+    return (
+        "{" + f'"format": {json.dumps(FORMAT)},\n'
+        + f'"metadata": {meta},\n'
+        + '"requests": [\n'
+        + ",\n".join(lines)
+        + "\n]}\n"
+    )
+
+
+def save_trace(trace: Trace, path: str | os.PathLike) -> None:
+    """Validate and write a trace; the same trace always gives the same bytes."""
+    try:
+        text = dumps_trace(trace)
+    except TraceError as exc:
+        raise TraceError(path, exc.problem, index=exc.index, field=exc.field) from None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write beside the target then rename, so an interrupted save never leaves half a trace.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
