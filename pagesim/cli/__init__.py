@@ -7,6 +7,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Paged KV-cac
 
 # Subcommand modules register themselves on `app` when imported.
 from pagesim.cli import replay as _replay  # noqa: E402,F401
+from pagesim.cli import run as _run  # noqa: E402,F401
 from pagesim.cli import trace as _trace  # noqa: E402,F401
 
 

@@ -95,7 +95,8 @@ def replay(
         json.dump(summary, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        print_summary(summary, Console())
+        title = f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}"
+        print_summary(summary, Console(), title)
         if out is not None:
             Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json")
 
@@ -108,12 +109,11 @@ def _fmt(value, unit: str = "", digits: int = 3) -> str:
     return f"{value:,}{unit}"
 
 
-def print_summary(s: dict, console) -> None:
+def print_summary(s: dict, console, title: str) -> None:
+    """The end-of-run table both `pagesim replay` and `pagesim run` print."""
     from rich.table import Table
 
-    cfg = s["config"]
-    title = (f"{cfg['policy']} · {cfg['model']} on {cfg['tp']} x {cfg['gpu']} · block {cfg['block_size']} · "
-             f"{s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)")
+    title += f" · {s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)"
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")

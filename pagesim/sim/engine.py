@@ -12,11 +12,11 @@ from dataclasses import asdict, dataclass, field
 
 import simpy
 
-from pagesim.core import PoolConfig, Request, SamplingParams, Sample, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
+from pagesim.core import PoolConfig, Sample, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
-from pagesim.workload.arrivals import ArrivalProcess
+from pagesim.workload.requests import build_requests
 from pagesim.workload.trace import Trace
 
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
@@ -58,29 +58,6 @@ class ReplayResult:
     summary: dict
     metrics: MetricsRecorder
     notes: list[str] = field(default_factory=list)
-
-
-def build_requests(trace: Trace, cfg: ReplayConfig) -> tuple[list[Request], list[str]]:
-    """The requests a replay submits, with arrival times; cycles the trace when asked for more
-    requests than it holds (the paper's artifact does the same)."""
-    notes = []
-    if cfg.rate is None:
-        process = ArrivalProcess("trace")
-    else:
-        process = ArrivalProcess("poisson" if cfg.burstiness == 1.0 else "gamma", cfg.rate, cfg.burstiness, cfg.seed)
-    count = None if cfg.duration is not None else (cfg.num_requests or len(trace))
-    times = process.times(count=count, duration=cfg.duration, trace=trace)
-    if len(times) > len(trace):
-        notes.append(f"trace cycled: {len(times)} requests from {len(trace)} records")
-    requests = []
-    for i, t in enumerate(times):
-        rec = trace.requests[i % len(trace)]
-        n = cfg.n if cfg.n is not None else (rec.n or 1)
-        if (rec.beam_width or 1) > 1:
-            raise NotImplementedError("beam search in the simulator needs a beam-ancestry model (not built yet)")
-        sampling = SamplingParams(n=n, max_tokens=rec.output_len, ignore_eos=True)
-        requests.append(Request(i, rec.prompt_len, sampling, float(t), rec.prompt_token_ids))
-    return requests, notes
 
 
 def batch_shape(out: SchedulerOutput, block_size: int) -> BatchShape:
@@ -131,7 +108,10 @@ class Replay:
                                     chunked_prefill=cfg.chunked_prefill)
         self.scheduler = make_scheduler(cfg.policy, self.pool, sched_cfg)
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
-        self.requests, self.notes = build_requests(trace, cfg)
+        self.requests, self.notes = build_requests(trace, rate=cfg.rate, burstiness=cfg.burstiness, num_requests=cfg.num_requests,
+                                                   duration=cfg.duration, seed=cfg.seed, n=cfg.n)
+        if any(r.sampling.use_beam_search for r in self.requests):
+            raise NotImplementedError("beam search in the simulator needs a beam-ancestry model, which is not built yet")
         self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s)
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0

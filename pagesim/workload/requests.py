@@ -1,0 +1,32 @@
+"""From a trace to the requests a run submits: arrival times, sampling parameters, cycling.
+Both drivers (simulator and executor) submit exactly these, so their runs are comparable."""
+
+from __future__ import annotations
+
+from pagesim.core import Request, SamplingParams
+from pagesim.workload.arrivals import ArrivalProcess
+from pagesim.workload.trace import Trace
+
+
+def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0, num_requests: int | None = None,
+                   duration: float | None = None, seed: int = 0, n: int | None = None) -> tuple[list[Request], list[str]]:
+    """Requests with arrival times (Poisson at rate, gamma when burstiness != 1, or the trace's own
+    times when rate is None), by count or by duration. When more requests are asked for than the
+    trace holds, the trace is cycled in its (already shuffled) order, as the paper's artifact does;
+    the returned notes say so. Every sequence generates exactly its trace output length."""
+    notes = []
+    if rate is None:
+        process = ArrivalProcess("trace")
+    else:
+        process = ArrivalProcess("poisson" if burstiness == 1.0 else "gamma", rate, burstiness, seed)
+    count = None if duration is not None else (num_requests or len(trace))
+    times = process.times(count=count, duration=duration, trace=trace)
+    if len(times) > len(trace):
+        notes.append(f"trace cycled: {len(times)} requests from {len(trace)} records")
+    requests = []
+    for i, t in enumerate(times):
+        rec = trace.requests[i % len(trace)]
+        sampling = SamplingParams(n=n if n is not None else (rec.n or 1), beam_width=rec.beam_width or 1,
+                                  max_tokens=rec.output_len, ignore_eos=True)
+        requests.append(Request(i, rec.prompt_len, sampling, float(t), rec.prompt_token_ids))
+    return requests, notes
