@@ -64,7 +64,7 @@ def run(
 
         try:
             lm = load_model(model, dtype=getattr(torch, dtype) if dtype else None, device=device, tokenizer=False)
-        except (ImportError, FileNotFoundError, ValueError) as e:
+        except (ImportError, RuntimeError, FileNotFoundError, ValueError) as e:
             fail(str(e))
     engine_cfg = EngineConfig(policy=policy.value, block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                               num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,

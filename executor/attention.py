@@ -1,0 +1,97 @@
+"""Attention over the paged KV cache: the per-step metadata and the layer that writes new K/V and
+attends. The models call only this; the kernels behind it are chosen in `executor.kernels`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from executor import kernels
+
+
+@dataclass
+class AttentionMetadata:
+    """Everything attention needs for one forward over a packed batch of new tokens.
+
+    Sequence i owns the packed rows query_start_loc[i]:query_start_loc[i+1]; they are the last
+    tokens of its context of context_lens[i] tokens (new ones included).
+    """
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64: cache slot of each new token's K/V (-1 = skip)
+    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32, padded with 0 past a sequence's end
+    context_lens: torch.Tensor  # [num_seqs] int32: tokens in the cache after this step
+    query_start_loc: torch.Tensor  # [num_seqs + 1] int32: packed query rows per sequence
+    positions: torch.Tensor  # [num_tokens] int64
+    decode_only: bool  # every sequence has exactly one new token -> the decode kernel
+
+    @property
+    def num_seqs(self) -> int:
+        return self.context_lens.shape[0]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.slot_mapping.shape[0]
+
+    def last_token_indices(self) -> torch.Tensor:
+        """The packed row of each sequence's last new token: the rows that sample."""
+        return (self.query_start_loc[1:] - 1).long()
+
+    @classmethod
+    def build(cls, seqs, block_size: int, device="cpu") -> "AttentionMetadata":
+        """seqs: (block_table, num_computed_tokens, num_new_tokens) per sequence. The new tokens sit
+        at positions num_computed .. num_computed + num_new - 1; the block table must already
+        cover them."""
+        slots, positions, context_lens, starts = [], [], [], [0]
+        for block_table, num_computed, num_new in seqs:
+            end = num_computed + num_new
+            if len(block_table) * block_size < end:
+                raise ValueError(f"block table of {len(block_table)} blocks cannot hold {end} tokens")
+            for pos in range(num_computed, end):
+                slots.append(block_table[pos // block_size] * block_size + pos % block_size)
+                positions.append(pos)
+            context_lens.append(end)
+            starts.append(starts[-1] + num_new)
+        max_blocks = max((len(bt) for bt, _, _ in seqs), default=0)
+        # Pad with block 0, not -1: a kernel that loads a padded entry unmasked still reads a
+        # valid block, and the contract says entries past a sequence's end are ignored.
+        tables = [list(bt) + [0] * (max_blocks - len(bt)) for bt, _, _ in seqs]
+        return cls(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+            block_tables=torch.tensor(tables, dtype=torch.int32, device=device).reshape(len(seqs), max_blocks),
+            context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
+            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+            positions=torch.tensor(positions, dtype=torch.int64, device=device),
+            decode_only=len(seqs) > 0 and all(n == 1 for _, _, n in seqs),
+        )
+
+
+class PagedAttention(nn.Module):
+    """Writes this step's K/V into the layer's cache, then attends over each sequence's context.
+
+    q [num_tokens, num_heads * head_dim], k/v [num_tokens, num_kv_heads * head_dim]; returns
+    [num_tokens, num_heads * head_dim]. kv_cache is this layer's (key_cache, value_cache).
+    """
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
+        super().__init__()
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{num_heads} query heads do not split into {num_kv_heads} KV groups")
+        self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+
+    def forward(self, q, k, v, kv_cache, md: AttentionMetadata) -> torch.Tensor:
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        key_cache, value_cache = kv_cache
+        # New tokens first, so attention reads every context token (its own included) from the
+        # cache: one code path for prompts, chunks, prefix hits and recompute.
+        kernels.reshape_and_cache(k, v, key_cache, value_cache, md.slot_mapping)
+        if md.decode_only:
+            out = kernels.paged_attention_decode(q, key_cache, value_cache, md.block_tables, md.context_lens, self.scale)
+        else:
+            out = kernels.paged_prefill_attention(
+                q, key_cache, value_cache, md.block_tables, md.query_start_loc, md.context_lens, self.scale
+            )
+        return out.reshape(-1, self.num_heads * self.head_dim)

