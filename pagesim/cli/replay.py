@@ -121,7 +121,7 @@ def print_summary(s: dict, console, title: str) -> None:
     table.add_column(justify="right")
     rows = [
         ("requests finished", f"{s['num_finished']:,} / {s['num_requests']:,}", "rejected", _fmt(s["num_rejected"])),
-        ("simulated duration", _fmt(s["duration_s"], " s", 1), "steps", _fmt(s["num_steps"])),
+        ("duration", _fmt(s["duration_s"], " s", 1), "steps", _fmt(s["num_steps"])),
         ("request throughput", _fmt(s["request_throughput"], " req/s"), "output tokens/s", _fmt(s["output_token_throughput"], "", 1)),
         ("mean normalized latency", _fmt(s["mean_normalized_latency"], " s/token", 4), "mean batched requests", _fmt(s["mean_batched_requests"], "", 2)),
         ("TTFT mean / p50", f"{_fmt(s['ttft_mean'], ' s')} / {_fmt(s['ttft_p50'], ' s')}", "TTFT p99", _fmt(s["ttft_p99"], " s")),
