@@ -183,6 +183,8 @@ class Scheduler:
         if not self.running or limit < 1:
             return 0
         kv, cfg = self.kv, self.config
+        if kv.pending_copies:
+            return 0  # fork copies (reservation managers) go out with the next step
         bs = kv.block_size
         on_demand = kv.allocates_on_demand
         horizon = limit
@@ -191,8 +193,10 @@ class Scheduler:
             sampling = group.request.sampling
             if not sampling.ignore_eos and cfg.eos_token_id is not None:
                 return 0
-            if sampling.use_beam_search or (sampling.n > 1 and group.seqs[0].num_output_tokens == 0):
-                return 0  # beams fork and drop every step; parallel samples fork at their first token
+            if sampling.use_beam_search or group.first_token_time is None:
+                # beams fork and drop every step; parallel samples fork at their first token, and a
+                # last prefill chunk of one token looks like a decode but produces the first token
+                return 0
             stop = min(group.request.prompt_len + sampling.max_tokens, cfg.max_model_len)
             for seq in group.seqs:
                 computed = seq.num_computed_tokens
@@ -263,6 +267,11 @@ class Scheduler:
             seq.num_computed_tokens += num_steps
             seq.token_ids.extend([token_id] * num_steps)
             seq.num_tokens += num_steps
+        if kv.tracks_computed:
+            # update() calls on_computed after every step: a prompt block whose cached twin was
+            # evicted during the run gets registered, as single steps would have done
+            for seq in seqs:
+                kv.on_computed(seq)
         return DecodeRun(num_steps, len(self.running), len(seqs), first_context, blocks_used)
 
     def _finish(self, out: SchedulerOutput) -> SchedulerOutput:

@@ -191,7 +191,12 @@ class Replay:
                 break
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         run = scheduler.advance_decode(len(ends), SIM_TOKEN)
-        yield env.timeout(_delay_to(env.now, now))
+        delay = _delay_to(env.now, now)
+        if env.now + delay == now:
+            yield env.timeout(delay)
+        else:  # no single delay lands exactly there (rounding ties): time the steps one by one
+            for duration in durations:
+                yield env.timeout(duration)
         for j, (end, duration) in enumerate(zip(ends, durations)):
             waiting = waiting_before if j < len(ends) - 1 else len(scheduler.waiting)
             self.metrics.record_decode_step(end, duration, running, num_seqs, waiting, swapped, run.kv_blocks_used[j])
@@ -226,8 +231,10 @@ class Replay:
 
 
 def _delay_to(now: float, target: float) -> float:
-    """A delay d with now + d == target exactly in floating point, so that a run of steps ends
-    at the very instant successive per-step timeouts would have reached."""
+    """A delay d with now + d == target exactly in floating point where one exists, so that a run
+    of steps ends at the very instant successive per-step timeouts would have reached. Callers
+    check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past
+    the target (ties to even), and none exists."""
     delay = target - now
     while now + delay < target:
         delay = math.nextafter(delay, math.inf)

@@ -1,0 +1,153 @@
+"""Simulator speed: how fast `pagesim replay` turns a ShareGPT trace into a simulated run.
+
+1. The whole command, start-up included, in a child process:
+       pagesim replay traces/sharegpt.json --num-requests 10000 --rate 2.0 --json
+   (OPT-13B on one A100-40GB, paged, the defaults): wall time, simulated requests per wall
+   second, and the child's peak memory (max RSS from wait4). Targets (the issue): < 5 s, < 500 MB.
+2. In-process replay time with the decode fast path on and off, side by side, on a smaller
+   count (off is slow), for the paged policy and for Orca Max, and their ratio. Both must give
+   the same summary; the report says whether they did.
+
+Usage:  python benchmarks/bench_sim.py --out reports/bench_sim.md
+The machine may be shared: the report records nproc, the Python version and the load average
+at the start, so numbers from a busy machine are read as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_WALL_S = 5.0
+TARGET_RSS_MB = 500.0
+
+
+def pagesim_command() -> list[str]:
+    exe = Path(sys.executable).with_name("pagesim")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from pagesim.cli import main; main()"]
+
+
+def run_cli(args: list[str]) -> dict:
+    """Run the CLI in a child; wall time from just before the fork to its exit, peak RSS of that
+    child alone (os.wait4 reports the rusage of the one process it reaps)."""
+    cmd = pagesim_command() + args
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{err.read().decode()[-2000:]}")
+        summary = json.loads(out.read())
+    return {"wall_s": wall, "max_rss_mb": usage.ru_maxrss / 1024, "user_s": usage.ru_utime, "sys_s": usage.ru_stime,
+            "summary": summary}
+
+
+def time_replay(policy: str, num_requests: int, rate: float, fast: bool) -> tuple[float, dict]:
+    from pagesim.sim.engine import Replay, ReplayConfig
+    from pagesim.workload.trace import load_trace
+
+    trace = load_trace(ROOT / "traces" / "sharegpt.json")
+    sim = Replay(ReplayConfig(policy=policy, rate=rate, num_requests=num_requests), trace, fast_forward=fast)
+    start = time.perf_counter()
+    result = sim.run()
+    return time.perf_counter() - start, result.summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "bench_sim.md")
+    ap.add_argument("--num-requests", type=int, default=10_000)
+    ap.add_argument("--rate", type=float, default=2.0)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the whole command (the report gives each and the median)")
+    ap.add_argument("--compare-requests", type=int, default=2_000, help="requests for the fast path on/off comparison")
+    ap.add_argument("--policies", default="paged,orca-max")
+    args = ap.parse_args()
+
+    load_start = os.getloadavg()
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cli_args = ["replay", "traces/sharegpt.json", "--num-requests", str(args.num_requests), "--rate", str(args.rate), "--json"]
+
+    runs = []
+    for i in range(args.repeat):
+        r = run_cli(cli_args)
+        runs.append(r)
+        print(f"command run {i + 1}: {r['wall_s']:.2f} s wall, {r['max_rss_mb']:.0f} MB max RSS", file=sys.stderr)
+    walls = sorted(r["wall_s"] for r in runs)
+    median_wall = walls[len(walls) // 2]
+    peak_rss = max(r["max_rss_mb"] for r in runs)
+    s = runs[0]["summary"]
+
+    compare = []
+    for policy in args.policies.split(","):
+        t_on, s_on = time_replay(policy, args.compare_requests, args.rate, True)
+        t_off, s_off = time_replay(policy, args.compare_requests, args.rate, False)
+        same = json.dumps(s_on, sort_keys=True) == json.dumps(s_off, sort_keys=True)
+        compare.append((policy, t_on, t_off, same, s_on["num_steps"]))
+        print(f"{policy}: fast path on {t_on:.2f} s, off {t_off:.2f} s, x{t_off / t_on:.1f}, identical={same}", file=sys.stderr)
+    load_end = os.getloadavg()
+
+    ok_wall = "met" if median_wall < TARGET_WALL_S else "NOT met"
+    ok_rss = "met" if peak_rss < TARGET_RSS_MB else "NOT met"
+    lines = [
+        "# Simulator speed (benchmarks/bench_sim.py)",
+        "",
+        f"Command: `{shlex.join(['python', 'benchmarks/bench_sim.py'] + sys.argv[1:])}`",
+        "",
+        f"Machine: {nproc} CPUs available (nproc), {platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()} ({platform.python_implementation()}), {platform.system()} {platform.release()}",
+        f"Load average at start: {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min); "
+        f"at the end: {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}. The machine is shared: a load near or above "
+        f"nproc means other work competed for the CPUs.",
+        "",
+        "## The whole command",
+        "",
+        f"`pagesim {shlex.join(cli_args)}` (OPT-13B, 1 x A100-40GB, paged, roofline cost model), start-up included, "
+        f"in a child process; peak memory is the child's max RSS (wait4).",
+        "",
+        "| run | wall (s) | user + sys CPU (s) | simulated requests / wall s | max RSS (MB) |",
+        "|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(runs):
+        lines.append(f"| {i + 1} | {r['wall_s']:.2f} | {r['user_s'] + r['sys_s']:.2f} | {args.num_requests / r['wall_s']:,.0f} | "
+                     f"{r['max_rss_mb']:.0f} |")
+    lines += [
+        "",
+        f"Median wall time {median_wall:.2f} s (target < {TARGET_WALL_S:.0f} s: **{ok_wall}**); "
+        f"peak RSS {peak_rss:.0f} MB (target < {TARGET_RSS_MB:.0f} MB: **{ok_rss}**); "
+        f"{args.num_requests / median_wall:,.0f} simulated requests per wall second.",
+        "",
+        f"What was simulated: {s['num_finished']:,} requests finished, {s['num_rejected']} rejected, "
+        f"{s['num_steps']:,} iterations, {s['duration_s']:,.0f} s of simulated time, "
+        f"{s['num_preemptions']} preemptions, mean {s['mean_batched_requests']:.1f} batched requests.",
+        "",
+        "## Decode fast path on vs off (in-process)",
+        "",
+        f"`Replay(cfg, trace, fast_forward=...)`, {args.compare_requests:,} ShareGPT requests at {args.rate} req/s, "
+        "OPT-13B on A100-40GB; replay time only (no start-up, trace loaded beforehand).",
+        "",
+        "| policy | iterations | fast path on (s) | off (s) | speed-up | identical summaries |",
+        "|---|---|---|---|---|---|",
+    ]
+    for policy, t_on, t_off, same, steps in compare:
+        lines.append(f"| {policy} | {steps:,} | {t_on:.2f} | {t_off:.2f} | {t_off / t_on:.1f}x | {'yes' if same else 'NO'} |")
+    lines.append("")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

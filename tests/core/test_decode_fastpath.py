@@ -1,0 +1,396 @@
+"""Scheduler.decode_horizon / advance_decode (the simulator's fast path) against single steps.
+
+Two identical schedulers get the same requests at the same step indices. The reference always
+calls schedule()/update(); the fast one takes runs of plain decode steps with advance_decode()
+whenever decode_horizon() allows two or more (ending each run before the next arrival). After
+every action the full core state must be identical: queues, every sequence's block table,
+computed and total tokens, token ids, timestamps, the device free queue *order*, refcounts,
+the prefix cache and the reservation allocator's chunks. While the fast one runs, the
+reference checks that each of its single steps really is a plain decode of the same batch
+(no finish, preemption, admission, swap or copy), and after a run that the horizon ended it,
+that the reference's next step is *not* one (the horizon is tight, not just safe).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pagesim.core import (
+    PagedKVManager, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, StepResult, make_scheduler,
+)
+
+TOKEN = 7  # the token every sequence appends (what the simulator does)
+LIMIT = 10_000
+
+
+def step_result(out) -> StepResult:
+    """Like the simulator: one token per due sequence; parallel samples fork at their first."""
+    samples = {}
+    for g in out.groups:
+        if g.sampling.n > 1 and len(g.seqs) == 1 and g.seqs[0].num_output_tokens == 0:
+            samples[g.request_id] = [Sample(g.seqs[0].seq_id, TOKEN)] * g.sampling.n
+    return StepResult(samples, default_token=TOKEN)
+
+
+# -- state snapshots -------------------------------------------------------------------------
+def seq_state(s):
+    return (s.seq_id, s.status, tuple(s.block_table), s.num_computed_tokens, s.num_tokens, tuple(s.token_ids))
+
+
+def group_state(g):
+    return (g.request_id, g.first_scheduled_time, g.first_token_time, g.finish_time, g.num_preemptions,
+            g.num_swaps, g.num_cached_prompt_tokens, tuple(seq_state(s) for s in g.seqs),
+            tuple(seq_state(s) for s in g.finished_seqs))
+
+
+def core_state(sched) -> dict:
+    kv = sched.kv
+    state = {
+        "running": [group_state(g) for g in sched.running],
+        "waiting": [group_state(g) for g in sched.waiting],
+        "swapped": [group_state(g) for g in sched.swapped],
+        "num_preemptions": sched.num_preemptions,
+        "num_swapped_blocks": sched.num_swapped_blocks,
+        "pending_copies": list(kv.pending_copies),
+        "num_free": kv.num_free_blocks,
+    }
+    if isinstance(kv, PagedKVManager):
+        state.update(
+            device_free_queue=list(kv.device.free_queue), device_refcount=list(kv.device.refcount),
+            host_free_queue=list(kv.host.free_queue), host_refcount=list(kv.host.refcount),
+            cached=dict(kv.device.cached), block_hash=list(kv.device.block_hash),
+            evictions=kv.device.num_evictions, prefix=(kv.prefix_queries, kv.prefix_hits),
+        )
+    else:
+        state.update(free_chunks=kv.allocator.free_chunks(), allocated_chunks=kv.allocator.allocated_chunks(),
+                     reservations=sorted((k, vars(v)) for k, v in kv._reservation.items()))
+    return state
+
+
+def out_state(out, finished) -> tuple:
+    return ([g.request_id for g in out.groups], [(s.seq_id, n) for s, n in zip(out.seqs, out.num_new_tokens)],
+            out.num_prefill_tokens, out.num_decode_seqs, out.blocks_to_swap_in, out.blocks_to_swap_out,
+            out.blocks_to_copy, [(g.request_id, mode) for g, mode in out.preempted], [g.request_id for g in finished])
+
+
+def is_plain_decode(out, finished, batch: list[int], batch_after: list[int]) -> bool:
+    """A step that only decodes the given sequences, one token each, and changes nothing else:
+    no sequence finishes (batch_after, the running sequences after it, is the same batch)."""
+    return (not out.preempted and not out.blocks_to_swap_in and not out.blocks_to_swap_out and not out.blocks_to_copy
+            and not finished and out.num_prefill_tokens == 0 and [s.seq_id for s in out.seqs] == batch
+            and all(n == 1 for n in out.num_new_tokens) and batch_after == batch)
+
+
+# -- drivers ---------------------------------------------------------------------------------
+class Driver:
+    def __init__(self, sched, requests: list[tuple[int, Request]]):
+        self.s = sched
+        self.pending = list(requests)  # (arrival step, request), in order
+        self.t = 0
+        self.finished = []
+
+    def add_arrivals(self) -> None:
+        while self.pending and self.pending[0][0] <= self.t:
+            _, req = self.pending.pop(0)
+            g = self.s.add_request(req)
+            if g.reject_reason:
+                self.finished.append(g)
+
+    @property
+    def next_arrival(self) -> int | None:
+        return self.pending[0][0] if self.pending else None
+
+    def step(self):
+        out = self.s.schedule(float(self.t))
+        assert not out.is_empty, f"t={self.t}: requests are queued but nothing can run"
+        done = self.s.update(out, step_result(out), float(self.t + 1))
+        self.t += 1
+        self.finished.extend(done)
+        return out, done
+
+    def batch(self) -> list[int]:
+        return [s.seq_id for g in self.s.running for s in g.seqs]
+
+
+def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT) -> dict:
+    """Run the fast and the reference scheduler side by side, checking as described above.
+    Returns counts of what happened (runs, steps skipped, preemptions, ...)."""
+    fast = Driver(make(), [(t, _copy(r)) for t, r in requests])
+    ref = Driver(make(), [(t, _copy(r)) for t, r in requests])
+    stats = {"runs": 0, "run_steps": 0, "steps": 0, "tight_checks": 0}
+    expect_not_plain = False
+    while fast.pending or fast.s.has_unfinished:
+        fast.add_arrivals()
+        ref.add_arrivals()
+        assert core_state(fast.s) == core_state(ref.s)
+        if not fast.s.has_unfinished:
+            fast.t = ref.t = fast.next_arrival
+            expect_not_plain = False
+            continue
+        horizon = fast.s.decode_horizon(limit)
+        assert 0 <= horizon <= limit
+        to_arrival = None if fast.next_arrival is None else fast.next_arrival - fast.t
+        steps = horizon if to_arrival is None else min(horizon, to_arrival)
+        # a run the horizon itself ends (not the next arrival, not the limit)
+        by_horizon = horizon < limit and (to_arrival is None or horizon < to_arrival)
+        if steps >= 2:
+            assert not expect_not_plain, f"t={fast.t}: a run right after a run the horizon ended: not tight"
+            batch = fast.batch()
+            run = fast.s.advance_decode(steps, TOKEN)
+            fast.t += steps
+            assert run.num_steps == steps and run.num_seqs == len(batch)
+            for j in range(steps):
+                out, done = ref.step()
+                assert is_plain_decode(out, done, batch, ref.batch()), f"t={ref.t - 1}: step {j} of a run of {steps} is not a plain decode"
+                assert run.kv_blocks_used[j] == ref.s.kv.num_used_blocks
+            stats["runs"] += 1
+            stats["run_steps"] += steps
+            # the run stopped at the horizon (not at an arrival or the limit): the next step must differ
+            expect_not_plain = by_horizon
+        else:
+            batch = ref.batch()
+            out_f, done_f = fast.step()
+            out_r, done_r = ref.step()
+            assert out_state(out_f, done_f) == out_state(out_r, done_r)
+            if expect_not_plain:
+                assert not is_plain_decode(out_r, done_r, batch, ref.batch()), f"t={ref.t - 1}: the horizon stopped a run early"
+                stats["tight_checks"] += 1
+            expect_not_plain = False
+            stats["steps"] += 1
+        assert fast.t == ref.t
+        assert core_state(fast.s) == core_state(ref.s)
+    assert [group_state(g) for g in fast.finished] == [group_state(g) for g in ref.finished]
+    stats["preemptions"] = ref.s.num_preemptions
+    stats["swapped_blocks"] = ref.s.num_swapped_blocks
+    stats["finished"] = sum(1 for g in ref.finished if not g.reject_reason)
+    if isinstance(ref.s.kv, PagedKVManager):
+        stats["prefix_hits"] = ref.s.kv.prefix_hits
+    return stats
+
+
+def _copy(r: Request) -> Request:
+    return Request(r.request_id, r.prompt_len, r.sampling, r.arrival_time,
+                   None if r.prompt_token_ids is None else list(r.prompt_token_ids))
+
+
+# -- random workloads ------------------------------------------------------------------------
+TEMPLATES = [[(7 * i + j) % 50 + 1 for j in range(96)] for i in range(3)]
+
+
+def workload(seed: int, num: int, *, max_len: int, n_choices=(1,), token_ids=False, mean_gap=3,
+             max_prompt=70, max_output=70) -> list[tuple[int, Request]]:
+    rng = random.Random(seed)
+    t = 0
+    out = []
+    for i in range(num):
+        t += rng.randint(0, 2 * mean_gap)
+        prompt = rng.randint(1, max_prompt)
+        output = rng.randint(1, min(max_output, max_len - prompt))
+        ids = None
+        if token_ids:  # shared prefixes of a few templates, then a private tail
+            shared = min(prompt, rng.choice([0, 8, 17, 40, 96]))
+            ids = TEMPLATES[rng.randrange(3)][:shared] + [rng.randint(60, 99) for _ in range(prompt - shared)]
+        sampling = SamplingParams(n=rng.choice(n_choices), max_tokens=output, ignore_eos=True)
+        out.append((t, Request(i, prompt, sampling, float(t), ids)))
+    return out
+
+
+def maker(policy="paged", *, blocks=48, host=64, bs=4, caching=False, preemption="recompute", chunked=False,
+          max_len=160, batched=None, max_seqs=8, allocator="buddy"):
+    batched = batched or max_len
+    pool = PoolConfig(blocks, host, bs, caching, allocator)
+    cfg = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=batched, max_model_len=max_len,
+                          preemption_mode=preemption, chunked_prefill=chunked)
+    return lambda: make_scheduler(policy, pool, cfg)
+
+
+CASES = {
+    # name: (scheduler maker, workload kwargs, what must have happened)
+    "paged-recompute": (maker(preemption="recompute"), {}, ("preemptions",)),
+    "paged-swap": (maker(preemption="swap"), {}, ("preemptions", "swapped_blocks")),
+    # Multi-sequence groups get a pool and a token budget that hold a recompute of all their
+    # sequences unshared: a group preempted by recompute re-prefills each sequence separately,
+    # and one that no longer fits the pool or the budget would never restart.
+    "paged-auto-parallel": (maker(preemption="auto", blocks=80, max_len=100, batched=300),
+                            {"n_choices": (1, 2, 3), "max_prompt": 50, "max_output": 50}, ("preemptions", "swapped_blocks")),
+    "paged-no-host-swap": (maker(preemption="swap", host=0), {}, ("preemptions",)),
+    "paged-prefix-recompute": (maker(caching=True), {"token_ids": True}, ("preemptions", "prefix_hits")),
+    "paged-prefix-swap": (maker(caching=True, preemption="auto", blocks=64, max_len=128, batched=256), {"token_ids": True, "n_choices": (1, 2)},
+                          ("preemptions", "swapped_blocks", "prefix_hits")),
+    "paged-roomy-bs16": (maker(blocks=200, bs=16, max_seqs=16), {"mean_gap": 1}, ()),
+    "paged-chunked": (maker(chunked=True, batched=24, max_seqs=16), {}, ("preemptions",)),
+    "paged-chunked-prefix-swap": (maker(chunked=True, batched=24, max_seqs=16, caching=True, preemption="auto", blocks=64,
+                                        max_len=128),
+                                  {"token_ids": True, "n_choices": (1, 2)}, ("preemptions", "prefix_hits")),
+    "orca-max": (maker("orca-max", blocks=100, max_len=128), {"max_prompt": 60, "max_output": 60}, ()),
+    "orca-pow2": (maker("orca-pow2", blocks=100, max_len=128), {"max_prompt": 60, "max_output": 60, "n_choices": (1, 2)}, ()),
+    "orca-oracle-first-fit": (maker("orca-oracle", blocks=60, max_len=128, allocator="first-fit"),
+                              {"max_prompt": 60, "max_output": 60}, ()),
+    "static": (maker("static", blocks=100, max_len=128), {"max_prompt": 60, "max_output": 60}, ()),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", list(CASES))
+def test_fast_path_matches_single_steps(name, seed):
+    make, kwargs, must = CASES[name]
+    max_len = make().config.max_model_len
+    stats = drive(make, workload(seed, 60, max_len=max_len, **kwargs))
+    # runs are taken, and long ones (the roomy case has arrivals every 3 steps)
+    assert stats["runs"] >= 15 and stats["run_steps"] >= 3 * stats["runs"], stats
+    assert stats["tight_checks"] >= 10, stats
+    assert stats["finished"] == 60, stats
+    for key in must:
+        assert stats[key] > 0, (key, stats)
+
+
+def test_small_run_limit_matches_single_steps():
+    stats = drive(maker(preemption="swap"), workload(3, 40, max_len=160), limit=3)
+    assert stats["runs"] > 10
+
+
+# -- decode_horizon in named situations ---------------------------------------------------------
+def req(rid, prompt, output, n=1, ids=None):
+    return Request(rid, prompt, SamplingParams(n=n, max_tokens=output, ignore_eos=True), 0.0, ids)
+
+
+def steps(sched, k, t0=0):
+    outs = []
+    for i in range(k):
+        out = sched.schedule(float(t0 + i))
+        outs.append((out, sched.update(out, step_result(out), float(t0 + i + 1))))
+    return outs
+
+
+def test_horizon_stops_before_the_finishing_step():
+    s = maker(blocks=40)()
+    s.add_request(req(0, 5, 6))
+    steps(s, 1)  # prefill: 6 tokens, the first output appended
+    # outputs 2..5 are plain decodes; the step producing output 6 finishes the request
+    assert s.decode_horizon(LIMIT) == 4
+    outs = steps(s, 5, t0=1)
+    assert all(not done for _, done in outs[:4])
+    assert [g.request_id for g in outs[4][1]] == [0]
+
+
+def test_horizon_is_the_shortest_remaining_output():
+    s = maker(blocks=40)()
+    s.add_request(req(0, 5, 30))
+    s.add_request(req(1, 9, 4))
+    steps(s, 1)
+    assert s.decode_horizon(LIMIT) == 2  # request 1 finishes at its third decode step
+    assert s.decode_horizon(1) == 1
+
+
+def test_horizon_zero_while_a_waiting_request_could_be_admitted():
+    s = maker(blocks=40)()
+    s.add_request(req(0, 8, 30))
+    steps(s, 1)
+    assert s.decode_horizon(LIMIT) >= 2
+    s.add_request(req(1, 8, 5))
+    assert s.decode_horizon(LIMIT) == 0
+    out, _ = steps(s, 1, t0=1)[0]
+    assert [g.request_id for g in out.groups] == [1]  # the slow path admits it indeed
+
+
+@pytest.mark.parametrize("blocker", ["memory", "max_num_seqs"])
+def test_horizon_runs_while_the_waiting_head_cannot_start(blocker):
+    s = maker(blocks=8, max_seqs=1 if blocker == "max_num_seqs" else 8)()
+    s.add_request(req(0, 17, 12))  # 5 blocks after its prefill; 12 tokens more fit in 8 blocks
+    steps(s, 1)
+    s.add_request(req(1, 16 if blocker == "memory" else 1, 4))  # 4 blocks: only 3 are free
+    h = s.decode_horizon(LIMIT)
+    assert h == 10
+    for out, done in steps(s, h, t0=1):
+        assert [g.request_id for g in out.groups] == [0] and not done
+
+
+@pytest.mark.parametrize("prompt, expect_copy", [(10, True), (8, False)])
+def test_horizon_zero_when_a_forked_last_block_is_shared(prompt, expect_copy):
+    s = maker(blocks=40, preemption="auto")()
+    s.add_request(req(0, prompt, 20, n=2))
+    steps(s, 1)  # prefill, then both samples share every prompt block
+    seqs = s.running[0].seqs
+    assert len(seqs) == 2 and seqs[0].block_table == seqs[1].block_table
+    h = s.decode_horizon(LIMIT)
+    out, _ = steps(s, 1, t0=1)[0]
+    if expect_copy:  # the last block is partly filled and shared: the next step copies it
+        assert h == 0 and len(out.blocks_to_copy) == 1
+    else:  # the prompt fills its blocks exactly: each sample opens a block of its own
+        assert h >= 2 and not out.blocks_to_copy
+        assert s.decode_horizon(LIMIT) >= 2  # after the copy, runs are possible again
+
+
+def test_horizon_ends_exactly_where_a_preemption_starts():
+    # 12 blocks of 4: two requests of 9 prompt tokens hold 3 blocks each after the prefill
+    s = maker(blocks=12, preemption="recompute")()
+    s.add_request(req(0, 9, 30))
+    s.add_request(req(1, 9, 30))
+    steps(s, 1)
+    assert s.kv.num_free_blocks == 6
+    # decode step j writes position 9 + j; each sequence opens a block at positions 12, 16, 20
+    # (steps 3, 7, 11), which takes the 6 free blocks; the next opens at 24, step 15
+    h = s.decode_horizon(LIMIT)
+    assert h == 15
+    outs = steps(s, h + 1, t0=1)
+    assert all(not out.preempted and not done for out, done in outs[:h])
+    assert [(g.request_id, mode) for g, mode in outs[h][0].preempted] == [(1, "recompute")]
+
+
+def test_horizon_zero_when_a_swapped_group_can_come_back():
+    # A and C decode long, B short; C (the newest) is swapped out when the blocks run out, and
+    # can come back once B has finished and freed its blocks
+    s = maker(blocks=12, preemption="swap")()
+    s.add_request(req(0, 9, 30))
+    s.add_request(req(1, 9, 14))
+    s.add_request(req(2, 9, 30))
+    steps(s, 1)
+    seen_blocked = False
+    for t in range(1, 40):
+        if s.swapped and s.running:
+            if s.kv.can_swap_in(s.swapped[0]):
+                break
+            seen_blocked = seen_blocked or s.decode_horizon(LIMIT) >= 2  # swapped, but cannot come back yet
+        steps(s, 1, t0=t)
+    else:
+        pytest.fail("no state with a swapped group that can come back")
+    assert seen_blocked
+    assert [g.request_id for g in s.swapped] == [2]
+    assert s.decode_horizon(LIMIT) == 0
+    out, _ = steps(s, 1, t0=100)[0]
+    assert out.blocks_to_swap_in
+
+
+def test_horizon_zero_at_the_last_one_token_prefill_chunk():
+    # chunked prefill of 25 tokens with a budget of 24: the last chunk is a single token, which
+    # looks like a decode but produces the request's *first* token (first_token_time is set)
+    s = maker(chunked=True, batched=24)()
+    s.add_request(req(0, 25, 10))
+    steps(s, 1)
+    seq = s.running[0].seqs[0]
+    assert (seq.num_computed_tokens, seq.num_tokens) == (24, 25)
+    assert s.decode_horizon(LIMIT) == 0
+    steps(s, 1, t0=1)
+    assert s.running[0].first_token_time == 2.0
+    assert s.decode_horizon(LIMIT) == 8
+
+
+def test_prefix_blocks_registered_during_a_run_are_visible_after_it():
+    """A and B share a prompt and are prefilled together, so only A's blocks enter the prefix
+    cache. A finishes; while B decodes, B's new blocks evict A's cached block of the prompt's
+    second block; single steps then register B's copy of it (on_computed after every step). C,
+    with the same prompt, arrives right after: it must hit both blocks with the fast path too."""
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    reqs = [(0, req(0, 9, 2, ids=prompt)), (0, req(1, 9, 40, ids=prompt)),
+            (0, req(2, 8, 3, ids=[50 + i for i in range(8)])), (38, req(3, 9, 5, ids=prompt))]
+    make = maker(blocks=16, caching=True)
+    stats = drive(make, reqs)
+    assert stats["runs"] >= 1
+    ref = Driver(make(), reqs)
+    while ref.pending or ref.s.has_unfinished:
+        ref.add_arrivals()
+        ref.step()
+    c = next(g for g in ref.finished if g.request_id == 3)
+    assert c.num_cached_prompt_tokens == 8  # the premise: B's block was registered in time
