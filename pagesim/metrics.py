@@ -81,7 +81,7 @@ class RequestRecord:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
     time: float  # when the step ended
     duration: float

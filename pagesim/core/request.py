@@ -131,6 +131,7 @@ class SequenceGroup:
     request: Request
     seqs: list[Sequence]
     arrival_order: int  # FCFS rank; the scheduler preempts the highest first
+    stop_len: int = 0  # tokens (prompt + output) at which its sequences stop, EOS aside
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finish_time: float | None = None

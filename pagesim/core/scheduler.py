@@ -80,10 +80,11 @@ class DecodeRun:
     the batch read first_context_tokens + j * num_seqs tokens of context."""
 
     num_steps: int
-    num_groups: int
+    num_groups: int  # running when the run started
     num_seqs: int
     first_context_tokens: int
     kv_blocks_used: list[int]  # after each step
+    finished: list[SequenceGroup]  # groups that finished at the last step
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,8 @@ class Scheduler:
     def add_request(self, request: Request) -> SequenceGroup:
         """Queue a request, or reject it (group.reject_reason) if it can never be served."""
         seq = Sequence(next(self._seq_ids), request.prompt_len, request.prompt_token_ids)
-        group = SequenceGroup(request, [seq], arrival_order=next(self._arrivals))
+        group = SequenceGroup(request, [seq], arrival_order=next(self._arrivals),
+                              stop_len=min(request.prompt_len + request.sampling.max_tokens, self.config.max_model_len))
         total = request.prompt_len + request.sampling.max_tokens
         if total > self.config.max_model_len:
             reason = f"prompt {request.prompt_len} + max_tokens {request.sampling.max_tokens} exceeds max_model_len {self.config.max_model_len}"
@@ -147,9 +149,15 @@ class Scheduler:
     def num_running_seqs(self) -> int:
         return sum(len(g.seqs) for g in self.running)
 
-    def decode_context_tokens(self) -> int:
-        """Context the next decode step reads: every running sequence's tokens."""
-        return sum(seq.num_computed_tokens + 1 for g in self.running for seq in g.seqs)
+    def decode_batch(self) -> tuple[int, int]:
+        """(sequences, context tokens) of the next plain decode step: every running sequence,
+        reading all its tokens."""
+        num_seqs = context = 0
+        for group in self.running:
+            for seq in group.seqs:
+                num_seqs += 1
+                context += seq.num_computed_tokens + 1
+        return num_seqs, context
 
     # -- one iteration ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -185,41 +193,44 @@ class Scheduler:
         kv, cfg = self.kv, self.config
         if kv.pending_copies:
             return 0  # fork copies (reservation managers) go out with the next step
+        # Admission and swap-in only get harder while decoding takes memory: if the heads of the
+        # queues cannot start now, they cannot start during the run either.
+        may_admit = self.waiting and not self.swapped and cfg.batching == "iteration"
+        if self.swapped or may_admit:
+            num_seqs = self.num_running_seqs
+            budget = cfg.max_num_batched_tokens - num_seqs
+            if self.swapped and self._can_swap_in(self.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
+                return 0
+            if may_admit and self._admission(self.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None:
+                return 0
         bs = kv.block_size
         on_demand = kv.allocates_on_demand
+        check_eos = cfg.eos_token_id is not None
         horizon = limit
         opens_at = []  # per sequence: the step (from 0) at which it first needs a new block
         for group in self.running:
             sampling = group.request.sampling
-            if not sampling.ignore_eos and cfg.eos_token_id is not None:
+            if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
+                # EOS could stop a sequence early; beams fork and drop every step; parallel samples
+                # fork at their first token, and a last prefill chunk of one token looks like a
+                # decode but produces the first token
                 return 0
-            if sampling.use_beam_search or group.first_token_time is None:
-                # beams fork and drop every step; parallel samples fork at their first token, and a
-                # last prefill chunk of one token looks like a decode but produces the first token
-                return 0
-            stop = min(group.request.prompt_len + sampling.max_tokens, cfg.max_model_len)
-            for seq in group.seqs:
+            stop = group.stop_len
+            seqs = group.seqs
+            forked = len(seqs) > 1  # only forks share a partly filled last block
+            for seq in seqs:
                 computed = seq.num_computed_tokens
                 if seq.num_tokens - computed != 1:
                     return 0  # still in prefill
-                # the step that appends the last token must finish the sequence normally
-                horizon = min(horizon, stop - seq.num_tokens - 1)
+                # a run may end with the step in which sequences finish, not go past it
+                left = stop - seq.num_tokens
+                if left < horizon:
+                    horizon = left
                 if on_demand:
                     capacity = len(seq.block_table) * bs
-                    if kv.blocks_needed(seq, 1) > (computed >= capacity):
+                    if forked and kv.blocks_needed(seq, 1) > (computed >= capacity):
                         return 0  # a shared last block must be copied first
                     opens_at.append(capacity - computed)
-        if horizon < 1:
-            return 0
-        # Admission and swap-in only get harder while decoding takes memory: if the heads of the
-        # queues cannot start now, they cannot start during the run either.
-        num_seqs = self.num_running_seqs
-        budget = cfg.max_num_batched_tokens - num_seqs
-        if self.swapped and self._can_swap_in(self.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
-            return 0
-        if self.waiting and not self.swapped and cfg.batching == "iteration":
-            if self._admission(self.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None:
-                return 0
         # The longest run whose new blocks all fit: past it, some step would preempt.
         free = kv.num_free_blocks
 
@@ -237,10 +248,12 @@ class Scheduler:
                 hi = mid - 1
         return lo
 
-    def advance_decode(self, num_steps: int, token_id: int) -> DecodeRun:
+    def advance_decode(self, num_steps: int, token_id: int, now: float) -> DecodeRun:
         """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
-        sequence appending token_id each step. New blocks are taken in the order single steps
-        would take them (step by step, in running order), so block ids come out the same."""
+        sequence appending token_id each step; now is when the last step ends. New blocks are
+        taken in the order single steps would take them (step by step, in running order), so
+        block ids come out the same; sequences that stop at the last step finish as update()
+        would finish them."""
         kv = self.kv
         bs = kv.block_size
         seqs = [seq for group in self.running for seq in group.seqs]
@@ -272,7 +285,14 @@ class Scheduler:
             # evicted during the run gets registered, as single steps would have done
             for seq in seqs:
                 kv.on_computed(seq)
-        return DecodeRun(num_steps, len(self.running), len(seqs), first_context, blocks_used)
+        num_groups = len(self.running)
+        finished = []
+        for group in list(self.running):
+            if group.seqs[0].num_tokens >= group.stop_len:  # a group's sequences grow in step
+                self._retire_stopped(group)
+                self._finish_if_done(group, now, finished)
+        blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
+        return DecodeRun(num_steps, num_groups, len(seqs), first_context, blocks_used, finished)
 
     def _finish(self, out: SchedulerOutput) -> SchedulerOutput:
         if self.kv.pending_copies:
@@ -440,18 +460,29 @@ class Scheduler:
             samples = samples_of.get(group.request.request_id) if samples_of else None
             if samples is not None:
                 self._apply_samples(group, due, samples)
+                self._retire_stopped(group)
             elif default is not None:
+                # the simulator's path, once per sequence per step: retire only when one stops
+                limit = group.stop_len
+                stopped = default == self.config.eos_token_id and not group.request.sampling.ignore_eos
                 for seq in due:
-                    seq.append_token(default)
+                    seq.token_ids.append(default)
+                    seq.num_tokens += 1
+                    if seq.num_tokens >= limit:
+                        stopped = True
+                if stopped:
+                    self._retire_stopped(group)
             else:
                 raise ValueError(f"no samples for request {group.request_id}")
-            self._retire_stopped(group)
-            if not group.seqs:
-                group.finish_time = now
-                kv.release(group)
-                self.running.remove(group)
-                finished.append(group)
+            self._finish_if_done(group, now, finished)
         return finished
+
+    def _finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:
+        if not group.seqs:
+            group.finish_time = now
+            self.kv.release(group)
+            self.running.remove(group)
+            finished.append(group)
 
     def _apply_samples(self, group: SequenceGroup, due: list[Sequence], samples: list[Sample]) -> None:
         by_parent: dict[int, list[Sample]] = {}
@@ -478,7 +509,7 @@ class Scheduler:
 
     def _retire_stopped(self, group: SequenceGroup) -> None:
         """Finish the sequences that hit max_tokens, max_model_len or (unless ignored) EOS."""
-        limit = min(group.request.prompt_len + group.request.sampling.max_tokens, self.config.max_model_len)
+        limit = group.stop_len
         eos = None if group.request.sampling.ignore_eos else self.config.eos_token_id
         live = []
         for seq in group.seqs:

@@ -176,8 +176,7 @@ class Replay:
         Times, metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
         until = min(self._next_arrival_time(), self.next_waste)
-        num_seqs = scheduler.num_running_seqs
-        context = scheduler.decode_context_tokens()
+        num_seqs, context = scheduler.decode_batch()
         now = env.now
         ends, durations = [], []
         for _ in range(horizon):
@@ -190,16 +189,21 @@ class Replay:
             if now >= until:
                 break
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
-        run = scheduler.advance_decode(len(ends), SIM_TOKEN)
+        run = scheduler.advance_decode(len(ends), SIM_TOKEN, now)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
             yield env.timeout(delay)
         else:  # no single delay lands exactly there (rounding ties): time the steps one by one
             for duration in durations:
                 yield env.timeout(duration)
+        for group in run.finished:
+            self._done(group)
+        last = len(ends) - 1
         for j, (end, duration) in enumerate(zip(ends, durations)):
-            waiting = waiting_before if j < len(ends) - 1 else len(scheduler.waiting)
-            self.metrics.record_decode_step(end, duration, running, num_seqs, waiting, swapped, run.kv_blocks_used[j])
+            # queues change only at the run's last step (an arrival during it, or a finish)
+            waiting = waiting_before if j < last else len(scheduler.waiting)
+            num_running = running if j < last else len(scheduler.running)
+            self.metrics.record_decode_step(end, duration, num_running, num_seqs, waiting, swapped, run.kv_blocks_used[j])
         self._maybe_sample_waste(env.now)
 
     def _next_arrival_time(self) -> float:
