@@ -50,6 +50,10 @@ class KVCacheManager(ABC):
         """For a sequence about to be prefilled: tokens that a cache already holds (0 without
         prefix caching). Sets nothing; admit() takes the hit."""
 
+    def admission_hits(self, group: SequenceGroup) -> list[int]:
+        """Tokens of each sequence of a waiting group that need no computing when it starts."""
+        return [self.match_prefix(seq) for seq in group.seqs]
+
     @abstractmethod
     def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
         """Can the waiting group start, computing num_new_tokens[i] for its i-th sequence?"""

@@ -85,6 +85,9 @@ class PagedKVManager(KVCacheManager):
         self.host = BlockPool(num_host_blocks)
         self.enable_prefix_caching = enable_prefix_caching
         self.tracks_computed = enable_prefix_caching
+        # Without chunked prefill a re-admitted group's first sequence computes its whole prompt
+        # in one step, so its siblings can share those blocks at once (the scheduler sets this).
+        self.share_on_readmission = True
         # Admission keeps this many blocks free, so a newly admitted group does not force a
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
@@ -98,9 +101,10 @@ class PagedKVManager(KVCacheManager):
 
     def never_fits(self, group: SequenceGroup, max_model_len: int) -> str | None:
         # At its largest the group holds each sequence's full length; only whole prompt blocks
-        # are certain to stay shared between its sequences.
+        # are certain to stay shared between its sequences, and after a recompute only if
+        # re-admission shares them again.
         final_len = min(group.prompt_len + group.sampling.max_tokens, max_model_len)
-        shared = group.prompt_len // self.block_size if group.max_num_seqs > 1 else 0
+        shared = group.prompt_len // self.block_size if group.max_num_seqs > 1 and self.share_on_readmission else 0
         need = shared + group.max_num_seqs * (self._blocks_for(final_len) - shared)
         usable = self.num_device_blocks - self.watermark_blocks
         if need > usable:
@@ -131,21 +135,43 @@ class PagedKVManager(KVCacheManager):
     def match_prefix(self, seq: Sequence) -> int:
         return len(self._cached_blocks(seq)) * self.block_size
 
+    def _siblings_share(self, group: SequenceGroup) -> int:
+        """Whole prompt blocks that the later sequences of a re-admitted group (one that was
+        forked, then preempted by recompute) take from its first sequence instead of computing
+        them again; 0 for a single sequence. The first sequence computes them in the same step,
+        and attention reads the cache after the step's new K/V is written."""
+        if len(group.seqs) < 2 or not self.share_on_readmission:
+            return 0
+        return group.prompt_len // self.block_size
+
+    def admission_hits(self, group: SequenceGroup) -> list[int]:
+        shared = self._siblings_share(group) * self.block_size
+        first = self.match_prefix(group.seqs[0])
+        return [first] + [shared or self.match_prefix(seq) for seq in group.seqs[1:]]
+
     def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
+        shared = self._siblings_share(group)
         need = 0
-        for seq, n in zip(group.seqs, num_new_tokens):
+        revived = set()  # cached blocks taken out of the free queue, however many sequences hit them
+        for i, (seq, n) in enumerate(zip(group.seqs, num_new_tokens)):
+            if i and shared:
+                need += self._blocks_for(shared * self.block_size + n) - shared
+                continue
             hits = self._cached_blocks(seq)
             need += self._blocks_for(len(hits) * self.block_size + n) - len(hits)
-            # hits sitting in the free queue stop being free when taken
-            need += sum(1 for b in hits if self.device.refcount[b] == 0)
-        return self.device.num_free - need >= self.watermark_blocks
+            revived.update(b for b in hits if self.device.refcount[b] == 0)
+        return self.device.num_free - need - len(revived) >= self.watermark_blocks
 
     def admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> None:
-        for seq, n in zip(group.seqs, num_new_tokens):
-            hits = self._cached_blocks(seq)
-            if self.enable_prefix_caching and seq.has_token_ids and not seq.num_computed_tokens:
-                self.prefix_queries += len(self._hashes(seq))
-                self.prefix_hits += len(hits)
+        shared = self._siblings_share(group)
+        for i, (seq, n) in enumerate(zip(group.seqs, num_new_tokens)):
+            if i and shared:
+                hits = group.seqs[0].block_table[:shared]
+            else:
+                hits = self._cached_blocks(seq)
+                if self.enable_prefix_caching and seq.has_token_ids:
+                    self.prefix_queries += len(self._hashes(seq))
+                    self.prefix_hits += len(hits)
             for block in hits:
                 self.device.incref(block)
             seq.block_table = list(hits)

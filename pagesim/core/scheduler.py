@@ -111,6 +111,12 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
         self.config = config
         self.kv = kv
+        if getattr(kv, "max_model_len", config.max_model_len) != config.max_model_len:
+            raise ValueError(f"the KV manager reserves for max_model_len {kv.max_model_len}, the scheduler "
+                             f"runs {config.max_model_len}: build both with the same length")
+        if hasattr(kv, "share_on_readmission"):
+            # a chunked first sequence may not finish its prompt in the step its siblings start
+            kv.share_on_readmission = not config.chunked_prefill
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []  # kept in arrival order: preemption takes the last
         self.swapped: list[SequenceGroup] = []  # arrival order: the oldest comes back first
@@ -147,7 +153,9 @@ class Scheduler:
 
     @property
     def num_running_seqs(self) -> int:
-        return sum(len(g.seqs) for g in self.running)
+        """Sequences the running groups hold, counting a group that has yet to fork into its
+        n samples (or beams) as all of them, so max_num_seqs holds after the fork too."""
+        return sum(len(g.seqs) if g.first_token_time is not None else g.max_num_seqs for g in self.running)
 
     def decode_batch(self) -> tuple[int, int]:
         """(sequences, context tokens) of the next plain decode step: every running sequence,
@@ -313,10 +321,12 @@ class Scheduler:
     def _admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
         """Tokens each sequence of a waiting group would compute if it started now, or None if
         it cannot start (token budget, sequence limit or memory)."""
-        counts = [seq.num_tokens - self.kv.match_prefix(seq) for seq in group.seqs]
+        counts = [seq.num_tokens - hit for seq, hit in zip(group.seqs, self.kv.admission_hits(group))]
         if self.config.chunked_prefill:
             counts = _cap(counts, budget)
-        elif sum(counts) > budget:
+        elif sum(counts) > budget and not (len(group.seqs) > 1 and budget == self.config.max_num_batched_tokens):
+            # (A forked group re-admitted after a recompute re-prefills every sequence's own
+            # outputs and may need more than one step's budget: it gets a step to itself.)
             return None
         if num_seqs + group.max_num_seqs > self.config.max_num_seqs or not self.kv.can_admit(group, counts):
             return None
@@ -460,6 +470,12 @@ class Scheduler:
             samples = samples_of.get(group.request.request_id) if samples_of else None
             if samples is not None:
                 self._apply_samples(group, due, samples)
+                self._retire_stopped(group)
+            elif default is not None and group.request.sampling.num_seqs > 1 and len(group.seqs) == 1 and due[0].num_output_tokens == 0:
+                # the first token of a parallel-sampling group: fork into its n samples
+                if group.request.sampling.use_beam_search:
+                    raise ValueError(f"request {group.request_id}: beam search needs explicit samples")
+                self._apply_samples(group, due, [Sample(due[0].seq_id, default)] * group.request.sampling.n)
                 self._retire_stopped(group)
             elif default is not None:
                 # the simulator's path, once per sequence per step: retire only when one stops

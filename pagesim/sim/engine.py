@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import simpy
 
-from pagesim.core import PoolConfig, Sample, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
+from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
@@ -20,6 +20,7 @@ from pagesim.workload.requests import build_requests
 from pagesim.workload.trace import Trace
 
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
+SIM_STEP = StepResult(default_token=SIM_TOKEN)  # one token per sequence; n samples fork at their first
 MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists)
 
 
@@ -73,17 +74,6 @@ def batch_shape(out: SchedulerOutput, block_size: int) -> BatchShape:
             pairs += n * before + n * (n + 1) // 2
     return BatchShape(prefill_tokens, prefill_seqs, pairs, decode_seqs, decode_context,
                       len(out.blocks_to_swap_in) + len(out.blocks_to_swap_out), len(out.blocks_to_copy), block_size)
-
-
-def sim_step_result(out: SchedulerOutput) -> StepResult:
-    """Token outcomes for a simulated step: one token per sequence, except that a parallel-
-    sampling group forks into its n samples at its first token."""
-    samples = {}
-    for group in out.groups:
-        n = group.sampling.n
-        if n > 1 and len(group.seqs) == 1 and group.seqs[0].num_output_tokens == 0:
-            samples[group.request_id] = [Sample(group.seqs[0].seq_id, SIM_TOKEN)] * n
-    return StepResult(samples=samples, default_token=SIM_TOKEN)
 
 
 class Replay:
@@ -165,7 +155,7 @@ class Replay:
                                    f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
             duration = cost.iteration_time(batch_shape(out, block_size))
             yield env.timeout(duration)
-            for group in scheduler.update(out, sim_step_result(out), env.now):
+            for group in scheduler.update(out, SIM_STEP, env.now):
                 self._done(group)
             metrics.record_step(out, env.now, duration, scheduler)
             self._maybe_sample_waste(env.now)

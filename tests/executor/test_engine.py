@@ -113,3 +113,17 @@ def test_pagesim_run_writes_the_replay_schema(tmp_path):
     for name in ("requests.csv", "steps.csv"):
         assert (out / name).read_text().splitlines()[0] == (replay_dir / name).read_text().splitlines()[0]
     assert set(json.loads((replay_dir / "summary.json").read_text())) - set(summary) <= {"config", "cost_model", "max_model_len", "num_host_blocks"}
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_parallel_samples_survive_preemption(pair, mode):
+    """n=2 groups preempted (by recompute: re-admitted with the siblings sharing the first
+    sequence's prompt blocks; by swap) sample exactly what they sample undisturbed."""
+    lm, prompts, _ = pair
+    params = SamplingParams(n=2, max_tokens=MAX_NEW, temperature=1.0, seed=3, ignore_eos=True)
+    calm = LLMEngine(lm, EngineConfig(block_size=8, num_gpu_blocks=256, max_num_seqs=16)).generate(prompts, params)
+    tight = LLMEngine(lm, EngineConfig(block_size=8, num_gpu_blocks=24, num_cpu_blocks=64, max_num_seqs=16, preemption=mode))
+    squeezed = tight.generate(prompts, params)
+    assert tight.scheduler.num_preemptions > 0
+    assert [sorted(r.outputs) for r in squeezed] == [sorted(r.outputs) for r in calm]
+    assert_pool_empty(tight)
