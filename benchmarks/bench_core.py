@@ -9,6 +9,7 @@ Runs on one core; numbers are medians of several repeats, measured side by side 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -46,6 +47,22 @@ def time_steps(num_seqs: int, steps: int, repeats: int = 5) -> float:
             sched.update(out, result, 0.0)
         samples.append((time.perf_counter() - t0) / steps * 1e6)
         assert len(out.seqs) == num_seqs
+    return statistics.median(samples)
+
+
+def time_decode_runs(num_seqs: int, steps: int, run_len: int = 16, repeats: int = 5) -> float:
+    """Median microseconds per step when the same steady decode is taken in runs of run_len
+    steps through decode_horizon() + advance_decode() (the simulator's fast path)."""
+    samples = []
+    for _ in range(repeats):
+        sched = steady_decode_scheduler(num_seqs)
+        t0 = time.perf_counter()
+        done = 0
+        while done < steps:
+            k = min(sched.decode_horizon(run_len), steps - done)
+            sched.advance_decode(k, 0, 0.0)
+            done += k
+        samples.append((time.perf_counter() - t0) / steps * 1e6)
     return statistics.median(samples)
 
 
@@ -90,7 +107,7 @@ def main() -> None:
     parser.add_argument("--out", help="write a markdown report here")
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    rows = [(n, time_steps(n, args.steps)) for n in (64, 256, 1024)]
+    rows = [(n, time_steps(n, args.steps), time_decode_runs(n, args.steps * 4)) for n in (64, 256, 1024)]
     ops = block_ops_per_second()
     lines = [
         "# Engine core benchmark",
@@ -98,11 +115,14 @@ def main() -> None:
         f"Command: `python benchmarks/bench_core.py --out reports/bench_core.md` "
         f"(Python {platform.python_version()}, {platform.machine()}, one process)",
         "",
-        "Scheduler step = `schedule()` + `update()` in steady decode (paged, no preemption, nothing finishing); median of 5 runs.",
+        "Scheduler step = `schedule()` + `update()` in steady decode (paged, no preemption, nothing finishing); "
+        "run step = the same steps taken 16 at a time by `decode_horizon()` + `advance_decode()`, as the simulator "
+        "does between events; median of 5 runs each. Machine load at start: "
+        f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min; 2 cores).",
         "",
-        "| running sequences | us per step | us per sequence |",
-        "|---:|---:|---:|",
-        *[f"| {n} | {us:.1f} | {us / n:.3f} |" for n, us in rows],
+        "| running sequences | us per step | us per sequence | us per step in runs of 16 | speed-up |",
+        "|---:|---:|---:|---:|---:|",
+        *[f"| {n} | {us:.1f} | {us / n:.3f} | {run_us:.1f} | {us / run_us:.1f}x |" for n, us, run_us in rows],
         "",
         "| block-manager operation | per second |",
         "|---|---:|",

@@ -1,11 +1,12 @@
 """Kernel entry points. Callers use these names only; each call picks the implementation:
 
   - the Triton kernels (executor.kernels.triton_ops) for CUDA tensors;
-  - the plain torch reference (executor.kernels.reference) otherwise: the CPU execution path.
+  - the vectorized torch kernels (executor.kernels.torch_ops) otherwise: the CPU execution path.
 
 PAGESIM_KERNELS overrides the choice per call: "triton" forces Triton (with TRITON_INTERPRET=1 it
-runs on CPU tensors, which is how the tests exercise it), "reference" (or "torch") forces the
-reference. Without triton installed everything falls back to the reference, silently.
+runs on CPU tensors, which is how the tests exercise it), "torch" forces torch_ops (on any
+device), "reference" forces the plain per-sequence references in executor.kernels.reference (the
+tests' oracle). Without triton installed, "auto" and "triton" fall back to torch_ops, silently.
 Triton is imported lazily, on the first call that needs it, so this import stays cheap.
 """
 
@@ -15,7 +16,7 @@ import functools
 import importlib.util
 import os
 
-from executor.kernels import reference
+from executor.kernels import reference, torch_ops
 
 _BACKENDS = ("auto", "triton", "reference", "torch")
 _triton_module = None
@@ -43,27 +44,36 @@ def _choice() -> str:
     choice = os.environ.get("PAGESIM_KERNELS", "auto").strip().lower() or "auto"
     if choice not in _BACKENDS:
         raise ValueError(f"PAGESIM_KERNELS={choice!r}: expected one of {_BACKENDS}")
-    return "reference" if choice == "torch" else choice
+    return choice
 
 
 def backend(device=None) -> str:
-    """'triton' or 'reference': what a call on tensors of `device` would use (default: CUDA if
-    torch sees one, else CPU)."""
+    """'triton', 'torch' or 'reference': what a call on tensors of `device` would use (default:
+    CUDA if torch sees one, else CPU)."""
     choice = _choice()
-    if choice == "reference" or not _have_triton():
-        return "reference"
+    if choice in ("reference", "torch"):
+        return choice
+    if not _have_triton():
+        return "torch"
     if choice == "triton":
         return "triton"
     if device is None:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return "triton" if str(device).startswith("cuda") else "reference"
+    return "triton" if str(device).startswith("cuda") else "torch"
+
+
+_MODULES = {"torch": torch_ops, "reference": reference}
+
+
+def _ops_for(device):
+    name = backend(device)
+    return _triton_ops() if name == "triton" else _MODULES[name]
 
 
 def _impl(tensor):
-    ops = _triton_ops() if backend(tensor.device) == "triton" else None
-    return ops if ops is not None else reference
+    return _ops_for(tensor.device)
 
 
 def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float):
@@ -89,8 +99,7 @@ def copy_blocks(key_caches, value_caches, block_mapping) -> None:
 def swap_blocks(src_cache, dst_cache, block_mapping) -> None:
     # Across devices, the CUDA side decides: the Triton module's swap uses async DMA copies.
     device = dst_cache.device if dst_cache.is_cuda else src_cache.device
-    ops = _triton_ops() if backend(device) == "triton" else None
-    (ops or reference).swap_blocks(src_cache, dst_cache, block_mapping)
+    _ops_for(device).swap_blocks(src_cache, dst_cache, block_mapping)
 
 
 for _fn in (paged_attention_decode, paged_prefill_attention, reshape_and_cache, copy_blocks, swap_blocks):

@@ -104,7 +104,7 @@ class FirstFitAllocator:
 
     def __init__(self, num_blocks: int, max_chunk: int | None = None):
         self.num_blocks = num_blocks
-        self.max_chunk = max_chunk or num_blocks
+        self.max_chunk = max_chunk if max_chunk is not None else num_blocks
         self._starts: list[int] = [0] if num_blocks else []  # sorted starts of free extents
         self._length: dict[int, int] = {0: num_blocks} if num_blocks else {}
         self._allocated: dict[int, int] = {}
@@ -116,6 +116,7 @@ class FirstFitAllocator:
         return num_blocks
 
     def can_allocate(self, num_blocks: int) -> bool:
+        self.chunk_size(num_blocks)
         return any(self._length[s] >= num_blocks for s in self._starts)
 
     def allocate(self, num_blocks: int) -> tuple[int, int]:

@@ -105,7 +105,8 @@ class PagedKVManager(KVCacheManager):
         # re-admission shares them again.
         final_len = min(group.prompt_len + group.sampling.max_tokens, max_model_len)
         shared = group.prompt_len // self.block_size if group.max_num_seqs > 1 and self.share_on_readmission else 0
-        need = shared + group.max_num_seqs * (self._blocks_for(final_len) - shared)
+        # the last token is never computed, so it never takes a slot
+        need = shared + group.max_num_seqs * (self._blocks_for(final_len - 1) - shared)
         usable = self.num_device_blocks - self.watermark_blocks
         if need > usable:
             return f"needs {need} KV blocks at its longest, the pool has {usable} usable"

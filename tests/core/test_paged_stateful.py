@@ -154,9 +154,8 @@ class PagedMachine(RuleBasedStateMachine):
         for s, h in zip(group.seqs, hits):
             full = s.num_tokens - h
             counts.append(max(1, full * chunk // 4) if chunk and self.chunked else full)
-        # What admit really takes, measured on a copy: can_admit must never promise more than
-        # that. (It may refuse a group whose sequences all hit the same free cached blocks: it
-        # counts each revival once per sequence; see test_can_admit_counts_shared_hits_once.)
+        # What admit really takes, measured on a copy, must agree with can_admit exactly (also for
+        # re-admitted groups whose sequences hit the same free cached blocks).
         trial_mgr, trial_group = _clone(mgr, group)
         free0 = mgr.num_free_blocks
         try:
@@ -166,10 +165,7 @@ class PagedMachine(RuleBasedStateMachine):
         except (KeyError, IndexError):  # ran out of free blocks
             ok = False
         can = mgr.can_admit(group, counts)
-        if len(group.seqs) == 1:
-            assert can == ok, (counts, hits, free0)
-        else:
-            assert ok or not can, (counts, hits, free0)
+        assert can == ok, (counts, hits, free0)
         if not can:
             return False
         mgr.admit(group, counts)

@@ -20,8 +20,7 @@ from .driver import FakeEngine, make_scheduler, random_requests
 
 MODES = ("recompute", "swap", "auto")
 
-# Known core bugs (see the report): these runs fail today; strict, so a fix turns them red
-# until the marker is removed.
+
 def req(rid, prompt_len, max_tokens, n=1, tokens=None):
     ids = tokens if tokens is not None else [(rid * 31 + i) % 97 for i in range(prompt_len)]
     return Request(rid, prompt_len, SamplingParams(n=n, max_tokens=max_tokens), prompt_token_ids=ids)
@@ -67,7 +66,7 @@ def test_driver_paged(mode, chunked):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_driver_paged_chunked_single_sequence(mode):
-    # the chunked runs above trip over the max_num_seqs bug; without n > 1 they must pass
+    # single-sequence groups preempt more often (no forks to swap), so more recomputes
     eng = _run_500(make_scheduler("paged", mode, True), multi=0.0)
     assert eng.sched.num_preemptions > 0
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton")
 
 from executor import kernels  # noqa: E402
-from executor.kernels import reference, triton_ops  # noqa: E402
+from executor.kernels import reference, torch_ops, triton_ops  # noqa: E402
 
 TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
@@ -187,10 +187,12 @@ def test_swap_blocks_same_device():
 
 def test_dispatch_follows_pagesim_kernels(monkeypatch):
     monkeypatch.delenv("PAGESIM_KERNELS", raising=False)
-    assert kernels.backend("cpu") == "reference" and kernels.backend("cuda:0") == "triton"
-    assert kernels._impl(torch.zeros(1)) is reference
+    assert kernels.backend("cpu") == "torch" and kernels.backend("cuda:0") == "triton"
+    assert kernels._impl(torch.zeros(1)) is torch_ops
     monkeypatch.setenv("PAGESIM_KERNELS", "torch")
-    assert kernels.backend("cuda") == "reference"
+    assert kernels.backend("cuda") == "torch"
+    monkeypatch.setenv("PAGESIM_KERNELS", "reference")
+    assert kernels.backend("cuda") == "reference" and kernels._impl(torch.zeros(1)) is reference
     monkeypatch.setenv("PAGESIM_KERNELS", "triton")
     assert kernels.backend("cpu") == "triton" and kernels._impl(torch.zeros(1)) is triton_ops
 

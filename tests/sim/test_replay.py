@@ -201,14 +201,15 @@ def test_orca_waste_rows_add_up_to_the_pool(policy):
 def test_overload_with_a_pool_smaller_than_the_longest_request():
     rng = random.Random(5)
     records = [TraceRequest(prompt_len=rng.randint(1, 300), output_len=rng.randint(1, 300)) for _ in range(40)]
-    records[3] = TraceRequest(prompt_len=300, output_len=20)  # 320 tokens: exactly the pool
-    records[4] = TraceRequest(prompt_len=300, output_len=21)  # 321: one block more
+    # the last output token is never computed, so a request needs prompt + output - 1 slots
+    records[3] = TraceRequest(prompt_len=300, output_len=21)  # 320 slots: exactly the pool
+    records[4] = TraceRequest(prompt_len=300, output_len=22)  # 321: one block more
     trace = Trace({}, records)
     pool = 20  # blocks of 16: 320 token slots; vLLM's 1% watermark rounds to 0 blocks here
     # sustainable rate is about 1 req/s here (~2 requests fit, ~1.5 s each); 15 req/s is 10x that
     result = replay(trace, rate=15.0, num_requests=40, num_gpu_blocks=pool, preemption="recompute")
     s = result.summary
-    expected_rejected = {i for i, r in enumerate(records) if math.ceil((r.prompt_len + r.output_len) / 16) > pool}
+    expected_rejected = {i for i, r in enumerate(records) if math.ceil((r.prompt_len + r.output_len - 1) / 16) > pool}
     assert 3 not in expected_rejected and 4 in expected_rejected and len(expected_rejected) >= 10
     assert s["num_requests"] == 40 and s["num_finished"] + s["num_rejected"] == 40
     assert s["num_rejected"] == len(expected_rejected)
