@@ -125,16 +125,19 @@ class MetricsRecorder:
             blocks_swapped_out=len(out.blocks_to_swap_out), blocks_copied=len(out.blocks_to_copy),
         ))
 
-    def record_decode_step(self, now: float, duration: float, num_running: int, num_seqs: int,
-                           num_waiting: int, num_swapped: int, kv_blocks_used: int) -> None:
-        """A plain decode step taken in a run (see Scheduler.advance_decode): the same record
-        record_step() would have written for it."""
-        self.steps.append(StepRecord(
-            time=now, duration=duration, num_running_requests=num_running, num_scheduled_seqs=num_seqs,
-            num_prefill_tokens=0, num_decode_seqs=num_seqs, num_waiting=num_waiting, num_swapped=num_swapped,
-            kv_blocks_used=kv_blocks_used, kv_utilization=kv_blocks_used / self.num_kv_blocks if self.num_kv_blocks else 0.0,
-            num_preempted=0, blocks_swapped_in=0, blocks_swapped_out=0, blocks_copied=0,
-        ))
+    def record_decode_run(self, ends: list[float], durations: list[float], num_seqs: int, kv_blocks_used: list[int],
+                          num_swapped: int, before: tuple[int, int], after: tuple[int, int]) -> None:
+        """Plain decode steps taken in one run (see Scheduler.advance_decode): the records
+        record_step() would have written for them. before / after: (running requests, waiting
+        requests) during the run and after its last step."""
+        last = len(ends) - 1
+        total = self.num_kv_blocks
+        append = self.steps.append
+        for j in range(len(ends)):
+            running, waiting = before if j < last else after
+            used = kv_blocks_used[j]
+            append(StepRecord(ends[j], durations[j], running, num_seqs, 0, num_seqs, waiting, num_swapped,
+                              used, used / total if total else 0.0, 0, 0, 0, 0))
 
     def record_waste(self, now: float, scheduler) -> None:
         w = scheduler.kv.waste(scheduler.running)

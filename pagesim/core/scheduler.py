@@ -74,6 +74,16 @@ class SchedulerOutput:
         return self.num_prefill_tokens + self.num_decode_seqs
 
 
+@dataclass(frozen=True)
+class DecodePlan:
+    """The next num_steps steps are plain decode steps of num_seqs sequences; the first reads
+    context_tokens tokens of context, and each step one more per sequence."""
+
+    num_steps: int
+    num_seqs: int
+    context_tokens: int
+
+
 @dataclass
 class DecodeRun:
     """What advance_decode() did: num_steps decode steps of the same batch. At step j (from 0)
@@ -157,16 +167,6 @@ class Scheduler:
         n samples (or beams) as all of them, so max_num_seqs holds after the fork too."""
         return sum(len(g.seqs) if g.first_token_time is not None else g.max_num_seqs for g in self.running)
 
-    def decode_batch(self) -> tuple[int, int]:
-        """(sequences, context tokens) of the next plain decode step: every running sequence,
-        reading all its tokens."""
-        num_seqs = context = 0
-        for group in self.running:
-            for seq in group.seqs:
-                num_seqs += 1
-                context += seq.num_computed_tokens + 1
-        return num_seqs, context
-
     # -- one iteration ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -193,14 +193,20 @@ class Scheduler:
     def decode_horizon(self, limit: int) -> int:
         """How many of the next steps (at most limit) are certain to be plain decode steps of
         today's running batch: every running sequence computes exactly one token, and nothing
-        is admitted, swapped in, preempted, copied or finished. Such steps can be taken in one
-        go by advance_decode() with the same outcome as one schedule()/update() at a time.
-        Only for drivers whose tokens cannot stop a sequence early (no EOS)."""
+        is admitted, swapped in, preempted or copied; sequences may finish only at the last of
+        them. Such steps can be taken in one go by advance_decode() with the same outcome as one
+        schedule()/update() at a time. Only for drivers whose tokens cannot stop a sequence
+        early (no EOS)."""
+        plan = self.plan_decode(limit)
+        return plan.num_steps if plan else 0
+
+    def plan_decode(self, limit: int) -> DecodePlan | None:
+        """decode_horizon() with the batch it would decode (None where the horizon is 0)."""
         if not self.running or limit < 1:
-            return 0
+            return None
         kv, cfg = self.kv, self.config
         if kv.pending_copies:
-            return 0  # fork copies (reservation managers) go out with the next step
+            return None  # fork copies (reservation managers) go out with the next step
         # Admission and swap-in only get harder while decoding takes memory: if the heads of the
         # queues cannot start now, they cannot start during the run either.
         may_admit = self.waiting and not self.swapped and cfg.batching == "iteration"
@@ -208,13 +214,14 @@ class Scheduler:
             num_seqs = self.num_running_seqs
             budget = cfg.max_num_batched_tokens - num_seqs
             if self.swapped and self._can_swap_in(self.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
-                return 0
+                return None
             if may_admit and self._admission(self.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None:
-                return 0
+                return None
         bs = kv.block_size
         on_demand = kv.allocates_on_demand
         check_eos = cfg.eos_token_id is not None
         horizon = limit
+        num_seqs = context = 0
         opens_at = []  # per sequence: the step (from 0) at which it first needs a new block
         for group in self.running:
             sampling = group.request.sampling
@@ -222,14 +229,16 @@ class Scheduler:
                 # EOS could stop a sequence early; beams fork and drop every step; parallel samples
                 # fork at their first token, and a last prefill chunk of one token looks like a
                 # decode but produces the first token
-                return 0
+                return None
             stop = group.stop_len
             seqs = group.seqs
             forked = len(seqs) > 1  # only forks share a partly filled last block
             for seq in seqs:
                 computed = seq.num_computed_tokens
                 if seq.num_tokens - computed != 1:
-                    return 0  # still in prefill
+                    return None  # still in prefill
+                num_seqs += 1
+                context += computed + 1
                 # a run may end with the step in which sequences finish, not go past it
                 left = stop - seq.num_tokens
                 if left < horizon:
@@ -237,7 +246,7 @@ class Scheduler:
                 if on_demand:
                     capacity = len(seq.block_table) * bs
                     if forked and kv.blocks_needed(seq, 1) > (computed >= capacity):
-                        return 0  # a shared last block must be copied first
+                        return None  # a shared last block must be copied first
                     opens_at.append(capacity - computed)
         # The longest run whose new blocks all fit: past it, some step would preempt.
         free = kv.num_free_blocks
@@ -245,8 +254,9 @@ class Scheduler:
         def blocks_for(steps: int) -> int:
             return sum((steps - 1 - first) // bs + 1 for first in opens_at if first < steps)
 
-        if blocks_for(horizon) <= free:
-            return horizon
+        # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
+        if len(opens_at) * (horizon // bs + 1) <= free or blocks_for(horizon) <= free:
+            return DecodePlan(horizon, num_seqs, context)
         lo, hi = 0, horizon
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -254,7 +264,7 @@ class Scheduler:
                 lo = mid
             else:
                 hi = mid - 1
-        return lo
+        return DecodePlan(lo, num_seqs, context) if lo else None
 
     def advance_decode(self, num_steps: int, token_id: int, now: float) -> DecodeRun:
         """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
@@ -283,10 +293,11 @@ class Scheduler:
             used += n
             blocks_used.append(used)
         first_context = 0
+        new_tokens = [token_id] * num_steps
         for seq in seqs:
             first_context += seq.num_computed_tokens + 1
             seq.num_computed_tokens += num_steps
-            seq.token_ids.extend([token_id] * num_steps)
+            seq.token_ids.extend(new_tokens)
             seq.num_tokens += num_steps
         if kv.tracks_computed:
             # update() calls on_computed after every step: a prompt block whose cached twin was
@@ -295,10 +306,9 @@ class Scheduler:
                 kv.on_computed(seq)
         num_groups = len(self.running)
         finished = []
-        for group in list(self.running):
-            if group.seqs[0].num_tokens >= group.stop_len:  # a group's sequences grow in step
-                self._retire_stopped(group)
-                self._finish_if_done(group, now, finished)
+        for group in [g for g in self.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
+            self._retire_stopped(group)
+            self._finish_if_done(group, now, finished)
         blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
         return DecodeRun(num_steps, num_groups, len(seqs), first_context, blocks_used, finished)
 

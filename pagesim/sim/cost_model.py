@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
@@ -57,6 +57,15 @@ class CostModel(ABC):
     def describe(self) -> dict:
         """Parameters worth writing next to results (reports, calibration)."""
         return {"name": self.name}
+
+    def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
+        """Durations of consecutive plain decode steps of one batch, whose context grows by
+        num_seqs tokens a step (the simulator's runs). An override may be faster but must give
+        exactly the floats iteration_time gives."""
+        while True:
+            yield self.iteration_time(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens,
+                                                 block_size=block_size))
+            context_tokens += num_seqs
 
 
 class ConstantCostModel(CostModel):
@@ -212,6 +221,25 @@ class RooflineCostModel(CostModel):
                 self._swap_latency_s + shape.block_size * self._swap_s_per_token_copy)
         if shape.num_copy_blocks:
             t += self._cow_launch_s + shape.num_copy_blocks * shape.block_size * self._cow_s_per_token
+        return t
+
+    def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
+        # iteration_time's sum in its own order, with the one term that changes (the context
+        # read) added last, so every float is the one iteration_time returns
+        base = self._decode_base(num_seqs)
+        per_ctx = self._decode_attn_s_per_ctx
+        while True:
+            yield base + context_tokens * per_ctx
+            context_tokens += num_seqs
+
+    def _decode_base(self, n_dec: int) -> float:
+        t = self._step_s + self._per_seq_s * n_dec
+        lin = n_dec * self._linear_s_per_token
+        t += lin if lin > self._linear_weight_s else self._linear_weight_s
+        t += n_dec * (self._elementwise_s_per_token + self._allreduce_s_per_token)
+        t += self._allreduce_fixed_s
+        lm = n_dec * self._lm_s_per_seq
+        t += lm if lm > self._lm_weight_s else self._lm_weight_s
         return t
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:

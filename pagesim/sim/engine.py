@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import simpy
 
 from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
+from pagesim.core.scheduler import DecodePlan
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
@@ -145,9 +146,9 @@ class Replay:
                 self.idle = env.event()
                 yield self.idle
                 continue
-            horizon = scheduler.decode_horizon(MAX_DECODE_RUN) if self.fast_forward else 0
-            if horizon >= 2:
-                yield from self._decode_run(env, horizon)
+            plan = scheduler.plan_decode(MAX_DECODE_RUN) if self.fast_forward else None
+            if plan is not None and plan.num_steps >= 2:
+                yield from self._decode_run(env, plan)
                 continue
             out = scheduler.schedule(env.now)
             if out.is_empty:
@@ -160,22 +161,21 @@ class Replay:
             metrics.record_step(out, env.now, duration, scheduler)
             self._maybe_sample_waste(env.now)
 
-    def _decode_run(self, env: simpy.Environment, horizon: int):
+    def _decode_run(self, env: simpy.Environment, plan: DecodePlan):
         """Steps that can only be plain decode steps of the same batch, taken in one go up to
         the step during which the next request arrives (or the next waste sample is due).
         Times, metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
         until = min(self._next_arrival_time(), self.next_waste)
-        num_seqs, context = scheduler.decode_batch()
+        num_seqs = plan.num_seqs
         now = env.now
         ends, durations = [], []
-        for _ in range(horizon):
-            duration = self.cost.iteration_time(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context,
-                                                           block_size=self.cfg.block_size))
+        times = self.cost.decode_run_times(num_seqs, plan.context_tokens, self.cfg.block_size)
+        for _ in range(plan.num_steps):
+            duration = next(times)
             now = now + duration  # accumulated exactly as successive timeouts would
             ends.append(now)
             durations.append(duration)
-            context += num_seqs
             if now >= until:
                 break
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
@@ -188,12 +188,9 @@ class Replay:
                 yield env.timeout(duration)
         for group in run.finished:
             self._done(group)
-        last = len(ends) - 1
-        for j, (end, duration) in enumerate(zip(ends, durations)):
-            # queues change only at the run's last step (an arrival during it, or a finish)
-            waiting = waiting_before if j < last else len(scheduler.waiting)
-            num_running = running if j < last else len(scheduler.running)
-            self.metrics.record_decode_step(end, duration, num_running, num_seqs, waiting, swapped, run.kv_blocks_used[j])
+        # queues change only at the run's last step (an arrival during it, or a finish)
+        self.metrics.record_decode_run(ends, durations, num_seqs, run.kv_blocks_used, swapped,
+                                       (running, waiting_before), (len(scheduler.running), len(scheduler.waiting)))
         self._maybe_sample_waste(env.now)
 
     def _next_arrival_time(self) -> float:

@@ -199,3 +199,19 @@ def test_iteration_time_is_fast():
     best = min(timeit.repeat(lambda: f(s), number=n, repeat=5)) / n
     print(f"\niteration_time: {best * 1e6:.2f} us per call")
     assert best < 3e-6
+
+
+def test_decode_run_times_are_iteration_times_to_the_bit():
+    """The simulator's runs time their steps with decode_run_times; any difference in the last
+    bit would make a fast replay differ from a step-by-step one."""
+    import itertools
+
+    from pagesim.sim.cost_model import BatchShape, ConstantCostModel, RooflineCostModel
+
+    for model in (RooflineCostModel("opt-13b", "a100-40gb"), RooflineCostModel("opt-66b", "a100-40gb", tp=4),
+                  ConstantCostModel(0.013)):
+        for num_seqs, context in [(1, 7), (23, 4111), (256, 130_000)]:
+            got = list(itertools.islice(model.decode_run_times(num_seqs, context, 16), 50))
+            want = [model.iteration_time(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context + j * num_seqs,
+                                                    block_size=16)) for j in range(50)]
+            assert got == want
