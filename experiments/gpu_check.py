@@ -197,25 +197,9 @@ def compare(actual, expected, atol: float, rtol: float) -> tuple[float, bool]:
 
 
 def make_paged(ctx_lens, num_kv_heads, head_dim, block_size, dtype, device, seed=0):
-    """Random caches and block tables over shuffled physical blocks; table entries past a
-    context's end point at real (wrong) blocks, so reading past the end changes the result."""
-    import torch
+    from executor.kernels.testing import random_paged_cache
 
-    g = torch.Generator(device=device).manual_seed(seed)
-    per_seq = [max(1, math.ceil(c / block_size)) for c in ctx_lens]
-    width = max(per_seq) + 1
-    num_blocks = sum(per_seq) + 3
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    kc = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
-    vc = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
-    gc_ = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(num_blocks, generator=gc_)
-    tables = torch.randint(0, num_blocks, (len(ctx_lens), width), generator=gc_, dtype=torch.int32)
-    used = 0
-    for i, n in enumerate(per_seq):
-        tables[i, :n] = perm[used:used + n].to(torch.int32)
-        used += n
-    return kc, vc, tables.to(device), torch.tensor(ctx_lens, dtype=torch.int32, device=device)
+    return random_paged_cache(ctx_lens, num_kv_heads, head_dim, block_size, dtype, seed, device=device)
 
 
 def finite_json(obj):
@@ -639,30 +623,13 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
 
 # ------------------------------------------------------------------------------------- 3. end to end
 
-def _default_dtype_as(dtype):
-    import contextlib
-
-    import torch
-
-    @contextlib.contextmanager
-    def cm():
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            yield
-        finally:
-            torch.set_default_dtype(old)
-
-    return cm()
-
-
 def build_models(ctx: Ctx, sec: dict) -> None:
     """HF LlamaForCausalLM built directly on the device in the run's dtype (no fp32 copy), seeded by
     loader.random_init, and ours from it (loader.from_hf_model). Falls back to ours alone
     (loader.from_config) when HF cannot be built."""
     import torch
 
-    from executor.models.loader import from_config, from_hf_model, random_init
+    from executor.models.loader import default_dtype, from_config, from_hf_model, random_init
 
     device = ctx.device
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -674,7 +641,7 @@ def build_models(ctx: Ctx, sec: dict) -> None:
     try:
         from transformers import LlamaForCausalLM
 
-        with torch.device(device), _default_dtype_as(dtype):
+        with torch.device(device), default_dtype(dtype):
             hf = LlamaForCausalLM(config)
         hf.eval().requires_grad_(False)
         random_init(hf, config, seed=0)

@@ -79,7 +79,8 @@ def _default_dtype(config, device: torch.device) -> torch.dtype:
 
 
 @contextlib.contextmanager
-def _default_dtype_as(dtype):
+def default_dtype(dtype):
+    """torch's default dtype set to dtype inside the block (new tensors and modules take it)."""
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -95,7 +96,7 @@ def build_model(config, dtype=None, device="cpu") -> LoadedModel:
     # On the meta device nothing is allocated or initialised (nn's default init of 135M
     # parameters costs seconds on a CPU); to_empty then allocates in the final dtype and place.
     # to_empty gives each module its own tensor, so ties are redone afterwards.
-    with _default_dtype_as(dtype), torch.device("meta"):
+    with default_dtype(dtype), torch.device("meta"):
         model = model_class(config)(config)
     model.to_empty(device=device)
     model.tie_weights()

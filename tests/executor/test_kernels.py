@@ -12,27 +12,13 @@ pytest.importorskip("triton")
 
 from executor import kernels  # noqa: E402
 from executor.kernels import reference, torch_ops, triton_ops  # noqa: E402
+from executor.kernels.testing import random_paged_cache  # noqa: E402
 
 TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
 
 def make_paged(ctx_lens, num_kv_heads, head_dim, block_size, dtype, seed=0):
-    """Random caches and block tables with shuffled physical blocks; unused table entries point
-    at real (wrong) blocks, so reading past a context's end changes the result."""
-    g = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [math.ceil(c / block_size) for c in ctx_lens]
-    width = max(blocks_per_seq) + 1
-    num_blocks = sum(blocks_per_seq) + 3
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    key_cache = torch.randn(shape, generator=g).to(dtype)
-    value_cache = torch.randn(shape, generator=g).to(dtype)
-    perm = torch.randperm(num_blocks, generator=g)
-    tables = torch.randint(0, num_blocks, (len(ctx_lens), width), generator=g, dtype=torch.int32)
-    used = 0
-    for i, n in enumerate(blocks_per_seq):
-        tables[i, :n] = perm[used:used + n].to(torch.int32)
-        used += n
-    return key_cache, value_cache, tables, torch.tensor(ctx_lens, dtype=torch.int32)
+    return random_paged_cache(ctx_lens, num_kv_heads, head_dim, block_size, dtype, seed)
 
 
 def dense_kv(cache, table, ctx):

@@ -10,28 +10,14 @@ import torch
 
 from executor import kernels
 from executor.kernels import reference, torch_ops
+from executor.kernels.testing import random_paged_cache
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def make_paged(ctx_lens, num_kv_heads, head_dim, block_size, dtype, seed=0, extra_cols=2):
-    """Random caches and block tables over shuffled physical blocks. Table entries past a
-    sequence's last block point at real (wrong) blocks, so reading past a context's end shows."""
-    g = torch.Generator().manual_seed(seed)
-    blocks_per_seq = [math.ceil(c / block_size) for c in ctx_lens]
-    width = max(blocks_per_seq, default=0) + extra_cols
-    num_blocks = sum(blocks_per_seq) + 3
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    key_cache = torch.randn(shape, generator=g).to(dtype)
-    value_cache = torch.randn(shape, generator=g).to(dtype)
-    perm = torch.randperm(num_blocks, generator=g)
-    tables = torch.randint(0, num_blocks, (len(ctx_lens), width), generator=g, dtype=torch.int32)
-    used = 0
-    for i, n in enumerate(blocks_per_seq):
-        tables[i, :n] = perm[used:used + n].to(torch.int32)
-        used += n
-    return key_cache, value_cache, tables, torch.tensor(ctx_lens, dtype=torch.int32)
+    return random_paged_cache(ctx_lens, num_kv_heads, head_dim, block_size, dtype, seed, extra_cols)
 
 
 def assert_close(actual, expected, dtype):
