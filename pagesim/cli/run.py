@@ -57,6 +57,9 @@ def run(
     console = Console(stderr=True)
     with console.status(f"loading {model}", spinner="dots"):
         import torch
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()  # our spinner says what is happening
 
         from executor.engine import EngineConfig
         from executor.models.loader import load_model
