@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE, FIG02_TRACE,  # noqa: E402
-                   FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer, base_parser,
-                   command_line, outputs, pyplot, within, write_csv, write_report)
+                   FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration,
+                   command_line, outputs, pyplot, replay_parser, within, write_csv, write_report)
 
 from pagesim.sim.engine import ReplayConfig, replay  # noqa: E402
 from pagesim.workload.trace import load_trace  # noqa: E402
@@ -91,11 +91,8 @@ def plot(path: Path, metrics: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--duration", type=float, default=None, help="seconds of arrivals (default 600; --full 3600)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    duration = args.duration or (SMOKE_DURATION if args.smoke else 3600.0 if args.full else 600.0)
+    args = replay_parser(__doc__.splitlines()[0]).parse_args(argv)
+    duration = arrival_duration(args, SMOKE_DURATION)
     window = (duration / 3, duration) if args.smoke else FIG02_WINDOW_S
     timer = Timer()
     files = outputs(args.out_dir, STEM)

@@ -158,6 +158,24 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+# The paper's artifact replays 600 s of arrivals; the paper's own runs are an hour long.
+DEFAULT_DURATION_S = 600.0
+FULL_DURATION_S = 3600.0
+
+
+def replay_parser(description: str) -> argparse.ArgumentParser:
+    """base_parser plus the arrival window and seed of the figures that replay traces."""
+    p = base_parser(description)
+    p.add_argument("--duration", type=float, default=None,
+                   help=f"seconds of arrivals (default {DEFAULT_DURATION_S:g}; --full {FULL_DURATION_S:g})")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def arrival_duration(args, smoke_duration: float) -> float:
+    return args.duration or (smoke_duration if args.smoke else FULL_DURATION_S if args.full else DEFAULT_DURATION_S)
+
+
 def outputs(out_dir: Path, stem: str) -> dict:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
