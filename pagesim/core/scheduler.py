@@ -274,31 +274,33 @@ class Scheduler:
         would finish them."""
         kv = self.kv
         bs = kv.block_size
+        on_demand = kv.allocates_on_demand
         seqs = [seq for group in self.running for seq in group.seqs]
         used = kv.num_used_blocks
-        new_blocks_at = [0] * num_steps
-        if kv.allocates_on_demand:
-            starts = []  # (step, position in batch) of each step that opens a new block
-            for order, seq in enumerate(seqs):
+        starts = []  # (step, position in batch) of each step that opens a new block
+        first_context = 0
+        new_tokens = [token_id] * num_steps
+        for order, seq in enumerate(seqs):
+            computed = seq.num_computed_tokens
+            if on_demand:
                 pos = len(seq.block_table) * bs  # first token position without a block
-                while pos < seq.num_computed_tokens + num_steps:
-                    starts.append((pos - seq.num_computed_tokens, order))
+                while pos < computed + num_steps:
+                    starts.append((pos - computed, order))
                     pos += bs
-            starts.sort()
-            for step, order in starts:
-                kv.append_block(seqs[order])
-                new_blocks_at[step] += 1
+            first_context += computed + 1
+            seq.num_computed_tokens = computed + num_steps
+            seq.token_ids.extend(new_tokens)
+            seq.num_tokens += num_steps
+        new_blocks_at = [0] * num_steps
+        starts.sort()
+        append_block = kv.append_block
+        for step, order in starts:
+            append_block(seqs[order])
+            new_blocks_at[step] += 1
         blocks_used = []
         for n in new_blocks_at:
             used += n
             blocks_used.append(used)
-        first_context = 0
-        new_tokens = [token_id] * num_steps
-        for seq in seqs:
-            first_context += seq.num_computed_tokens + 1
-            seq.num_computed_tokens += num_steps
-            seq.token_ids.extend(new_tokens)
-            seq.num_tokens += num_steps
         if kv.tracks_computed:
             # update() calls on_computed after every step: a prompt block whose cached twin was
             # evicted during the run gets registered, as single steps would have done
