@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE, FIG02_TRACE,  # noqa: E402
                    FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration,
-                   command_line, outputs, pyplot, replay_parser, within, write_csv, write_report)
+                   command_line, outputs, pyplot, save_figure, replay_parser, within, write_csv, write_report)
 
 from pagesim.sim.engine import ReplayConfig, replay  # noqa: E402
 from pagesim.workload.trace import load_trace  # noqa: E402
@@ -85,9 +85,7 @@ def plot(path: Path, metrics: list[dict]) -> None:
     ax.set_ylim(0, 100)
     ax.set_title(f"KV slot usage, OPT-13B ShareGPT {FIG02_RATE:g} req/s (ours, simulated)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:

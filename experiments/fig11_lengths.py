@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paper import FIG11_MEANS, TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, within, write_csv, write_report  # noqa: E402
+from paper import FIG11_MEANS, TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within, write_csv, write_report  # noqa: E402
 
 from pagesim.workload.trace import load_trace  # noqa: E402
 
@@ -90,9 +90,7 @@ def plot(path: Path, hists: dict, means: dict) -> None:
         ax.set_ylabel("Density")
         ax.set_xlim(0, 2000 if name == "sharegpt" else 200)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paper import (FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer,  # noqa: E402
-                   arrival_duration, command_line, outputs, pyplot, replay_parser, within, write_csv, write_report)
+                   arrival_duration, command_line, outputs, pyplot, save_figure, replay_parser, within, write_csv, write_report)
 
 from pagesim.sim.engine import ReplayConfig, replay  # noqa: E402
 from pagesim.workload.trace import load_trace  # noqa: E402
@@ -93,9 +93,7 @@ def plot(path: Path, metrics: list[dict]) -> None:
         ax.set_title(f"({'a' if name == 'sharegpt' else 'b'}) {name.capitalize() if name == 'alpaca' else 'ShareGPT'}, "
                      f"{FIG13_BATCHED[name].rate:g} req/s")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -176,6 +176,12 @@ def arrival_duration(args, smoke_duration: float) -> float:
     return args.duration or (smoke_duration if args.smoke else FULL_DURATION_S if args.full else DEFAULT_DURATION_S)
 
 
+def save_figure(fig, path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    pyplot().close(fig)
+
+
 def outputs(out_dir: Path, stem: str) -> dict:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

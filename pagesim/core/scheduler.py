@@ -86,13 +86,11 @@ class DecodePlan:
 
 @dataclass
 class DecodeRun:
-    """What advance_decode() did: num_steps decode steps of the same batch. At step j (from 0)
-    the batch read first_context_tokens + j * num_seqs tokens of context."""
+    """What advance_decode() did: num_steps decode steps of the same batch (what they read is
+    the DecodePlan's)."""
 
     num_steps: int
-    num_groups: int  # running when the run started
     num_seqs: int
-    first_context_tokens: int
     kv_blocks_used: list[int]  # after each step
     finished: list[SequenceGroup]  # groups that finished at the last step
 
@@ -278,7 +276,6 @@ class Scheduler:
         seqs = [seq for group in self.running for seq in group.seqs]
         used = kv.num_used_blocks
         starts = []  # (step, position in batch) of each step that opens a new block
-        first_context = 0
         new_tokens = [token_id] * num_steps
         for order, seq in enumerate(seqs):
             computed = seq.num_computed_tokens
@@ -287,7 +284,6 @@ class Scheduler:
                 while pos < computed + num_steps:
                     starts.append((pos - computed, order))
                     pos += bs
-            first_context += computed + 1
             seq.num_computed_tokens = computed + num_steps
             seq.token_ids.extend(new_tokens)
             seq.num_tokens += num_steps
@@ -306,13 +302,12 @@ class Scheduler:
             # evicted during the run gets registered, as single steps would have done
             for seq in seqs:
                 kv.on_computed(seq)
-        num_groups = len(self.running)
         finished = []
         for group in [g for g in self.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
             self._retire_stopped(group)
             self._finish_if_done(group, now, finished)
         blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
-        return DecodeRun(num_steps, num_groups, len(seqs), first_context, blocks_used, finished)
+        return DecodeRun(num_steps, len(seqs), blocks_used, finished)
 
     def _finish(self, out: SchedulerOutput) -> SchedulerOutput:
         if self.kv.pending_copies:
