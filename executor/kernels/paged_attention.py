@@ -24,6 +24,26 @@ SPLIT_BELOW_PROGRAMS = 256
 
 
 @triton.jit
+def load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, toks, tok_mask, dims, dim_mask, kv_head,
+                 stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+                 BLOCK_SIZE: tl.constexpr, UPCAST: tl.constexpr):
+    """K and V [len(toks), D_PAD] of one KV head at token positions toks of one sequence: each
+    token finds its physical block through the block table row (offsets in int64). Masked
+    tokens and padded dims read 0. Shared by the decode and prefill kernels."""
+    block = tl.load(table_row + toks // BLOCK_SIZE, mask=tok_mask, other=0).to(tl.int64)
+    slot_in_block = (toks % BLOCK_SIZE).to(tl.int64)
+    kv_mask = tok_mask[:, None] & dim_mask[None, :]
+    k_off = block * stride_kb + slot_in_block * stride_kt + kv_head * stride_kh
+    k = tl.load(k_cache_ptr + k_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
+    v_off = block * stride_vb + slot_in_block * stride_vt + kv_head * stride_vh
+    v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
+    if UPCAST:  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     part_acc_ptr, part_max_ptr, part_sum_ptr,  # used only when PARTITION_TOKENS > 0
@@ -69,16 +89,8 @@ def _decode_kernel(
     for t0 in range(start, end, TILE_N):
         toks = t0 + tl.arange(0, TILE_N)
         tok_mask = toks < end
-        block = tl.load(table_row + toks // BLOCK_SIZE, mask=tok_mask, other=0).to(tl.int64)
-        slot_in_block = (toks % BLOCK_SIZE).to(tl.int64)
-        kv_mask = tok_mask[:, None] & dim_mask[None, :]
-        k_off = block * stride_kb + slot_in_block * stride_kt + kv_head * stride_kh
-        k = tl.load(k_cache_ptr + k_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-        v_off = block * stride_vb + slot_in_block * stride_vt + kv_head * stride_vh
-        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, toks, tok_mask, dims, dim_mask, kv_head,
+                            stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, BLOCK_SIZE, UPCAST)
 
         # Scores in log2 units; masked before the max so padding never wins it.
         s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from executor.kernels.paged_attention import load_kv_tile
+
 LOG2E = 1.4426950408889634
 
 
@@ -61,16 +63,8 @@ def _prefill_kernel(
     for t0 in range(0, kv_end, BLOCK_N):
         toks = t0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < kv_end
-        block = tl.load(table_row + toks // BLOCK_SIZE, mask=tok_mask, other=0).to(tl.int64)
-        slot_in_block = (toks % BLOCK_SIZE).to(tl.int64)
-        kv_mask = tok_mask[:, None] & dim_mask[None, :]
-        k_off = block * stride_kb + slot_in_block * stride_kt + kv_head * stride_kh
-        k = tl.load(k_cache_ptr + k_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-        v_off = block * stride_vb + slot_in_block * stride_vt + kv_head * stride_vh
-        v = tl.load(v_cache_ptr + v_off[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, toks, tok_mask, dims, dim_mask, kv_head,
+                            stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, BLOCK_SIZE, UPCAST)
 
         s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2
         visible = tok_mask[None, :] & (toks[None, :] <= q_pos[:, None])
