@@ -15,9 +15,10 @@ from typing import Callable
 import torch
 
 from executor.attention import AttentionMetadata
+from executor.beam import BeamSearch
 from executor.cache_engine import CacheEngine
 from executor.models.loader import LoadedModel
-from executor.sampler import make_generator, sample
+from executor.sampler import make_generator, random_seed, sample
 from pagesim.core import (PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, SchedulerOutput, SequenceGroup,
                           StepResult, make_scheduler)
 
@@ -50,8 +51,11 @@ class StepStats:
 class RequestOutput:
     request_id: int
     prompt_token_ids: list[int]
-    outputs: list[list[int]] = field(default_factory=list)  # one token list per finished sequence
+    # one token list per finished sequence: sample i of n at index i; beams best first
+    outputs: list[list[int]] = field(default_factory=list)
     group: SequenceGroup | None = None
+    # beam search: per step after the first, the rank before the step of each new beam's parent
+    beam_parent_ranks: list[list[int]] | None = None
 
 
 class LLMEngine:
@@ -67,7 +71,14 @@ class LLMEngine:
         self.scheduler = make_scheduler(cfg.policy, pool, sched_cfg)
         self.cache = CacheEngine(lm.num_layers, lm.num_kv_heads, lm.head_dim, cfg.block_size, cfg.num_gpu_blocks,
                                  cfg.num_cpu_blocks, lm.dtype, lm.device)
-        self._generators: dict[int, torch.Generator] = {}  # request_id -> its sampling generator
+        # Parallel sampling: sample i of a request draws from its own generator seeded seed + i
+        # (seed drawn at random when the request has none), so it gets exactly the tokens a
+        # request of n = 1 with seed + i gets.
+        self._seeds: dict[int, int] = {}  # request_id -> seed of sample 0
+        self._generators: dict[int, torch.Generator] = {}  # seq_id -> its sampling generator
+        self._forks: dict[int, list[torch.Generator | None]] = {}  # request_id -> generators of samples just forked
+        self._beams: dict[int, BeamSearch] = {}  # request_id -> its beam search
+        self.finished_beams: dict[int, BeamSearch] = {}  # request_id -> the beams of a finished request
         self._next_id = 0
 
     # -- requests --------------------------------------------------------------------------
@@ -76,10 +87,20 @@ class LLMEngine:
         if request_id is None:
             request_id = self._next_id
         self._next_id = max(self._next_id, request_id + 1)
-        if sampling.temperature > 0:
-            self._generators[request_id] = make_generator(sampling.seed)
+        if sampling.use_beam_search and not sampling.ignore_eos:
+            raise ValueError(f"request {request_id}: beam search is implemented for ignore_eos=True only "
+                             "(every beam runs max_tokens tokens, EOS never chosen)")
         request = Request(request_id, len(prompt_token_ids), sampling, arrival_time, list(prompt_token_ids))
-        return self.scheduler.add_request(request)
+        group = self.scheduler.add_request(request)
+        if group.reject_reason:
+            return group
+        if sampling.use_beam_search:
+            self._beams[request_id] = BeamSearch(sampling.beam_width, self.lm.eos_token_id)
+        elif sampling.temperature > 0:
+            seed = sampling.seed if sampling.seed is not None else random_seed()
+            self._seeds[request_id] = seed
+            self._generators[group.seqs[0].seq_id] = make_generator(seed)
+        return group
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished
@@ -103,8 +124,13 @@ class LLMEngine:
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         finished = self.scheduler.update(out, StepResult(samples=samples), now())
+        self._after_update(out)
         for group in finished:
-            self._generators.pop(group.request_id, None)
+            self._seeds.pop(group.request_id, None)
+            for seq in group.finished_seqs:
+                self._generators.pop(seq.seq_id, None)
+            if group.request_id in self._beams:
+                self.finished_beams[group.request_id] = self._beams.pop(group.request_id)
         return StepStats(out, finished, time.perf_counter() - start)
 
     def _execute(self, out: SchedulerOutput) -> dict[int, list[Sample]]:
@@ -125,22 +151,57 @@ class LLMEngine:
         return self._sample(out, logits)
 
     def _sample(self, out: SchedulerOutput, logits: torch.Tensor) -> dict[int, list[Sample]]:
-        """Samples per group, in the order the due sequences appear in the batch."""
+        """Samples per group, for the sequences due a token (rows of logits, in batch order)."""
         samples: dict[int, list[Sample]] = {}
-        i = pos = 0
+        row = pos = 0
         for group in out.groups:  # a group's sequences sit together in the batch, in group order
-            params = group.sampling
-            gen = self._generators.get(group.request_id)
+            due: dict[int, torch.Tensor] = {}
             for seq in group.seqs:
+                if seq.num_computed_tokens + out.num_new_tokens[pos] == seq.num_tokens:
+                    due[seq.seq_id] = logits[row]
+                    row += 1
                 pos += 1
-                if seq.num_computed_tokens + out.num_new_tokens[pos - 1] != seq.num_tokens:
-                    continue
-                # a parallel-sampling group draws its n samples from the prompt's last logits
-                num = params.n if params.n > 1 and len(group.seqs) == 1 and seq.num_output_tokens == 0 else 1
-                tokens, logprobs = sample(logits[i], params, gen, num)
-                i += 1
-                samples.setdefault(group.request_id, []).extend(Sample(seq.seq_id, t, lp) for t, lp in zip(tokens, logprobs))
+            if not due:
+                continue
+            beams = self._beams.get(group.request_id)
+            if beams is not None:
+                samples[group.request_id] = beams.step(group, due)
+            else:
+                samples[group.request_id] = self._sample_group(group, due)
         return samples
+
+    def _sample_group(self, group: SequenceGroup, due: dict[int, torch.Tensor]) -> list[Sample]:
+        params = group.sampling
+        mine = []
+        for seq_id, row in due.items():
+            seq = next(s for s in group.seqs if s.seq_id == seq_id)
+            if params.n > 1 and len(group.seqs) == 1 and seq.num_output_tokens == 0:
+                # the prompt's last logits give the first token of all n samples: sample i from a
+                # fresh generator seeded seed + i; the core forks the prompt's sequence
+                gens = [self._generators.get(seq_id)] + [self._new_generator(group, i) for i in range(1, params.n)]
+                for gen in gens:
+                    mine.append(Sample(seq_id, *_one(sample(row, params, gen))))
+                self._forks[group.request_id] = gens
+            else:
+                mine.append(Sample(seq_id, *_one(sample(row, params, self._generators.get(seq_id)))))
+        return mine
+
+    def _new_generator(self, group: SequenceGroup, index: int) -> torch.Generator | None:
+        seed = self._seeds.get(group.request_id)
+        return None if seed is None else make_generator(seed + index)  # None: greedy
+
+    def _after_update(self, out: SchedulerOutput) -> None:
+        """Give the sequences the core just forked their generators / beam ranks."""
+        for group in out.groups:
+            # the core says which sequence each sample went into (group.sample_seq_ids)
+            gens = self._forks.pop(group.request_id, None)
+            if gens is not None:
+                for seq_id, gen in zip(group.sample_seq_ids, gens):
+                    if gen is not None:
+                        self._generators[seq_id] = gen
+            beams = self._beams.get(group.request_id)
+            if beams is not None and beams.pending is not None:
+                beams.after_update(group)
 
     # -- offline generation ----------------------------------------------------------------
     def generate(self, prompts: list[list[int]], sampling: SamplingParams | list[SamplingParams]) -> list[RequestOutput]:
@@ -155,6 +216,17 @@ class LLMEngine:
         for prompt, group in zip(prompts, groups):
             if group.reject_reason:
                 raise ValueError(f"request {group.request_id} rejected: {group.reject_reason}")
-            outputs = [seq.output_token_ids for seq in group.finished_seqs]
-            results.append(RequestOutput(group.request_id, list(prompt), outputs, group))
+            beams = self.finished_beams.pop(group.request_id, None)
+            if beams is not None:
+                results.append(RequestOutput(group.request_id, list(prompt), beams.outputs(group), group, beams.parent_ranks))
+            else:
+                # sample i of a parallel-sampling group: the prompt's sequence is sample 0 and the
+                # core numbers the children it forks off in sample order
+                outputs = [seq.output_token_ids for seq in sorted(group.finished_seqs, key=lambda s: s.seq_id)]
+                results.append(RequestOutput(group.request_id, list(prompt), outputs, group))
         return results
+
+
+def _one(drawn: tuple[list[int], list[float]]) -> tuple[int, float]:
+    tokens, logprobs = drawn
+    return tokens[0], logprobs[0]

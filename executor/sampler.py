@@ -1,6 +1,11 @@
-"""Turning logits into tokens: greedy, or temperature with top-k / top-p, from seeded generators."""
+"""Turning logits into tokens: greedy, or temperature with top-k / top-p, from seeded generators.
+
+The engine gives every sampled sequence its own generator: sample i of a request with n
+samples is drawn from a generator seeded seed + i (beam search draws nothing: executor/beam.py)."""
 
 from __future__ import annotations
+
+import random
 
 import torch
 
@@ -35,7 +40,12 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     return tokens, [float(logprobs[t]) for t in tokens]
 
 
+def random_seed() -> int:
+    """A fresh seed from the OS (torch.seed() would also reseed torch's global generator)."""
+    return random.SystemRandom().getrandbits(62)
+
+
 def make_generator(seed: int | None) -> torch.Generator:
     gen = torch.Generator()
-    gen.manual_seed(seed if seed is not None else torch.seed())
+    gen.manual_seed(seed if seed is not None else random_seed())
     return gen

@@ -92,6 +92,7 @@ class StepRecord:
     num_waiting: int
     num_swapped: int
     kv_blocks_used: int
+    kv_blocks_logical: int  # blocks the live sequences would hold without sharing (>= kv_blocks_used)
     kv_utilization: float
     num_preempted: int
     blocks_swapped_in: int
@@ -110,34 +111,50 @@ class MetricsRecorder:
     requests: list[RequestRecord] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
     waste: list[tuple] = field(default_factory=list)  # rows of WASTE_FIELDS, sampled
+    # Prefix-cache lookups so far (full prompt blocks looked up / found), read from the KV
+    # manager's running counters at every recorded step; 0 / 0 without prefix caching.
+    prefix_blocks_queried: int = 0
+    prefix_blocks_hit: int = 0
 
     def record_request(self, group: SequenceGroup) -> None:
         self.requests.append(RequestRecord.from_group(group))
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
-        used = scheduler.kv.num_used_blocks
+        kv = scheduler.kv
+        used = kv.num_used_blocks
+        self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
+        self.prefix_blocks_hit = getattr(kv, "prefix_hits", 0)
         self.steps.append(StepRecord(
             time=now, duration=duration, num_running_requests=len(scheduler.running),
             num_scheduled_seqs=len(out.seqs), num_prefill_tokens=out.num_prefill_tokens,
             num_decode_seqs=out.num_decode_seqs, num_waiting=len(scheduler.waiting), num_swapped=len(scheduler.swapped),
-            kv_blocks_used=used, kv_utilization=used / self.num_kv_blocks if self.num_kv_blocks else 0.0,
+            kv_blocks_used=used, kv_blocks_logical=kv.num_logical_blocks,
+            kv_utilization=used / self.num_kv_blocks if self.num_kv_blocks else 0.0,
             num_preempted=len(out.preempted), blocks_swapped_in=len(out.blocks_to_swap_in),
             blocks_swapped_out=len(out.blocks_to_swap_out), blocks_copied=len(out.blocks_to_copy),
         ))
 
     def record_decode_run(self, ends: list[float], durations: list[float], num_seqs: int, kv_blocks_used: list[int],
-                          num_swapped: int, before: tuple[int, int], after: tuple[int, int]) -> None:
+                          num_swapped: int, before: tuple[int, int], after: tuple[int, int],
+                          shared: tuple[int, int] = (0, 0)) -> None:
         """Plain decode steps taken in one run (see Scheduler.advance_decode): the records
         record_step() would have written for them. before / after: (running requests, waiting
-        requests) during the run and after its last step."""
+        requests) during the run and after its last step. shared: logical minus used blocks
+        during the run and after its last step; the blocks a run appends are private (a run
+        never copies or forks), so the difference holds until the last step's frees."""
         last = len(ends) - 1
         total = self.num_kv_blocks
         append = self.steps.append
-        for j in range(len(ends)):
-            running, waiting = before if j < last else after
+        running, waiting = before
+        gap = shared[0]
+        for j in range(last):
             used = kv_blocks_used[j]
             append(StepRecord(ends[j], durations[j], running, num_seqs, 0, num_seqs, waiting, num_swapped,
-                              used, used / total if total else 0.0, 0, 0, 0, 0))
+                              used, used + gap, used / total if total else 0.0, 0, 0, 0, 0))
+        running, waiting = after
+        used = kv_blocks_used[last]
+        append(StepRecord(ends[last], durations[last], running, num_seqs, 0, num_seqs, waiting, num_swapped,
+                          used, used + shared[1], used / total if total else 0.0, 0, 0, 0, 0))
 
     def record_waste(self, now: float, scheduler) -> None:
         w = scheduler.kv.waste(scheduler.running)
@@ -154,6 +171,11 @@ class MetricsRecorder:
         total_tokens = sum(r.prompt_len + r.output_len for r in finished)
         steps = self.steps
         step_time = sum(s.duration for s in steps)
+        # memory saving: time integrals over steps (each step's state weighted by its duration)
+        # of blocks saved by sharing and of blocks needed without it
+        logical_time = sum(s.kv_blocks_logical * s.duration for s in steps)
+        saved_time = logical_time - sum(s.kv_blocks_used * s.duration for s in steps)
+        queried = self.prefix_blocks_queried
         summary = {
             "num_requests": len(self.requests),
             "num_finished": len(finished),
@@ -176,6 +198,13 @@ class MetricsRecorder:
             "num_preemptions": sum(s.num_preempted for s in steps),
             "num_swapped_blocks": sum(s.blocks_swapped_in + s.blocks_swapped_out for s in steps),
             "num_copied_blocks": sum(s.blocks_copied for s in steps),
+            "memory_saving": saved_time / logical_time if logical_time else 0.0,
+            # the same ratio with every step weighted alike: equal for two drivers that run the
+            # same schedule, whatever their step times
+            "memory_saving_per_step": _saving_per_step(steps),
+            "prefix_hit_rate": self.prefix_blocks_hit / queried if queried else None,
+            "prefix_blocks_queried": queried,
+            "prefill_tokens_saved": sum(r.cached_prompt_tokens for r in self.requests),
             "reject_reasons": _count(r.reject_reason for r in self.requests if r.status == "rejected"),
         }
         summary.update(extra)
@@ -198,6 +227,11 @@ def _write_csv(path: Path, columns, rows) -> None:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in row.items()})
+
+
+def _saving_per_step(steps) -> float:
+    logical = sum(s.kv_blocks_logical for s in steps)
+    return (logical - sum(s.kv_blocks_used for s in steps)) / logical if logical else 0.0
 
 
 def _mean(values) -> float | None:

@@ -38,6 +38,13 @@ class LoadedModel:
     device: torch.device
     tokenizer: Any = None  # an HF tokenizer where the source has one
 
+    @property
+    def name(self) -> str:
+        """What reports call the model: its checkpoint's folder or file name (no absolute path,
+        so reports do not depend on where the package is installed), else the model class."""
+        source = getattr(self.config, "_name_or_path", "")
+        return Path(source).name if source else type(self.model).__name__
+
 
 # ---------------------------------------------------------------- configs
 

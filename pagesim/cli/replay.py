@@ -52,6 +52,10 @@ def replay(
     prefix_caching: bool = typer.Option(False, help="automatic prefix caching"),
     chunked_prefill: bool = typer.Option(False, help="split prompts to fill the token budget"),
     n: Optional[int] = typer.Option(None, help="parallel samples for every request"),
+    beam_width: Optional[int] = typer.Option(None, help="beam search of this width for every request (simulated "
+                                             "beam ancestry: pagesim/sim/beam_model.py)"),
+    beam_ancestry: Optional[Path] = typer.Option(None, help="beam-ancestry measurements to fit the simulated beam search "
+                                                 "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
     warmup: float = typer.Option(0.0, help="leave requests arriving in the first S seconds out of latency statistics"),
     cost_model: str = typer.Option("roofline", help="roofline, constant or profiled"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
@@ -75,11 +79,12 @@ def replay(
         rate=rate or None, burstiness=burstiness, num_requests=num_requests, duration=duration,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, swap_space_gib=swap_space,
         num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching, chunked_prefill=chunked_prefill, n=n,
+        beam_width=beam_width, beam_ancestry=str(beam_ancestry) if beam_ancestry else None,
         cost_model=cost_model, profile=str(profile) if profile else None, seed=seed, warmup_s=warmup,
     )
     try:
         sim = Replay(cfg, loaded)
-    except (KeyError, ValueError, NotImplementedError) as e:
+    except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
 
     console = Console(stderr=True)
@@ -130,8 +135,12 @@ def print_summary(s: dict, console, title: str) -> None:
         ("KV utilization mean", _fmt(s["mean_kv_utilization"] * 100, " %", 1), "peak", _fmt(s["peak_kv_utilization"] * 100, " %", 1)),
         ("preemptions", _fmt(s["num_preemptions"]), "swapped blocks", _fmt(s["num_swapped_blocks"])),
     ]
-    if "prefix_hit_rate" in s:
-        rows.append(("prefix hit rate", _fmt(s["prefix_hit_rate"] * 100, " %", 1), "", ""))
+    if "memory_saving" in s:
+        rows.append(("memory saving (sharing)", _fmt(s["memory_saving"] * 100, " %", 2),
+                     "copied blocks", _fmt(s["num_copied_blocks"])))
+    if s.get("prefix_hit_rate") is not None:
+        rows.append(("prefix hit rate", _fmt(s["prefix_hit_rate"] * 100, " %", 1),
+                     "prefill tokens saved", _fmt(s["prefill_tokens_saved"])))
     for row in rows:
         table.add_row(*row)
     console.print(table)

@@ -34,6 +34,7 @@ def run(
     prefix_caching: bool = typer.Option(False, help="automatic prefix caching"),
     chunked_prefill: bool = typer.Option(False, help="split prompts to fill the token budget"),
     n: Optional[int] = typer.Option(None, help="parallel samples for every request"),
+    beam_width: Optional[int] = typer.Option(None, help="beam search of this width for every request"),
     warmup: float = typer.Option(0.0, help="leave requests arriving in the first S seconds out of latency statistics"),
     seed: int = typer.Option(0, help="seed of arrivals and synthetic prompts"),
     out: Optional[Path] = typer.Option(None, help="write requests.csv, steps.csv and summary.json here"),
@@ -48,7 +49,7 @@ def run(
     from executor.run import RunConfig, trace_requests
 
     run_cfg = RunConfig(rate=rate or None, burstiness=burstiness, num_requests=num_requests, duration=duration,
-                        seed=seed, n=n, warmup_s=warmup)
+                        seed=seed, n=n, beam_width=beam_width, warmup_s=warmup)
     try:
         loaded_trace = load_trace(trace)
         trace_requests(loaded_trace, run_cfg)  # bad arrival settings fail here, before the model loads

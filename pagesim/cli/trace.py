@@ -24,6 +24,8 @@ class Kind(str, enum.Enum):
     sharegpt = "sharegpt"
     alpaca = "alpaca"
     sharegpt_chat = "sharegpt-chat"
+    translation_1shot = "translation-1shot"
+    translation_5shot = "translation-5shot"
 
 
 def _recorded_out(out: Path) -> str:
@@ -41,13 +43,13 @@ def _recorded_out(out: Path) -> str:
 
 @trace_app.command("build")
 def build(
-    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca or sharegpt-chat"),
+    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot or translation-5shot"),
     out: Path = typer.Option(..., "--out", help="trace file to write"),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="public data folder (default: $PAGESIM_DATA_DIR, else ../shared/data beside the repo)"
     ),
     num: Optional[int] = typer.Option(
-        None, "--num", help="requests to keep (sharegpt: 10000; alpaca: all), or conversations (sharegpt-chat: 850)"
+        None, "--num", help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the shuffle that picks the requests"),
 ) -> None:

@@ -111,5 +111,12 @@ class KVCacheManager(ABC):
     def num_used_blocks(self) -> int:
         return self.num_device_blocks - self.num_free_blocks
 
+    @property
+    def num_logical_blocks(self) -> int:
+        """Device blocks the live sequences would hold if nothing were shared (each sequence
+        its own copy of every block in its table). Managers without sharing (the reservation
+        baselines copy on fork) report their used blocks: a memory saving of 0."""
+        return self.num_used_blocks
+
     @abstractmethod
     def waste(self, running: list[SequenceGroup]) -> WasteBreakdown: ...

@@ -30,6 +30,9 @@ class BlockPool:
         self.block_hash: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}  # block hash -> block id holding those tokens
         self.num_evictions = 0
+        # Sum of all refcounts: every block-table entry that points into this pool. Kept as a
+        # running total so the memory-saving metric (1 - used / num_refs) costs nothing per step.
+        self.num_refs = 0
 
     @property
     def num_free(self) -> int:
@@ -42,15 +45,18 @@ class BlockPool:
             self.block_hash[block] = None
             self.num_evictions += 1
         self.refcount[block] = 1
+        self.num_refs += 1
         return block
 
     def incref(self, block: int) -> None:
         if self.refcount[block] == 0:  # a cached block revived by a prefix hit
             del self.free_queue[block]
         self.refcount[block] += 1
+        self.num_refs += 1
 
     def decref(self, block: int) -> None:
         self.refcount[block] -= 1
+        self.num_refs -= 1
         if self.refcount[block] == 0:
             self.free_queue[block] = None
 
@@ -183,6 +189,11 @@ class PagedKVManager(KVCacheManager):
     @property
     def num_free_blocks(self) -> int:
         return self.device.num_free
+
+    @property
+    def num_logical_blocks(self) -> int:
+        # block-table entries of device-resident sequences; a block shared by k tables counts k times
+        return self.device.num_refs
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         table = seq.block_table

@@ -140,6 +140,9 @@ class SequenceGroup:
     num_cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
     reject_reason: str | None = None
     finished_seqs: list[Sequence] = field(default_factory=list)  # outputs, in finishing order
+    # after a step with explicit samples: the sequence each sample went into, in sample order
+    # (the parent's id for its first sample, a new child's for the others)
+    sample_seq_ids: list[int] = field(default_factory=list)
 
     @property
     def request_id(self) -> int:

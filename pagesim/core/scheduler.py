@@ -508,27 +508,38 @@ class Scheduler:
             finished.append(group)
 
     def _apply_samples(self, group: SequenceGroup, due: list[Sequence], samples: list[Sample]) -> None:
-        by_parent: dict[int, list[Sample]] = {}
-        for sample in samples:
-            by_parent.setdefault(sample.parent_seq_id, []).append(sample)
+        """Append each sample to its parent (the parent keeps its first sample, a further one
+        forks a child), drop the due sequences no sample names, and record in
+        group.sample_seq_ids the sequence each sample went into, so a driver can follow it."""
+        by_parent: dict[int, list[int]] = {}  # parent seq id -> indices of its samples
+        for i, sample in enumerate(samples):
+            by_parent.setdefault(sample.parent_seq_id, []).append(i)
+        # Beams that lost are freed before any fork: a manager that forks by copying (the
+        # reservation baselines) hands the child the range a lost beam gives back.
+        for seq in due:
+            if seq.seq_id not in by_parent:
+                seq.status = SequenceStatus.DROPPED
+                self.kv.free(seq)
+        placed = [0] * len(samples)
         new_seqs = []
         for seq in group.seqs:
             if seq not in due:
                 new_seqs.append(seq)
                 continue
             mine = by_parent.get(seq.seq_id)
-            if not mine:  # a beam that lost
-                seq.status = SequenceStatus.DROPPED
-                self.kv.free(seq)
+            if not mine:  # a beam that lost (freed above)
                 continue
-            for sample in mine[1:]:  # fork before the parent appends its own token
+            for i in mine[1:]:  # fork before the parent appends its own token
                 child = seq.copy_as(next(self._seq_ids))
                 self.kv.fork(seq, child)
-                child.append_token(sample.token_id, sample.logprob)
+                child.append_token(samples[i].token_id, samples[i].logprob)
                 new_seqs.append(child)
-            seq.append_token(mine[0].token_id, mine[0].logprob)
+                placed[i] = child.seq_id
+            seq.append_token(samples[mine[0]].token_id, samples[mine[0]].logprob)
             new_seqs.append(seq)
+            placed[mine[0]] = seq.seq_id
         group.seqs = new_seqs
+        group.sample_seq_ids = placed
 
     def _retire_stopped(self, group: SequenceGroup) -> None:
         """Finish the sequences that hit max_tokens, max_model_len or (unless ignored) EOS."""

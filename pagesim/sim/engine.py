@@ -8,6 +8,7 @@ and every sequence produces exactly its trace output length (no EOS), as in the 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import asdict, dataclass, field
 
 import simpy
@@ -15,6 +16,7 @@ import simpy
 from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
 from pagesim.core.scheduler import DecodePlan
 from pagesim.metrics import MetricsRecorder
+from pagesim.sim import beam_model
 from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
 from pagesim.workload.requests import build_requests
@@ -47,6 +49,8 @@ class ReplayConfig:
     chunked_prefill: bool = False
     allocator: str = "buddy"
     n: int | None = None  # override every request's parallel samples
+    beam_width: int | None = None  # override every request's beam width
+    beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
     cost_model: str = "roofline"
     profile: str | None = None
     seed: int = 0
@@ -100,9 +104,18 @@ class Replay:
         self.scheduler = make_scheduler(cfg.policy, self.pool, sched_cfg)
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
         self.requests, self.notes = build_requests(trace, rate=cfg.rate, burstiness=cfg.burstiness, num_requests=cfg.num_requests,
-                                                   duration=cfg.duration, seed=cfg.seed, n=cfg.n)
-        if any(r.sampling.use_beam_search for r in self.requests):
-            raise NotImplementedError("beam search in the simulator needs a beam-ancestry model, which is not built yet")
+                                                   duration=cfg.duration, seed=cfg.seed, n=cfg.n, beam_width=cfg.beam_width)
+        # Beam groups get explicit samples every step, their ancestry drawn from the measured
+        # model with one generator per request (so a request's ancestry does not depend on
+        # what else is running); everything else takes SIM_STEP and the decode fast path.
+        self.beam = None
+        widths = {r.sampling.beam_width for r in self.requests if r.sampling.use_beam_search}
+        if widths:
+            self.beam = beam_model.BeamAncestryModel.load(cfg.beam_ancestry or beam_model.DEFAULT_PATH)
+            for width in sorted(widths):
+                self.beam.check_width(width)
+            self.notes.append(f"beam ancestry drawn from {self.beam.source} (widths {self.beam.widths})")
+        self._beam_rngs: dict[int, random.Random] = {}
         self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s)
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0
@@ -156,10 +169,30 @@ class Replay:
                                    f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
             duration = cost.iteration_time(batch_shape(out, block_size))
             yield env.timeout(duration)
-            for group in scheduler.update(out, SIM_STEP, env.now):
+            step = self._beam_step(out) if self.beam is not None else SIM_STEP
+            for group in scheduler.update(out, step, env.now):
                 self._done(group)
+                self._beam_rngs.pop(group.request_id, None)
             metrics.record_step(out, env.now, duration, scheduler)
             self._maybe_sample_waste(env.now)
+
+    def _beam_step(self, out: SchedulerOutput) -> StepResult:
+        """SIM_STEP plus explicit samples for the beam groups due a token this step."""
+        samples = {}
+        pos = 0
+        for group in out.groups:
+            seqs = group.seqs
+            if group.request.sampling.use_beam_search:
+                due = [seq for seq, n in zip(seqs, out.num_new_tokens[pos:pos + len(seqs)])
+                       if seq.num_computed_tokens + n == seq.num_tokens]
+                if due:
+                    rid = group.request_id
+                    rng = self._beam_rngs.get(rid)
+                    if rng is None:
+                        rng = self._beam_rngs[rid] = random.Random(f"beam:{self.cfg.seed}:{rid}")
+                    samples[rid] = beam_model.group_samples(group, due, self.beam, rng, SIM_TOKEN)
+            pos += len(seqs)
+        return StepResult(samples=samples, default_token=SIM_TOKEN) if samples else SIM_STEP
 
     def _decode_run(self, env: simpy.Environment, plan: DecodePlan):
         """Steps that can only be plain decode steps of the same batch, taken in one go up to
@@ -179,6 +212,8 @@ class Replay:
             if now >= until:
                 break
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
+        kv = scheduler.kv
+        shared_before = kv.num_logical_blocks - kv.num_used_blocks
         run = scheduler.advance_decode(len(ends), SIM_TOKEN, now)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
@@ -190,7 +225,8 @@ class Replay:
             self._done(group)
         # queues change only at the run's last step (an arrival during it, or a finish)
         self.metrics.record_decode_run(ends, durations, num_seqs, run.kv_blocks_used, swapped,
-                                       (running, waiting_before), (len(scheduler.running), len(scheduler.waiting)))
+                                       (running, waiting_before), (len(scheduler.running), len(scheduler.waiting)),
+                                       (shared_before, kv.num_logical_blocks - kv.num_used_blocks))
         self._maybe_sample_waste(env.now)
 
     def _next_arrival_time(self) -> float:
@@ -213,9 +249,6 @@ class Replay:
             "cost_model": self.cost.describe(),
             "notes": self.notes,
         }
-        if self.scheduler.kv.__class__.__name__ == "PagedKVManager" and cfg.prefix_caching:
-            kv = self.scheduler.kv
-            extra["prefix_hit_rate"] = kv.prefix_hits / kv.prefix_queries if kv.prefix_queries else 0.0
         if self.metrics.waste:
             extra["waste_mean_share"] = _mean_shares(self.metrics.waste, cfg.warmup_s)
         return self.metrics.summary(**extra)

@@ -9,11 +9,16 @@ from pagesim.workload.trace import Trace
 
 
 def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0, num_requests: int | None = None,
-                   duration: float | None = None, seed: int = 0, n: int | None = None) -> tuple[list[Request], list[str]]:
+                   duration: float | None = None, seed: int = 0, n: int | None = None,
+                   beam_width: int | None = None) -> tuple[list[Request], list[str]]:
     """Requests with arrival times (Poisson at rate, gamma when burstiness != 1, or the trace's own
     times when rate is None), by count or by duration. When more requests are asked for than the
     trace holds, the trace is cycled in its (already shuffled) order, as the paper's artifact does;
-    the returned notes say so. Every sequence generates exactly its trace output length."""
+    the returned notes say so. Every sequence generates exactly its trace output length.
+    n / beam_width, when given, override every record's own (setting one resets the other to 1,
+    since a request cannot do both)."""
+    if n is not None and beam_width is not None and n > 1 and beam_width > 1:
+        raise ValueError(f"n={n} and beam_width={beam_width} cannot be combined")
     notes = []
     if rate is None:
         process = ArrivalProcess("trace")
@@ -26,7 +31,12 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     requests = []
     for i, t in enumerate(times):
         rec = trace.requests[i % len(trace)]
-        sampling = SamplingParams(n=n if n is not None else (rec.n or 1), beam_width=rec.beam_width or 1,
-                                  max_tokens=rec.output_len, ignore_eos=True)
+        req_n = n if n is not None else (rec.n or 1)
+        req_beam = beam_width if beam_width is not None else (rec.beam_width or 1)
+        if n is not None and n > 1 and beam_width is None:
+            req_beam = 1  # the override replaces the record's beam search
+        if beam_width is not None and beam_width > 1 and n is None:
+            req_n = 1  # and the other way round
+        sampling = SamplingParams(n=req_n, beam_width=req_beam, max_tokens=rec.output_len, ignore_eos=True)
         requests.append(Request(i, rec.prompt_len, sampling, float(t), rec.prompt_token_ids))
     return requests, notes

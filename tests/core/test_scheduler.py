@@ -13,7 +13,7 @@ import random
 import pytest
 
 from pagesim.core import (
-    PagedKVManager, Request, ReservationKVManager, SamplingParams, Scheduler, SchedulerConfig, SequenceStatus,
+    PagedKVManager, Request, ReservationKVManager, Sample, SamplingParams, Scheduler, SchedulerConfig, SequenceStatus,
     StepResult,
 )
 from .driver import FakeEngine, make_scheduler, random_requests
@@ -329,3 +329,26 @@ def test_reservation_length_mismatch_is_caught_up_front():
         while sched.has_unfinished:
             out = sched.schedule(0.0)
             sched.update(out, StepResult(default_token=1), 0.0)
+
+
+def test_samples_are_traced_to_the_sequences_they_went_into():
+    # A beam-like step: 3 live sequences; parent a gets two samples (one forks), b one, c none
+    # (dropped). sample_seq_ids must name, per sample, the sequence now ending in its token.
+    sched = paged_sched(32, bs=4)
+    g = sched.add_request(Request(0, 5, SamplingParams(beam_width=3, max_tokens=8, ignore_eos=True),
+                                  prompt_token_ids=list(range(5))))
+    out = sched.schedule(0.0)
+    p = g.seqs[0].seq_id
+    sched.update(out, StepResult(samples={0: [Sample(p, 10), Sample(p, 11), Sample(p, 12)]}), 1.0)
+    assert sorted(g.sample_seq_ids) == sorted(s.seq_id for s in g.seqs) and g.sample_seq_ids[0] == p
+    a, b, c = g.sample_seq_ids
+    out = sched.schedule(1.0)
+    samples = [Sample(b, 20), Sample(a, 21), Sample(b, 22)]  # b twice (forks), a once, c dropped
+    sched.update(out, StepResult(samples={0: samples}), 2.0)
+    by_id = {s.seq_id: s for s in g.seqs}
+    assert set(by_id) == set(g.sample_seq_ids) and c not in by_id
+    for sample, seq_id in zip(samples, g.sample_seq_ids):
+        seq = by_id[seq_id]
+        assert seq.token_ids[-1] == sample.token_id
+        assert seq.token_ids[-2] == {a: 10, b: 11}[sample.parent_seq_id]  # descends from its parent
+    assert g.sample_seq_ids[0] == b and g.sample_seq_ids[1] == a  # a parent keeps its first sample
