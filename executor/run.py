@@ -25,8 +25,35 @@ class RunConfig:
     num_requests: int | None = 16
     duration: float | None = None
     seed: int = 0
-    n: int | None = None
+    n: int | None = None  # overrides every request's parallel samples
+    beam_width: int | None = None  # overrides every request's beam width
     warmup_s: float = 0.0
+    clock: str = "wall"  # wall | cpu (see RunClock)
+
+
+class RunClock:
+    """The run's time base. "wall": perf_counter, idle gaps slept through. "cpu": this thread's
+    CPU time (time.thread_time) and idle gaps skipped to the next arrival, so that a run with one
+    torch thread measures the work it did, not the load other processes put on the machine."""
+
+    def __init__(self, kind: str = "wall"):
+        if kind not in ("wall", "cpu"):
+            raise ValueError(f"clock must be 'wall' or 'cpu', got {kind!r}")
+        self.kind = kind
+        self._read = time.perf_counter if kind == "wall" else time.thread_time
+        self._offset = -self._read()
+
+    def __call__(self) -> float:
+        return self._read() + self._offset
+
+    def wait_until(self, t: float) -> None:
+        gap = t - self()
+        if gap <= 0:
+            return
+        if self.kind == "wall":
+            time.sleep(gap)
+        else:
+            self._offset += gap
 
 
 def synthetic_prompt(request: Request, vocab_size: int, seed: int) -> list[int]:
@@ -38,7 +65,8 @@ def synthetic_prompt(request: Request, vocab_size: int, seed: int) -> list[int]:
 
 def trace_requests(trace: Trace, run_cfg: RunConfig) -> tuple[list[Request], list[str]]:
     return build_requests(trace, rate=run_cfg.rate, burstiness=run_cfg.burstiness, num_requests=run_cfg.num_requests,
-                          duration=run_cfg.duration, seed=run_cfg.seed, n=run_cfg.n)
+                          duration=run_cfg.duration, seed=run_cfg.seed, n=run_cfg.n,
+                          beam_width=run_cfg.beam_width)
 
 
 def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: RunConfig, progress=None):
@@ -48,14 +76,12 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
     metrics = MetricsRecorder(engine_cfg.num_gpu_blocks, run_cfg.warmup_s)
     done = 0
     pending = list(requests)
-    start = time.perf_counter()
-
-    def clock() -> float:
-        return time.perf_counter() - start
+    clock = RunClock(run_cfg.clock)
 
     def record(group) -> None:
         nonlocal done
         metrics.record_request(group)
+        engine.finished_beams.pop(group.request_id, None)  # a trace run keeps metrics, not beams
         done += 1
         if progress is not None:
             progress(done)
@@ -70,15 +96,17 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
                 record(group)
         if not engine.has_unfinished():
             if pending:
-                time.sleep(max(0.0, pending[0].arrival_time - clock()))
+                clock.wait_until(pending[0].arrival_time)
             continue
+        began = clock()
         stats = engine.step(clock)
+        ended = clock()
         for group in stats.finished:
             record(group)
-        metrics.record_step(stats.out, clock(), stats.seconds, engine.scheduler)
+        metrics.record_step(stats.out, ended, ended - began, engine.scheduler)
     summary = metrics.summary(
         driver="executor", engine=asdict(engine_cfg), run=asdict(run_cfg), notes=notes,
-        model=getattr(lm.config, "_name_or_path", "") or type(lm.model).__name__, device=str(lm.device),
+        model=lm.name, device=str(lm.device),
         num_kv_blocks=engine_cfg.num_gpu_blocks, kv_token_slots=engine_cfg.num_gpu_blocks * engine_cfg.block_size,
     )
     return summary, metrics

@@ -13,6 +13,9 @@ Writes the markdown report and a .json beside it (same stem) with the raw number
   2. bandwidth    device-copy ceiling, paged decode vs. SDPA on gathered K/V, cache ops.
   3. end_to_end   LLMEngine on ShareGPT requests vs. transformers generate() on the same weights.
   4. profile      engine step times on a small grid of iteration shapes.
+  5. calibration  executor/profiler.py's grid -> a profile file beside the report -> the simulator's
+                  `profiled` cost model -> `pagesim compare` (pagesim.compare) on ShareGPT for paged +
+                  recompute, paged + swap and Orca (Oracle): relative errors and a figure.
 
 Each section is caught on its own: a failure is recorded (with its traceback) and the next one
 runs. The report is rewritten after every section, so a run killed from outside still leaves what
@@ -50,6 +53,8 @@ SECTIONS = [
     ("bandwidth", "2. Bandwidth"),
     ("end_to_end", "3. End-to-end throughput"),
     ("profile", "4. Profile (step times for the cost model)"),
+    ("calibration", "5. Calibration (profiled cost model, simulated vs. executor)"),
+    ("paper_figs", "6. Paper Figs. 18a and 19a (kernel latency; swap vs recompute)"),
 ]
 TOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 2e-2}  # atol = rtol; the cache ops must be exact
 
@@ -87,7 +92,10 @@ def shapes(mode: str) -> dict:
                     cb_layers=32, cb_pairs=256, warmup=3, reps=10),
             model="llama-2-7b", num_requests=500, length_scale=1, hf_batch=32, max_num_seqs=256,
             profile=dict(prefill=[128, 512, 2048], decode_batch=[1, 16, 64], decode_ctx=512, reps=5),
-            budget_s=470, engine_cap_s=200, hf_cap_s=100,
+            calibration=dict(grid="gpu", clock="wall", sim_model="llama-2-7b", length_scale=1, num_requests=200,
+                             num_gpu_blocks=1024, num_cpu_blocks=2048, max_num_seqs=256, max_num_batched_tokens=2560,
+                             max_model_len=2048, load=0.9),
+            budget_s=590, engine_cap_s=200, hf_cap_s=100,
         )
     if mode == "cpu":
         return dict(
@@ -103,7 +111,10 @@ def shapes(mode: str) -> dict:
                     rc_tokens=512, cb_layers=2, cb_pairs=32, warmup=1, reps=5),
             model="llama-small", num_requests=16, length_scale=8, hf_batch=8, max_num_seqs=16,
             profile=dict(prefill=[128, 512, 2048], decode_batch=[1, 16, 64], decode_ctx=512, reps=2),
-            budget_s=300, engine_cap_s=60, hf_cap_s=60,
+            calibration=dict(grid="tiny", clock="cpu", sim_model="smollm2-135m", length_scale=16, num_requests=24,
+                             num_gpu_blocks=24, num_cpu_blocks=64, max_num_seqs=16, max_num_batched_tokens=512,
+                             max_model_len=512, load=0.9),
+            budget_s=360, engine_cap_s=60, hf_cap_s=60,
         )
     # cpu-tiny
     return dict(
@@ -114,7 +125,10 @@ def shapes(mode: str) -> dict:
                 rc_tokens=256, cb_layers=2, cb_pairs=16, warmup=1, reps=3),
         model="llama-tiny", num_requests=8, length_scale=16, hf_batch=4, max_num_seqs=8,
         profile=dict(prefill=[128, 512, 2048], decode_batch=[1, 16, 64], decode_ctx=128, reps=2),
-        budget_s=120, engine_cap_s=20, hf_cap_s=20,
+        calibration=dict(grid="tiny", clock="cpu", sim_model="smollm2-135m", length_scale=32, num_requests=8,
+                         num_gpu_blocks=12, num_cpu_blocks=32, max_num_seqs=8, max_num_batched_tokens=256,
+                         max_model_len=256, load=0.9),
+        budget_s=150, engine_cap_s=20, hf_cap_s=20,
     )
 
 
@@ -967,6 +981,84 @@ def section_profile(ctx: Ctx, sec: dict) -> None:
         torch.cuda.empty_cache()
 
 
+# ------------------------------------------------------------------------------------- 5. calibration
+
+def section_calibration(ctx: Ctx, sec: dict) -> None:
+    """The calibration pipeline of docs/calibration.md on this device: profile the section 3 model
+    (executor.profiler), fit the `profiled` cost model, then serve the same ShareGPT requests on the
+    executor and in the simulator (pagesim.compare) at a rate near the simulated capacity."""
+    from executor.profiler import ProfileGrid, profile_engine
+    from pagesim.compare import CompareSettings, compare as compare_runs, plot, scaled_trace, simulate
+    from pagesim.sim.profiled import ProfiledCostModel, load_profile
+    from pagesim.workload.trace import load_trace
+
+    if ctx.lm is None:
+        raise RuntimeError("no model: building it failed (see section 3)")
+    C = ctx.S["calibration"]
+    grid = {"gpu": ProfileGrid.gpu, "tiny": ProfileGrid.tiny, "default": ProfileGrid}[C["grid"]]()
+    out = ctx.report.md_path
+    profile_path = out.with_name(out.stem + "_profile.json")
+    data = profile_engine(ctx.lm, grid, clock=C["clock"], model_spec=ctx.S["model"], command=ctx.report.meta["command"])
+    profile_path.write_text(json.dumps(data, indent=1) + "\n")
+    fit = ProfiledCostModel.from_profile(load_profile(profile_path)).describe()
+    sec["data"]["profile"] = str(profile_path)
+    sec["data"]["fit"] = {k: fit[k] for k in ("coefficients", "train_error", "held_out_error", "swap_error", "copy_error")}
+    held = fit["held_out_error"]
+    sec["notes"].append(f"profile: {len(data['steps'])} step shapes ({C['clock']} clock), {data['profile_wall_s']} s, "
+                        f"written to {profile_path.name}; fit error on held-out shapes: mean "
+                        f"{held['mean_abs'] * 100:.1f} %, max {held['max_abs'] * 100:.1f} %.")
+    trace = scaled_trace(load_trace(ROOT / "traces" / "sharegpt.json"), C["length_scale"])
+    settings = CompareSettings(rate=1000.0, num_requests=C["num_requests"], num_gpu_blocks=C["num_gpu_blocks"],
+                               num_cpu_blocks=C["num_cpu_blocks"], max_num_seqs=C["max_num_seqs"],
+                               max_num_batched_tokens=C["max_num_batched_tokens"], max_model_len=C["max_model_len"],
+                               clock=C["clock"], sim_model=C["sim_model"])
+    # near saturation: a fraction of the simulated capacity of paged + recompute (all requests at once)
+    capacity = simulate(trace, "paged-recompute", settings, str(profile_path)).summary["request_throughput"]
+    settings.rate = round(C["load"] * capacity, 3)
+    sec["notes"].append(f"{C['num_requests']} ShareGPT requests (lengths / {C['length_scale']}), Poisson at "
+                        f"{settings.rate} req/s = {C['load']} x the simulated capacity ({capacity:.3f} req/s); pool "
+                        f"{C['num_gpu_blocks']} blocks, host {C['num_cpu_blocks']}, max_num_seqs {C['max_num_seqs']}.")
+    rows, results = [], []
+    for system in ("paged-recompute", "paged-swap", "orca-oracle"):
+        if ctx.deadline.remaining() < 5:
+            sec["notes"].append(f"{system}: skipped, out of time")
+            continue
+        r = compare_runs(ctx.lm, trace, system, settings, str(profile_path))
+        results.append(r)
+        for row in r.rows:
+            rows.append(dict(system=system, metric=row["label"], executor=row["executor"], simulator=row["simulator"],
+                             rel_error="-" if row["rel_error"] is None else f"{row['rel_error'] * 100:+.1f} %"))
+        sec["data"][system] = {"rows": r.rows}
+    if results:
+        fig = out.with_name(out.stem + "_compare.png")
+        plot(results, fig, f"{ctx.S['model']} on {ctx.report.meta['device_name']}")
+        sec["notes"].append(f"figure: {fig.name} (running requests and KV usage over time, both drivers).")
+    sec["tables"].append(dict(title=None, columns=["system", "metric", "executor", "simulator", "rel_error"], rows=rows))
+
+
+# ------------------------------------------------------------------------------------- paper figures
+
+def section_paper_figs(ctx: Ctx, sec: dict) -> None:
+    """Figs. 18a and 19a measured on this device by the figure scripts' own functions."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from fig18_block_size import KERNEL_SHAPES, SMOKE_KERNEL_SHAPES, measure_kernel_latency
+    from fig19_swap_recompute import SMOKE_BLOCK_SIZES, SMOKE_MICRO, measure_swap_recompute
+
+    tiny = ctx.mode == "cpu-tiny"
+    kernel = measure_kernel_latency(str(ctx.device), SMOKE_KERNEL_SHAPES if tiny else KERNEL_SHAPES, reps=3 if tiny else None)
+    swap = (measure_swap_recompute(str(ctx.device), SMOKE_BLOCK_SIZES, SMOKE_MICRO) if tiny
+            else measure_swap_recompute(str(ctx.device)))
+    sec["notes"].append("Fig. 18a: executor.kernels.paged_attention_decode (block 16, scattered blocks) vs torch SDPA "
+                        "on contiguous K/V (paper: paged 20-26% slower than FasterTransformer's kernel). Fig. 19a: "
+                        "CacheEngine swap out + in of the tokens' blocks vs a prefill forward over them. Functions "
+                        "from experiments/fig18_block_size.py and fig19_swap_recompute.py.")
+    cols18 = ["batch_size", "context_len", "num_heads", "dtype", "backend", "paged_ms", "contiguous_ms", "overhead"]
+    cols19 = ["block_size", "num_blocks", "tokens", "kv_bytes", "swap_out_ms", "swap_in_ms", "swap_ms", "recompute_ms"]
+    sec["tables"].append(dict(title="Fig. 18a kernel latency", columns=cols18, rows=[{k: r[k] for k in cols18} for r in kernel]))
+    sec["tables"].append(dict(title="Fig. 19a swap vs recompute", columns=cols19, rows=[{k: r[k] for k in cols19} for r in swap]))
+    sec["data"].update(fig18a=kernel, fig19a=swap)
+
+
 # ------------------------------------------------------------------------------------- main
 
 def _versions():
@@ -1046,16 +1138,19 @@ def main(argv=None) -> int:
         pass
 
     funcs = dict(correctness=section_correctness, bandwidth=section_bandwidth, end_to_end=section_end_to_end,
-                 profile=section_profile)
-    # Run order: the profile reuses section 3's model and runs before the long end-to-end part.
-    order = ["correctness", "bandwidth", "_build", "profile", "end_to_end"]
+                 profile=section_profile, calibration=section_calibration)
+    # Run order: the profile reuses section 3's model and runs before the long end-to-end part;
+    # the calibration (also on that model) comes last.
+    order = ["correctness", "bandwidth", "_build", "profile", "end_to_end", "calibration"]
+    funcs["paper_figs"] = section_paper_figs  # Figs. 18a / 19a (experiments/fig18_*, fig19_*)
+    order.append("paper_figs")
     try:
         for key in order:
             sec = report.sections["end_to_end"] if key == "_build" else report.sections[key]
             if key != "_build" and key not in wanted:
                 sec["status"] = "skipped (not requested)"
                 continue
-            if key == "_build" and not ({"end_to_end", "profile"} & wanted):
+            if key == "_build" and not ({"end_to_end", "profile", "calibration"} & wanted):
                 continue
             if ctx.killed or deadline.remaining() < 3:
                 if key != "_build":

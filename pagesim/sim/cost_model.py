@@ -293,10 +293,11 @@ def _make_constant(model, gpu, tp, profile_path=None, seconds: float = 0.01) -> 
 
 
 def _make_profiled(model, gpu, tp, profile_path=None, **kwargs) -> CostModel:
-    raise NotImplementedError(
-        "the 'profiled' cost model is not implemented yet: it will be fitted from the executor's "
-        "profile file (profile_path) and registered with register_cost_model('profiled', ...); "
-        "use 'roofline' meanwhile")
+    # Fitted from the executor's profile file (see pagesim.sim.profiled); imported here so the
+    # roofline path does not load numpy.
+    from pagesim.sim.profiled import make_profiled
+
+    return make_profiled(model, gpu, tp, profile_path=profile_path, **kwargs)
 
 
 COST_MODELS: dict[str, CostModelFactory] = {

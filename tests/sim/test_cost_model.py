@@ -168,8 +168,10 @@ def test_registry():
     slow = make_cost_model("roofline", "opt-13b", "a100-40gb", 1, hbm_efficiency=0.5)
     s = BatchShape(num_decode_seqs=1, decode_context_tokens=10)
     assert slow.iteration_time(s) > r.iteration_time(s)
-    with pytest.raises(NotImplementedError, match="profiled"):
+    with pytest.raises(ValueError, match="x.json: no such profile file"):  # ProfileError names the file
         make_cost_model("profiled", "opt-13b", "a100-40gb", 1, profile_path="x.json")
+    with pytest.raises(ValueError, match="needs a profile file"):
+        make_cost_model("profiled", "opt-13b", "a100-40gb", 1)
     with pytest.raises(ValueError, match="roofline"):
         make_cost_model("magic", "opt-13b", "a100-40gb", 1)
     assert r.describe()["matmul_efficiency"] == RooflineConstants().matmul_efficiency
