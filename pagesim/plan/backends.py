@@ -1,0 +1,93 @@
+"""Run the per-configuration searches in parallel: local processes (default) or a Ray cluster.
+
+Both call the same deterministic `plan_config` on the same jobs and return results in job order,
+so they give identical tables for the same inputs. The on-disk run cache is shared through the
+filesystem (a multi-node Ray cluster without a shared filesystem caches per node).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Callable
+
+from pagesim.plan.planner import ConfigJob, ConfigResult, plan_config
+
+BACKENDS = ("local", "ray")
+Progress = Callable[[ConfigResult], None]
+
+
+def run_jobs(jobs: list[ConfigJob], backend: str = "local", num_workers: int | None = None,
+             on_result: Progress | None = None) -> list[ConfigResult]:
+    if backend == "local":
+        return run_local(jobs, num_workers, on_result)
+    if backend == "ray":
+        return run_ray(jobs, num_workers, on_result)
+    raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+
+
+def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Progress | None = None) -> list[ConfigResult]:
+    """A process pool of `num_workers` (default: the CPU count); 1 runs in this process."""
+    workers = max(1, min(num_workers or os.cpu_count() or 1, len(jobs) or 1))
+    results: list[ConfigResult | None] = [None] * len(jobs)
+    if workers == 1:
+        for i, job in enumerate(jobs):
+            results[i] = plan_config(job)
+            if on_result:
+                on_result(results[i])
+        return results
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing
+
+    # spawn, not fork: the parent may hold threads (rich's progress refresh) that fork would copy mid-lock.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(plan_config, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            if on_result:
+                on_result(results[i])
+    return results
+
+
+def run_ray(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Progress | None = None) -> list[ConfigResult]:
+    """One Ray task per configuration. `ray.init()` connects to the cluster named by RAY_ADDRESS
+    (or one already initialized in this process); otherwise it starts a local one with
+    `num_workers` CPUs, shut down again at the end."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("the ray backend needs Ray: pip install 'pagesim[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init()
+        else:
+            ray.init(num_cpus=num_workers or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1)(_plan_with_trace)
+        # The trace goes into the object store once, not once per task.
+        trace_ref = ray.put(jobs[0].trace) if jobs else None
+        pending = {remote.remote(_without_trace(job), trace_ref): i for i, job in enumerate(jobs)}
+        results: list[ConfigResult | None] = [None] * len(jobs)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                i = pending.pop(ref)
+                results[i] = ray.get(ref)
+                if on_result:
+                    on_result(results[i])
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _without_trace(job: ConfigJob) -> ConfigJob:
+    return replace(job, trace=None)
+
+
+def _plan_with_trace(job: ConfigJob, trace) -> ConfigResult:
+    # Ray hands a top-level ObjectRef argument over as its value.
+    return plan_config(replace(job, trace=trace))

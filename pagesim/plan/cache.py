@@ -1,0 +1,87 @@
+"""On-disk cache of simulated runs, so a re-run (or a wider grid) reuses every finished run.
+
+Key: sha256 of the full ReplayConfig, the trace's content hash and a code tag. The code tag hashes
+the source of everything a run's outcome depends on (pagesim.core, pagesim.sim, pagesim.workload,
+pagesim.metrics and this package's run code) plus the profile file of a `profiled` cost model, so
+an edit to the simulator invalidates old entries instead of silently reusing them. Entries are
+JSON (floats round-trip exactly), written atomically, one file each, so parallel workers share a
+cache directory safely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from functools import lru_cache
+from pathlib import Path
+
+import pagesim
+from pagesim.sim.engine import ReplayConfig
+from pagesim.workload.trace import Trace, dumps_trace
+
+CACHE_FORMAT = 1  # bump when the stored record's layout changes
+DEFAULT_CACHE_DIR = Path(".pagesim-cache") / "plan"
+_CODE_DIRS = ("core", "sim", "workload")
+_CODE_FILES = ("metrics.py", "plan/run.py")
+
+
+@lru_cache(maxsize=1)
+def code_tag() -> str:
+    """Hash of the simulator's source (see module docstring)."""
+    root = Path(pagesim.__file__).parent
+    files = sorted(p for d in _CODE_DIRS for p in (root / d).rglob("*.py")) + [root / f for f in _CODE_FILES]
+    h = hashlib.sha256(f"pagesim {pagesim.__version__} format {CACHE_FORMAT}".encode())
+    for path in files:
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def trace_hash(trace: Trace) -> str:
+    """Content hash of a trace (its canonical serialization, independent of file formatting)."""
+    return hashlib.sha256(dumps_trace(trace).encode()).hexdigest()
+
+
+def _profile_hash(cfg: ReplayConfig) -> str | None:
+    if cfg.profile is None:
+        return None
+    try:
+        return hashlib.sha256(Path(cfg.profile).read_bytes()).hexdigest()
+    except OSError:
+        return None  # the run itself reports the missing file
+
+
+def run_key(cfg: ReplayConfig, trace_digest: str) -> str:
+    payload = {"config": asdict(cfg), "trace": trace_digest, "code": code_tag(), "profile": _profile_hash(cfg)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class RunCache:
+    """get/put JSON records by key under `root` (None: a cache that stores nothing)."""
+
+    def __init__(self, root: str | os.PathLike | None):
+        self.root = Path(root) if root is not None else None
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        if self.root is None:
+            return None
+        try:
+            return json.loads(self._path(key).read_text())
+        except (OSError, ValueError):
+            return None  # missing or half-written by a killed run: simulate again
+
+    def put(self, key: str, record: dict) -> None:
+        if self.root is None:
+            return
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)

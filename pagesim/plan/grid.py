@@ -1,0 +1,106 @@
+"""The configurations a plan compares, and the run settings they share."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from pagesim.sim.engine import ReplayConfig
+from pagesim.sim.specs import DEFAULT_MAX_NUM_BATCHED_TOKENS, get_gpu, get_model
+
+PREEMPTION_MODES = ("recompute", "swap", "auto")
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One serving configuration (one replica)."""
+
+    gpu: str
+    tp: int
+    block_size: int
+    preemption: str
+    max_num_seqs: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu} x{self.tp} b{self.block_size} {self.preemption} s{self.max_num_seqs}"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How each simulated run is made; the same for every configuration and rate.
+
+    A run at rate r submits n = max(num_requests, ceil(r * min_duration_s)) Poisson arrivals (the
+    trace in its order, cycled if shorter) with the same seed at every rate (common random numbers:
+    arrival times at rate r are the unit-rate times / r). The duration floor keeps fast replicas
+    from being judged on a few seconds of traffic. Requests arriving in the first
+    `warmup_fraction` of the expected arrival span (warmup_fraction * n / r seconds) are simulated
+    but left out of every statistic, so the empty-system start does not flatter latency.
+    """
+
+    model: str
+    num_requests: int = 1000
+    min_duration_s: float = 60.0
+    warmup_fraction: float = 0.2
+    max_num_batched_tokens: int | None = None  # None: max(2560, the model's max length)
+    swap_space_gib: float = 4.0
+    cost_model: str = "roofline"
+    profile: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_requests < 10:
+            raise ValueError("num_requests must be >= 10")
+        if not self.min_duration_s >= 0:
+            raise ValueError("min_duration_s must be >= 0")
+        if not 0 <= self.warmup_fraction < 0.9:
+            raise ValueError("warmup_fraction must be in [0, 0.9)")
+
+    @property
+    def batched_tokens(self) -> int:
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        # Without chunked prefill a step must fit the longest prompt (vLLM's rule as well).
+        return max(DEFAULT_MAX_NUM_BATCHED_TOKENS, get_model(self.model).max_model_len)
+
+    def requests_at(self, rate: float) -> int:
+        return max(self.num_requests, math.ceil(rate * self.min_duration_s))
+
+    def replay_config(self, point: GridPoint, rate: float) -> ReplayConfig:
+        n = self.requests_at(rate)
+        return ReplayConfig(
+            model=self.model, gpu=point.gpu, tp=point.tp, policy="paged", block_size=point.block_size,
+            preemption=point.preemption, rate=rate, num_requests=n,
+            max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
+            swap_space_gib=self.swap_space_gib, cost_model=self.cost_model, profile=self.profile,
+            seed=self.seed, warmup_s=self.warmup_fraction * n / rate,
+        )
+
+
+def expand_grid(gpus: list[str], tps: list[int], block_sizes: list[int], preemptions: list[str],
+                max_num_seqs: list[int]) -> list[GridPoint]:
+    """Every combination, GPU names made canonical (`h200` -> `h200-141gb`), duplicates dropped,
+    in a fixed order (the order of the report's table before sorting by cost)."""
+    canon = []
+    for g in gpus:
+        name = get_gpu(g).name  # KeyError lists the catalog
+        if name not in canon:
+            canon.append(name)
+    for mode in preemptions:
+        if mode not in PREEMPTION_MODES:
+            raise ValueError(f"unknown preemption mode {mode!r}; valid: {', '.join(PREEMPTION_MODES)}")
+    for what, values in (("tp", tps), ("block size", block_sizes), ("max_num_seqs", max_num_seqs)):
+        if not values or any(v <= 0 for v in values):
+            raise ValueError(f"{what} values must be positive integers, got {values}")
+    points = [GridPoint(g, t, b, p, s) for g, t, b, p, s in
+              itertools.product(canon, _unique(tps), _unique(block_sizes), _unique(preemptions), _unique(max_num_seqs))]
+    return points
+
+
+def _unique(values):
+    out = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out

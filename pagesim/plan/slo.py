@@ -1,0 +1,143 @@
+"""Latency SLOs: parsing `ttft_p99=2.0,tpot_p99=0.1,goodput=0.9` and checking them on a run.
+
+A latency SLO names a per-request metric and a statistic over the measured requests:
+``<metric>_<stat>=<seconds>`` with metric one of ttft, tpot, e2e, normalized_latency and stat
+``mean`` or a percentile ``pNN`` (p50, p90, p95, p99, p99.9, ...). It holds when the statistic is
+<= the threshold. ``goodput=F`` holds when at least a fraction F of the measured requests meet
+every latency threshold individually (a rejected request meets none).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pagesim.metrics import percentile
+
+# Per-request latencies a run records (pagesim.metrics.RequestRecord properties), in seconds
+# (normalized_latency in seconds per output token).
+LATENCY_METRICS = ("ttft", "tpot", "e2e", "normalized_latency")
+GOODPUT = "goodput"
+_STAT = re.compile(r"^(mean|p(\d+(?:\.\d+)?))$")
+# `mean_normalized_latency` is the summary's name for the paper's metric; accept it as an alias.
+ALIASES = {"mean_normalized_latency": "normalized_latency_mean"}
+
+
+class SLOError(ValueError):
+    pass
+
+
+def valid_names_help() -> str:
+    metrics = ", ".join(f"{m}_<stat>" for m in LATENCY_METRICS)
+    return (f"valid SLO names: {metrics} with <stat> = mean or a percentile pNN (p50, p90, p99, p99.9), "
+            f"and {GOODPUT}=<fraction in (0, 1]>; e.g. ttft_p99=2.0,tpot_p99=0.1")
+
+
+@dataclass(frozen=True)
+class SLO:
+    metric: str  # one of LATENCY_METRICS, or "goodput"
+    stat: str  # "mean" or "pNN"; "" for goodput
+    threshold: float
+
+    @property
+    def name(self) -> str:
+        return self.metric if self.metric == GOODPUT else f"{self.metric}_{self.stat}"
+
+    @property
+    def is_latency(self) -> bool:
+        return self.metric != GOODPUT
+
+    def describe(self) -> str:
+        if not self.is_latency:
+            return f"goodput >= {self.threshold:g}"
+        unit = " s/token" if self.metric == "normalized_latency" else " s"
+        return f"{self.name} <= {self.threshold:g}{unit}"
+
+    def holds(self, value: float | None) -> bool:
+        if value is None:
+            return False
+        return value >= self.threshold if self.metric == GOODPUT else value <= self.threshold
+
+
+def parse_slos(text: str) -> list[SLO]:
+    """`ttft_p99=2.0,tpot_p99=0.1` -> [SLO, SLO]. Raises SLOError naming the bad item."""
+    slos: list[SLO] = []
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise SLOError(f"no SLO given; {valid_names_help()}")
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip().rstrip("<").strip().lower()
+        name = ALIASES.get(name, name)
+        if not sep:
+            raise SLOError(f"SLO {item!r}: expected NAME=VALUE; {valid_names_help()}")
+        try:
+            threshold = float(raw)
+        except ValueError:
+            raise SLOError(f"SLO {item!r}: value {raw.strip()!r} is not a number") from None
+        if not threshold >= 0 or threshold == float("inf"):
+            raise SLOError(f"SLO {item!r}: value must be a finite number >= 0")
+        if name == GOODPUT:
+            if not 0 < threshold <= 1:
+                raise SLOError(f"SLO {item!r}: goodput is a fraction of requests in (0, 1]")
+            slo = SLO(GOODPUT, "", threshold)
+        else:
+            slo = _latency_slo(name, threshold, item)
+        if any(s.name == slo.name for s in slos):
+            raise SLOError(f"SLO {slo.name} given twice")
+        slos.append(slo)
+    if any(s.metric == GOODPUT for s in slos) and not any(s.is_latency for s in slos):
+        raise SLOError("goodput needs at least one latency SLO (the per-request thresholds it counts)")
+    return slos
+
+
+def _latency_slo(name: str, threshold: float, item: str) -> SLO:
+    for metric in sorted(LATENCY_METRICS, key=len, reverse=True):  # normalized_latency before others
+        if name.startswith(metric + "_"):
+            stat = name[len(metric) + 1:]
+            m = _STAT.match(stat)
+            if m and (m.group(2) is None or 0 < float(m.group(2)) < 100):
+                return SLO(metric, stat, threshold)
+    raise SLOError(f"unknown SLO {item!r}; {valid_names_help()}")
+
+
+def statistic(values: list[float], stat: str) -> float | None:
+    """`mean` or `pNN` of the values (percentiles as pagesim.metrics computes them)."""
+    if not values:
+        return None
+    if stat == "mean":
+        return sum(values) / len(values)
+    return percentile(values, float(stat[1:]))
+
+
+def slo_values(latencies: dict[str, list[float | None]], slos: list[SLO]) -> dict[str, float | None]:
+    """Each SLO's measured value. `latencies` maps metric -> one value per measured request
+    (None where the request has none: rejected, or tpot of a one-token output)."""
+    out: dict[str, float | None] = {}
+    for slo in slos:
+        if slo.is_latency:
+            out[slo.name] = statistic([v for v in latencies[slo.metric] if v is not None], slo.stat)
+        else:
+            out[slo.name] = goodput(latencies, [s for s in slos if s.is_latency])
+    return out
+
+
+def goodput(latencies: dict[str, list[float | None]], latency_slos: list[SLO]) -> float | None:
+    """Fraction of measured requests meeting every latency threshold individually. A request
+    without a TPOT (one output token) meets a TPOT threshold; one that never finished (rejected,
+    no e2e latency) meets nothing."""
+    count = len(latencies["e2e"])
+    if count == 0:
+        return None
+    good = 0
+    for i in range(count):
+        if latencies["e2e"][i] is None:
+            continue
+        ok = True
+        for slo in latency_slos:
+            v = latencies[slo.metric][i]
+            if v is not None and v > slo.threshold:
+                ok = False
+                break
+        good += ok
+    return good / count

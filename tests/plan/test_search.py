@@ -1,0 +1,78 @@
+"""The bracketing search: against a known threshold, and against a brute-force scan of real
+simulated runs on a small grid."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pagesim.plan import GridPoint, SearchSettings, bracket_search, parse_slos
+from pagesim.plan.cache import RunCache, trace_hash
+from pagesim.plan.run import Evaluation, RateEvaluator
+from tests.plan.common import SMALL_TRACE, TINY_RUNS
+
+
+def step(threshold: float):
+    """Sustainable exactly below `threshold`; records the rates asked for."""
+    asked = []
+
+    def evaluate(rate: float) -> Evaluation:
+        asked.append(rate)
+        ok = rate < threshold
+        return Evaluation(rate, ok, {}, 1.0, [] if ok else ["ttft_p99"])
+    evaluate.asked = asked
+    return evaluate
+
+
+@pytest.mark.parametrize("threshold", [0.037, 0.9, 1.0, 1.01, 7.3, 123.4, 5000.0])
+def test_finds_a_known_threshold_within_tolerance(threshold):
+    settings = SearchSettings(start_rate=1.0, tolerance=0.02)
+    ev = step(threshold)
+    found = bracket_search(ev, settings)
+    assert found.rate < threshold <= found.rate * 1.02 + 1e-12
+    assert found.upper.rate >= threshold and found.upper.rate / found.rate - 1 <= 0.02
+    # geometric bisection: about log2(log(growth) / log(1 + tol)) steps after bracketing
+    bracketing = abs(math.log(threshold, 2)) + 2
+    assert len(ev.asked) <= bracketing + math.ceil(math.log2(math.log(2) / math.log(1.02))) + 1
+
+
+def test_no_sustainable_rate_and_the_cap():
+    none = bracket_search(step(0.001), SearchSettings(min_rate=0.01))
+    assert none.rate is None and none.lower is None and none.upper.rate < 0.02
+    capped = bracket_search(step(math.inf), SearchSettings(max_rate=100.0))
+    assert capped.capped and capped.rate == 64.0 and capped.upper is None
+
+
+@pytest.mark.parametrize("gpu, slo", [("a100-40gb", "ttft_p99=0.5"), ("h100-80gb", "tpot_p90=0.02")])
+def test_bracketing_matches_a_brute_force_scan_of_simulated_runs(gpu, slo):
+    tol = 0.05
+    slos = parse_slos(slo)
+    point = GridPoint(gpu, 1, 16, "recompute", 256)
+    evaluate = RateEvaluator(TINY_RUNS, point, SMALL_TRACE, trace_hash(SMALL_TRACE), slos, RunCache(None))
+    found = bracket_search(evaluate, SearchSettings(start_rate=1.0, tolerance=tol))
+    assert found.rate is not None and not found.capped
+    # Brute force: every rate on a fine geometric grid (step 2%) from 30% below to 30% above,
+    # independent of where the search looked; the capacity is the last rate before the first failure.
+    rates = [found.rate / 1.3 * 1.02 ** k for k in range(int(math.log(1.3 * 1.3) / math.log(1.02)) + 1)]
+    verdicts = [evaluate(r).sustainable for r in rates]
+    assert verdicts[0] and not verdicts[-1], "the scan must straddle the capacity"
+    first_fail = verdicts.index(False)
+    brute = rates[first_fail - 1]
+    assert abs(found.rate - brute) / brute <= tol + 0.02, (found.rate, brute)
+
+
+def test_a_growing_queue_is_unsustainable_even_when_the_slos_hold():
+    # TPOT does not see queueing: with at most 8 running sequences an overloaded replica keeps its
+    # TPOT while requests pile up in the waiting queue; the keep-up rule must catch that.
+    slos = parse_slos("tpot_p99=10")
+    point = GridPoint("a100-40gb", 1, 16, "recompute", 8)
+    evaluate = RateEvaluator(TINY_RUNS, point, SMALL_TRACE, trace_hash(SMALL_TRACE), slos, RunCache(None))
+    overloaded = evaluate(100.0)
+    assert overloaded.values["tpot_p99"] <= 10 and overloaded.violations == ["keep-up"]
+    backlog = overloaded.stats["backlog_at_last_arrival"]
+    # 80 requests arrive within about a second; with 8 running at a time most are still waiting
+    assert backlog > 0.5 * overloaded.stats["num_requests"]
+    assert overloaded.keep_up == 1 - backlog / overloaded.stats["window_arrivals"]
+    relaxed = evaluate(0.05)
+    assert relaxed.sustainable and relaxed.keep_up > 0.95
