@@ -25,7 +25,8 @@ TRACES_DIR = Path(__file__).resolve().parent.parent / "traces"
 
 # Policies in the order the paper draws them, with the paper's labels.
 POLICIES = ("orca-max", "orca-pow2", "orca-oracle", "paged")
-POLICY_LABELS = {"orca-max": "Orca (Max)", "orca-pow2": "Orca (Pow2)", "orca-oracle": "Orca (Oracle)", "paged": "vLLM"}
+POLICY_LABELS = {"orca-max": "Orca (Max)", "orca-pow2": "Orca (Pow2)", "orca-oracle": "Orca (Oracle)", "paged": "vLLM",
+                 "static": "FasterTransformer"}
 
 # Setup shared by Fig. 2 and Fig. 13 (paper section 6.1 / Fig. 2 caption): OPT-13B on one A100-40GB.
 SETUP_OPT13B = {"model": "opt-13b", "gpu": "a100-40gb", "tp": 1}
@@ -79,6 +80,54 @@ FIG02_SHARES = {
 FIG02_SOURCE = "Fig. 2, OPT-13B ShareGPT at 4 req/s, average KV slot shares; " + ARXIV
 
 
+
+# Fig. 12: normalized latency against request rate. (model, gpu, tensor-parallel GPUs, panel label)
+@dataclass(frozen=True)
+class Setup:
+    model: str
+    gpu: str
+    tp: int
+    label: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}/{self.tp}x{self.gpu}"
+
+
+FIG12_SETUPS = (Setup("opt-13b", "a100-40gb", 1, "OPT-13B, 1 x A100-40GB"),
+                Setup("opt-66b", "a100-40gb", 4, "OPT-66B, 4 x A100-40GB"),
+                Setup("opt-175b", "a100-80gb", 8, "OPT-175B, 8 x A100-80GB"))
+FIG12_SYSTEMS = ("paged", "orca-oracle", "orca-pow2", "orca-max", "static")  # static = FasterTransformer
+FIG12_TRACES = ("sharegpt", "alpaca")
+FIG12_SOURCE = "Fig. 12 and section 6.2 text; " + ARXIV
+# vLLM's sustainable rate over each baseline's, ShareGPT, over the three models (section 6.2).
+FIG12_SHAREGPT_RATIO_BANDS = {"orca-oracle": (1.7, 2.7), "orca-max": (2.7, 8.0)}
+FIG12_FT_MAX_RATIO = 22.0  # "up to 22x higher request rates than FasterTransformer"
+# Section 6.2 on Alpaca: the advantage over Orca (Oracle) and (Pow2) is "less pronounced" for
+# OPT-175B (large KV space, short sequences: compute-bound), i.e. its ratio is below OPT-13B's.
+FIG12_ALPACA_175B_LESS_PRONOUNCED = ("orca-oracle", "orca-pow2")
+# The x-axis ranges the paper sweeps, OPT-13B (req/s): where each system's curve bends up.
+FIG12_SWEPT_RATES = {
+    "sharegpt": {"paged": (1.0, 2.0), "orca-oracle": (0.5, 1.5), "orca-pow2": (0.25, 0.9), "orca-max": (0.2, 0.75)},
+    "alpaca": {"paged": (20.0, 31.5), "orca-oracle": (15.0, 24.0), "orca-pow2": (7.5, 18.0), "orca-max": (2.0, 5.0)},
+}
+
+# Fig. 18b: block sizes swept and the best range per trace (OPT-13B, normalized latency).
+FIG18_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+FIG18_BEST_BLOCKS = {"sharegpt": (16, 128), "alpaca": (16, 32)}
+FIG18_SOURCE = "Fig. 18b and section 7.2 text; " + ARXIV
+# Fig. 18a: the paged-attention kernel is 20-26% slower than FasterTransformer's contiguous one.
+FIG18A_OVERHEAD_BAND = (0.20, 0.26)
+FIG18A_SOURCE = "Fig. 18a and section 7.1 text; " + ARXIV
+# Fig. 19: swap vs recompute. (a) swapping is slow at small blocks; recompute does not depend on
+# the block size; (b) end to end the two are comparable for blocks 16-64.
+FIG19_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+FIG19_COMPARABLE_BLOCKS = (16, 64)
+# "recomputation overhead is never higher than 20% of swapping's latency": recompute <= 1.2 x swap
+FIG19_RECOMPUTE_MAX_OVER_SWAP = 1.20
+FIG19_SOURCE = "Fig. 19 and section 7.3 text; " + ARXIV
+
+
 # -- comparison rows and the markdown report -----------------------------------------------------
 
 @dataclass
@@ -91,6 +140,7 @@ class Row:
     ok: bool
     reason: str = ""  # where not ok: why, as far as we can tell; where ok: optional note
     source: str = ""
+    paper_hi: float | None = None  # the paper states a band [paper, paper_hi] rather than one number
 
     @property
     def verdict(self) -> str:
@@ -111,7 +161,8 @@ def rows_markdown(rows: list[Row], digits: int = 2) -> str:
     lines = ["| quantity | paper | ours | tolerance | verdict | reason / note | paper source |",
              "|---|---:|---:|---|---|---|---|"]
     for r in rows:
-        cells = [r.quantity, _fmt(r.paper, digits), _fmt(r.ours, digits), r.tolerance, f"**{r.verdict}**",
+        paper = _fmt(r.paper, digits) if r.paper_hi is None else f"{_fmt(r.paper, digits)}-{_fmt(r.paper_hi, digits)}"
+        cells = [r.quantity, paper, _fmt(r.ours, digits), r.tolerance, f"**{r.verdict}**",
                  r.reason.replace("|", "/").replace("\n", " "), r.source]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -134,6 +185,26 @@ def write_report(path: Path, title: str, command: str, rows: list[Row], sections
     path.write_text("\n".join(parts))
 
 
+@dataclass
+class Verdicts:
+    num_within: int
+    num_rows: int
+    not_within: list  # the quantities of the rows not within
+
+
+def read_verdicts(path: Path) -> Verdicts:
+    """The verdict rows of a report written by write_report (for the summary in reports/paper.md)."""
+    within_n, rows, misses = 0, 0, []
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("| ") and ("| **within** |" in line or "| **NOT within** |" in line):
+            rows += 1
+            if "| **within** |" in line:
+                within_n += 1
+            else:
+                misses.append(line.split(" | ")[0].lstrip("| ").strip())
+    return Verdicts(within_n, rows, misses)
+
+
 def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(columns), lineterminator="\n")
@@ -148,6 +219,52 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def rate_axes(ax, thresholds, ymax: float, title: str) -> None:
+    """A latency-against-rate panel: log rate axis with plain tick labels, the thresholds as
+    dashed lines, latency cut at ymax (curves shoot up past the knee)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for t in thresholds:
+        ax.axhline(t, color="k", lw=0.6, ls="--")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(0, ymax)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("Request rate (req/s)")
+
+
+def median_ms(fn, device, reps: int, warmup: int = 1) -> float:
+    """Median wall time of fn() in ms over reps calls after warmup calls (synchronizing a GPU)."""
+    import statistics
+    import time
+
+    import torch
+
+    cuda = device.type == "cuda"
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            torch.cuda.synchronize(device)
+        t = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times)
+
+
+def device_name(dev) -> str:
+    """What the executor measurements ran on, for the reports."""
+    import torch
+
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"cpu ({torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''})"
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
@@ -195,3 +312,46 @@ class Timer:
     def elapsed(self) -> float:
         import time
         return time.perf_counter() - self.started
+
+
+# -- Figs. 14-17: sharing (parallel sampling, beam search, shared prefix, chatbot) ----------------
+# Sections 6.3-6.5 of the paper. The ratios are vLLM's sustainable rate over the baseline's (the
+# paper reads them off the latency-vs-rate curves); the paper states single numbers, so the band
+# is SHARING_RATIO_REL_TOL around each, decided here once for Figs. 14, 16 and 17.
+SHARING_RATIO_REL_TOL = 0.25
+
+
+def sharing_ratio_band(paper_ratio: float) -> tuple[float, float]:
+    return paper_ratio * (1 - SHARING_RATIO_REL_TOL), paper_ratio * (1 + SHARING_RATIO_REL_TOL)
+
+
+# Fig. 14: OPT-13B on 1 x A100-40GB, Alpaca; "the improvement of vLLM over Orca (Oracle) grows from
+# 1.3x in basic sampling to 2.3x in beam search with a width of 6" (section 6.3).
+FIG14_SETUP = {"model": "opt-13b", "gpu": "a100-40gb", "tp": 1}
+FIG14_TRACE = "alpaca"
+FIG14_WIDTHS = (2, 4, 6)
+FIG14_RATIO_OVER_ORACLE = {("basic", 1): 1.3, ("beam", 6): 2.3}
+FIG14_SOURCE = "Fig. 14 and section 6.3 text; " + ARXIV
+
+# Fig. 15: average memory saving (percent) from sharing KV blocks, OPT-13B; Alpaca per n / width
+# 2, 4, 6 (figure labels), ShareGPT only as the range the text gives over 2-6 (section 6.3).
+FIG15_ALPACA_SAVING = {"parallel": {2: 6.09, 4: 8.53, 6: 9.79}, "beam": {2: 37.56, 4: 53.13, 6: 55.16}}
+FIG15_SHAREGPT_SAVING_RANGE = {"parallel": (16.2, 30.5), "beam": (44.3, 66.3)}
+FIG15_WIDTHS = (2, 4, 6)
+FIG15_TOLERANCE_POINTS = 5.0  # Alpaca: |ours - paper| in percentage points
+FIG15_SOURCE = "Fig. 15 and section 6.3 text; " + ARXIV
+
+# Fig. 16: shared prefix, LLaMA-13B, WMT16 En-De translation with a 1-shot (80-token) or 5-shot
+# (341-token) prefix: vLLM with prefix sharing vs Orca (Oracle), throughput (section 6.4). 13B
+# models run on 1 x A100-40GB (the paper's Table 1 assigns GPUs by model size).
+FIG16_SETUP = {"model": "llama-13b", "gpu": "a100-40gb", "tp": 1}
+FIG16_CASES = {"translation_1shot": (80, 1.67), "translation_5shot": (341, 3.58)}  # trace -> (prefix tokens, ratio)
+FIG16_SOURCE = "Fig. 16 and section 6.4 text; " + ARXIV
+
+# Fig. 17: chatbot, OPT-13B, ShareGPT conversations, prompt = the last 1024 tokens of the
+# conversation, output <= 1024; "vLLM can sustain 2x higher request rates compared to the three
+# Orca baselines"; the KV cache is NOT kept between rounds (section 6.5), so no prefix caching.
+FIG17_SETUP = {"model": "opt-13b", "gpu": "a100-40gb", "tp": 1}
+FIG17_TRACE = "sharegpt_chat"
+FIG17_RATIO_OVER_ORCA = 2.0
+FIG17_SOURCE = "Fig. 17 and section 6.5 text; " + ARXIV

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import importlib
-import sys
 from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"  # on sys.path (conftest.py)
 paper = importlib.import_module("paper")
 
 
@@ -34,19 +30,9 @@ DIGITS = {"fig11_lengths": 2, "fig13_batched_requests": 2, "fig02_memory_waste":
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_smoke_outputs(name, tmp_path):
-    module = importlib.import_module(name)
-    result = module.main(["--smoke", "--out-dir", str(tmp_path)])
-    for ext in ("png", "csv", "md"):
-        path = tmp_path / f"{name}.{ext}"
-        assert path.exists() and path.stat().st_size > 0, path
-    with open(tmp_path / f"{name}.csv") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        assert set(CASES[name]) <= set(reader.fieldnames)
-    assert rows
-    md = (tmp_path / f"{name}.md").read_text()
-    assert f"python experiments/{name}.py --smoke --out-dir {tmp_path}" in md
+def test_smoke_outputs(name, tmp_path, smoke):
+    run = smoke(name, tmp_path, CASES[name])
+    result, md = run.result, run.md
     assert "| quantity | paper | ours |" in md
     for number in _paper_numbers(name):
         assert f"| {number:.{DIGITS[name]}f} |" in md, number
@@ -60,3 +46,130 @@ def test_policies_cover_fig13_and_fig02():
     for ref in paper.FIG13_BATCHED.values():
         assert set(ref.values) == set(paper.POLICIES)
     assert set(paper.FIG02_SHARES) == set(paper.POLICIES)
+
+
+# -- Figs. 12, 18, 19 and the runner -------------------------------------------------------------
+
+MY_CASES = {
+    "fig12_latency_vs_rate": ["model", "trace", "system", "rate", "mean_normalized_latency", "aborted", "num_measured"],
+    "fig18_block_size": ["part", "device", "batch_size", "context_len", "paged_ms", "contiguous_ms", "trace",
+                         "block_size", "mean_normalized_latency"],
+    "fig19_swap_recompute": ["part", "device", "block_size", "swap_ms", "recompute_ms", "preemption",
+                             "mean_normalized_latency"],
+}
+
+
+def _band_text(lo: float, hi: float) -> str:
+    return f"| {lo:.2f}-{hi:.2f} |"
+
+
+@pytest.mark.parametrize("name", list(MY_CASES))
+def test_smoke_outputs_fig12_18_19(name, tmp_path, smoke):
+    run = smoke(name, tmp_path, MY_CASES[name])
+    result, md = run.result, run.md
+    verdicts = paper.read_verdicts(tmp_path / f"{name}.md")
+    assert verdicts.num_rows == len(result["rows"]) > 0
+    assert verdicts.num_within == sum(r.ok for r in result["rows"])
+    if name == "fig12_latency_vs_rate":
+        for lo, hi in paper.FIG12_SHAREGPT_RATIO_BANDS.values():
+            assert _band_text(lo, hi) in md
+        assert f"| {paper.FIG12_FT_MAX_RATIO:.2f} |" in md
+        # every verdict is recomputed from the sustainable rates in the rates table
+        for s in result["searches"]:
+            for t, (ok_rate, fail_rate) in s.rates.items():
+                assert fail_rate > ok_rate
+                assert ok_rate == 0 or s.latency(ok_rate) < t <= s.latency(fail_rate)
+    if name == "fig18_block_size":
+        assert _band_text(*paper.FIG18A_OVERHEAD_BAND) in md
+        for lo, hi in paper.FIG18_BEST_BLOCKS.values():
+            assert _band_text(lo, hi) in md
+    if name == "fig19_swap_recompute":
+        assert f"| {paper.FIG19_RECOMPUTE_MAX_OVER_SWAP:.2f} |" in md
+
+
+def test_sustainable_rate_search_against_a_known_curve():
+    """The search on a made-up latency curve with a known knee finds it within the resolution,
+    and never probes above a failing rate."""
+    fig12 = importlib.import_module("fig12_latency_vs_rate")
+    knee = 37.3
+    search = fig12.Search(paper.FIG12_SETUPS[0], "sharegpt", "paged")
+    probed = []
+
+    def run(rate):
+        probed.append(rate)
+        return {"mean_normalized_latency": 0.05 if rate <= knee else 5.0}
+
+    lo, hi = fig12.sustainable_rate(search, run, 1.0, start=1.0, resolution=0.05)
+    assert lo <= knee < hi and hi / lo <= 1.05
+    assert max(probed) <= 2 * knee
+    # a second threshold reuses the probes: nothing new below an already-bracketed knee
+    n = len(probed)
+    assert fig12.sustainable_rate(search, run, 0.5, start=1.0, resolution=0.05) == (lo, hi)
+    assert len(probed) == n
+    # a system that cannot sustain even the smallest rate gets 0
+    none = fig12.Search(paper.FIG12_SETUPS[0], "sharegpt", "static")
+    assert fig12.sustainable_rate(none, lambda r: {"mean_normalized_latency": 9.0}, 1.0, start=1.0)[0] == 0.0
+
+
+def test_fig12_verdict_rows_use_the_paper_bands():
+    """Ratios inside / outside the ShareGPT bands give within / NOT within, from paper.py's numbers."""
+    fig12 = importlib.import_module("fig12_latency_vs_rate")
+    setup = paper.FIG12_SETUPS[0]
+    lo_o, hi_o = paper.FIG12_SHAREGPT_RATIO_BANDS["orca-oracle"]
+    lo_m, hi_m = paper.FIG12_SHAREGPT_RATIO_BANDS["orca-max"]
+    vllm = 10.0
+    rates = {"paged": vllm, "orca-oracle": vllm / ((lo_o + hi_o) / 2), "orca-max": vllm / (hi_m * 1.5),
+             "orca-pow2": vllm / 3, "static": vllm / 20}
+    searches = []
+    for system, r in rates.items():
+        s = fig12.Search(setup, "sharegpt", system)
+        s.probes = {r: {"mean_normalized_latency": 0.1, "mean_batched_requests": 1.0, "num_preemptions": 0}}
+        s.rates = {1.0: (r, r * 1.1)}
+        searches.append(s)
+    rows = {r.quantity: r for r in fig12.build_rows(searches, (1.0,))}
+    oracle = next(r for q, r in rows.items() if "Orca (Oracle)" in q)
+    orca_max = next(r for q, r in rows.items() if "Orca (Max)" in q)
+    ft = next(r for q, r in rows.items() if "FasterTransformer" in q)
+    assert oracle.ok and (oracle.paper, oracle.paper_hi) == (lo_o, hi_o)
+    assert not orca_max.ok and orca_max.ours == pytest.approx(hi_m * 1.5)
+    assert ft.ours == pytest.approx(20.0) and ft.paper == paper.FIG12_FT_MAX_RATIO
+
+
+def test_runner_discovers_scripts_and_writes_paper_md(tmp_path):
+    """Discovery picks up any figNN_*.py with a main(); paper.md gets one row per figure with its
+    verdict count and links, and a failing script is reported as failed."""
+    run_all = importlib.import_module("run_all")
+    exp = tmp_path / "experiments"
+    exp.mkdir()
+    out = tmp_path / "reports" / "figures"
+    (exp / "fig98_good.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\n" % str(EXPERIMENTS)
+        + "from paper import Row, outputs, write_report, base_parser\n"
+          "def main(argv=None):\n"
+          "    a = base_parser('t').parse_args(argv)\n"
+          "    f = outputs(a.out_dir, 'fig98_good')\n"
+          "    f['png'].write_bytes(b'x'); f['csv'].write_text('a\\n1\\n')\n"
+          "    write_report(f['md'], 't', 'cmd', [Row('q1', 1.0, 1.0, 't', True), Row('q2', 2.0, 3.0, 't', False, 'why')])\n"
+          "if __name__ == '__main__':\n    main()\n")
+    (exp / "fig99_bad.py").write_text("def main(argv=None):\n    raise SystemExit(3)\nif __name__ == '__main__':\n    main()\n")
+    (exp / "fig97_nomain.py").write_text("x = 1\n")
+    (exp / "helper.py").write_text("def main(argv=None):\n    pass\n")
+    figures = run_all.discover(None, exp)
+    assert [f.key for f in figures] == ["fig98", "fig99"]
+    assert [f.key for f in run_all.discover(["fig98"], exp)] == ["fig98"]
+    with pytest.raises(ValueError, match="fig42"):
+        run_all.discover(["fig42"], exp)
+    md_path = run_all.run(figures, jobs=2, smoke=True, out_dir=out, progress=False)
+    md = md_path.read_text()
+    assert md_path == tmp_path / "reports" / "paper.md"
+    good = next(line for line in md.splitlines() if line.startswith("| fig98 "))
+    assert "1 of 2 within" in good and "q2" in good and "(figures/fig98_good.png)" in good
+    bad = next(line for line in md.splitlines() if line.startswith("| fig99 "))
+    assert "FAILED (exit 3" in bad
+    assert "run_all.py" in md and "--smoke" in md
+
+
+def test_real_scripts_are_discovered():
+    run_all = importlib.import_module("run_all")
+    keys = {f.key for f in run_all.discover()}
+    assert {"fig02", "fig11", "fig12", "fig13", "fig18", "fig19"} <= keys

@@ -1,0 +1,197 @@
+#!/usr/bin/env python
+"""Run every figure script in parallel processes and write reports/paper.md.
+
+    python experiments/run_all.py [--only fig12 fig13 ...] [--jobs N] [--full | --smoke] [--out-dir reports/figures]
+    pagesim figures [...]   (the same, from the CLI)
+
+A figure script is any experiments/figNN_<name>.py that defines main(argv) and takes --smoke,
+--full and --out-dir (the paper.py parsers give all three); new ones are picked up without a
+change here. A script that sets `TAKES_JOBS = True` also gets --jobs N (its own process pool; the
+runner's slots are its upper bound). Each runs as its own process (python experiments/figNN_<name>.py ...), its output
+in <out-dir>/logs/figNN_<name>.log, the slowest first. paper.md (beside <out-dir>) gets one row per
+figure: how many of the paper's numbers ours matches, the ones it does not, and links to the
+figure's .png/.csv/.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EXPERIMENTS = Path(__file__).resolve().parent
+ROOT = EXPERIMENTS.parent
+sys.path.insert(0, str(EXPERIMENTS))
+
+from paper import ARXIV, DEFAULT_OUT_DIR, read_verdicts  # noqa: E402
+
+SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
+# Measured wall times at the default settings (s), to start the slowest first; unknown ones go first.
+EXPECTED_S = {"fig12": 900, "fig18": 240, "fig19": 200, "fig14": 175, "fig16": 160, "fig13": 60, "fig15": 60,
+              "fig02": 40, "fig17": 20, "fig11": 10}
+TITLES = {"fig02": "KV cache slot usage", "fig11": "Input and output lengths", "fig12": "Latency vs request rate",
+          "fig13": "Mean batched requests", "fig14": "Parallel sampling and beam search",
+          "fig15": "Memory saved by sharing", "fig16": "Shared prefix", "fig17": "Chatbot",
+          "fig18": "Kernel latency and block size", "fig19": "Swap vs recompute"}
+
+
+@dataclass
+class Figure:
+    key: str  # fig12
+    script: Path
+    log: Path | None = None
+    takes_jobs: bool = False
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    wall_s: float = 0.0
+    returncode: int | None = None
+    outputs: dict = field(default_factory=dict)
+
+    @property
+    def stem(self) -> str:
+        return self.script.stem
+
+
+def discover(only: list[str] | None = None, directory: Path = EXPERIMENTS) -> list[Figure]:
+    """Figure scripts in `directory` (a file with a `def main(` and figNN_ name), optionally only
+    those whose key or stem is named in `only`. Unknown names are an error."""
+    figures = []
+    for path in sorted(directory.glob("fig*.py")):
+        m = SCRIPT_RE.match(path.name)
+        text = path.read_text()
+        if m and re.search(r"^def main\(", text, re.M):
+            figures.append(Figure(m.group(1), path, takes_jobs=bool(re.search(r"^TAKES_JOBS = True", text, re.M))))
+    if only:
+        wanted = {w.strip() for item in only for w in item.split(",") if w.strip()}
+        known = {f.key for f in figures} | {f.stem for f in figures}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise ValueError(f"no figure script for {', '.join(unknown)}; known: {', '.join(sorted(f.key for f in figures))}")
+        figures = [f for f in figures if f.key in wanted or f.stem in wanted]
+    return figures
+
+
+def figure_args(full: bool, smoke: bool, out_dir: Path) -> list[str]:
+    # relative to the repository root (the scripts' working directory) where it is inside it, so
+    # each report's command reads the same on every checkout
+    inside = Path(out_dir).resolve().is_relative_to(ROOT)
+    out = _rel(out_dir, ROOT) if inside else str(out_dir)
+    return (["--smoke"] if smoke else []) + (["--full"] if full else []) + ["--out-dir", out]
+
+
+def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = False, out_dir: Path = DEFAULT_OUT_DIR,
+        paper_md: Path | None = None, progress: bool = True, python: str = sys.executable) -> Path:
+    """Runs the figures, at most `jobs` at a time, then writes paper.md; returns its path."""
+    out_dir = Path(out_dir)
+    logs = out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    queue = sorted(figures, key=lambda f: -EXPECTED_S.get(f.key, 10_000))
+    running: list[Figure] = []
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
+    t0 = time.perf_counter()
+    with _progress(progress) as bar:
+        overall = bar.add_task("all figures", total=len(figures)) if bar else None
+        tasks = {}
+        while queue or running:
+            while queue and len(running) < jobs:
+                f = queue.pop(0)
+                f.log = logs / f"{f.stem}.log"
+                f.started = time.perf_counter()
+                with open(f.log, "w") as log:
+                    extra = ["--jobs", str(jobs)] if f.takes_jobs and jobs > 1 else []
+                    f.process = subprocess.Popen([python, str(f.script), *figure_args(full, smoke, out_dir), *extra], cwd=ROOT,
+                                                 stdout=log, stderr=subprocess.STDOUT, env=env)
+                running.append(f)
+                if bar:
+                    tasks[f.key] = bar.add_task(f.stem, total=None)
+            time.sleep(0.2)
+            for f in list(running):
+                if f.process.poll() is None:
+                    continue
+                f.returncode = f.process.returncode
+                f.wall_s = time.perf_counter() - f.started
+                running.remove(f)
+                if bar:
+                    bar.update(tasks[f.key], total=1, completed=1,
+                               description=f"{f.stem} [{'ok' if f.returncode == 0 else 'FAILED'} {f.wall_s:.0f} s]")
+                    bar.advance(overall)
+                elif progress is not None:
+                    print(f"{f.stem}: {'ok' if f.returncode == 0 else 'FAILED'} in {f.wall_s:.0f} s", flush=True)
+    paper_md = Path(paper_md) if paper_md else out_dir.parent / "paper.md"
+    command = " ".join(["python experiments/run_all.py", *(["--only", *[f.key for f in figures]] if figures else []),
+                        f"--jobs {jobs}", *(["--full"] if full else []), *(["--smoke"] if smoke else []),
+                        f"--out-dir {_rel(out_dir, ROOT)}"])
+    write_paper_md(paper_md, figures, out_dir, command, time.perf_counter() - t0, jobs)
+    return paper_md
+
+
+def write_paper_md(path: Path, figures: list[Figure], out_dir: Path, command: str, wall_s: float, jobs: int) -> None:
+    lines = [f"# Paper reproduction: Kwon et al., SOSP 2023 ({ARXIV})", "", "Command (one run, all figures below):",
+             "", "```", command, "```", "",
+             f"{len(figures)} figure scripts, {jobs} at a time, {wall_s:.0f} s in all. Each figure's .md has the exact "
+             "command, our number beside the paper's for every number the paper states, a verdict per row and, "
+             "where not within, the reason as far as we can tell.", "",
+             "| figure | what | run | verdict | not within | files |", "|---|---|---|---|---|---|"]
+    for f in sorted(figures, key=lambda f: f.key):
+        files = {ext: out_dir / f"{f.stem}.{ext}" for ext in ("png", "csv", "md")}
+        links = " · ".join(f"[{ext}]({_rel(p, path.parent)})" for ext, p in files.items() if p.exists())
+        status = "ok" if f.returncode == 0 else f"FAILED (exit {f.returncode}; log {_rel(f.log, path.parent)})"
+        verdict, misses = "-", ""
+        if f.returncode == 0 and files["md"].exists():
+            v = read_verdicts(files["md"])
+            verdict = f"{v.num_within} of {v.num_rows} within"
+            misses = "; ".join(v.not_within).replace("|", "/")
+        lines.append(f"| {f.key} | {TITLES.get(f.key, f.stem)} | {status}, {f.wall_s:.0f} s | {verdict} | {misses} | {links} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _rel(p: Path, base: Path) -> str:
+    try:
+        return os.path.relpath(Path(p).resolve(), Path(base).resolve())
+    except ValueError:
+        return str(p)
+
+
+class _NoBar:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn())
+
+
+def main(argv: list[str] | None = None) -> Path:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="+", default=None, help="figure keys or script stems (fig12, fig13_batched_requests)")
+    p.add_argument("--jobs", type=int, default=2, help="figure scripts running at once")
+    p.add_argument("--full", action="store_true", help="the paper's 3600 s of arrivals")
+    p.add_argument("--smoke", action="store_true", help="every script in its seconds-long smoke mode")
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    p.add_argument("--paper-md", type=Path, default=None, help="default: paper.md beside --out-dir")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        figures = discover(args.only)
+    except ValueError as e:
+        p.error(str(e))
+    path = run(figures, args.jobs, args.full, args.smoke, args.out_dir, args.paper_md, progress=not args.no_progress)
+    print(f"wrote {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`pagesim figures`: run the paper's figure scripts (experiments/figNN_*.py) in parallel and write
+reports/paper.md. The work is experiments/run_all.py's; this is its CLI face."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from pagesim.cli import app
+
+RUN_ALL = Path(__file__).resolve().parents[2] / "experiments" / "run_all.py"
+
+
+def _run_all():
+    if not RUN_ALL.exists():
+        typer.echo(f"error: {RUN_ALL} not found: `pagesim figures` needs the source checkout (experiments/)", err=True)
+        raise typer.Exit(2)
+    spec = importlib.util.spec_from_file_location("pagesim_run_all", RUN_ALL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@app.command()
+def figures(
+    only: Optional[List[str]] = typer.Option(None, help="figure keys or script stems, repeated or comma-separated (fig12,fig13)"),
+    jobs: int = typer.Option(2, help="figure scripts running at once"),
+    full: bool = typer.Option(False, help="the paper's 3600 s of arrivals (default: the artifact's 600 s)"),
+    smoke: bool = typer.Option(False, help="every script in its seconds-long smoke mode"),
+    out_dir: Optional[Path] = typer.Option(None, help="where the figure files go (default reports/figures)"),
+) -> None:
+    """Run the figure scripts in parallel processes and write reports/paper.md."""
+    from rich.console import Console
+    from rich.table import Table
+
+    run_all = _run_all()
+    if full and smoke:
+        typer.echo("error: --full and --smoke exclude each other", err=True)
+        raise typer.Exit(2)
+    try:
+        figs = run_all.discover(only)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    out = out_dir or run_all.DEFAULT_OUT_DIR
+    paper_md = run_all.run(figs, jobs=jobs, full=full, smoke=smoke, out_dir=out, progress=Console().is_terminal)
+    table = Table(title=f"wrote {paper_md}", title_justify="left")
+    for col in ("figure", "run", "verdict"):
+        table.add_column(col)
+    for f in sorted(figs, key=lambda f: f.key):
+        md = Path(out) / f"{f.stem}.md"
+        verdict = "-"
+        if f.returncode == 0 and md.exists():
+            v = run_all.read_verdicts(md)
+            verdict = f"{v.num_within} of {v.num_rows} within"
+        table.add_row(f.stem, f"{'ok' if f.returncode == 0 else 'FAILED'} {f.wall_s:.0f} s", verdict)
+    Console().print(table)
+    if any(f.returncode != 0 for f in figs):
+        raise typer.Exit(1)

@@ -1,0 +1,45 @@
+"""Shared by the figure tests: the experiments folder on sys.path, and one smoke run of a figure
+script with the checks every figure's files must pass."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+
+@dataclass
+class SmokeRun:
+    result: dict  # what the script's main() returned
+    rows: list[dict]  # its .csv
+    md: str  # its .md
+
+
+def run_smoke(name: str, out_dir: Path, columns) -> SmokeRun:
+    """experiments/<name>.py --smoke: its png/csv/md exist, the csv has the columns, the md names
+    the exact command."""
+    module = importlib.import_module(name)
+    result = module.main(["--smoke", "--out-dir", str(out_dir)])
+    for ext in ("png", "csv", "md"):
+        path = out_dir / f"{name}.{ext}"
+        assert path.exists() and path.stat().st_size > 0, path
+    with open(out_dir / f"{name}.csv") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        assert set(columns) <= set(reader.fieldnames), set(columns) - set(reader.fieldnames)
+    assert rows
+    md = (out_dir / f"{name}.md").read_text()
+    assert f"python experiments/{name}.py --smoke --out-dir {out_dir}" in md
+    return SmokeRun(result, rows, md)
+
+
+@pytest.fixture
+def smoke():
+    return run_smoke
