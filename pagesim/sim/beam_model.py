@@ -117,7 +117,9 @@ class BeamAncestryModel:
     @classmethod
     def load(cls, path: str | Path = DEFAULT_PATH) -> "BeamAncestryModel":
         data = load_ancestry(path)
-        return cls.fit(data.runs, data.path)
+        # the built-in file is named the same wherever the package is installed
+        source = "pagesim/sim/data/" + DEFAULT_PATH.name if Path(path).resolve() == DEFAULT_PATH.resolve() else data.path
+        return cls.fit(data.runs, source)
 
     @property
     def widths(self) -> list[int]:
