@@ -5,27 +5,23 @@ import random
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM, OPTForCausalLM
 
 from executor.engine import EngineConfig, LLMEngine
-from executor.models.loader import from_hf_model, tiny_config
 from pagesim.core import SamplingParams
 
 MAX_NEW = 12
 
 
 @pytest.fixture(scope="module", params=["opt-tiny", "llama-tiny"])
-def pair(request):
-    torch.manual_seed(0)
-    cls = OPTForCausalLM if request.param == "opt-tiny" else LlamaForCausalLM
-    hf = cls(tiny_config(request.param)).eval()
+def pair(request, tiny_hf):
+    hf, lm = tiny_hf(request.param)
     rng = random.Random(1)
     prompts = [[rng.randint(3, 127) for _ in range(rng.randint(2, 45))] for _ in range(8)]
     expected = []
     for p in prompts:
         out = hf.generate(torch.tensor([p]), max_new_tokens=MAX_NEW, min_new_tokens=MAX_NEW, do_sample=False, pad_token_id=0)
         expected.append(out[0, len(p):].tolist())
-    return from_hf_model(hf), prompts, expected
+    return lm, prompts, expected
 
 
 def greedy(engine, prompts):

@@ -2,7 +2,6 @@
 references against dense SDPA on independently gathered K/V. Shapes stay tiny: the interpreter
 costs a few ms per (program, loop iteration)."""
 
-import math
 
 import pytest
 import torch

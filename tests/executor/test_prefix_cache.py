@@ -5,10 +5,8 @@ import random
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM, OPTForCausalLM
 
 from executor.engine import EngineConfig, LLMEngine
-from executor.models.loader import from_hf_model, tiny_config
 from pagesim.core import SamplingParams
 
 MAX_NEW = 8
@@ -16,11 +14,8 @@ BS = 8
 
 
 @pytest.fixture(scope="module", params=["opt-tiny", "llama-tiny"])
-def model(request):
-    torch.manual_seed(0)
-    cls = OPTForCausalLM if request.param == "opt-tiny" else LlamaForCausalLM
-    hf = cls(tiny_config(request.param)).eval()
-    return hf, from_hf_model(hf)
+def model(request, tiny_hf):
+    return tiny_hf(request.param)
 
 
 @torch.no_grad()

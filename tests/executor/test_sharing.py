@@ -5,10 +5,9 @@ import random
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM, OPTForCausalLM
 
 from executor.engine import EngineConfig, LLMEngine
-from executor.models.loader import from_hf_model, tiny_config
+from executor.models.loader import from_hf_model
 from executor.sampler import make_generator, sample
 from pagesim.core import SamplingParams
 
@@ -16,14 +15,12 @@ MAX_NEW = 10
 
 
 @pytest.fixture(scope="module", params=["opt-tiny", "llama-tiny"])  # llama-tiny: GQA
-def pair(request):
-    torch.manual_seed(0)
-    cls = OPTForCausalLM if request.param == "opt-tiny" else LlamaForCausalLM
-    hf = cls(tiny_config(request.param)).eval()
+def pair(request, tiny_hf):
+    hf, lm = tiny_hf(request.param)
     rng = random.Random(2)
     # lengths off block boundaries (block size 8): the prompt's last block is shared partly filled
     prompts = [[rng.randint(3, 127) for _ in range(n)] for n in (5, 13, 21, 30)]
-    return hf, from_hf_model(hf), prompts
+    return hf, lm, prompts
 
 
 def assert_pool_empty(engine):

@@ -3,7 +3,6 @@ random paged layouts: GQA, partial blocks, shuffled physical blocks with garbage
 sequence's end, block sizes 8/16/32, head dims 64/80, fp32/fp16/bf16, contexts of one token,
 prefix hits and prefill chunks. Plus the dispatch of PAGESIM_KERNELS."""
 
-import math
 
 import pytest
 import torch
