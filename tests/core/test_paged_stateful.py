@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 from collections import Counter
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule

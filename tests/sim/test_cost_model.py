@@ -11,7 +11,7 @@ from pagesim.sim.cost_model import (
     BatchShape, ConstantCostModel, CostModel, RooflineConstants, RooflineCostModel,
     make_cost_model, prefill_attn_pairs, register_cost_model, COST_MODELS,
 )
-from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model
+from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu
 
 # A model small enough to do the arithmetic by hand:
 # linear params per layer = 4 h^2 + 2 h f = 64 + 64 = 128, two layers -> 256;
