@@ -153,16 +153,12 @@ class LLMEngine:
     def _sample(self, out: SchedulerOutput, logits: torch.Tensor) -> dict[int, list[Sample]]:
         """Samples per group, for the sequences due a token (rows of logits, in batch order)."""
         samples: dict[int, list[Sample]] = {}
-        row = pos = 0
-        for group in out.groups:  # a group's sequences sit together in the batch, in group order
-            due: dict[int, torch.Tensor] = {}
-            for seq in group.seqs:
-                if seq.num_computed_tokens + out.num_new_tokens[pos] == seq.num_tokens:
-                    due[seq.seq_id] = logits[row]
-                    row += 1
-                pos += 1
-            if not due:
+        row = 0
+        for group, due_seqs in out.due_by_group():  # logits rows follow the due sequences in batch order
+            if not due_seqs:
                 continue
+            due = {seq.seq_id: logits[row + i] for i, seq in enumerate(due_seqs)}
+            row += len(due_seqs)
             beams = self._beams.get(group.request_id)
             if beams is not None:
                 samples[group.request_id] = beams.step(group, due)

@@ -19,6 +19,7 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from pagesim.core.kv_manager import KVCacheManager
 from pagesim.core.request import Request, Sequence, SequenceGroup, SequenceStatus
@@ -72,6 +73,16 @@ class SchedulerOutput:
     @property
     def num_batched_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decode_seqs
+
+    def due_by_group(self) -> Iterator[tuple[SequenceGroup, list[Sequence]]]:
+        """Each scheduled group with those of its sequences that reach their end this step, and
+        so are due a token, in batch order. Read it before update(), which advances the counts."""
+        pos = 0
+        for group in self.groups:
+            seqs = group.seqs
+            counts = self.num_new_tokens[pos:pos + len(seqs)]
+            pos += len(seqs)
+            yield group, [seq for seq, n in zip(seqs, counts) if seq.num_computed_tokens + n == seq.num_tokens]
 
 
 @dataclass(frozen=True)

@@ -179,19 +179,13 @@ class Replay:
     def _beam_step(self, out: SchedulerOutput) -> StepResult:
         """SIM_STEP plus explicit samples for the beam groups due a token this step."""
         samples = {}
-        pos = 0
-        for group in out.groups:
-            seqs = group.seqs
-            if group.request.sampling.use_beam_search:
-                due = [seq for seq, n in zip(seqs, out.num_new_tokens[pos:pos + len(seqs)])
-                       if seq.num_computed_tokens + n == seq.num_tokens]
-                if due:
-                    rid = group.request_id
-                    rng = self._beam_rngs.get(rid)
-                    if rng is None:
-                        rng = self._beam_rngs[rid] = random.Random(f"beam:{self.cfg.seed}:{rid}")
-                    samples[rid] = beam_model.group_samples(group, due, self.beam, rng, SIM_TOKEN)
-            pos += len(seqs)
+        for group, due in out.due_by_group():
+            if due and group.request.sampling.use_beam_search:
+                rid = group.request_id
+                rng = self._beam_rngs.get(rid)
+                if rng is None:
+                    rng = self._beam_rngs[rid] = random.Random(f"beam:{self.cfg.seed}:{rid}")
+                samples[rid] = beam_model.group_samples(group, due, self.beam, rng, SIM_TOKEN)
         return StepResult(samples=samples, default_token=SIM_TOKEN) if samples else SIM_STEP
 
     def _decode_run(self, env: simpy.Environment, plan: DecodePlan):
