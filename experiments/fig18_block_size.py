@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paper import (device_name, median_ms, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE, FIG18A_OVERHEAD_BAND, FIG18A_SOURCE,  # noqa: E402
+from paper import (device_name, executor_device, median_ms, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE, FIG18A_OVERHEAD_BAND, FIG18A_SOURCE,  # noqa: E402
                    SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
                    replay_parser, save_figure, write_csv, write_report)
 
@@ -162,10 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = replay_parser(__doc__.splitlines()[0])
     p.add_argument("--device", default=None, help="executor device for (a) (default: cuda if present, else cpu)")
     args = p.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(1)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = executor_device(args.device)
     duration = arrival_duration(args, SMOKE_DURATION)
     warmup = 1.0 if args.smoke else WARMUP_S
     timer = Timer()

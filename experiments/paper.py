@@ -258,6 +258,15 @@ def median_ms(fn, device, reps: int, warmup: int = 1) -> float:
     return 1e3 * statistics.median(times)
 
 
+def executor_device(requested: str | None) -> str:
+    """The device an executor measurement runs on: the one asked for, else cuda if present; torch
+    on one thread (a shared CPU gives steadier timings with one)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return requested or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def device_name(dev) -> str:
     """What the executor measurements ran on, for the reports."""
     import torch
