@@ -11,6 +11,8 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
+from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
+                                check_workload, fail, load_trace_file, progress_bar, warn)
 
 
 class Policy(str, enum.Enum):
@@ -27,80 +29,90 @@ class Preemption(str, enum.Enum):
     auto = "auto"
 
 
-def fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
-
 @app.command()
 def replay(
+    ctx: typer.Context,
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
     model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs)"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
-    tp: int = typer.Option(1, help="tensor-parallel degree"),
+    tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
     policy: Policy = typer.Option(Policy.paged, help="KV cache system"),
-    block_size: int = typer.Option(16, help="tokens per KV block"),
+    block_size: int = typer.Option(16, parser=POSITIVE_INT, help="tokens per KV block"),
     preemption: Preemption = typer.Option(Preemption.auto, help="auto: recompute single sequences, swap groups"),
-    rate: Optional[float] = typer.Option(1.0, help="arrival rate in req/s (0: use the trace's own arrival times)"),
-    burstiness: float = typer.Option(1.0, help="gamma arrivals: shape; 1.0 is Poisson"),
-    num_requests: Optional[int] = typer.Option(1000, help="requests to replay (the trace is cycled if it holds fewer)"),
-    duration: Optional[float] = typer.Option(None, help="seconds of arrivals instead of a request count"),
-    max_num_seqs: int = typer.Option(256, help="sequences running at once, at most"),
-    max_num_batched_tokens: int = typer.Option(2560, help="tokens computed in one step, at most"),
-    swap_space: float = typer.Option(4.0, help="GiB of host memory per GPU for swapped blocks"),
-    num_gpu_blocks: Optional[int] = typer.Option(None, help="KV pool size in blocks (default: sized from model and GPU)"),
+    rate: float = typer.Option(1.0, parser=NON_NEGATIVE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
+    burstiness: float = typer.Option(1.0, parser=POSITIVE, help="gamma arrivals: shape; 1.0 is Poisson"),
+    num_requests: int = typer.Option(1000, parser=POSITIVE_INT, help="requests to replay (the trace is cycled if it holds "
+                                     "fewer)"),
+    duration: Optional[float] = typer.Option(None, parser=POSITIVE, help="seconds of arrivals instead of a request count"),
+    max_num_seqs: int = typer.Option(256, parser=COUNT, help="sequences running at once, at most"),
+    max_num_batched_tokens: int = typer.Option(2560, parser=POSITIVE_INT, help="tokens computed in one step, at most"),
+    swap_space: float = typer.Option(4.0, parser=NON_NEGATIVE, help="GiB of host memory per GPU for swapped blocks"),
+    num_gpu_blocks: Optional[int] = typer.Option(None, parser=COUNT, help="KV pool size in blocks (default: sized from "
+                                                 "model and GPU)"),
     prefix_caching: bool = typer.Option(False, help="automatic prefix caching"),
     chunked_prefill: bool = typer.Option(False, help="split prompts to fill the token budget"),
-    n: Optional[int] = typer.Option(None, help="parallel samples for every request"),
-    beam_width: Optional[int] = typer.Option(None, help="beam search of this width for every request (simulated "
-                                             "beam ancestry: pagesim/sim/beam_model.py)"),
+    n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples for every request"),
+    beam_width: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="beam search of this width for every request "
+                                             "(simulated beam ancestry: pagesim/sim/beam_model.py)"),
     beam_ancestry: Optional[Path] = typer.Option(None, help="beam-ancestry measurements to fit the simulated beam search "
                                                  "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
-    warmup: float = typer.Option(0.0, help="leave requests arriving in the first S seconds out of latency statistics"),
+    warmup: float = typer.Option(0.0, parser=NON_NEGATIVE, help="leave requests arriving in the first S seconds out of "
+                                 "latency statistics"),
     cost_model: str = typer.Option("roofline", help="roofline, constant or profiled"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
-    seed: int = typer.Option(0, help="seed of the arrival process"),
-    out: Optional[Path] = typer.Option(None, help="write requests.csv, steps.csv and summary.json here"),
+    seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process"),
+    out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pagesim.sim.engine import Replay, ReplayConfig
-    from pagesim.workload.trace import TraceError, load_trace
 
-    try:
-        loaded = load_trace(trace)
-    except (OSError, TraceError) as e:
-        fail(str(e))
+    check_arrival_flags(ctx, duration=duration)
+    if profile is not None and cost_model.lower() != "profiled":
+        fail(f"--profile is read only by --cost-model profiled (this run uses {cost_model})")
+    loaded = load_trace_file(trace)
+    if prefix_caching and not any(r.prompt_token_ids for r in loaded.requests):
+        warn(f"--prefix-caching: {trace} has no prompt_token_ids, so no prefix can be recognised and nothing is cached")
+    check_run_size(rate or None, num_requests, duration)
     cfg = ReplayConfig(
         model=model, gpu=gpu, tp=tp, policy=policy.value, block_size=block_size, preemption=preemption.value,
-        rate=rate or None, burstiness=burstiness, num_requests=num_requests, duration=duration,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, swap_space_gib=swap_space,
-        num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching, chunked_prefill=chunked_prefill, n=n,
-        beam_width=beam_width, beam_ancestry=str(beam_ancestry) if beam_ancestry else None,
-        cost_model=cost_model, profile=str(profile) if profile else None, seed=seed, warmup_s=warmup,
+        rate=rate or None, burstiness=burstiness, num_requests=None if duration is not None else num_requests,
+        duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        swap_space_gib=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,
+        chunked_prefill=chunked_prefill, n=n, beam_width=beam_width,
+        beam_ancestry=str(beam_ancestry) if beam_ancestry else None, cost_model=cost_model,
+        profile=str(profile) if profile else None, seed=seed, warmup_s=warmup,
     )
     try:
         sim = Replay(cfg, loaded)
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
+    check_workload(sim.requests, warmup, duration)
 
     console = Console(stderr=True)
-    with Progress(TextColumn("[bold]replay[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=as_json or not console.is_terminal) as bar:
-        task = bar.add_task("replay", total=len(sim.requests))
-        sim.on_progress = lambda done: bar.update(task, completed=done) if done % 50 == 0 or done == len(sim.requests) else None
+    with progress_bar("replay", "requests", len(sim.requests), console, quiet=as_json) as advance:
+        sim.on_progress = advance
         result = sim.run()
     summary = dict(result.summary, trace=str(trace))
+    emit_results(summary, result.metrics, out, as_json,
+                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}")
+
+
+def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str) -> None:
+    """What `replay` and `run` do with a finished run: write the results folder (atomically),
+    then print the summary as JSON or as a table."""
+    from rich.console import Console
+
+    from pagesim.results import results_folder
+
     if out is not None:
-        result.metrics.write(out, summary)
+        with results_folder(out) as folder:
+            metrics.write(folder, summary)
     if as_json:
-        json.dump(summary, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
     else:
-        title = f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}"
         print_summary(summary, Console(), title)
         if out is not None:
             Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json")

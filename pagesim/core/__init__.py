@@ -1,7 +1,8 @@
 """The engine core: requests, KV cache managers and the scheduler. Pure Python, shared by the
 simulator and the executor; it imports nothing heavy."""
 
-from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator, OutOfBlocks
+from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator
+from pagesim.core.errors import CannotServe, CoreError, DoubleFree, NegativeRefcount, OutOfBlocks, SchedulerStalled
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.paged import BlockPool, PagedKVManager
 from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
@@ -11,7 +12,8 @@ from pagesim.core.scheduler import Sample, Scheduler, SchedulerConfig, Scheduler
 
 __all__ = [
     "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
-    "BlockPool", "BuddyAllocator", "FirstFitAllocator", "KVCacheManager", "OutOfBlocks", "PagedKVManager",
+    "CannotServe", "CoreError", "DoubleFree", "NegativeRefcount", "OutOfBlocks", "SchedulerStalled",
+    "BlockPool", "BuddyAllocator", "FirstFitAllocator", "KVCacheManager", "PagedKVManager",
     "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
     "SchedulerOutput", "Sequence", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",
 ]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import bisect
 
+from pagesim.core.errors import DoubleFree, OutOfBlocks
 
-class OutOfBlocks(Exception):
-    pass
+__all__ = ["BuddyAllocator", "FirstFitAllocator", "OutOfBlocks", "round_up_pow2"]
 
 
 def round_up_pow2(n: int) -> int:
@@ -75,7 +75,7 @@ class BuddyAllocator:
         raise OutOfBlocks(f"no free chunk of {need} blocks")
 
     def free(self, start: int) -> None:
-        size = self._allocated.pop(start)
+        size = _pop_allocated(self._allocated, start)
         self.num_free_blocks += size
         while size < self.max_chunk:
             buddy = start ^ size
@@ -90,6 +90,13 @@ class BuddyAllocator:
 
     def allocated_chunks(self) -> list[tuple[int, int]]:
         return sorted(self._allocated.items())
+
+
+def _pop_allocated(allocated: dict[int, int], start: int) -> int:
+    try:
+        return allocated.pop(start)
+    except KeyError:
+        raise DoubleFree(f"no allocated range starts at block {start} (freed twice, or never allocated)") from None
 
 
 def _sizes_from(need: int, max_chunk: int):
@@ -136,7 +143,7 @@ class FirstFitAllocator:
         raise OutOfBlocks(f"no free extent of {num_blocks} blocks")
 
     def free(self, start: int) -> None:
-        size = self._allocated.pop(start)
+        size = _pop_allocated(self._allocated, start)
         self.num_free_blocks += size
         i = bisect.bisect_left(self._starts, start)
         # merge with the following extent

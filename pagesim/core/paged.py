@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
 
@@ -39,6 +40,8 @@ class BlockPool:
         return len(self.free_queue)
 
     def allocate(self) -> int:
+        if not self.free_queue:
+            raise OutOfBlocks(f"all {self.num_blocks} blocks are in use (callers check num_free first)")
         block, _ = self.free_queue.popitem(last=False)
         if self.block_hash[block] is not None:  # evict its cached contents
             del self.cached[self.block_hash[block]]
@@ -55,6 +58,8 @@ class BlockPool:
         self.num_refs += 1
 
     def decref(self, block: int) -> None:
+        if self.refcount[block] <= 0:
+            raise NegativeRefcount(f"block {block} is already free (refcount {self.refcount[block]})")
         self.refcount[block] -= 1
         self.num_refs -= 1
         if self.refcount[block] == 0:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator, OutOfBlocks, round_up_pow2
+from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator, round_up_pow2
+from pagesim.core.errors import CoreError, OutOfBlocks
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup
 
@@ -115,7 +116,7 @@ class ReservationKVManager(KVCacheManager):
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         if seq.num_computed_tokens + num_new_tokens > len(seq.block_table) * self.block_size:
-            raise RuntimeError(f"sequence {seq.seq_id} outgrew its reservation of {len(seq.block_table)} blocks")
+            raise CoreError(f"sequence {seq.seq_id} outgrew its reservation of {len(seq.block_table)} blocks")
         return 0
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:

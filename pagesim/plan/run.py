@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pagesim.core.errors import CannotServe
 from pagesim.plan.cache import RunCache, run_key
 from pagesim.plan.slo import SLO, slo_values
 from pagesim.sim.engine import Replay, ReplayConfig
@@ -25,13 +26,14 @@ KEEP_UP_RATIO = 0.9
 
 
 def simulate(cfg: ReplayConfig, trace: Trace) -> dict:
-    """Run the simulator and keep what planning needs (JSON-ready). A run that cannot be made
-    (the model does not fit, a request can never be scheduled) gives a record with `error`."""
+    """Run the simulator and keep what planning needs (JSON-ready). A configuration that cannot
+    serve at all (pagesim.core.errors.CannotServe: the model leaves no KV pool, its heads do not
+    split over TP) gives a record with `error`; requests it can never fit are counted as
+    rejections. Any other exception is a bug and propagates: it must not pass for "infeasible"."""
     try:
         result = Replay(cfg, trace).run()
-    except (ValueError, KeyError, RuntimeError, NotImplementedError) as e:
-        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        return {"rate": cfg.rate, "error": f"{type(e).__name__}: {message}"}
+    except CannotServe as e:
+        return {"rate": cfg.rate, "error": str(e)}
     s = result.summary
     requests = result.metrics.requests
     start = cfg.warmup_s

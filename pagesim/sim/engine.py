@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import simpy
 
 from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
+from pagesim.core.errors import SchedulerStalled
 from pagesim.core.scheduler import DecodePlan
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
@@ -145,7 +146,9 @@ class Replay:
             self.num_submitted += 1
             if group.reject_reason:
                 self._done(group)
-            elif not self.idle.triggered:
+            # Wake an idle engine for a new request, and also after a rejection: if that was
+            # the last request, the engine must see that everything is done and end the run.
+            if not self.idle.triggered:
                 self.idle.succeed()
 
     def _engine(self, env: simpy.Environment):
@@ -165,8 +168,9 @@ class Replay:
                 continue
             out = scheduler.schedule(env.now)
             if out.is_empty:
-                raise RuntimeError(f"t={env.now:.3f}s: requests are queued but nothing can run "
-                                   f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
+                # add_request rejects what can never fit, so an empty step with work queued is a core bug
+                raise SchedulerStalled(f"t={env.now:.3f}s: requests are queued but nothing can run "
+                                       f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
             duration = cost.iteration_time(batch_shape(out, block_size))
             yield env.timeout(duration)
             step = self._beam_step(out) if self.beam is not None else SIM_STEP

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pagesim.core.errors import CannotServe
+
 GiB = 1 << 30
 GB = 10**9
 TB = 10**12
@@ -345,7 +347,7 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int = 1) -> int:
     stores one head's K/V.
     """
     if model.num_kv_heads % tp and tp % model.num_kv_heads:
-        raise ValueError(f"{model.name}: {model.num_kv_heads} KV heads cannot be split over tp={tp}")
+        raise CannotServe(f"{model.name}: {model.num_kv_heads} KV heads cannot be split over tp={tp}")
     return model.kv_bytes_per_token // min(tp, model.num_kv_heads)
 
 
@@ -354,7 +356,7 @@ def block_bytes_per_gpu(kv_bytes_per_token: int, tp: int, block_size: int) -> in
     if block_size <= 0:
         raise ValueError("block_size must be positive")
     if kv_bytes_per_token * block_size % tp:
-        raise ValueError(f"KV heads do not split evenly over tp={tp}")
+        raise CannotServe(f"KV heads do not split evenly over tp={tp}")
     return kv_bytes_per_token * block_size // tp
 
 
@@ -374,7 +376,7 @@ def kv_cache_capacity(model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
     activations = profile_activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     pool = usable - weights - activations - reserved_bytes
     if pool <= 0:
-        raise ValueError(
+        raise CannotServe(
             f"{model.name} on {tp} x {gpu.name} leaves no KV pool: usable {usable / GiB:.1f} GiB, "
             f"weights {weights / GiB:.1f}, activations {activations / GiB:.2f}, "
             f"reserved {reserved_bytes / GiB:.2f} GiB per GPU")

@@ -277,6 +277,8 @@ def parse_trace(text: str, path: str | os.PathLike | None = None) -> Trace:
         raise TraceError(where, f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
     except ValueError as exc:  # NaN / Infinity
         raise TraceError(where, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise TraceError(where, "invalid JSON: nested too deeply to be a trace") from None
     if not isinstance(doc, dict):
         raise TraceError(where, f"the top level must be a JSON object, got {type(doc).__name__}")
     if getattr(doc, "duplicate_keys", ()):

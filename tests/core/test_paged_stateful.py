@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pagesim.core import PagedKVManager, Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
+from pagesim.core import OutOfBlocks, PagedKVManager, Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
 
 DEV, HOST = "device", "host"
 IDX = st.integers(0, 10**6)
@@ -161,7 +161,7 @@ class PagedMachine(RuleBasedStateMachine):
             trial_mgr.admit(trial_group, counts)
             taken = free0 - trial_mgr.num_free_blocks
             ok = free0 - taken >= self.watermark_blocks
-        except (KeyError, IndexError):  # ran out of free blocks
+        except OutOfBlocks:  # ran out of free blocks (the core says so by name, nothing else)
             ok = False
         can = mgr.can_admit(group, counts)
         assert can == ok, (counts, hits, free0)

@@ -1,0 +1,268 @@
+"""The CLI's one input-checking layer and its error handling.
+
+Every command declares its numbers and output paths with the parameter types below, so click
+checks them while parsing, before any work starts; checks that need several flags at once
+call `fail`. Whatever goes wrong reaches the user as one line on stderr and an exit status:
+
+  2  a usage or input error: a flag, file or field that the message names
+  1  a bug (an exception nobody expected); `pagesim --debug ...` shows its traceback
+  130  interrupted (Ctrl-C)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, NoReturn
+
+import typer
+from typer.core import TyperGroup
+
+# click's exception base, from wherever this typer takes click (recent typers carry their own copy)
+ClickException = sys.modules[typer.BadParameter.__module__].ClickException
+
+EXIT_USAGE = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130
+
+
+class InputError(Exception):
+    """Bad input, said in one line that names the flag, file or field to fix."""
+
+
+def fail(message: str) -> NoReturn:
+    raise InputError(message)
+
+
+# -- declarative parameter types ---------------------------------------------------------------
+
+
+class Number:
+    """A parser for a finite int or float, optionally within bounds: `Number(lo=0, lo_open=True)`
+    is > 0. Pass as `typer.Option(..., parser=POSITIVE)`."""
+
+    def __init__(self, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+                 hi_open: bool = False, integer: bool = False):
+        self.lo, self.hi, self.lo_open, self.hi_open, self.integer = lo, hi, lo_open, hi_open, integer
+        self.__name__ = "integer" if integer else "float"  # typer names the metavar after it
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        if self.lo is not None and self.hi is not None:
+            return f"{kind} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{kind} {'>' if self.lo_open else '>='} {self.lo:g}"
+        if self.hi is not None:
+            return f"{kind} {'<' if self.hi_open else '<='} {self.hi:g}"
+        return kind
+
+    def __call__(self, value):
+        if value is None:
+            return None
+        try:
+            number = int(str(value)) if self.integer else float(value)
+        except ValueError:
+            raise typer.BadParameter(f"must be {self.describe()}, got {value!r}") from None
+        if not self._ok(number):
+            raise typer.BadParameter(f"must be {self.describe()}, got {value}")
+        return number
+
+    def _ok(self, x: float) -> bool:
+        if not math.isfinite(x):
+            return False
+        if self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo):
+            return False
+        if self.hi is not None and (x >= self.hi if self.hi_open else x > self.hi):
+            return False
+        return True
+
+
+FINITE = Number()
+NON_NEGATIVE = Number(lo=0)
+POSITIVE = Number(lo=0, lo_open=True)
+FRACTION = Number(lo=0, hi=1, hi_open=True)  # [0, 1)
+COUNT = Number(lo=0, integer=True)  # 0, 1, 2, ...
+POSITIVE_INT = Number(lo=1, integer=True)
+ANY_INT = Number(integer=True)
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def writable_problem(path: Path, folder: bool) -> str | None:
+    """Why results could not be written at path (a folder or a file), or None. Checked before a
+    run, so a long run never ends in an unwritable place."""
+    if path.exists():
+        if folder and not path.is_dir():
+            return "exists and is not a folder"
+        if not folder and path.is_dir():
+            return "is a folder, not a file"
+    # results are written beside the target and renamed into place: its parent must take new entries
+    parent = _nearest_existing(path.absolute().parent)
+    if not parent.is_dir():
+        return f"{parent} is not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write in {parent} (permission denied)"
+    return None
+
+
+class OutputPath:
+    """A parser for where a command writes results: a folder (`folder=True`) or a file, checked
+    writable while the command line is parsed, before any work."""
+
+    def __init__(self, folder: bool):
+        self.folder = folder
+        self.__name__ = "folder" if folder else "file"
+
+    def __call__(self, value):
+        if value is None:
+            return None
+        path = Path(value)
+        problem = writable_problem(path, self.folder)
+        if problem:
+            raise typer.BadParameter(f"{value}: {problem}")
+        return path
+
+
+OUT_DIR = OutputPath(folder=True)
+OUT_FILE = OutputPath(folder=False)
+
+
+def input_file(path: Path, what: str = "file") -> Path:
+    """An input file that must exist and be readable (one line otherwise)."""
+    if not path.exists():
+        fail(f"{path}: no such {what}")
+    if path.is_dir():
+        fail(f"{path}: is a folder, expected a {what}")
+    if not os.access(path, os.R_OK):
+        fail(f"{path}: cannot read the {what} (permission denied)")
+    return path
+
+
+# -- checks that look at several flags, or at the trace --------------------------------------------
+
+MAX_REQUESTS = 1_000_000  # a bigger run is a typo or an unbounded --duration, not a simulation anyone waits for
+
+
+def warn(message: str) -> None:
+    typer.echo(f"warning: {one_line(message)}", err=True)
+
+
+def given(ctx, name: str) -> bool:
+    """Was the option set by the user (command line or environment), not left at its default?"""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def check_arrival_flags(ctx, duration: float | None) -> None:
+    if duration is not None and given(ctx, "num_requests"):
+        fail("give --num-requests or --duration, not both (a run is sized by a count or by seconds of arrivals)")
+
+
+def check_run_size(rate: float | None, num_requests: int | None, duration: float | None) -> None:
+    """Refuse runs that could not finish: --duration is finite by now, but rate x duration may
+    still ask for more requests than memory holds (the trace is cycled to supply them)."""
+    expected = rate * duration if duration is not None and rate is not None else (num_requests or 0)
+    if expected > MAX_REQUESTS:
+        what = f"--rate {rate:g} x --duration {duration:g}" if duration is not None else f"--num-requests {num_requests}"
+        fail(f"{what} asks for about {expected:,.0f} requests, more than the {MAX_REQUESTS:,} one run may hold")
+
+
+def check_workload(requests, warmup: float, duration: float | None) -> None:
+    """The requests a run will submit: at least one, and at least one measured after the warm-up."""
+    if not requests:
+        fail(f"--duration {duration:g} s holds no arrival: nothing to run" if duration is not None
+             else "the run holds no request")
+    last = max(r.arrival_time for r in requests)
+    if warmup > 0 and last < warmup:
+        fail(f"--warmup {warmup:g} s is longer than the arrivals (the last request arrives at {last:.2f} s): "
+             "no request would be measured")
+
+
+def load_trace_file(path: Path):
+    """load_trace, with every problem as one line naming the file (and record and field)."""
+    from pagesim.workload.trace import TraceError, load_trace
+
+    input_file(path, "trace file")
+    try:
+        return load_trace(path)
+    except (OSError, TraceError) as e:
+        fail(str(e))
+
+
+@contextmanager
+def progress_bar(label: str, unit: str, total: int | None, console, quiet: bool = False) -> Iterator[Callable]:
+    """A progress bar with elapsed time and ETA on stderr (off when quiet or not a terminal).
+    Yields update(done, total=None)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    columns = [TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=True, disable=quiet or not console.is_terminal) as bar:
+        task = bar.add_task(label, total=total)
+        every = max(1, (total or 0) // 200)  # about 200 redraws a run, not one per request
+
+        def update(done: int, new_total: int | None = None) -> None:
+            if new_total is not None:
+                bar.update(task, total=new_total)
+            if done % every == 0 or done == bar.tasks[0].total:
+                bar.update(task, completed=done)
+
+        yield update
+
+
+# -- one place that turns every failure into one line and an exit status ------------------------
+
+debug = {"on": False}  # set by `pagesim --debug` (the root callback), read when something fails
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class PagesimGroup(TyperGroup):
+    """The root command: runs a subcommand and maps whatever escapes it to one line and an exit
+    status (see the module docstring), for the console script and for in-process callers
+    (typer.testing.CliRunner) alike."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        debug["on"] = bool(os.environ.get("PAGESIM_DEBUG"))
+        code = 0
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0  # typer returns the status of an Exit here
+        except InputError as e:
+            typer.echo(f"error: {one_line(e)}", err=True)
+            code = EXIT_USAGE
+        except ClickException as e:  # parse errors: unknown option, bad value, ...
+            if type(e).__name__ == "NoArgsIsHelpError":  # `pagesim` alone: the help is the answer
+                typer.echo(e.format_message(), err=True)
+                return self._exit(e.exit_code, standalone_mode)
+            where = f"{e.ctx.command_path}: " if getattr(e, "ctx", None) is not None else ""
+            hint = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) is not None else ""
+            typer.echo(f"error: {where}{one_line(e.format_message())}{hint}", err=True)
+            code = e.exit_code
+        except typer.Abort:
+            typer.echo("interrupted", err=True)
+            code = EXIT_INTERRUPTED
+        except Exception as e:  # noqa: BLE001 - the last line of defence: a bug, said as one
+            if debug["on"]:
+                raise
+            typer.echo(f"error: internal error, this is a bug in pagesim: {type(e).__name__}: {one_line(e)} "
+                       "(run `pagesim --debug ...` for the traceback)", err=True)
+            code = EXIT_BUG
+        return self._exit(code, standalone_mode)
+
+    @staticmethod
+    def _exit(code: int, standalone_mode: bool) -> int:
+        if standalone_mode:
+            sys.exit(code)
+        return code
