@@ -69,6 +69,7 @@ class LLMEngine:
                                     preemption_mode=cfg.preemption, chunked_prefill=cfg.chunked_prefill,
                                     eos_token_id=lm.eos_token_id)
         self.scheduler = make_scheduler(cfg.policy, pool, sched_cfg)
+        self.max_model_len = max_model_len
         self.cache = CacheEngine(lm.num_layers, lm.num_kv_heads, lm.head_dim, cfg.block_size, cfg.num_gpu_blocks,
                                  cfg.num_cpu_blocks, lm.dtype, lm.device)
         # Parallel sampling: sample i of a request draws from its own generator seeded seed + i
@@ -90,6 +91,9 @@ class LLMEngine:
         if sampling.use_beam_search and not sampling.ignore_eos:
             raise ValueError(f"request {request_id}: beam search is implemented for ignore_eos=True only "
                              "(every beam runs max_tokens tokens, EOS never chosen)")
+        if prompt_token_ids and not 0 <= min(prompt_token_ids) <= max(prompt_token_ids) < self.lm.vocab_size:
+            raise ValueError(f"request {request_id}: prompt token ids must lie in [0, {self.lm.vocab_size}), the "
+                             f"model's vocabulary; got {min(prompt_token_ids)}..{max(prompt_token_ids)}")
         request = Request(request_id, len(prompt_token_ids), sampling, arrival_time, list(prompt_token_ids))
         group = self.scheduler.add_request(request)
         if group.reject_reason:

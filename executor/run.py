@@ -90,8 +90,12 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
         now = clock()
         while pending and pending[0].arrival_time <= now:
             req = pending.pop(0)
-            ids = req.prompt_token_ids or synthetic_prompt(req, lm.vocab_size, run_cfg.seed)
-            group = engine.add_request(ids, req.sampling, req.arrival_time, req.request_id)
+            if req.prompt_token_ids is None and req.prompt_len + req.sampling.max_tokens > engine.max_model_len:
+                # the core rejects it for its length; building its prompt first could take minutes
+                group = engine.scheduler.add_request(req)
+            else:
+                ids = req.prompt_token_ids or synthetic_prompt(req, lm.vocab_size, run_cfg.seed)
+                group = engine.add_request(ids, req.sampling, req.arrival_time, req.request_id)
             if group.reject_reason:
                 record(group)
         if not engine.has_unfinished():

@@ -168,10 +168,11 @@ class _NoBar:
 def _progress(enabled: bool):
     if not enabled:
         return _NoBar()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn())
+                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
 
 
 def main(argv: list[str] | None = None) -> Path:

