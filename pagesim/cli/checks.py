@@ -239,6 +239,8 @@ class PagesimGroup(TyperGroup):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0  # typer returns the status of an Exit here
+            if code == EXIT_INTERRUPTED:  # typer's answer to Ctrl-C
+                typer.echo("interrupted", err=True)
         except InputError as e:
             typer.echo(f"error: {one_line(e)}", err=True)
             code = EXIT_USAGE

@@ -19,12 +19,14 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     since a request cannot do both)."""
     if n is not None and beam_width is not None and n > 1 and beam_width > 1:
         raise ValueError(f"n={n} and beam_width={beam_width} cannot be combined")
+    if num_requests is not None and num_requests < 1:
+        raise ValueError(f"num_requests must be >= 1, got {num_requests} (None: as many as the trace holds)")
     notes = []
     if rate is None:
         process = ArrivalProcess("trace")
     else:
         process = ArrivalProcess("poisson" if burstiness == 1.0 else "gamma", rate, burstiness, seed)
-    count = None if duration is not None else (num_requests or len(trace))
+    count = None if duration is not None else (num_requests if num_requests is not None else len(trace))
     times = process.times(count=count, duration=duration, trace=trace)
     if len(times) > len(trace):
         notes.append(f"trace cycled: {len(times)} requests from {len(trace)} records")

@@ -140,4 +140,4 @@ def test_data_dir_resolution(monkeypatch):
 def test_missing_data_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["trace", "build", "sharegpt", "--data-dir", str(tmp_path), "--out", "x.json"])
-    assert result.exit_code == 1 and "not found" in result.output and not (tmp_path / "x.json").exists()
+    assert result.exit_code == 2 and "not found" in result.output and not (tmp_path / "x.json").exists()

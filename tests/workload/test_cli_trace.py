@@ -30,7 +30,7 @@ def test_inspect_malformed_file_exits_with_the_message(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "pagesim-trace/1", "metadata": {}, "requests": [{"prompt_len": 3}]}')
     result = CliRunner().invoke(app, ["trace", "inspect", str(bad)], env={"COLUMNS": "200"})
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "bad.json" in result.output and "request 0" in result.output and "output_len" in result.output
 
 
