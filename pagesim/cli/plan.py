@@ -132,7 +132,7 @@ def plan(
                                prices=price_table, cache_dir=None if no_cache else cache_dir, backend=backend,
                                jobs=workers, command=command,
                                on_result=lambda r: (finished.append(r), advance(len(finished))))
-        except BackendUnavailable as e:
+        except (BackendUnavailable, ValueError) as e:  # a setting no configuration can run with (not "infeasible")
             fail(str(e))
     elapsed = time.perf_counter() - started
     with results_folder(out) as staging:
