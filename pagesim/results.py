@@ -29,10 +29,9 @@ def results_folder(target: str | os.PathLike) -> Iterator[Path]:
     """Yields a staging folder to write into; on a normal exit its contents replace the
     same-named entries of `target` (created if needed). On an exception nothing in `target`
     changes and the staging folder is removed."""
-    target = Path(target)
-    parent = target.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.writing-", dir=parent))
+    target = Path(target).absolute()  # "--out ." names the current folder: stage beside it
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.writing-", dir=target.parent))
     try:
         yield staging
         _move_into(staging, target)
@@ -58,9 +57,9 @@ def _move_into(staging: Path, target: Path) -> None:
 @contextmanager
 def results_file(target: str | os.PathLike) -> Iterator[Path]:
     """Yields a temporary path beside `target`; renamed onto `target` on a normal exit only."""
-    target = Path(target)
-    target.absolute().parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.writing-", dir=target.absolute().parent)
+    target = Path(target).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.writing-", dir=target.parent)
     os.close(fd)
     try:
         yield Path(tmp)
