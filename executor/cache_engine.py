@@ -34,6 +34,11 @@ class CacheEngine:
         self.cpu_key_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)]
         self.cpu_value_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)]
 
+    @staticmethod
+    def pool_bytes(num_layers, num_kv_heads, head_dim, block_size, num_blocks, dtype) -> int:
+        """Bytes of one pool (K and V, every layer) of num_blocks blocks: what __init__ allocates."""
+        return 2 * num_layers * num_blocks * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+
     @property
     def kv_caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """What the models take: one (key_cache, value_cache) per layer."""

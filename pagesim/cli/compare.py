@@ -12,7 +12,7 @@ import typer
 
 from pagesim.cli import app
 from pagesim.cli.checks import COUNT, NON_NEGATIVE, OUT_DIR, OUT_FILE, POSITIVE, POSITIVE_INT, fail, input_file, progress_bar
-from pagesim.cli.executor_model import dtype_name, load_executor_model
+from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
 from pagesim.cli.replay import Policy, Preemption
 
 
@@ -83,6 +83,7 @@ def compare(
                                sim_model=sim_model)
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console, one_thread=True)  # one thread, as the profile was measured
+    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks)
     results = []
     # Everything --out gets is written into a staging folder and moved into place at the end.
     with results_folder(out) if out is not None else nullcontext() as staging:

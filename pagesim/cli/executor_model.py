@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from pagesim.cli.checks import fail
@@ -53,3 +55,27 @@ def load_executor_model(spec: str, device: str, dtype: str | None, console, one_
             return load_model(spec, dtype=getattr(torch, dtype) if dtype else None, device=device, tokenizer=False)
         except ModelLoadError as e:
             fail(f"--model {spec}: {e}")
+
+
+def check_cache_fits(lm, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int) -> None:
+    """Refuse KV pools larger than the memory free for them, before allocating (a typo in
+    --num-gpu-blocks would otherwise take the machine's memory, or fail deep inside torch)."""
+    import torch
+
+    from executor.cache_engine import CacheEngine
+
+    def need(num_blocks: int) -> int:
+        return CacheEngine.pool_bytes(lm.num_layers, lm.num_kv_heads, lm.head_dim, block_size, num_blocks, lm.dtype)
+
+    host_free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    pools = [("--num-cpu-blocks", num_cpu_blocks, need(num_cpu_blocks), host_free, "host memory")]
+    if lm.device.type == "cuda":
+        pools.append(("--num-gpu-blocks", num_gpu_blocks, need(num_gpu_blocks), torch.cuda.mem_get_info(lm.device)[0],
+                      "GPU memory"))
+    else:  # both pools live in host memory
+        pools = [("--num-gpu-blocks + --num-cpu-blocks", num_gpu_blocks + num_cpu_blocks,
+                  need(num_gpu_blocks + num_cpu_blocks), host_free, "host memory")]
+    for flags, blocks, wanted, free, where in pools:
+        if wanted > free:
+            fail(f"{flags}: {blocks:,} blocks of {block_size} tokens need {wanted / 2**30:,.1f} GiB of KV cache, "
+                 f"more than the {free / 2**30:,.1f} GiB of {where} free")

@@ -10,7 +10,7 @@ import typer
 from pagesim.cli import app
 from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
                                 check_workload, fail, load_trace_file, progress_bar, warn)
-from pagesim.cli.executor_model import dtype_name, load_executor_model
+from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
 from pagesim.cli.replay import Policy, Preemption, emit_results
 
 
@@ -67,6 +67,7 @@ def run(
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console)
     check_model_fits_trace(lm, loaded_trace, trace, model, max_model_len)
+    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks)
 
     from executor.engine import EngineConfig
     from executor.run import RunConfig, run_trace

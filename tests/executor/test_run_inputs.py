@@ -127,3 +127,11 @@ def test_run_ends_cleanly_with_every_request_accounted_for(lengths, flags):
         # by hand: a request longer than the model length (128 here) can never be served
         too_long = sum(p + o > 128 for p, o in lengths)
         assert summary["num_rejected"] >= too_long
+
+
+def test_a_kv_pool_bigger_than_memory_is_refused_before_allocation():
+    # llama-tiny: K and V x 2 layers x 2 KV heads x head dim 16 x 16 tokens x 4 bytes (fp32) per block
+    blocks = 10**9 + 1024  # --num-gpu-blocks plus the default 1024 host blocks, both in host memory on a CPU
+    gib = 2 * 2 * 2 * 16 * 16 * 4 * blocks / 2**30
+    line = one_error(run([ALPACA, *TINY, "--num-gpu-blocks", str(10**9)]))
+    assert f"{blocks:,} blocks of 16 tokens need {gib:,.1f} GiB of KV cache" in line
