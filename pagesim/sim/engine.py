@@ -26,6 +26,9 @@ from pagesim.workload.trace import Trace
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
 SIM_STEP = StepResult(default_token=SIM_TOKEN)  # one token per sequence; n samples fork at their first
 MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists)
+# The core keeps a few Python objects per KV block (about 130 bytes, 0.35 s per million blocks to
+# build); the catalog's largest real pools (OPT-125M on an H200, block size 1) hold about 4M.
+MAX_POOL_BLOCKS = 16_000_000
 
 
 @dataclass
@@ -98,6 +101,10 @@ class Replay:
                                               max_num_seqs=cfg.max_num_seqs, **kwargs)
             num_blocks = self.capacity.num_blocks(cfg.block_size)
             host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
+        for what, blocks in (("num_gpu_blocks", num_blocks), ("swap_space_gib", host_blocks)):
+            if blocks > MAX_POOL_BLOCKS:
+                raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
+                                 "simulator keeps track of")
         self.pool = PoolConfig(num_blocks, host_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator)
         sched_cfg = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
                                     max_model_len=self.max_model_len, preemption_mode=cfg.preemption,

@@ -51,6 +51,9 @@ CASES = [
     (f"replay {ALPACA} --num-requests 5000000", "--num-requests 5000000 asks for"),
     (f"replay {ALPACA} --duration 0.0001", "--duration 0.0001 s holds no arrival"),
     (f"replay {ALPACA} --model opt-13b --gpu no-such-gpu", "unknown GPU 'no-such-gpu'"),
+    (f"replay {ALPACA} --num-gpu-blocks 1000000000000", "num_gpu_blocks gives a pool of 1,000,000,000,000 blocks"),
+    # 1e6 GiB of host memory in OPT-13B blocks of 16 tokens x 800 KiB (the paper's KV size per token)
+    (f"replay {ALPACA} --swap-space 1000000", f"swap_space_gib gives a pool of {10**6 * 2**30 // (16 * 800 * 1024):,} blocks"),
     # files
     ("replay no/such/trace.json", "no/such/trace.json: no such trace file"),
     ("replay {tmp}/deep.json", "nested too deeply"),
