@@ -67,35 +67,33 @@ def replay(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pagesim.sim.engine import Replay, ReplayConfig
+    from pagesim.api import finish_replay, prepare_replay
     from pagesim.workload.trace import TraceError, load_trace
 
     try:
         loaded = load_trace(trace)
     except (OSError, TraceError) as e:
         fail(str(e))
-    cfg = ReplayConfig(
-        model=model, gpu=gpu, tp=tp, policy=policy.value, block_size=block_size, preemption=preemption.value,
-        rate=rate or None, burstiness=burstiness, num_requests=num_requests, duration=duration,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, swap_space_gib=swap_space,
-        num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching, chunked_prefill=chunked_prefill, n=n,
-        beam_width=beam_width, beam_ancestry=str(beam_ancestry) if beam_ancestry else None,
-        cost_model=cost_model, profile=str(profile) if profile else None, seed=seed, warmup_s=warmup,
-    )
+    options = dict(model=model, gpu=gpu, tp=tp, policy=policy, block_size=block_size, preemption=preemption, rate=rate,
+                   burstiness=burstiness, num_requests=num_requests, duration=duration, max_num_seqs=max_num_seqs,
+                   max_num_batched_tokens=max_num_batched_tokens, swap_space=swap_space, num_gpu_blocks=num_gpu_blocks,
+                   prefix_caching=prefix_caching, chunked_prefill=chunked_prefill, n=n, beam_width=beam_width,
+                   beam_ancestry=beam_ancestry, cost_model=cost_model, profile=profile, seed=seed, warmup=warmup)
     try:
-        sim = Replay(cfg, loaded)
+        sim = prepare_replay(loaded, **options)
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
+    cfg = sim.cfg
 
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]replay[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
                   TimeElapsedColumn(), console=console, transient=True, disable=as_json or not console.is_terminal) as bar:
         task = bar.add_task("replay", total=len(sim.requests))
         sim.on_progress = lambda done: bar.update(task, completed=done) if done % 50 == 0 or done == len(sim.requests) else None
-        result = sim.run()
-    summary = dict(result.summary, trace=str(trace))
+        result = finish_replay(sim, trace)
+    summary = result.summary
     if out is not None:
-        result.metrics.write(out, summary)
+        result.write(out)
     if as_json:
         json.dump(summary, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
@@ -131,6 +129,8 @@ def print_summary(s: dict, console, title: str) -> None:
         ("mean normalized latency", _fmt(s["mean_normalized_latency"], " s/token", 4), "mean batched requests", _fmt(s["mean_batched_requests"], "", 2)),
         ("TTFT mean / p50", f"{_fmt(s['ttft_mean'], ' s')} / {_fmt(s['ttft_p50'], ' s')}", "TTFT p99", _fmt(s["ttft_p99"], " s")),
         ("TPOT mean / p50", f"{_fmt(s['tpot_mean'], ' s', 4)} / {_fmt(s['tpot_p50'], ' s', 4)}", "TPOT p99", _fmt(s["tpot_p99"], " s", 4)),
+        ("ITL mean / p99", f"{_fmt(s.get('mean_itl_ms'), ' ms', 2)} / {_fmt(s.get('p99_itl_ms'), ' ms', 2)}",
+         "tokens in / out", f"{_fmt(s.get('total_input_tokens'))} / {_fmt(s.get('total_output_tokens'))}"),
         ("end-to-end mean / p50", f"{_fmt(s['e2e_mean'], ' s', 2)} / {_fmt(s['e2e_p50'], ' s', 2)}", "end-to-end p99", _fmt(s["e2e_p99"], " s", 2)),
         ("KV utilization mean", _fmt(s["mean_kv_utilization"] * 100, " %", 1), "peak", _fmt(s["peak_kv_utilization"] * 100, " %", 1)),
         ("preemptions", _fmt(s["num_preemptions"]), "swapped blocks", _fmt(s["num_swapped_blocks"])),
