@@ -4,12 +4,13 @@ request's TPOT is the mean of its inter-token latencies when every chunk is one 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pagesim.metrics import RequestRecord, summarize_requests
+from pagesim.metrics import REQUEST_FIELDS, STEP_FIELDS, RequestRecord, summarize_requests
 from pagesim.sim.cost_model import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace, TraceRequest, load_trace
@@ -96,3 +97,11 @@ def test_summary_from_records_alone():
     assert s["reject_reasons"] == {"too long": 1}
     empty = summarize_requests([record(0, "rejected", 0.0, [])])
     assert empty["mean_itl_ms"] is None and empty["completed"] == 0 and empty["request_throughput"] == 0.0
+
+
+def test_docs_metrics_names_every_field():
+    documented = set(re.findall(r"`([a-z0-9_]+)`", (ROOT / "docs" / "metrics.md").read_text()))
+    sim = Replay(ReplayConfig(num_requests=5, waste_interval_s=1.0), load_trace(ROOT / "traces" / "sharegpt.json"))
+    fields = set(sim.run().summary) | set(REQUEST_FIELDS) | set(STEP_FIELDS)
+    assert "waste_mean_share" in fields and "p99_itl_ms" in fields
+    assert sorted(fields - documented) == []
