@@ -143,7 +143,8 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
     settings = RunSettings(get_model(model).name, num_requests, min_duration, warmup_fraction, max_num_batched_tokens,
                            cost_model=cost_model, profile=str(profile) if profile else None, seed=seed)
     search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
-    result = make_plan(model=settings.model, trace=loaded, trace_path=str(trace) if not isinstance(trace, Trace) else "",
+    trace_path = str(trace) if not isinstance(trace, Trace) else str(trace.metadata.get("name") or "in-memory trace")
+    result = make_plan(model=settings.model, trace=loaded, trace_path=trace_path,
                        target_rate=target_rate, slos=slos, grid=grid, settings=settings, search=search,
                        min_headroom=min_headroom, prices=load_prices(prices), cache_dir=cache_dir, backend=backend,
                        jobs=jobs, command="pagesim.plan(...)", on_result=on_result)
