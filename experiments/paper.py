@@ -221,16 +221,23 @@ def pyplot():
     return plt
 
 
+def log_axis(axis, base: int = 10) -> None:
+    """A log scale with plain labels at 1, 2 and 5 of every decade (several labelled ticks even on
+    a range narrower than a decade), or at every power of two for base 2."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.axes.set_xscale("log", base=base) if axis.axis_name == "x" else axis.axes.set_yscale("log", base=base)
+    axis.set_major_locator(LogLocator(base=base, subs=(1.0, 2.0, 5.0) if base == 10 else (1.0,)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def rate_axes(ax, thresholds, ymax: float, title: str) -> None:
     """A latency-against-rate panel: log rate axis with plain tick labels, the thresholds as
     dashed lines, latency cut at ymax (curves shoot up past the knee)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     for t in thresholds:
         ax.axhline(t, color="k", lw=0.6, ls="--")
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    log_axis(ax.xaxis)
     ax.set_ylim(0, ymax)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("Request rate (req/s)")
