@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field, fields
 from itertools import chain
 from pathlib import Path
 
+import numpy as np
+
 from pagesim.core import SchedulerOutput, SequenceGroup
 
 # Column order of requests.csv and steps.csv (other tools read them).
@@ -246,7 +248,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> 
     ttfts = [r.ttft for r in measured]
     tpots = [r.tpot for r in measured]  # None for one-token outputs, which vLLM leaves out too
     e2els = [r.e2e_latency for r in measured]
-    itls = [gap for r in measured for gap in r.inter_token_latencies]
+    itls = _pooled_inter_token_latencies(measured)
     normalized = _stats("normalized_latency", [r.normalized_latency for r in measured])
     # the paper's metric keeps the name every reader (figures, plan, compare) uses
     normalized["mean_normalized_latency"] = normalized.pop("normalized_latency_mean")
@@ -319,15 +321,30 @@ def _stats(name: str, values) -> dict:
             f"{name}_p90": percentile(values, 90), f"{name}_p99": percentile(values, 99)}
 
 
+def _pooled_inter_token_latencies(records: list[RequestRecord]) -> np.ndarray:
+    """Every request's token-to-token gaps in one array (vLLM pools them over requests), built
+    without a Python loop over tokens: a run has ~output_len gaps per request."""
+    records = [r for r in records if r.token_times]
+    lengths = np.array([len(r.token_times) for r in records], dtype=np.int64)
+    times = np.fromiter(chain.from_iterable(r.token_times for r in records), dtype=float, count=int(lengths.sum()))
+    gaps = np.diff(times)
+    keep = np.ones(gaps.size, dtype=bool)
+    keep[np.cumsum(lengths)[:-1] - 1] = False  # from one request's last token to the next one's first
+    return gaps[keep]
+
+
 def _vllm_stats(name: str, seconds) -> dict:
-    """mean / median / std (population, as numpy's default) / p99 in milliseconds, named as
-    vLLM's bench serve names them (`mean_ttft_ms`); None where there is no value."""
-    ms = [v * 1000.0 for v in seconds if v is not None]
-    if not ms:
+    """mean / median / std (population, numpy's default) / p99 in milliseconds, named as vLLM's
+    bench serve names them (`mean_ttft_ms`) and computed as it computes them (numpy); None where
+    there is no value."""
+    if not isinstance(seconds, np.ndarray):
+        seconds = np.array([v for v in seconds if v is not None], dtype=float)
+    ms = seconds * 1000.0
+    if not ms.size:
         return {f"{stat}_{name}_ms": None for stat in ("mean", "median", "std", "p99")}
-    mean = sum(ms) / len(ms)
-    return {f"mean_{name}_ms": mean, f"median_{name}_ms": percentile(ms, 50),
-            f"std_{name}_ms": math.sqrt(sum((v - mean) ** 2 for v in ms) / len(ms)), f"p99_{name}_ms": percentile(ms, 99)}
+    median, p99 = np.percentile(ms, [50, 99])
+    return {f"mean_{name}_ms": float(ms.mean()), f"median_{name}_ms": float(median), f"std_{name}_ms": float(ms.std()),
+            f"p99_{name}_ms": float(p99)}
 
 
 def _count(items) -> dict:
