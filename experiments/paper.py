@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pagesim.plots import log_axis  # noqa: F401  (figure scripts import it from here with the rest)
+
 ARXIV = "arXiv 2309.06180"
 DEFAULT_OUT_DIR = Path(__file__).resolve().parent.parent / "reports" / "figures"
 TRACES_DIR = Path(__file__).resolve().parent.parent / "traces"
@@ -219,17 +221,6 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
-
-
-def log_axis(axis, base: int = 10) -> None:
-    """A log scale with plain labels at 1, 2 and 5 of every decade (several labelled ticks even on
-    a range narrower than a decade), or at every power of two for base 2."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    axis.axes.set_xscale("log", base=base) if axis.axis_name == "x" else axis.axes.set_yscale("log", base=base)
-    axis.set_major_locator(LogLocator(base=base, subs=(1.0, 2.0, 5.0) if base == 10 else (1.0,)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
 
 
 def rate_axes(ax, thresholds, ymax: float, title: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pagesim.plan.planner import ConfigResult, Plan
 from pagesim.plan.run import KEEP_UP_RATIO
+from pagesim.plots import log_axis
 
 HEADROOM_WARNING = 0.10  # below this spare capacity a recommendation carries a warning
 VARIED = ("block_size", "preemption", "max_num_seqs")  # what may differ within one hardware's merged row
@@ -353,9 +354,6 @@ def _latency_figures(plan: Plan) -> list[Figure]:
     Panels are wide and get their own y range, and curves differ in marker and line style, so
     close curves stay apart."""
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    PLAIN = FuncFormatter(lambda v, _: f"{v:g}")
     figures = []
     panels = _panels(plan)
     for slo in plan.slos:
@@ -371,13 +369,9 @@ def _latency_figures(plan: Plan) -> list[Figure]:
                     ax.axvline(group[0].capacity, color=line.get_color(), lw=0.8, ls=":")
             ax.axhline(slo.threshold, color="red", ls="--", lw=1, label="SLO")
             ax.set_title(f"{gpu} tp{tp}", fontsize=10)
-            ax.set_xscale("log")
-            ax.xaxis.set_major_formatter(PLAIN)
-            ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short ranges
+            log_axis(ax.xaxis)
             if slo.is_latency:
-                ax.set_yscale("log")
-                ax.yaxis.set_major_formatter(PLAIN)  # 0.2, not 2 x 10^-1
-                ax.yaxis.set_minor_formatter(PLAIN)
+                log_axis(ax.yaxis)
             ax.set_xlabel("rate per replica (req/s)", fontsize=9)
             ax.set_ylabel(slo.name + (" (s/token)" if slo.metric == "normalized_latency" else " (s)" if slo.is_latency else ""),
                           fontsize=9)
@@ -413,8 +407,10 @@ def _pareto_figure(plan: Plan) -> Figure:
     plt = _pyplot()
     slo = _pareto_slo(plan)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    groups = [g for g in merge_identical(plan.results) if g[0].cost_per_hour is not None and g[0].operating
-              and slo is not None and g[0].operating.values.get(slo.name) is not None]
+    plotted = [r for r in plan.results if r.cost_per_hour is not None and r.operating and slo is not None
+               and r.operating.values.get(slo.name) is not None]
+    # configurations that land on the same spot are one point, labelled with their count
+    groups = merge_identical(plotted, lambda r: (r.point.gpu, r.cost_per_hour, r.operating.values[slo.name]))
     points = [(g[0].operating.values[slo.name], g[0].cost_per_hour) for g in groups]
     markers = dict(zip(sorted({r.point.gpu for r in plan.results}), MARKERS))
     for gpu in sorted({g[0].point.gpu for g in groups}):
@@ -434,15 +430,12 @@ def _pareto_figure(plan: Plan) -> Figure:
     else:
         ax.text(0.5, 0.5, "no configuration meets the SLOs", ha="center", va="center", transform=ax.transAxes)
     if slo is not None:
-        from matplotlib.ticker import FuncFormatter
-
         ax.axvline(slo.threshold, color="red", ls="--", lw=1)
-        ax.set_xscale("log")  # tail latencies span decades below the SLO
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        log_axis(ax.xaxis)  # tail latencies span decades below the SLO
         ax.set_xlabel(f"{slo.name} at the operating point (s, log scale); dashed: the SLO")
     ax.set_ylabel(f"$/h to serve {plan.target_rate:g} req/s")
     ax.grid(True, alpha=0.3)
-    ax.set_title("cost against tail latency (one point per distinct result)", fontsize=10)
+    ax.set_title("cost against tail latency (configurations on the same spot drawn once)", fontsize=10)
     return Figure("pareto", f"cost per hour against {slo.name if slo else 'latency'} at the operating point; the "
                   "dashed line joins the configurations nothing beats on both", _png(fig))
 
@@ -450,7 +443,8 @@ def _pareto_figure(plan: Plan) -> Figure:
 def _cost_figure(plan: Plan) -> Figure:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups = [g for g in merge_identical(plan.results) if g[0].cost_per_hour is not None]
+    groups = merge_identical([r for r in plan.results if r.cost_per_hour is not None],
+                             lambda r: (r.point.gpu, r.capacity, r.cost_per_hour))  # one point per spot
     markers = dict(zip(sorted({r.point.gpu for r in plan.results}), MARKERS))
     for gpu in sorted({g[0].point.gpu for g in groups}):
         gs = [g for g in groups if g[0].point.gpu == gpu]
@@ -471,7 +465,7 @@ def _cost_figure(plan: Plan) -> Figure:
         ax.legend(fontsize=8)
     ax.set_xlabel("capacity per replica (req/s)")
     ax.set_ylabel(f"$/h to serve {plan.target_rate:g} req/s")
-    ax.set_title("cost against capacity (one point per distinct result; xN: N configurations)", fontsize=10)
+    ax.set_title("cost against capacity (xN: N configurations on the same spot)", fontsize=10)
     return Figure("cost_capacity", "cost per hour of the deployment serving the target, against one replica's "
                   "capacity", _png(fig))
 
@@ -483,13 +477,15 @@ def _sensitivity_figure(plan: Plan) -> Figure:
     modes = sorted({r.point.preemption for r in plan.results})
     fig, axes = _grid(plt, len(groups), 3.6, 2.8)
     for ax, (gpu, tp, seqs) in zip(axes, groups):
-        for mode in modes:
+        for i, mode in enumerate(modes):
             caps = []
             for b in blocks:
                 r = next((r for r in plan.results if (r.point.gpu, r.point.tp, r.point.max_num_seqs,
                                                        r.point.block_size, r.point.preemption) == (gpu, tp, seqs, b, mode)), None)
                 caps.append(r.capacity if r is not None and r.capacity is not None else float("nan"))
-            ax.plot([str(b) for b in blocks], caps, marker="o", label=mode)
+            # larger hollow markers under smaller filled ones: equal capacities stay visible
+            ax.plot([str(b) for b in blocks], caps, marker=MARKERS[i % len(MARKERS)], ms=max(9 - 3 * i, 3),
+                    mfc="none" if i == 0 else None, ls=LINE_STYLES[i % len(LINE_STYLES)], label=mode)
         ax.set_title(f"{gpu} tp{tp} s{seqs}", fontsize=9)
         ax.set_xlabel("block size", fontsize=8)
         ax.set_ylabel("capacity (req/s)", fontsize=8)
