@@ -282,8 +282,11 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> 
 
 
 def _num_output_tokens(group: SequenceGroup) -> int:
-    """Tokens the group's longest sequence has produced so far, finished or not."""
-    return max((s.num_output_tokens for s in chain(group.seqs, group.finished_seqs)), default=0)
+    """Tokens the group's longest sequence has produced so far, finished or not. Live sequences
+    grow in step and are never shorter than a finished one, so the first live one tells."""
+    if group.seqs:
+        return group.seqs[0].num_output_tokens
+    return max((s.num_output_tokens for s in group.finished_seqs), default=0)
 
 
 def _write_csv(path: Path, columns, rows) -> None:
@@ -328,9 +331,8 @@ def _pooled_inter_token_latencies(records: list[RequestRecord]) -> np.ndarray:
     lengths = np.array([len(r.token_times) for r in records], dtype=np.int64)
     times = np.fromiter(chain.from_iterable(r.token_times for r in records), dtype=float, count=int(lengths.sum()))
     gaps = np.diff(times)
-    keep = np.ones(gaps.size, dtype=bool)
-    keep[np.cumsum(lengths)[:-1] - 1] = False  # from one request's last token to the next one's first
-    return gaps[keep]
+    del times
+    return np.delete(gaps, np.cumsum(lengths)[:-1] - 1)  # from one request's last token to the next one's first
 
 
 def _vllm_stats(name: str, seconds) -> dict:
@@ -339,12 +341,12 @@ def _vllm_stats(name: str, seconds) -> dict:
     there is no value."""
     if not isinstance(seconds, np.ndarray):
         seconds = np.array([v for v in seconds if v is not None], dtype=float)
-    ms = seconds * 1000.0
-    if not ms.size:
+    if not seconds.size:
         return {f"{stat}_{name}_ms": None for stat in ("mean", "median", "std", "p99")}
-    median, p99 = np.percentile(ms, [50, 99])
-    return {f"mean_{name}_ms": float(ms.mean()), f"median_{name}_ms": float(median), f"std_{name}_ms": float(ms.std()),
-            f"p99_{name}_ms": float(p99)}
+    # every statistic scales with the unit: convert the four results, not a copy of the values
+    mean, std = float(seconds.mean()) * 1000.0, float(seconds.std()) * 1000.0
+    median, p99 = np.percentile(seconds, [50, 99]) * 1000.0
+    return {f"mean_{name}_ms": mean, f"median_{name}_ms": float(median), f"std_{name}_ms": std, f"p99_{name}_ms": float(p99)}
 
 
 def _count(items) -> dict:

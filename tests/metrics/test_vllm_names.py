@@ -105,3 +105,16 @@ def test_docs_metrics_names_every_field():
     fields = set(sim.run().summary) | set(REQUEST_FIELDS) | set(STEP_FIELDS)
     assert "waste_mean_share" in fields and "p99_itl_ms" in fields
     assert sorted(fields - documented) == []
+
+
+@pytest.mark.parametrize("sharing", [{"n": 3}, {"beam_width": 4}])
+def test_one_token_time_per_output_token_with_sharing(sharing):
+    # the longest sequence of a parallel-sampling or beam group produces one token per step it runs
+    trace = load_trace(ROOT / "traces" / "alpaca.json")
+    result = replay(trace, rate=20.0, num_requests=30, **sharing)
+    finished = [r for r in result.metrics.requests if r.status == "finished"]
+    assert len(finished) == 30
+    for r in finished:
+        assert len(r.token_times) == r.output_len
+        assert (r.token_times[0], r.token_times[-1]) == (r.first_token_time, r.finish_time)
+        assert all(b > a for a, b in zip(r.token_times, r.token_times[1:]))
