@@ -105,9 +105,9 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
         began = clock()
         stats = engine.step(clock)
         ended = clock()
+        metrics.record_step(stats.out, ended, ended - began, engine.scheduler)  # first: it holds their last token times
         for group in stats.finished:
             record(group)
-        metrics.record_step(stats.out, ended, ended - began, engine.scheduler)
     summary = metrics.summary(
         driver="executor", engine=asdict(engine_cfg), run=asdict(run_cfg), notes=notes,
         model=lm.name, device=str(lm.device),

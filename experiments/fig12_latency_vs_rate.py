@@ -270,10 +270,14 @@ def plot(path: Path, searches: list[Search], thresholds) -> None:
                 ax.plot(xs, ys, "o-", ms=3, color=colors[s.system], label=POLICY_LABELS[s.system])
                 for t in thresholds:
                     ax.axvline(s.rates[t][0], color=colors[s.system], lw=0.6, ls=":")
+            if st.model == "opt-13b":  # the paper's swept rate ranges (OPT-13B only): one bar per system
+                for k, (system, (lo, hi)) in enumerate(FIG12_SWEPT_RATES[trace].items()):
+                    ax.plot([lo, hi], [ymax * (0.93 - 0.045 * k)] * 2, color=colors[system], lw=3, alpha=0.45,
+                            solid_capstyle="butt", label="paper's swept ranges (colour: system)" if k == 0 else None)
             rate_axes(ax, thresholds, ymax, f"{'ShareGPT' if trace == 'sharegpt' else 'Alpaca'}, {st.label}")
             ax.set_ylabel("Normalized latency (s/token)")
-            if i == 0 and j == 0:
-                ax.legend(fontsize=7)
+            if j == 0:
+                ax.legend(fontsize=7, loc="center left")
     save_figure(fig, path)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paper import (device_name, executor_device, median_ms, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE, FIG18A_OVERHEAD_BAND, FIG18A_SOURCE,  # noqa: E402
-                   SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
+                   SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration, command_line, log_axis, outputs, pyplot,
                    replay_parser, save_figure, write_csv, write_report)
 
 STEM = "fig18_block_size"
@@ -136,25 +136,39 @@ def best_blocks(rows: list[dict]) -> tuple[int, list[int]]:
 # -- figure --------------------------------------------------------------------------------------
 
 def plot(path: Path, kernel_rows: list[dict], sweeps: dict) -> None:
+    """(a) the kernels, with the paper's overhead band drawn over each paged bar; (b) and (c) the
+    block-size sweeps of the paper's Fig. 18b (ShareGPT, Alpaca) on log axes, the paper's best
+    block sizes shaded."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 1 + len(sweeps), figsize=(4.4 * (1 + len(sweeps)), 3.6))
+    fig, axes = plt.subplots(1, 1 + len(sweeps), figsize=(4.6 * (1 + len(sweeps)), 3.8))
     ax = axes[0]
     labels = [f"{r['batch_size']},{r['context_len']}" for r in kernel_rows]
     x = range(len(kernel_rows))
     ax.bar([i - 0.2 for i in x], [r["paged_ms"] for r in kernel_rows], 0.4, label=f"paged ({kernel_rows[0]['backend']})")
     ax.bar([i + 0.2 for i in x], [r["contiguous_ms"] for r in kernel_rows], 0.4, label="contiguous (SDPA)")
+    lo, hi = FIG18A_OVERHEAD_BAND
+    ax.vlines([i - 0.2 for i in x], [r["contiguous_ms"] * (1 + lo) for r in kernel_rows],
+              [r["contiguous_ms"] * (1 + hi) for r in kernel_rows], color="k", lw=4,
+              label=f"paper: paged = contiguous x {1 + lo:.2f}-{1 + hi:.2f}")
     ax.set_xticks(list(x), labels, fontsize=7)
+    log_axis(ax.yaxis)
     ax.set_xlabel("Batch size, context length")
-    ax.set_ylabel("Attention latency (ms)")
+    ax.set_ylabel("Attention latency (ms, log)")
     ax.set_title(f"(a) kernel, {kernel_rows[0]['device']}", fontsize=9)
     ax.legend(fontsize=7)
-    for ax, (trace, (rate, rows)) in zip(axes[1:], sweeps.items()):
-        ax.bar([str(r["block_size"]) for r in rows], [r["mean_normalized_latency"] for r in rows])
-        lo, hi = FIG18_BEST_BLOCKS[trace]
-        ax.set_title(f"(b) {'ShareGPT' if trace == 'sharegpt' else 'Alpaca'} at {rate:.3g} req/s "
-                     f"(paper best {lo}-{hi})", fontsize=9)
+    for ax, letter, (trace, (rate, rows)) in zip(axes[1:], "bcdef", sweeps.items()):
+        blocks = [r["block_size"] for r in rows]
+        ax.bar([str(b) for b in blocks], [r["mean_normalized_latency"] for r in rows], color="tab:blue")
+        blo, bhi = FIG18_BEST_BLOCKS[trace]
+        if blo in blocks and bhi in blocks:
+            ax.axvspan(blocks.index(blo) - 0.5, blocks.index(bhi) + 0.5, color="tab:green", alpha=0.15,
+                       label=f"paper: best blocks {blo}-{bhi}")
+            ax.legend(fontsize=7, loc="upper left")
+        log_axis(ax.yaxis)  # Alpaca's large blocks are 100x the small ones: a linear axis hides 1-32
+        ax.set_title(f"({letter}) {'ShareGPT' if trace == 'sharegpt' else 'Alpaca'} at {rate:.3g} req/s "
+                     "(the paper's Fig. 18b)", fontsize=9)
         ax.set_xlabel("Block size")
-        ax.set_ylabel("Normalized latency (s/token)")
+        ax.set_ylabel("Normalized latency (s/token, log)")
     save_figure(fig, path)
 
 

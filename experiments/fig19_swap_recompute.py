@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paper import (device_name, executor_device, median_ms, FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,  # noqa: E402
-                   SETUP_OPT13B, TRACES_DIR, Row, Setup, Timer, arrival_duration, command_line, outputs, pyplot,
+                   SETUP_OPT13B, TRACES_DIR, Row, Setup, Timer, arrival_duration, command_line, log_axis, outputs, pyplot,
                    replay_parser, save_figure, write_csv, write_report)
 
 STEM = "fig19_swap_recompute"
@@ -129,21 +129,31 @@ def preemption_sweep(block_sizes, duration: float, warmup: float, seed: int, res
 # -- figure ---------------------------------------------------------------------------------------
 
 def plot(path: Path, micro: list[dict], rate: float, e2e: list[dict]) -> None:
+    """(a) the microbenchmark on log axes, swap in and swap out drawn so that equal values stay
+    visible (hollow large markers under small filled ones); (b) end to end, the block sizes where
+    the paper finds the two comparable shaded."""
     plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10.5, 3.8))
     xs = [r["block_size"] for r in micro]
-    for key, label in (("recompute_ms", "Recompute"), ("swap_in_ms", "Swap in"), ("swap_out_ms", "Swap out"),
-                       ("swap_ms", "Swap in + out")):
-        a.plot(xs, [r[key] for r in micro], "o-", ms=3, label=label)
-    a.set_xscale("log", base=2)
+    styles = {"recompute_ms": ("Recompute", dict(marker="o", ls="-", ms=4)),
+              "swap_out_ms": ("Swap out", dict(marker="s", ls="-", ms=8, mfc="none", mew=1.2)),
+              "swap_in_ms": ("Swap in", dict(marker="^", ls="--", ms=4)),
+              "swap_ms": ("Swap in + out", dict(marker="D", ls=":", ms=4))}
+    for key, (label, style) in styles.items():
+        a.plot(xs, [r[key] for r in micro], label=label, **style)
+    log_axis(a.xaxis, base=2)
+    log_axis(a.yaxis)
     a.set_xlabel("Block size")
-    a.set_ylabel("Time (ms)")
+    a.set_ylabel("Time (ms, log)")
     a.set_title(f"(a) {micro[0]['tokens']} tokens, {micro[0]['device']}", fontsize=9)
     a.legend(fontsize=7)
-    for mode in ("recompute", "swap"):
+    lo, hi = FIG19_COMPARABLE_BLOCKS
+    b.axvspan(lo, hi, color="tab:green", alpha=0.15, label=f"paper: comparable at blocks {lo}-{hi}")
+    for mode, style in (("swap", dict(marker="s", ms=8, mfc="none", mew=1.2, ls="-")),
+                        ("recompute", dict(marker="o", ms=4, ls="--"))):  # equal values stay visible
         rows = [r for r in e2e if r["preemption"] == mode]
-        b.plot([r["block_size"] for r in rows], [r["mean_normalized_latency"] for r in rows], "o-", ms=3, label=mode)
-    b.set_xscale("log", base=2)
+        b.plot([r["block_size"] for r in rows], [r["mean_normalized_latency"] for r in rows], label=mode, **style)
+    log_axis(b.xaxis, base=2)
     for ax in (a, b):
         ax.set_xticks(xs, [str(x) for x in xs])
     b.set_xlabel("Block size")

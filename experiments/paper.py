@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pagesim.plots import log_axis  # noqa: F401  (figure scripts import it from here with the rest)
+
 ARXIV = "arXiv 2309.06180"
 DEFAULT_OUT_DIR = Path(__file__).resolve().parent.parent / "reports" / "figures"
 TRACES_DIR = Path(__file__).resolve().parent.parent / "traces"
@@ -224,13 +226,9 @@ def pyplot():
 def rate_axes(ax, thresholds, ymax: float, title: str) -> None:
     """A latency-against-rate panel: log rate axis with plain tick labels, the thresholds as
     dashed lines, latency cut at ymax (curves shoot up past the knee)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     for t in thresholds:
         ax.axhline(t, color="k", lw=0.6, ls="--")
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    log_axis(ax.xaxis)
     ax.set_ylim(0, ymax)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("Request rate (req/s)")

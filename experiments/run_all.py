@@ -8,7 +8,8 @@ A figure script is any experiments/figNN_<name>.py that defines main(argv) and t
 --full and --out-dir (the paper.py parsers give all three); new ones are picked up without a
 change here. A script that sets `TAKES_JOBS = True` also gets --jobs N (its own process pool; the
 runner's slots are its upper bound). Each runs as its own process (python experiments/figNN_<name>.py ...), its output
-in <out-dir>/logs/figNN_<name>.log, the slowest first. paper.md (beside <out-dir>) gets one row per
+in <out-dir>/logs/figNN_<name>.log, the slowest first. paper.md (reports/paper.md for the default
+<out-dir>, else inside <out-dir>) gets one row per
 figure: how many of the paper's numbers ours matches, the ones it does not, and links to the
 figure's .png/.csv/.md.
 """
@@ -122,12 +123,19 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
                     bar.advance(overall)
                 elif progress is not None:
                     print(f"{f.stem}: {'ok' if f.returncode == 0 else 'FAILED'} in {f.wall_s:.0f} s", flush=True)
-    paper_md = Path(paper_md) if paper_md else out_dir.parent / "paper.md"
+    paper_md = Path(paper_md) if paper_md else default_paper_md(out_dir)
     command = " ".join(["python experiments/run_all.py", *(["--only", *[f.key for f in figures]] if figures else []),
                         f"--jobs {jobs}", *(["--full"] if full else []), *(["--smoke"] if smoke else []),
                         f"--out-dir {_rel(out_dir, ROOT)}"])
     write_paper_md(paper_md, figures, out_dir, command, time.perf_counter() - t0, jobs)
     return paper_md
+
+
+def default_paper_md(out_dir: Path) -> Path:
+    """reports/paper.md for the default reports/figures; inside any other --out-dir, so a run
+    into a folder of its own writes nothing outside it."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / "paper.md" if out_dir.resolve() == DEFAULT_OUT_DIR.resolve() else out_dir / "paper.md"
 
 
 def write_paper_md(path: Path, figures: list[Figure], out_dir: Path, command: str, wall_s: float, jobs: int) -> None:
@@ -182,7 +190,8 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--full", action="store_true", help="the paper's 3600 s of arrivals")
     p.add_argument("--smoke", action="store_true", help="every script in its seconds-long smoke mode")
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
-    p.add_argument("--paper-md", type=Path, default=None, help="default: paper.md beside --out-dir")
+    p.add_argument("--paper-md", type=Path, default=None,
+                   help="default: reports/paper.md for the default --out-dir, else paper.md inside --out-dir")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:

@@ -1,8 +1,11 @@
 """One metrics schema for both drivers (simulator and executor).
 
 A run produces per-request records, per-step records and a summary. Both drivers call
-`MetricsRecorder.record_step` after every iteration and `record_request` when a request leaves
-(finished or rejected), so a simulated run and a real run are compared by the same code.
+`MetricsRecorder.record_step` after every iteration and then `record_request` for each request
+that left (finished or rejected), so a simulated run and a real run are compared by the same
+code. `summarize_requests` builds the request half of the summary from records alone, so an
+HTTP client measuring a server writes the same schema. docs/metrics.md maps every field to
+vLLM's `bench serve` and Vidur's request_metrics.csv.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ import csv
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
+from itertools import chain
 from pathlib import Path
+
+import numpy as np
 
 from pagesim.core import SchedulerOutput, SequenceGroup
 
@@ -36,6 +42,9 @@ class RequestRecord:
     num_preemptions: int
     num_swaps: int
     cached_prompt_tokens: int
+    # when each output token became available (one per step that grew the longest sequence);
+    # not written to requests.csv
+    token_times: list[float] = field(default_factory=list, repr=False)
 
     @property
     def ttft(self) -> float | None:
@@ -53,6 +62,12 @@ class RequestRecord:
         return (self.finish_time - self.first_token_time) / (self.output_len - 1)
 
     @property
+    def inter_token_latencies(self) -> list[float]:
+        """Gaps between successive output tokens (vLLM's per-request `itl` list)."""
+        times = self.token_times
+        return [b - a for a, b in zip(times, times[1:])]
+
+    @property
     def normalized_latency(self) -> float | None:
         """End-to-end latency per output token: the paper's main latency metric."""
         if self.finish_time is None or self.output_len == 0:
@@ -63,7 +78,7 @@ class RequestRecord:
         return {name: getattr(self, name) for name in REQUEST_FIELDS}
 
     @classmethod
-    def from_group(cls, group: SequenceGroup) -> "RequestRecord":
+    def from_group(cls, group: SequenceGroup, token_times: list[float] | None = None) -> "RequestRecord":
         return cls(
             request_id=group.request_id,
             status="rejected" if group.reject_reason else "finished",
@@ -78,6 +93,7 @@ class RequestRecord:
             num_preemptions=group.num_preemptions,
             num_swaps=group.num_swaps,
             cached_prompt_tokens=group.num_cached_prompt_tokens,
+            token_times=token_times or [],
         )
 
 
@@ -115,11 +131,20 @@ class MetricsRecorder:
     # manager's running counters at every recorded step; 0 / 0 without prefix caching.
     prefix_blocks_queried: int = 0
     prefix_blocks_hit: int = 0
+    # output-token times of requests in flight, by request id (moved into the record on leaving)
+    token_times: dict[int, list[float]] = field(default_factory=dict, repr=False)
 
     def record_request(self, group: SequenceGroup) -> None:
-        self.requests.append(RequestRecord.from_group(group))
+        """Call after the request's last step was recorded (its last token time is in it)."""
+        self.requests.append(RequestRecord.from_group(group, self.token_times.pop(group.request_id, None)))
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
+        """Call after scheduler.update() and before recording the requests it finished."""
+        times_of = self.token_times
+        for group in out.groups:
+            times = times_of.setdefault(group.request_id, [])
+            if len(times) < _num_output_tokens(group):  # the step gave this group a token
+                times.append(now)
         kv = scheduler.kv
         used = kv.num_used_blocks
         self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
@@ -136,12 +161,16 @@ class MetricsRecorder:
 
     def record_decode_run(self, ends: list[float], durations: list[float], num_seqs: int, kv_blocks_used: list[int],
                           num_swapped: int, before: tuple[int, int], after: tuple[int, int],
-                          shared: tuple[int, int] = (0, 0)) -> None:
+                          shared: tuple[int, int] = (0, 0), request_ids: list[int] = ()) -> None:
         """Plain decode steps taken in one run (see Scheduler.advance_decode): the records
         record_step() would have written for them. before / after: (running requests, waiting
         requests) during the run and after its last step. shared: logical minus used blocks
         during the run and after its last step; the blocks a run appends are private (a run
-        never copies or forks), so the difference holds until the last step's frees."""
+        never copies or forks), so the difference holds until the last step's frees.
+        request_ids: the running requests, each given one token at every step's end."""
+        times_of = self.token_times
+        for rid in request_ids:
+            times_of.setdefault(rid, []).extend(ends)
         last = len(ends) - 1
         total = self.num_kv_blocks
         append = self.steps.append
@@ -162,13 +191,6 @@ class MetricsRecorder:
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self, **extra) -> dict:
-        finished = [r for r in self.requests if r.status == "finished"]
-        measured = [r for r in finished if r.arrival_time >= self.warmup_s]
-        start = min((r.arrival_time for r in self.requests), default=0.0)
-        end = max((r.finish_time for r in finished), default=start)
-        duration = end - start
-        out_tokens = sum(r.output_len for r in finished)
-        total_tokens = sum(r.prompt_len + r.output_len for r in finished)
         steps = self.steps
         step_time = sum(s.duration for s in steps)
         # memory saving: time integrals over steps (each step's state weighted by its duration)
@@ -176,21 +198,8 @@ class MetricsRecorder:
         logical_time = sum(s.kv_blocks_logical * s.duration for s in steps)
         saved_time = logical_time - sum(s.kv_blocks_used * s.duration for s in steps)
         queried = self.prefix_blocks_queried
-        summary = {
-            "num_requests": len(self.requests),
-            "num_finished": len(finished),
-            "num_rejected": len(self.requests) - len(finished),
-            "num_measured": len(measured),
-            "warmup_s": self.warmup_s,
-            "duration_s": duration,
-            "request_throughput": len(finished) / duration if duration > 0 else 0.0,
-            "output_token_throughput": out_tokens / duration if duration > 0 else 0.0,
-            "total_token_throughput": total_tokens / duration if duration > 0 else 0.0,
-            "mean_normalized_latency": _mean([r.normalized_latency for r in measured]),
-            **_stats("ttft", [r.ttft for r in measured]),
-            **_stats("tpot", [r.tpot for r in measured]),
-            **_stats("e2e", [r.e2e_latency for r in measured]),
-            **_stats("normalized_latency", [r.normalized_latency for r in measured]),
+        summary = summarize_requests(self.requests, self.warmup_s)
+        summary.update({
             "num_steps": len(steps),
             "mean_batched_requests": _mean([s.num_running_requests for s in steps]),
             "mean_kv_utilization": (sum(s.kv_utilization * s.duration for s in steps) / step_time) if step_time else 0.0,
@@ -204,9 +213,7 @@ class MetricsRecorder:
             "memory_saving_per_step": _saving_per_step(steps),
             "prefix_hit_rate": self.prefix_blocks_hit / queried if queried else None,
             "prefix_blocks_queried": queried,
-            "prefill_tokens_saved": sum(r.cached_prompt_tokens for r in self.requests),
-            "reject_reasons": _count(r.reject_reason for r in self.requests if r.status == "rejected"),
-        }
+        })
         summary.update(extra)
         return summary
 
@@ -219,6 +226,67 @@ class MetricsRecorder:
         if self.waste:
             _write_csv(out / "waste.csv", WASTE_FIELDS, (dict(zip(WASTE_FIELDS, w)) for w in self.waste))
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> dict:
+    """The per-request half of summary.json, from request records alone (a simulated run, a real
+    one, or an HTTP client's measurements). Throughputs count every finished request over the
+    span from the first arrival to the last finish; latency statistics cover the finished
+    requests that arrived after warmup_s. Keys in seconds (`ttft_p99`) are pagesim's own; the
+    `*_ms` keys and the token totals follow vLLM's `bench serve` (see docs/metrics.md)."""
+    finished = [r for r in requests if r.status == "finished"]
+    measured = [r for r in finished if r.arrival_time >= warmup_s]
+    start = min((r.arrival_time for r in requests), default=0.0)
+    end = max((r.finish_time for r in finished), default=start)
+    duration = end - start
+    input_tokens = sum(r.prompt_len for r in finished)
+    output_tokens = sum(r.output_len for r in finished)
+
+    def per_second(count):
+        return count / duration if duration > 0 else 0.0
+
+    ttfts = [r.ttft for r in measured]
+    tpots = [r.tpot for r in measured]  # None for one-token outputs, which vLLM leaves out too
+    e2els = [r.e2e_latency for r in measured]
+    itls = _pooled_inter_token_latencies(measured)
+    normalized = _stats("normalized_latency", [r.normalized_latency for r in measured])
+    # the paper's metric keeps the name every reader (figures, plan, compare) uses
+    normalized["mean_normalized_latency"] = normalized.pop("normalized_latency_mean")
+    return {
+        "num_requests": len(requests),
+        "num_finished": len(finished),
+        "num_rejected": len(requests) - len(finished),
+        "num_measured": len(measured),
+        "warmup_s": warmup_s,
+        "duration_s": duration,
+        "request_throughput": per_second(len(finished)),
+        "output_token_throughput": per_second(output_tokens),
+        "total_token_throughput": per_second(input_tokens + output_tokens),
+        **_stats("ttft", ttfts),
+        **_stats("tpot", tpots),
+        **_stats("e2e", e2els),
+        **normalized,
+        # vLLM `bench serve` names and units
+        "completed": len(finished),
+        "failed": len(requests) - len(finished),
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "output_throughput": per_second(output_tokens),
+        **_vllm_stats("ttft", ttfts),
+        **_vllm_stats("tpot", tpots),
+        **_vllm_stats("itl", itls),
+        **_vllm_stats("e2el", e2els),
+        "prefill_tokens_saved": sum(r.cached_prompt_tokens for r in requests),
+        "reject_reasons": _count(r.reject_reason for r in requests if r.status == "rejected"),
+    }
+
+
+def _num_output_tokens(group: SequenceGroup) -> int:
+    """Tokens the group's longest sequence has produced so far, finished or not. Live sequences
+    grow in step and are never shorter than a finished one, so the first live one tells."""
+    if group.seqs:
+        return group.seqs[0].num_output_tokens
+    return max((s.num_output_tokens for s in group.finished_seqs), default=0)
 
 
 def _write_csv(path: Path, columns, rows) -> None:
@@ -254,6 +322,31 @@ def _stats(name: str, values) -> dict:
         return {f"{name}_mean": None, f"{name}_p50": None, f"{name}_p90": None, f"{name}_p99": None}
     return {f"{name}_mean": sum(values) / len(values), f"{name}_p50": percentile(values, 50),
             f"{name}_p90": percentile(values, 90), f"{name}_p99": percentile(values, 99)}
+
+
+def _pooled_inter_token_latencies(records: list[RequestRecord]) -> np.ndarray:
+    """Every request's token-to-token gaps in one array (vLLM pools them over requests), built
+    without a Python loop over tokens: a run has ~output_len gaps per request."""
+    records = [r for r in records if r.token_times]
+    lengths = np.array([len(r.token_times) for r in records], dtype=np.int64)
+    times = np.fromiter(chain.from_iterable(r.token_times for r in records), dtype=float, count=int(lengths.sum()))
+    gaps = np.diff(times)
+    del times
+    return np.delete(gaps, np.cumsum(lengths)[:-1] - 1)  # from one request's last token to the next one's first
+
+
+def _vllm_stats(name: str, seconds) -> dict:
+    """mean / median / std (population, numpy's default) / p99 in milliseconds, named as vLLM's
+    bench serve names them (`mean_ttft_ms`) and computed as it computes them (numpy); None where
+    there is no value."""
+    if not isinstance(seconds, np.ndarray):
+        seconds = np.array([v for v in seconds if v is not None], dtype=float)
+    if not seconds.size:
+        return {f"{stat}_{name}_ms": None for stat in ("mean", "median", "std", "p99")}
+    # every statistic scales with the unit: convert the four results, not a copy of the values
+    mean, std = float(seconds.mean()) * 1000.0, float(seconds.std()) * 1000.0
+    median, p99 = np.percentile(seconds, [50, 99]) * 1000.0
+    return {f"mean_{name}_ms": mean, f"median_{name}_ms": float(median), f"std_{name}_ms": std, f"p99_{name}_ms": float(p99)}
 
 
 def _count(items) -> dict:

@@ -52,4 +52,4 @@ from pagesim.cli import figures as _figures  # noqa: E402,F401
 
 
 def main() -> None:
-    app()
+    app(prog_name="pagesim")

@@ -1,5 +1,5 @@
 """`python -m pagesim.cli ...` is the `pagesim` command."""
 
-from pagesim.cli import app
+from pagesim.cli import main
 
-app(prog_name="pagesim")
+main()

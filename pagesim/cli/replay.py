@@ -67,7 +67,7 @@ def replay(
     """Replay TRACE through the engine core in simulated time."""
     from rich.console import Console
 
-    from pagesim.sim.engine import Replay, ReplayConfig
+    from pagesim.api import finish_replay, prepare_replay
 
     check_arrival_flags(ctx, duration=duration)
     if profile is not None and cost_model.lower() != "profiled":
@@ -76,17 +76,14 @@ def replay(
     if prefix_caching and not any(r.prompt_token_ids for r in loaded.requests):
         warn(f"--prefix-caching: {trace} has no prompt_token_ids, so no prefix can be recognised and nothing is cached")
     check_run_size(rate or None, num_requests, duration)
-    cfg = ReplayConfig(
-        model=model, gpu=gpu, tp=tp, policy=policy.value, block_size=block_size, preemption=preemption.value,
-        rate=rate or None, burstiness=burstiness, num_requests=None if duration is not None else num_requests,
-        duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        swap_space_gib=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,
-        chunked_prefill=chunked_prefill, n=n, beam_width=beam_width,
-        beam_ancestry=str(beam_ancestry) if beam_ancestry else None, cost_model=cost_model,
-        profile=str(profile) if profile else None, seed=seed, warmup_s=warmup,
-    )
+    options = dict(model=model, gpu=gpu, tp=tp, policy=policy, block_size=block_size, preemption=preemption, rate=rate,
+                   burstiness=burstiness, num_requests=None if duration is not None else num_requests,
+                   duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                   swap_space=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,
+                   chunked_prefill=chunked_prefill, n=n, beam_width=beam_width, beam_ancestry=beam_ancestry,
+                   cost_model=cost_model, profile=profile, seed=seed, warmup=warmup)
     try:
-        sim = Replay(cfg, loaded)
+        sim = prepare_replay(loaded, **options)
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(sim.requests, warmup, duration)
@@ -94,9 +91,9 @@ def replay(
     console = Console(stderr=True)
     with progress_bar("replay", "requests", len(sim.requests), console, quiet=as_json) as advance:
         sim.on_progress = advance
-        result = sim.run()
-    summary = dict(result.summary, trace=str(trace))
-    emit_results(summary, result.metrics, out, as_json,
+        result = finish_replay(sim, trace)
+    cfg = sim.cfg
+    emit_results(result.summary, result.metrics, out, as_json,
                  f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}")
 
 
@@ -143,6 +140,8 @@ def print_summary(s: dict, console, title: str) -> None:
         ("mean normalized latency", _fmt(s["mean_normalized_latency"], " s/token", 4), "mean batched requests", _fmt(s["mean_batched_requests"], "", 2)),
         ("TTFT mean / p50", f"{_fmt(s['ttft_mean'], ' s')} / {_fmt(s['ttft_p50'], ' s')}", "TTFT p99", _fmt(s["ttft_p99"], " s")),
         ("TPOT mean / p50", f"{_fmt(s['tpot_mean'], ' s', 4)} / {_fmt(s['tpot_p50'], ' s', 4)}", "TPOT p99", _fmt(s["tpot_p99"], " s", 4)),
+        ("ITL mean / p99", f"{_fmt(s.get('mean_itl_ms'), ' ms', 2)} / {_fmt(s.get('p99_itl_ms'), ' ms', 2)}",
+         "tokens in / out", f"{_fmt(s.get('total_input_tokens'))} / {_fmt(s.get('total_output_tokens'))}"),
         ("end-to-end mean / p50", f"{_fmt(s['e2e_mean'], ' s', 2)} / {_fmt(s['e2e_p50'], ' s', 2)}", "end-to-end p99", _fmt(s["e2e_p99"], " s", 2)),
         ("KV utilization mean", _fmt(s["mean_kv_utilization"] * 100, " %", 1), "peak", _fmt(s["peak_kv_utilization"] * 100, " %", 1)),
         ("preemptions", _fmt(s["num_preemptions"]), "swapped blocks", _fmt(s["num_swapped_blocks"])),

@@ -4,6 +4,9 @@ and cost to serve a target rate, and a report. See docs/plan.md."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 from pagesim.plan.backends import run_jobs
 from pagesim.plan.cache import DEFAULT_CACHE_DIR, trace_hash
 from pagesim.plan.grid import GridPoint, RunSettings, expand_grid
@@ -36,3 +39,17 @@ def make_plan(*, model: str, trace: Trace, trace_path: str, target_rate: float, 
 
 __all__ = ["make_plan", "parse_slos", "expand_grid", "RunSettings", "SearchSettings", "GridPoint", "Plan",
            "ConfigResult", "plan_config", "bracket_search", "load_prices", "SLO"]
+
+
+class _CallablePackage(types.ModuleType):
+    """`pagesim.plan(...)` is the API's plan function (pagesim.api.plan), while `pagesim.plan`
+    stays this package: importing a submodule binds the package to the `plan` attribute of
+    pagesim, so the package itself answers the call."""
+
+    def __call__(self, **options) -> Plan:
+        from pagesim.api import plan
+
+        return plan(**options)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

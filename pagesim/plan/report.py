@@ -1,11 +1,16 @@
 """The plan's report: DIR/report.md (+ DIR/plots/*.png) and DIR/report.html (one self-contained
-file: inline CSS, the same plots embedded as base64 PNG, no external resource), plus
-DIR/plan.json. Both documents are rendered from one list of blocks so they cannot drift apart.
+file: inline CSS, a few lines of inline script that sort the tables, the same plots embedded as
+base64 PNG, no external resource), plus DIR/plan.json and DIR/report.csv (every configuration,
+raw numbers). Both documents are rendered from one list of blocks so they cannot drift apart.
+
+Configurations whose results are identical (swap and recompute when nothing is preempted, say)
+share one table row, one plotted point and one latency curve, which lists the values that varied.
 """
 
 from __future__ import annotations
 
 import base64
+import csv
 import html
 import io
 import json
@@ -15,6 +20,10 @@ from pathlib import Path
 
 from pagesim.plan.planner import ConfigResult, Plan
 from pagesim.plan.run import KEEP_UP_RATIO
+from pagesim.plots import log_axis
+
+HEADROOM_WARNING = 0.10  # below this spare capacity a recommendation carries a warning
+VARIED = ("block_size", "preemption", "max_num_seqs")  # what may differ within one hardware's merged row
 
 # -- blocks -------------------------------------------------------------------------------------
 
@@ -39,6 +48,13 @@ class Bullets:
 class Table:
     headers: list[str]
     rows: list[list[str]]
+    sort_keys: list[list[float | None]] | None = None  # numbers the HTML sorts by, where the text has units
+
+
+@dataclass
+class Link:
+    text: str
+    href: str  # a file beside the report
 
 
 @dataclass
@@ -74,6 +90,36 @@ def _config_words(r: ConfigResult) -> str:
 
 def _limiting(r: ConfigResult) -> str:
     return ", ".join(r.limiting) if r.limiting else ("none up to the search cap" if r.capped else "-")
+
+
+def _outcome(r: ConfigResult) -> tuple:
+    """Everything the report shows of a result except the settings that may vary within a row."""
+    op = r.operating
+    return (r.point.gpu, r.point.tp, r.capacity, r.replicas, r.cost_per_hour, r.cost_per_m_output_tokens, r.headroom,
+            tuple(sorted(op.values.items())) if op else None, op.stats.get("mean_kv_utilization") if op else None,
+            op.preemptions_per_request if op else None, tuple(r.limiting), r.reason, r.capped)
+
+
+def merge_identical(results: list[ConfigResult], key=_outcome) -> list[list[ConfigResult]]:
+    """Results grouped by identical outcome, in the order of each group's first member."""
+    groups: dict[tuple, list[ConfigResult]] = {}
+    for r in results:
+        groups.setdefault(key(r), []).append(r)
+    return list(groups.values())
+
+
+def _values(group: list[ConfigResult], name: str) -> str:
+    return ", ".join(str(v) for v in sorted({getattr(r.point, name) for r in group}))
+
+
+def _group_label(group: list[ConfigResult], plan: Plan) -> str:
+    """A curve's or point's legend: the settings that vary across the plan, with every value the
+    group holds (b8,16 recompute,swap)."""
+    parts = []
+    for name, prefix in (("block_size", "b"), ("preemption", ""), ("max_num_seqs", "s")):
+        if len({getattr(x.point, name) for x in plan.results}) > 1:
+            parts.append(prefix + _values(group, name).replace(", ", ","))
+    return " ".join(parts) or "this configuration"
 
 
 # -- content ----------------------------------------------------------------------------------
@@ -113,9 +159,11 @@ def build_blocks(plan: Plan) -> list:
         blocks += _no_configuration(plan, slo_text)
     else:
         blocks.append(Para(f"**Cheapest meeting the target: {_deployment(best)}.** {_detail(best, plan)}"))
+        blocks += _headroom_warning(best, "the recommendation")
         if second is not None:
             blocks.append(Para(f"**Runner-up (the cheapest on other hardware): {_deployment(second)}.** "
                                f"{_detail(second, plan)}"))
+            blocks += _headroom_warning(second, "the runner-up")
         else:
             blocks.append(Para("Runner-up: none (only one configuration meets the SLOs)."))
     unpriced = [r for r in plan.results if r.feasible and r.cost_per_hour is None]
@@ -124,7 +172,12 @@ def build_blocks(plan: Plan) -> list:
     blocks += [Heading(2, "All configurations"), _all_table(plan)]
     blocks += [Para("capacity: highest sustainable rate of one replica; headroom: spare share of the deployed "
                     "capacity; KV util. and preemptions/request at the operating point (target / replicas per "
-                    "replica); limiting: what fails just above the capacity.")]
+                    "replica); limiting: what fails just above the capacity. Configurations with identical results "
+                    "share a row, which lists every block size, preemption mode and max seqs it covers. Click a "
+                    "column header (in report.html) to sort."),
+               Link("Every configuration, one row each, as CSV: report.csv", "report.csv")]
+    blocks += [Heading(2, "Cost against latency")]
+    blocks += [_pareto_figure(plan)]
     blocks += [Heading(2, "Latency against rate")]
     blocks += [f for f in _latency_figures(plan)]
     blocks += [Heading(2, "Cost against capacity"), _cost_figure(plan)]
@@ -153,6 +206,14 @@ def _deployment(r: ConfigResult) -> str:
     gpus = f"{r.replicas} x {p.tp} x {p.gpu}" if p.tp > 1 else f"{r.replicas} x {p.gpu}"
     return (f"{gpus} ({r.replicas} replica{'s' if r.replicas != 1 else ''}; block {p.block_size}, "
             f"{p.preemption} preemption, max {p.max_num_seqs} seqs)")
+
+
+def _headroom_warning(r: ConfigResult, which: str) -> list:
+    if r.headroom is None or r.headroom >= HEADROOM_WARNING:
+        return []
+    return [Para(f"**Warning: {which} keeps only {_pct(r.headroom)} headroom** (below {HEADROOM_WARNING:.0%}): a "
+                 f"load {_pct(r.headroom / (1 - r.headroom))} above the target, or a simulator error of that size, "
+                 "breaks the SLOs. Plan with `--min-headroom 0.1` (or more) to buy spare capacity.")]
 
 
 def _detail(r: ConfigResult, plan: Plan) -> str:
@@ -190,18 +251,28 @@ def _all_table(plan: Plan) -> Table:
     headers = ["#", "gpu", "tp", "block", "preemption", "max seqs", "capacity (req/s/replica)", "replicas", "GPUs",
                "$/h", "$/M out tok", "headroom", "KV util.", "preempt./req"] + \
               [f"{n} @op" for n in slo_names] + ["limiting"]
-    rows = []
-    for r in results:
+    rows, keys = [], []
+    for group in merge_identical(results):
+        r = group[0]
         p, op = r.point, r.operating
         rank = order.get(id(r))
-        rows.append([str(rank + 1) if rank is not None else "-", p.gpu, str(p.tp), str(p.block_size), p.preemption,
-                     str(p.max_num_seqs), _num(r.capacity, 2), _num(r.replicas, 0), _num(r.num_gpus, 0),
-                     _num(r.cost_per_hour, 2), _num(r.cost_per_m_output_tokens, 3), _pct(r.headroom),
-                     _pct(op.stats.get("mean_kv_utilization") if op else None),
-                     _num(op.preemptions_per_request if op else None, 3)]
-                    + [_slo_value(n, op.values.get(n)) if op else "-" for n in slo_names]
+        ranks = sorted(order[id(x)] + 1 for x in group if id(x) in order)
+        kv = op.stats.get("mean_kv_utilization") if op else None
+        per_request = op.preemptions_per_request if op else None
+        values = [op.values.get(n) if op else None for n in slo_names]
+        contiguous = ranks == list(range(ranks[0], ranks[0] + len(ranks))) if ranks else False
+        shown_rank = ("-" if not ranks else f"{ranks[0]}-{ranks[-1]}" if contiguous and len(ranks) > 1
+                      else ", ".join(map(str, ranks)))
+        rows.append([shown_rank, p.gpu, str(p.tp), _values(group, "block_size"),
+                     _values(group, "preemption"), _values(group, "max_num_seqs"), _num(r.capacity, 2),
+                     _num(r.replicas, 0), _num(r.num_gpus, 0), _num(r.cost_per_hour, 2),
+                     _num(r.cost_per_m_output_tokens, 3), _pct(r.headroom), _pct(kv), _num(per_request, 3)]
+                    + [_slo_value(n, v) for n, v in zip(slo_names, values)]
                     + [_limiting(r) if r.feasible else f"infeasible: {r.reason}"])
-    return Table(headers, rows)
+        keys.append([rank + 1 if rank is not None else None, None, p.tp, None, None, None, r.capacity, r.replicas,
+                     r.num_gpus, r.cost_per_hour, r.cost_per_m_output_tokens, r.headroom, kv, per_request]
+                    + values + [None])
+    return Table(headers, rows, keys)
 
 
 def _sensitivity_table(plan: Plan) -> Table:
@@ -264,8 +335,8 @@ def _panels(plan: Plan):
     return [(k, [r for r in plan.results if (r.point.gpu, r.point.tp) == k]) for k in keys]
 
 
-def _grid(plt, n: int, width: float = 4.0, height: float = 3.0):
-    cols = min(n, 4)
+def _grid(plt, n: int, width: float = 4.0, height: float = 3.0, max_cols: int = 4):
+    cols = min(n, max_cols)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
     flat = [a for row in axes for a in row]
@@ -274,70 +345,127 @@ def _grid(plt, n: int, width: float = 4.0, height: float = 3.0):
     return fig, flat
 
 
-def _line_label(r: ConfigResult, plan: Plan) -> str:
-    parts = []
-    if len({x.point.block_size for x in plan.results}) > 1:
-        parts.append(f"b{r.point.block_size}")
-    if len({x.point.preemption for x in plan.results}) > 1:
-        parts.append(r.point.preemption)
-    if len({x.point.max_num_seqs for x in plan.results}) > 1:
-        parts.append(f"s{r.point.max_num_seqs}")
-    return " ".join(parts) or "this configuration"
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = "os^vD<>p"
 
 
 def _latency_figures(plan: Plan) -> list[Figure]:
+    """One figure per SLO, one panel per (gpu, tp); configurations with the same curve drawn once.
+    Panels are wide and get their own y range, and curves differ in marker and line style, so
+    close curves stay apart."""
     plt = _pyplot()
-    from matplotlib.ticker import NullFormatter
-
     figures = []
     panels = _panels(plan)
     for slo in plan.slos:
-        fig, axes = _grid(plt, len(panels))
+        fig, axes = _grid(plt, len(panels), width=5.2, height=3.6, max_cols=2)
         for ax, ((gpu, tp), results) in zip(axes, panels):
-            for r in results:
-                pts = [p for p in r.points if p.values.get(slo.name) is not None]
-                if pts:
-                    line, = ax.plot([p.rate for p in pts], [p.values[slo.name] for p in pts], marker=".",
-                                    label=_line_label(r, plan))
-                    if r.capacity is not None:
-                        ax.axvline(r.capacity, color=line.get_color(), lw=0.8, ls=":")
+            def curve(r):
+                return tuple((p.rate, p.values.get(slo.name)) for p in r.points if p.values.get(slo.name) is not None)
+            for i, group in enumerate(g for g in merge_identical(results, curve) if curve(g[0])):
+                pts = curve(group[0])
+                line, = ax.plot([x for x, _ in pts], [y for _, y in pts], marker=MARKERS[i % len(MARKERS)], ms=4,
+                                ls=LINE_STYLES[i % len(LINE_STYLES)], lw=1.2, label=_group_label(group, plan))
+                if group[0].capacity is not None:
+                    ax.axvline(group[0].capacity, color=line.get_color(), lw=0.8, ls=":")
             ax.axhline(slo.threshold, color="red", ls="--", lw=1, label="SLO")
-            ax.set_title(f"{gpu} tp{tp}", fontsize=9)
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short ranges
+            ax.set_title(f"{gpu} tp{tp}", fontsize=10)
+            log_axis(ax.xaxis)
             if slo.is_latency:
-                ax.set_yscale("log")
-            ax.set_xlabel("rate per replica (req/s)", fontsize=8)
+                log_axis(ax.yaxis)
+            ax.set_xlabel("rate per replica (req/s)", fontsize=9)
             ax.set_ylabel(slo.name + (" (s/token)" if slo.metric == "normalized_latency" else " (s)" if slo.is_latency else ""),
-                          fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.legend(fontsize=6)
-        fig.suptitle(f"{slo.describe()}: every simulated rate (dotted: capacity)", fontsize=10)
+                          fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.grid(True, which="major", alpha=0.3)
+            ax.legend(fontsize=7, loc="best")
+        fig.suptitle(f"{slo.describe()}: every simulated rate (dotted: capacity)", fontsize=11)
         figures.append(Figure(f"latency_{slo.name}", f"{slo.name} against the offered rate per replica, per "
-                              "configuration (dashed: the SLO; dotted: the capacity found)", _png(fig)))
+                              "configuration (dashed: the SLO; dotted: the capacity found; configurations with the "
+                              "same curve share one line)", _png(fig)))
     return figures
+
+
+def _pareto_slo(plan: Plan):
+    """The latency SLO the cost/latency plot uses: the first p99 one, else the first latency one."""
+    latency = [s for s in plan.slos if s.is_latency]
+    return next((s for s in latency if s.stat == "p99"), latency[0] if latency else None)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes (lower is better on each), by
+    increasing first coordinate."""
+    order = sorted(range(len(points)), key=lambda i: points[i])
+    front, best = [], float("inf")
+    for i in order:
+        if points[i][1] < best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def _pareto_figure(plan: Plan) -> Figure:
+    plt = _pyplot()
+    slo = _pareto_slo(plan)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    plotted = [r for r in plan.results if r.cost_per_hour is not None and r.operating and slo is not None
+               and r.operating.values.get(slo.name) is not None]
+    # configurations that land on the same spot are one point, labelled with their count
+    groups = merge_identical(plotted, lambda r: (r.point.gpu, r.cost_per_hour, r.operating.values[slo.name]))
+    points = [(g[0].operating.values[slo.name], g[0].cost_per_hour) for g in groups]
+    markers = dict(zip(sorted({r.point.gpu for r in plan.results}), MARKERS))
+    for gpu in sorted({g[0].point.gpu for g in groups}):
+        mine = [i for i, g in enumerate(groups) if g[0].point.gpu == gpu]
+        ax.scatter([points[i][0] for i in mine], [points[i][1] for i in mine], marker=markers[gpu], s=40, label=gpu,
+                   alpha=0.8, zorder=3)
+    front = pareto_front(points)
+    if front:
+        xs = [points[i][0] for i in front]
+        ys = [points[i][1] for i in front]
+        ax.step(xs, ys, where="post", color="0.4", lw=1, ls="--", label="Pareto front", zorder=2)
+        for i in front:
+            g = groups[i]
+            ax.annotate(f"{g[0].point.gpu} x{g[0].replicas * g[0].point.tp}" + (f" ({len(g)} configs)" if len(g) > 1 else ""),
+                        points[i], fontsize=7, xytext=(6, 6), textcoords="offset points")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no configuration meets the SLOs", ha="center", va="center", transform=ax.transAxes)
+    if slo is not None:
+        ax.axvline(slo.threshold, color="red", ls="--", lw=1)
+        log_axis(ax.xaxis)  # tail latencies span decades below the SLO
+        ax.set_xlabel(f"{slo.name} at the operating point (s, log scale); dashed: the SLO")
+    ax.set_ylabel(f"$/h to serve {plan.target_rate:g} req/s")
+    ax.grid(True, alpha=0.3)
+    ax.set_title("cost against tail latency (configurations on the same spot drawn once)", fontsize=10)
+    return Figure("pareto", f"cost per hour against {slo.name if slo else 'latency'} at the operating point; the "
+                  "dashed line joins the configurations nothing beats on both", _png(fig))
 
 
 def _cost_figure(plan: Plan) -> Figure:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    priced = [r for r in plan.results if r.cost_per_hour is not None]
-    markers = dict(zip(sorted({r.point.gpu for r in plan.results}), "osD^v<>p"))
-    for gpu in sorted({r.point.gpu for r in priced}):
-        rs = [r for r in priced if r.point.gpu == gpu]
-        ax.scatter([r.capacity for r in rs], [r.cost_per_hour for r in rs], marker=markers[gpu], label=gpu, alpha=0.8)
+    groups = merge_identical([r for r in plan.results if r.cost_per_hour is not None],
+                             lambda r: (r.point.gpu, r.capacity, r.cost_per_hour))  # one point per spot
+    markers = dict(zip(sorted({r.point.gpu for r in plan.results}), MARKERS))
+    for gpu in sorted({g[0].point.gpu for g in groups}):
+        gs = [g for g in groups if g[0].point.gpu == gpu]
+        ax.scatter([g[0].capacity for g in gs], [g[0].cost_per_hour for g in gs], marker=markers[gpu], label=gpu,
+                   alpha=0.8)
+        for g in gs:
+            if len(g) > 1:  # identical results drawn once
+                ax.annotate(f"x{len(g)}", (g[0].capacity, g[0].cost_per_hour), fontsize=6, xytext=(4, -9),
+                            textcoords="offset points")
     best, second = plan.recommendation, plan.runner_up
     for r, text, offset in ((best, "cheapest", (8, 10)), (second, "runner-up", (8, -18))):
         if r is not None:
             ax.annotate(f"{text}: {r.point.label}", (r.capacity, r.cost_per_hour), fontsize=7,
                         xytext=offset, textcoords="offset points", arrowprops={"arrowstyle": "-", "lw": 0.5})
-    if not priced:
+    if not groups:
         ax.text(0.5, 0.5, "no configuration meets the SLOs", ha="center", va="center", transform=ax.transAxes)
     else:
         ax.legend(fontsize=8)
     ax.set_xlabel("capacity per replica (req/s)")
     ax.set_ylabel(f"$/h to serve {plan.target_rate:g} req/s")
-    ax.set_title("cost against capacity (one point per configuration)", fontsize=10)
+    ax.set_title("cost against capacity (xN: N configurations on the same spot)", fontsize=10)
     return Figure("cost_capacity", "cost per hour of the deployment serving the target, against one replica's "
                   "capacity", _png(fig))
 
@@ -349,13 +477,15 @@ def _sensitivity_figure(plan: Plan) -> Figure:
     modes = sorted({r.point.preemption for r in plan.results})
     fig, axes = _grid(plt, len(groups), 3.6, 2.8)
     for ax, (gpu, tp, seqs) in zip(axes, groups):
-        for mode in modes:
+        for i, mode in enumerate(modes):
             caps = []
             for b in blocks:
                 r = next((r for r in plan.results if (r.point.gpu, r.point.tp, r.point.max_num_seqs,
                                                        r.point.block_size, r.point.preemption) == (gpu, tp, seqs, b, mode)), None)
                 caps.append(r.capacity if r is not None and r.capacity is not None else float("nan"))
-            ax.plot([str(b) for b in blocks], caps, marker="o", label=mode)
+            # larger hollow markers under smaller filled ones: equal capacities stay visible
+            ax.plot([str(b) for b in blocks], caps, marker=MARKERS[i % len(MARKERS)], ms=max(9 - 3 * i, 3),
+                    mfc="none" if i == 0 else None, ls=LINE_STYLES[i % len(LINE_STYLES)], label=mode)
         ax.set_title(f"{gpu} tp{tp} s{seqs}", fontsize=9)
         ax.set_xlabel("block size", fontsize=8)
         ax.set_ylabel("capacity (req/s)", fontsize=8)
@@ -367,7 +497,7 @@ def _sensitivity_figure(plan: Plan) -> Figure:
 
 
 def figure_names(plan: Plan) -> list[str]:
-    return [f"latency_{s.name}" for s in plan.slos] + ["cost_capacity", "sensitivity"]
+    return ["pareto"] + [f"latency_{s.name}" for s in plan.slos] + ["cost_capacity", "sensitivity"]
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -388,13 +518,32 @@ def render_markdown(blocks: list) -> str:
             out.append("\n".join(lines))
         elif isinstance(b, Figure):
             out.append(f"![{b.caption}](plots/{b.name}.png)\n\n*{b.caption}*")
+        elif isinstance(b, Link):
+            out.append(f"[{b.text}]({b.href})")
     return "\n\n".join(out) + "\n"
 
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
-th{background:#f0f0f0}td:nth-child(-n+6){text-align:left}code{background:#f4f4f4;padding:1px 3px;font-size:90%}
-img{max-width:100%}figure{margin:1em 0}figcaption{font-style:italic;font-size:13px}"""
+table{border-collapse:collapse;font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}
+th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}table.sortable th{cursor:pointer}
+table.sortable th[data-dir=asc]::after{content:" \\25B2"}table.sortable th[data-dir=desc]::after{content:" \\25BC"}
+code{background:#f4f4f4;padding:1px 3px;font-size:90%}img{max-width:100%}figure{margin:1em 0}
+figcaption{font-style:italic;font-size:13px}"""
+
+# Click a header to sort its table (again to reverse): by each cell's data-sort number where it has
+# one, else by its text; numbers before text, "-" last.
+_SORT_SCRIPT = """document.querySelectorAll("table.sortable th").forEach(th => th.addEventListener("click", () => {
+  const body = th.closest("table").tBodies[0], col = th.cellIndex, dir = th.dataset.dir === "asc" ? -1 : 1;
+  th.closest("tr").querySelectorAll("th").forEach(h => delete h.dataset.dir);
+  th.dataset.dir = dir > 0 ? "asc" : "desc";
+  const key = td => td.dataset.sort !== undefined ? Number(td.dataset.sort) : td.textContent;
+  const rank = v => typeof v === "number" ? 0 : v === "-" ? 2 : 1;
+  [...body.rows].sort((a, b) => {
+    const x = key(a.cells[col]), y = key(b.cells[col]);
+    return rank(x) - rank(y) || dir * (x < y ? -1 : x > y ? 1 : 0);
+  }).forEach(row => body.appendChild(row));
+}));"""
+_NUMBER = re.compile(r"^[-+$]?[\d,]*\.?\d+(?:%| s| ms| s/token| req/s)?$")
 
 
 def _inline(text: str) -> str:
@@ -415,14 +564,43 @@ def render_html(blocks: list, title: str) -> str:
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
-            body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in b.rows)
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            body = "".join("<tr>" + "".join(_cell(c, k) for c, k in zip(row, keys)) + "</tr>"
+                           for row, keys in zip(b.rows, b.sort_keys or [[None] * len(b.headers)] * len(b.rows)))
+            out.append(f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+        elif isinstance(b, Link):
+            out.append(f'<p><a href="{html.escape(b.href)}">{html.escape(b.text)}</a></p>')
         elif isinstance(b, Figure):
             data = base64.b64encode(b.png).decode()
             out.append(f'<figure id="{b.name}"><img alt="{html.escape(b.caption)}" src="data:image/png;base64,{data}">'
                        f"<figcaption>{html.escape(b.caption)}</figcaption></figure>")
+    out.append(f"<script>\n{_SORT_SCRIPT}\n</script>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def _cell(text: str, sort_key: float | None) -> str:
+    """A table cell: numbers right-aligned, with the number to sort by where the text has units."""
+    numeric = sort_key is not None or bool(_NUMBER.match(text))
+    attrs = (' class="num"' if numeric else "") + (f' data-sort="{sort_key!r}"' if sort_key is not None else "")
+    return f"<td{attrs}>{html.escape(text)}</td>"
+
+
+def write_csv(plan: Plan, path: Path) -> None:
+    """Every configuration, one row each (identical ones not merged), raw numbers in SI units."""
+    slo_names = [s.name for s in plan.slos]
+    rank = {id(r): i + 1 for i, r in enumerate(plan.ranking)}
+    rows = plan.table()
+    columns = ["rank"] + [k for k in rows[0] if k not in ("operating_values", "limiting")] + \
+              [f"{n}_at_operating_point" for n in slo_names] + ["limiting"] if rows else ["rank"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for r, row in zip(plan.results, rows):
+            values = row.pop("operating_values") or {}
+            row.update({f"{n}_at_operating_point": values.get(n) for n in slo_names})
+            row["limiting"] = " ".join(row["limiting"])
+            row["rank"] = rank.get(id(r))
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
 
 
 def write_report(plan: Plan, out_dir: str | Path) -> dict[str, Path]:
@@ -433,8 +611,9 @@ def write_report(plan: Plan, out_dir: str | Path) -> dict[str, Path]:
         if isinstance(b, Figure):
             (out / "plots" / f"{b.name}.png").write_bytes(b.png)
     title = next(b.text for b in blocks if isinstance(b, Heading))
-    paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "plan.json"}
+    paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "plan.json", "csv": out / "report.csv"}
     paths["md"].write_text(render_markdown(blocks))
     paths["html"].write_text(render_html(blocks, title))
+    write_csv(plan, paths["csv"])
     paths["json"].write_text(json.dumps(plan.to_dict(), indent=1, sort_keys=True) + "\n")
     return paths

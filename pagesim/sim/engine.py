@@ -181,10 +181,11 @@ class Replay:
             duration = cost.iteration_time(batch_shape(out, block_size))
             yield env.timeout(duration)
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
-            for group in scheduler.update(out, step, env.now):
+            finished = scheduler.update(out, step, env.now)
+            metrics.record_step(out, env.now, duration, scheduler)  # first: it holds their last token times
+            for group in finished:
                 self._done(group)
                 self._beam_rngs.pop(group.request_id, None)
-            metrics.record_step(out, env.now, duration, scheduler)
             self._maybe_sample_waste(env.now)
 
     def _beam_step(self, out: SchedulerOutput) -> StepResult:
@@ -219,6 +220,7 @@ class Replay:
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
+        request_ids = [group.request_id for group in scheduler.running]
         run = scheduler.advance_decode(len(ends), SIM_TOKEN, now)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
@@ -226,12 +228,12 @@ class Replay:
         else:  # no single delay lands exactly there (rounding ties): time the steps one by one
             for duration in durations:
                 yield env.timeout(duration)
-        for group in run.finished:
-            self._done(group)
         # queues change only at the run's last step (an arrival during it, or a finish)
         self.metrics.record_decode_run(ends, durations, num_seqs, run.kv_blocks_used, swapped,
                                        (running, waiting_before), (len(scheduler.running), len(scheduler.waiting)),
-                                       (shared_before, kv.num_logical_blocks - kv.num_used_blocks))
+                                       (shared_before, kv.num_logical_blocks - kv.num_used_blocks), request_ids)
+        for group in run.finished:
+            self._done(group)
         self._maybe_sample_waste(env.now)
 
     def _next_arrival_time(self) -> float:

@@ -161,9 +161,11 @@ def test_runner_discovers_scripts_and_writes_paper_md(tmp_path):
         run_all.discover(["fig42"], exp)
     md_path = run_all.run(figures, jobs=2, smoke=True, out_dir=out, progress=False)
     md = md_path.read_text()
-    assert md_path == tmp_path / "reports" / "paper.md"
+    assert md_path == out / "paper.md"  # a folder of its own: nothing written outside it
+    assert sorted(p.name for p in tmp_path.joinpath("reports").iterdir()) == ["figures"]
+    assert run_all.default_paper_md(run_all.DEFAULT_OUT_DIR) == run_all.DEFAULT_OUT_DIR.parent / "paper.md"
     good = next(line for line in md.splitlines() if line.startswith("| fig98 "))
-    assert "1 of 2 within" in good and "q2" in good and "(figures/fig98_good.png)" in good
+    assert "1 of 2 within" in good and "q2" in good and "(fig98_good.png)" in good
     bad = next(line for line in md.splitlines() if line.startswith("| fig99 "))
     assert "FAILED (exit 3" in bad
     assert "run_all.py" in md and "--smoke" in md

@@ -27,6 +27,7 @@ class Page(HTMLParser):
         self.images: dict[str, bytes] = {}
         self.figure = None
         self.external: list[str] = []
+        self.links: list[str] = []
         self.text: list[str] = []
 
     def handle_starttag(self, tag, attrs):
@@ -38,10 +39,12 @@ class Page(HTMLParser):
             assert src.startswith("data:image/png;base64,"), src[:40]
             self.images[self.figure] = base64.b64decode(src.split(",", 1)[1], validate=True)
         for key in ("src", "href"):
-            if key in a and not str(a[key]).startswith("data:"):
+            if key in a and not str(a[key]).startswith("data:") and a[key] != "report.csv":  # the CSV lies beside it
                 self.external.append(a[key])
-        if tag in ("script", "link", "iframe"):
+        if tag in ("link", "iframe") or (tag == "script" and "src" in a):
             self.external.append(tag)
+        if tag == "a":
+            self.links.append(a["href"])
 
     def handle_data(self, data):
         self.text.append(data)
@@ -81,11 +84,12 @@ def test_feasible_plan_report(tmp_path, trace_file):
     # inputs and the exact command first, then the recommendation, then the table and plots
     order = [md.index(s) for s in ("## Inputs", "Reproduce with: `pagesim plan --model llama-2-7b", "## Recommendation",
                                    "Cheapest meeting the target", "Runner-up", "## All configurations",
-                                   "## Latency against rate", "## Cost against capacity", "## Sensitivity")]
+                                   "## Cost against latency", "## Latency against rate", "## Cost against capacity",
+                                   "## Sensitivity")]
     assert order == sorted(order)
     assert plan["command"] in md and "--prices" in plan["command"]
     # every plot, embedded in the HTML and written beside the markdown
-    expected = [f"latency_{s}" for s in slos] + ["cost_capacity", "sensitivity"]
+    expected = ["pareto"] + [f"latency_{s}" for s in slos] + ["cost_capacity", "sensitivity"]
     page = parse_html(out / "report.html")
     assert sorted(page.images) == sorted(expected)
     assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in page.images.values())
@@ -117,7 +121,7 @@ def test_impossible_slo_gives_a_clear_report(tmp_path, trace_file):
     assert "a100-40gb x1 b16 recompute s256 | ttft_p99 " in md  # the closest each came, with its value
     page = parse_html(out / "report.html")
     assert "No configuration meets ttft_p99 <= 0.0001 s" in "".join(page.text)
-    assert sorted(page.images) == ["cost_capacity", "latency_ttft_p99", "sensitivity"]
+    assert sorted(page.images) == ["cost_capacity", "latency_ttft_p99", "pareto", "sensitivity"]
     assert json.loads((out / "plan.json").read_text())["recommendation"] is None
 
 

@@ -1,0 +1,93 @@
+"""The plan report's layout features: identical results merged into one row (and one point and
+curve), the cost/latency Pareto front against brute force, the headroom warning, the CSV export
+against plan.json, and HTML cells carrying the numbers the sort script uses."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import re
+
+import pytest
+
+import pagesim.api
+from pagesim.plan.report import HEADROOM_WARNING, build_blocks, merge_identical, pareto_front, render_markdown
+from tests.plan.common import SMALL_TRACE
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan")
+    # a light load on a large GPU: nothing is preempted, so swap and recompute give identical results
+    plan = pagesim.api.plan(model="llama-2-7b", trace=SMALL_TRACE, target_rate=30, slo="ttft_p99=0.5,tpot_p99=0.05",
+                            gpus=["a100-80gb", "h100-80gb"], preemption=["recompute", "swap"], block_size=[16, 32],
+                            num_requests=60, min_duration=0, tolerance=0.1, start_rate=16, jobs=1, out=out)
+    return plan, out
+
+
+def test_identical_results_share_one_row(plan_dir):
+    plan, out = plan_dir
+    groups = merge_identical(plan.results)
+    assert any(len(g) > 1 for g in groups) and sum(len(g) for g in groups) == len(plan.results) == 8
+    for g in groups:  # a group really is identical where the report looks
+        assert len({(r.capacity, r.replicas, r.cost_per_hour, json.dumps(r.operating.values, sort_keys=True))
+                     for r in g}) == 1
+    md = (out / "report.md").read_text()
+    table = md.split("## All configurations")[1].split("\n\n")[1].splitlines()[2:]
+    assert len(table) == len(groups)
+    merged = [row for row in table if "recompute, swap" in row]
+    assert merged, table
+    assert sorted(re.findall(r"\[.*?\]\((.*?)\)", md.split("## All configurations")[1])[:1]) == ["report.csv"]
+
+
+def test_csv_has_every_configuration(plan_dir):
+    plan, out = plan_dir
+    rows = list(csv.DictReader(open(out / "report.csv")))
+    table = json.loads((out / "plan.json").read_text())["table"]
+    assert len(rows) == len(table) == 8
+    for row, ref in zip(rows, table):
+        assert (row["gpu"], int(row["block_size"]), row["preemption"]) == (ref["gpu"], ref["block_size"], ref["preemption"])
+        assert float(row["capacity_rps"]) == ref["capacity_rps"]
+        assert float(row["ttft_p99_at_operating_point"]) == ref["operating_values"]["ttft_p99"]
+    ranks = sorted(int(r["rank"]) for r in rows)
+    assert ranks == list(range(1, 9))
+
+
+def test_html_cells_carry_sort_keys_and_alignment(plan_dir):
+    plan, out = plan_dir
+    page = (out / "report.html").read_text()
+    assert '<table class="sortable">' in page and "<script>" in page and "http" not in page.split("<script>")[1]
+    best = plan.recommendation
+    assert f'data-sort="{best.capacity!r}"' in page
+    assert f'data-sort="{best.operating.values["tpot_p99"]!r}"' in page  # "44.9 ms" sorts by 0.0449
+    assert '<td class="num">' in page and "<td>a100-80gb</td>" in page
+
+
+def test_headroom_warning(plan_dir):
+    plan, _ = plan_dir
+    saved = [r.headroom for r in plan.results]
+    try:
+        for r in plan.results:
+            r.headroom = HEADROOM_WARNING - 0.085  # 1.5%
+        md = render_markdown(build_blocks(plan))
+        assert "**Warning: the recommendation keeps only 1.5% headroom** (below 10%)" in md
+        assert "**Warning: the runner-up keeps only 1.5% headroom**" in md
+        assert md.index("Cheapest meeting the target") < md.index("Warning: the recommendation") < md.index("Runner-up")
+        for r in plan.results:
+            r.headroom = HEADROOM_WARNING
+        assert "Warning:" not in render_markdown(build_blocks(plan))
+    finally:
+        for r, h in zip(plan.results, saved):
+            r.headroom = h
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pareto_front_against_brute_force(seed):
+    rng = random.Random(seed)
+    points = [(rng.random(), rng.random()) for _ in range(rng.randrange(1, 40))]
+    dominated = {i for i, (x, y) in enumerate(points)
+                 if any(u <= x and v <= y and (u, v) != (x, y) for u, v in points)}
+    front = pareto_front(points)
+    assert sorted(front) == sorted(set(range(len(points))) - dominated)
+    assert [points[i][0] for i in front] == sorted(points[i][0] for i in front)
