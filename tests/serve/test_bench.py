@@ -1,0 +1,104 @@
+"""`pagesim bench` against `pagesim serve` (both real subprocesses), then the server's shutdown."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import threading
+
+import httpx
+import pytest
+
+from pagesim.workload.requests import build_requests
+from pagesim.workload.trace import Trace, TraceRequest, save_trace
+
+from .conftest import MODEL, ROOT, cli_env, running_server
+
+LENGTHS = [(12, 9), (40, 3), (5, 30), (33, 17), (20, 1), (64, 12), (8, 25)]  # (prompt_len, output_len)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "small.json"
+    save_trace(Trace({"source": "tests/serve", "count": len(LENGTHS)}, [TraceRequest(p, o) for p, o in LENGTHS]), path)
+    return path
+
+
+def test_bench_accounts_for_every_request(server, small_trace, tmp_path):
+    before = server.metrics()
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "pagesim.cli", "bench", str(small_trace), "--endpoint", f"{server.base}/v1",
+           "--rate", "40", "--num-requests", "50", "--max-concurrency", "16", "--seed", "3", "--scrape-interval", "0.05",
+           "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    with open(out / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    summary = json.loads((out / "summary.json").read_text())
+    assert not (out / "steps.csv").exists()
+    # the same requests, in the same order with the same arrival times, as replay / run build
+    expected, _ = build_requests(Trace({}, [TraceRequest(p, o) for p, o in LENGTHS]), rate=40, num_requests=50, seed=3)
+    assert [int(r["request_id"]) for r in rows] == list(range(50))
+    assert [float(r["arrival_time"]) for r in rows] == pytest.approx([r.arrival_time for r in expected])
+    assert all(r["status"] == "finished" for r in rows), [r["reject_reason"] for r in rows if r["status"] != "finished"]
+    assert [(int(r["prompt_len"]), int(r["output_len"])) for r in rows] == [(r.prompt_len, r.sampling.max_tokens)
+                                                                           for r in expected]
+    for r in rows:
+        assert float(r["arrival_time"]) <= float(r["first_token_time"]) <= float(r["finish_time"])
+    assert summary["num_requests"] == summary["num_finished"] == summary["num_sent"] == 50
+    assert summary["num_failed"] == 0 and summary["driver"] == "http" and summary["model"] == MODEL
+    assert summary["output_token_throughput"] > 0 and summary["itl_p50"] is not None
+    assert summary["mean_batched_requests"] is not None and summary["num_preemptions"] == 0
+    # the server saw exactly the 50 requests and their tokens: nothing sent twice, nothing extra
+    after = server.metrics()
+    assert after["vllm:request_success_total"] - before.get("vllm:request_success_total", 0) == 50
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == sum(r.sampling.max_tokens
+                                                                                               for r in expected)
+
+
+def test_bench_counts_failures(server, tmp_path):
+    # prompts of 250 tokens + 30 outputs exceed the model's 256: every request gets a 400
+    path = tmp_path / "long.json"
+    save_trace(Trace({"source": "tests/serve", "count": 1}, [TraceRequest(250, 30)]), path)
+    done = subprocess.run([sys.executable, "-m", "pagesim.cli", "bench", str(path), "--endpoint", server.base,
+                           "--rate", "50", "--num-requests", "5", "--json"],
+                          cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["num_failed"] == 5 and summary["num_finished"] == 0
+    [(reason, count)] = summary["reject_reasons"].items()
+    assert count == 5 and reason.startswith("failed: HTTP 400") and "maximum context length" in reason
+
+
+def test_shutdown_is_clean_with_a_stream_in_flight(server):
+    body = {"model": MODEL, "prompt": [7] * 20, "max_tokens": 200, "temperature": 0, "stream": True, "ignore_eos": True}
+    received = []
+    started = threading.Event()
+
+    def client():
+        try:
+            with httpx.stream("POST", f"{server.base}/v1/completions", json=body, timeout=60) as resp:
+                for line in resp.iter_lines():
+                    received.append(line)
+                    started.set()
+        except httpx.HTTPError:
+            pass  # the server may cut the stream while it shuts down
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    assert started.wait(60)
+    status, stderr = server.stop()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert status == 0, stderr
+    assert "Traceback" not in stderr
