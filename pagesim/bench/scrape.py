@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 RUNNING = "vllm:num_requests_running"
+QUEUED = ("vllm:num_requests_waiting", "vllm:num_requests_swapped")
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # newer vLLM, older vLLM
 PREEMPTIONS = "vllm:num_preemptions_total"
 
@@ -34,6 +35,10 @@ class ServerSamples:
     preemptions_after: float | None = None
 
     def add(self, values: dict[str, float]) -> None:
+        # Only samples taken while the server had work: the simulator's means are over its
+        # steps, and it takes no steps while idle.
+        if values.get(RUNNING, 0) + sum(values.get(k, 0) for k in QUEUED) == 0:
+            return
         if RUNNING in values:
             self.running.append(values[RUNNING])
         usage = next((values[k] for k in KV_USAGE if k in values), None)
@@ -42,7 +47,7 @@ class ServerSamples:
 
     def summary(self) -> dict:
         """The summary keys a client cannot measure, from the server's view (None when absent):
-        sampled at even intervals, so plain means are time averages."""
+        sampled at even intervals while busy, so plain means are averages over busy time."""
         preempted = None
         if self.preemptions_before is not None and self.preemptions_after is not None:
             preempted = int(self.preemptions_after - self.preemptions_before)

@@ -1,5 +1,7 @@
 """`pagesim compare TRACE --profile PROFILE`: the same requests on the executor and in the
-simulator (cost model `profiled`), and the relative error of the summary metrics."""
+simulator (cost model `profiled`), and the relative error of the summary metrics.
+`pagesim compare TRACE --endpoint URL`: the same, with the requests sent to a running server over
+HTTP (`pagesim bench`) in place of the in-process executor."""
 
 from __future__ import annotations
 
@@ -17,7 +19,15 @@ from pagesim.cli.replay import Policy, Preemption, fail
 @app.command()
 def compare(
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
-    profile: Path = typer.Option(..., help="profile file from `pagesim profile` (same model, device and clock)"),
+    profile: Optional[Path] = typer.Option(None, help="profile file from `pagesim profile` (same model, device and "
+                                           "clock); required without --endpoint"),
+    endpoint: Optional[str] = typer.Option(None, help="measure a running OpenAI-compatible server at this URL instead "
+                                           "of the executor in-process (`pagesim bench`)"),
+    served_model: Optional[str] = typer.Option(None, help="with --endpoint: the model name to request (default: the "
+                                               "server's first)"),
+    cost_model: Optional[str] = typer.Option(None, help="the simulator's cost model (default: profiled with --profile, "
+                                             "else roofline for --sim-model on --gpu)"),
+    gpu: str = typer.Option("a100-40gb", help="catalog GPU for cost models other than profiled"),
     model: str = typer.Option("smollm2", help="executor model: checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG"),
     sim_model: str = typer.Option("smollm2-135m", help="catalog model for the simulator (sizes its host pool only)"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
@@ -59,15 +69,23 @@ def compare(
                  "static recompute); use --system")
         systems = named
     clock = clock or ("wall" if device.startswith("cuda") else "cpu")
+    if profile is None and endpoint is None:
+        fail("--profile is required (or --endpoint, to compare with a running server)")
     try:
         for name in systems:
             parse_system(name)
         if clock not in ("cpu", "wall"):
             raise ValueError(f"--clock must be cpu or wall, got {clock!r}")
         loaded_trace = scaled_trace(load_trace(trace), length_scale)
-        prof = load_profile(profile)
+        prof = load_profile(profile) if profile is not None else None
     except (OSError, TraceError, ProfileError, ValueError) as e:
         fail(str(e))
+    settings_cost_model = cost_model or ("profiled" if profile is not None else "roofline")
+    if endpoint is not None:
+        _compare_endpoint(trace, loaded_trace, endpoint, served_model, systems, profile, settings_cost_model, gpu,
+                          sim_model, rate, num_requests, seed, block_size, num_gpu_blocks, num_cpu_blocks, max_num_seqs,
+                          max_num_batched_tokens, max_model_len, length_scale, out, figure)
+        return
     if prof.meta.get("clock") != clock:
         Console(stderr=True).print(f"warning: the profile was measured with the {prof.meta.get('clock')} clock, "
                                    f"this run uses {clock}")
@@ -122,3 +140,44 @@ def _systems() -> dict:
     from pagesim.compare import SYSTEMS
 
     return SYSTEMS
+
+
+def _compare_endpoint(trace_path, trace, endpoint, served_model, systems, profile, cost_model, gpu, sim_model, rate,
+                      num_requests, seed, block_size, num_gpu_blocks, num_cpu_blocks, max_num_seqs,
+                      max_num_batched_tokens, max_model_len, length_scale, out, figure) -> None:
+    """Simulated beside served: each system simulated, and the trace sent once per system to the
+    server at ENDPOINT (which runs whatever it runs: --system says what to simulate)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pagesim.bench.client import BenchError
+    from pagesim.compare import CompareSettings, compare_served, plot, print_table, write_results
+    from pagesim.sim.profiled import ProfileError
+
+    settings = CompareSettings(rate=rate, num_requests=num_requests, seed=seed, block_size=block_size,
+                               num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
+                               max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, clock="wall",
+                               sim_model=sim_model, cost_model=cost_model, gpu=gpu)
+    console = Console(stderr=True)
+    results = []
+    for name in systems:
+        with Progress(TextColumn(f"[bold]{name}[/] over HTTP"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
+                      TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task(name, total=num_requests)
+            try:
+                results.append(compare_served(trace, name, settings, endpoint, str(profile) if profile else None,
+                                              served_model, progress=lambda done: bar.update(task, completed=done),
+                                              out_dir=out))
+            except (ValueError, KeyError, ProfileError, BenchError, OSError) as e:
+                fail(f"{name}: {e}")
+    title = (f"simulated ({cost_model}{f' {profile.name}' if profile else f' {sim_model} on {gpu}'}) vs served "
+             f"({endpoint}) · {num_requests} requests at {rate} req/s · lengths / {length_scale:g}")
+    print_table(results, Console(), title)
+    fig_path = figure or (out / "compare.png" if out is not None else None)
+    if fig_path is not None:
+        plot(results, fig_path, title)
+    if out is not None:
+        meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "trace": str(trace_path), "endpoint": endpoint,
+                "profile": str(profile) if profile else None, "settings": vars(settings)}
+        write_results(results, out, meta)
+        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))

@@ -78,6 +78,24 @@ def test_bench_counts_failures(server, tmp_path):
     assert count == 5 and reason.startswith("failed: HTTP 400") and "maximum context length" in reason
 
 
+def test_compare_puts_simulated_beside_served(server, small_trace, tmp_path):
+    out = tmp_path / "cmp"
+    done = subprocess.run([sys.executable, "-m", "pagesim.cli", "compare", str(small_trace), "--endpoint", server.base,
+                           "--profile", str(ROOT / "reports/profiles/smollm2_cpu.json"), "--system", "paged-auto",
+                           "--num-requests", "10", "--rate", "20", "--num-gpu-blocks", "128", "--num-cpu-blocks", "64",
+                           "--max-model-len", "256", "--out", str(out)],
+                          cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "compare.json").read_text())["systems"]["paged-auto"]
+    assert result["measured_by"] == "served"
+    served = json.loads((out / "paged-auto/served/summary.json").read_text())
+    simulated = json.loads((out / "paged-auto/simulator/summary.json").read_text())
+    assert served["num_finished"] == simulated["num_finished"] == 10
+    rows = {r["key"]: r for r in result["rows"]}
+    assert rows["request_throughput"]["executor"] == served["request_throughput"]
+    assert "| served | simulator |" in (out / "compare.md").read_text()
+
+
 def test_shutdown_is_clean_with_a_stream_in_flight(server):
     body = {"model": MODEL, "prompt": [7] * 20, "max_tokens": 200, "temperature": 0, "stream": True, "ignore_eos": True}
     received = []
