@@ -1,4 +1,4 @@
-"""The load generator: the trace's requests, at the trace's arrival times (the same requests and
+"""The load generator (asyncio + aiohttp): the trace's requests, at the trace's arrival times (the same requests and
 times `pagesim replay` and `pagesim run` use for the same trace, rate and seed), streamed from an
 OpenAI-compatible /v1/completions, timed per token on the client.
 
@@ -83,9 +83,9 @@ def bench_requests(trace: Trace, cfg: BenchConfig) -> tuple[list[Request], list[
 
 async def _server_info(client, cfg: BenchConfig) -> dict:
     try:
-        resp = await client.get(f"{cfg.base}/v1/models")
-        resp.raise_for_status()
-        models = resp.json()["data"]
+        async with client.get(f"{cfg.base}/v1/models") as resp:
+            resp.raise_for_status()
+            models = (await resp.json(content_type=None))["data"]
     except Exception as e:  # noqa: BLE001 - any failure here means the endpoint is unusable
         raise BenchError(f"{cfg.base}/v1/models: {e}") from None
     if not models:
@@ -100,20 +100,20 @@ async def _server_info(client, cfg: BenchConfig) -> dict:
 
 async def _stream_one(client, url: str, payload: dict, timing: Timing) -> None:
     clock = time.perf_counter
-    async with client.stream("POST", url, json=payload) as resp:
-        if resp.status_code != 200:
-            body = (await resp.aread()).decode(errors="replace")
+    async with client.post(url, json=payload) as resp:
+        if resp.status != 200:
+            body = (await resp.read()).decode(errors="replace")
             try:
                 body = json.loads(body)["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 pass
-            timing.error = f"HTTP {resp.status_code}: {body[:200]}"
+            timing.error = f"HTTP {resp.status}: {body[:200]}"
             return
-        async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
+        async for raw in resp.content:  # one line at a time
+            if not raw.startswith(b"data:"):
                 continue
-            data = line[5:].strip()
-            if data == "[DONE]":
+            data = raw[5:].strip()
+            if data == b"[DONE]":
                 timing.finish = clock()
                 return
             chunk = json.loads(data)
@@ -126,12 +126,14 @@ async def _stream_one(client, url: str, payload: dict, timing: Timing) -> None:
 
 
 async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None) -> tuple[dict, MetricsRecorder]:
-    import httpx
+    import aiohttp
 
     requests, notes = bench_requests(trace, cfg)
-    limits = httpx.Limits(max_connections=cfg.max_concurrency or None, max_keepalive_connections=cfg.max_concurrency or 1024)
-    timeout = httpx.Timeout(cfg.timeout_s, pool=None)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    # aiohttp rather than httpx: httpx's connection pool scans every connection per request,
+    # which with thousands in flight made the client the bottleneck (measured: 150 req/s)
+    connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0)  # 0: no cap on connections
+    timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
         info = await _server_info(client, cfg)
         model = info["id"]
         tokenizer = None
@@ -214,10 +216,10 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None) -> tupl
 async def _scrape_one(client, cfg: BenchConfig, samples: ServerSamples, record: bool = True) -> float | None:
     """One read of the server's /metrics; returns its preemption counter (None if absent)."""
     try:
-        resp = await client.get(f"{cfg.base}/metrics")
-        if resp.status_code != 200:
-            return None
-        values = parse_prometheus(resp.text)
+        async with client.get(f"{cfg.base}/metrics") as resp:
+            if resp.status != 200:
+                return None
+            values = parse_prometheus(await resp.text())
     except Exception:  # noqa: BLE001 - a server without /metrics is measured from the client alone
         return None
     if record:
