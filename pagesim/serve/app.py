@@ -26,6 +26,10 @@ from pagesim.serve.protocol import ChatRequest, CompletionRequest, Ids, Sampling
 from pagesim.serve.tokenizer import PromptError, server_tokenizer
 
 
+class EngineUnavailable(Exception):
+    """The engine thread died: the server answers 503 (and /health 500) from then on."""
+
+
 class BadRequest(Exception):
     def __init__(self, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -98,13 +102,16 @@ class Server:
         """Yields the indices of the samples that changed after each engine step, until every
         sample has ended. Aborts the engine request if it is left early (stop string, client
         gone). An engine refusal raises BadRequest before anything is yielded."""
-        request_id, updates = self.loop.submit(prompt_ids, params)
+        try:
+            request_id, updates = self.loop.submit(prompt_ids, params)
+        except RuntimeError as e:
+            raise EngineUnavailable(str(e)) from None
         engine_done = False
         try:
             while True:
                 update: RequestUpdate = await updates.get()
                 if update.error is not None:
-                    raise BadRequest(update.error)
+                    raise (EngineUnavailable if update.engine_failed else BadRequest)(update.error)
                 engine_done = update.finished
                 changed = [d.index for d in update.samples if self._apply(samples[d.index], d, stops)]
                 if changed or engine_done:
@@ -191,6 +198,10 @@ def create_app(lm, engine_cfg: EngineConfig, model_name: str) -> FastAPI:
     @app.exception_handler(BadRequest)
     async def bad_request(request: Request, exc: BadRequest):
         return JSONResponse(error_body(str(exc), param=exc.param, code=exc.code), status_code=400)
+
+    @app.exception_handler(EngineUnavailable)
+    async def unavailable(request: Request, exc: EngineUnavailable):
+        return JSONResponse(error_body(str(exc), "server_error"), status_code=503)
 
     @app.get("/health")
     async def health():

@@ -9,6 +9,7 @@ RequestUpdate with the tokens its samples produced, delivered into its asyncio q
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -32,6 +33,7 @@ class RequestUpdate:
     samples: list[SampleDelta] = field(default_factory=list)
     finished: bool = False
     error: str | None = None  # the engine refused the request (e.g. it can never fit the KV pool)
+    engine_failed: bool = False  # the error is the engine thread's own failure, not the request's
 
 
 @dataclass
@@ -71,6 +73,8 @@ class EngineLoop:
 
     def submit(self, prompt_ids: list[int], sampling: SamplingParams) -> tuple[int, asyncio.Queue]:
         """Queue a request; its RequestUpdates arrive on the returned queue."""
+        if not self.alive:
+            raise RuntimeError(f"the engine thread is not running ({self.error!r})")
         loop = asyncio.get_running_loop()
         updates: asyncio.Queue = asyncio.Queue()
         with self._id_lock:
@@ -97,11 +101,11 @@ class EngineLoop:
                 stats = self.engine.step(time.perf_counter)
                 self.stats.on_step(self.engine.scheduler)
                 self._publish(stats.out.groups, stats.finished)
-        except BaseException as e:  # noqa: BLE001 - reported by /health and to every waiting client
+        except Exception as e:  # noqa: BLE001 - reported by /health, the log and to every waiting client
             self.error = e
+            logging.getLogger("pagesim.serve").exception("the engine thread failed; the server answers 503 from now on")
             for tracked in self._tracked.values():
-                tracked.deliver(RequestUpdate(finished=True, error=f"engine failed: {e!r}"))
-            raise
+                tracked.deliver(RequestUpdate(finished=True, error=f"engine failed: {e!r}", engine_failed=True))
 
     def _apply_commands(self) -> None:
         if not self._commands:

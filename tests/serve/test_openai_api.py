@@ -186,6 +186,22 @@ def test_disconnect_mid_stream_frees_the_blocks(server):
             break
         assert time.monotonic() < deadline, f"blocks not freed after the client left: {after}"
         time.sleep(0.1)
-    aborted = after.get("vllm:request_success_total", 0) - before.get("vllm:request_success_total", 0)
-    assert aborted == 1
+    ended = after.get("vllm:request_success_total", 0) - before.get("vllm:request_success_total", 0)
+    assert ended == 1
     assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] < 200, "it stopped early"
+
+
+def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_blocks(server):
+    before = server.metrics()
+    # 4 samples x 200 tokens: 200 steps, far longer than the client waits
+    body = {"model": MODEL, "prompt": PROMPT, "n": 4, "max_tokens": 200, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base}/v1/completions", json=body, timeout=httpx.Timeout(60, read=0.1))
+    deadline = time.monotonic() + 20
+    while True:
+        after = server.metrics()
+        if after["pagesim:kv_blocks_used"] == 0 and after["vllm:num_requests_running"] == 0:
+            break
+        assert time.monotonic() < deadline, f"blocks not freed after the client left: {after}"
+        time.sleep(0.1)
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] < 800, "it stopped early"

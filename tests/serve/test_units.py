@@ -48,3 +48,26 @@ def test_streamed_text_holds_back_a_possible_stop_string():
     assert Server.streamable(state, ["<end>"]) == "<ex"
     state.text = "abc<exy\ufffd"
     assert Server.streamable(state, ["<end>"]) == "y"  # half a UTF-8 character waits too
+
+
+def test_a_dead_engine_thread_answers_503_and_health_500():
+    from fastapi.testclient import TestClient
+
+    from executor.engine import EngineConfig
+    from executor.models.loader import load_model
+    from pagesim.serve.app import create_app
+
+    app = create_app(load_model("random:llama-tiny"), EngineConfig(num_gpu_blocks=32, num_cpu_blocks=8), "m")
+    engine = app.state.server.engine
+
+    def broken(clock):
+        raise RuntimeError("device lost")
+
+    engine.step = broken
+    with TestClient(app) as client:
+        assert client.get("/health").status_code == 200
+        first = client.post("/v1/completions", json={"model": "m", "prompt": [5, 6, 7], "max_tokens": 2})
+        assert first.status_code == 503 and "device lost" in first.json()["error"]["message"]
+        assert client.get("/health").status_code == 500
+        again = client.post("/v1/completions", json={"model": "m", "prompt": [5, 6, 7], "max_tokens": 2})
+        assert again.status_code == 503
