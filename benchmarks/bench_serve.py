@@ -5,7 +5,8 @@
    first --num-requests of traces/alpaca.json with lengths halved, synthetic prompt ids (seed 0),
    all arriving at once, max_num_seqs 64, greedy, ignore_eos; one torch thread in both. The
    ratio is output tokens/s over HTTP / in-process (target >= 0.8). Each random model runs
-   in-process, then over HTTP, then in-process again, so machine load is seen on both sides.
+   in-process, over HTTP, in-process, over HTTP (each in fresh processes), and each side's best
+   run counts, so a burst of load from other processes does not decide the ratio.
 2. `pagesim bench` against a stub server that answers every completion at once with one chunk:
    the request rate it sustains (target >= 500 req/s), and with the stub holding each answer for
    --hold-s seconds, how many requests it keeps in flight.
@@ -32,9 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-# one OpenMP thread here as in the server (set before torch starts its pool): a second thread
-# spins on a shared 2-core machine and would be counted as the in-process run's CPU time
-os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"  # before torch starts its pool, in every process here
 TARGET_RATIO = 0.8
 TARGET_RATE = 500.0
 MODELS = ("random:llama-tiny", f"random:{ROOT / 'benchmarks' / 'llama_small.json'}")
@@ -76,25 +75,37 @@ def loadavg() -> str:
 # ------------------------------------------------------------------ 1. HTTP vs in-process
 
 
-def workload(num_requests: int):
+def workload():
     from pagesim.compare import scaled_trace
     from pagesim.workload.trace import load_trace
 
     return scaled_trace(load_trace(ROOT / "traces" / "alpaca.json"), 2)
 
 
-def in_process(model: str, trace, args) -> tuple[dict, float]:
-    """`pagesim run`'s driver in this process: its summary, and the CPU seconds the run took."""
+def in_process(model: str, trace_path: Path, args) -> tuple[dict, float]:
+    """`pagesim run`'s driver, in a fresh process as the server is: its summary, and the CPU
+    seconds the run itself took (model loading left out, as for the server)."""
+    cmd = [sys.executable, __file__, "--in-process", model, "--trace", str(trace_path),
+           "--num-requests", str(args.num_requests), "--arrival-rate", str(args.arrival_rate)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout)
+    return result["summary"], result["cpu_s"]
+
+
+def in_process_child(model: str, trace_path: Path, args) -> None:
     import torch
+
+    from pagesim.workload.trace import load_trace
 
     from executor.models.loader import load_model
     from executor.run import RunConfig, run_trace
 
     torch.set_num_threads(1)
     lm = load_model(model, tokenizer=False)
+    trace = load_trace(trace_path)
     cpu = time.process_time()
     summary, _ = run_trace(lm, trace, engine_config(), RunConfig(rate=args.arrival_rate, num_requests=args.num_requests))
-    return summary, time.process_time() - cpu
+    json.dump({"summary": summary, "cpu_s": time.process_time() - cpu}, sys.stdout, default=str)
 
 
 def process_cpu_s(pid: int) -> float:
@@ -168,8 +179,9 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="error", bac
 '''
 
 
-def against_stub(trace_path: Path, rate: float, num: int, hold: float) -> tuple[dict, int]:
-    """bench's summary against the stub, and the most requests it had in flight at once."""
+def against_stub(trace_path: Path, rate: float, num: int, hold: float) -> tuple[dict, int, float]:
+    """bench's summary against the stub, the most requests it had in flight at once, and the
+    client's CPU seconds."""
     port = free_port()
     stub = subprocess.Popen([sys.executable, "-c", STUB, str(port), str(hold)], env=env())
     base = f"http://127.0.0.1:{port}"
@@ -188,7 +200,10 @@ def against_stub(trace_path: Path, rate: float, num: int, hold: float) -> tuple[
         with tempfile.TemporaryDirectory() as out:
             cmd = [sys.executable, "-m", "pagesim.cli", "bench", str(trace_path), "--endpoint", base, "--rate", str(rate),
                    "--num-requests", str(num), "--scrape-interval", "0", "--json", "--out", out]
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
             done = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            client_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
             import csv
 
             with open(Path(out) / "requests.csv") as f:
@@ -199,7 +214,7 @@ def against_stub(trace_path: Path, rate: float, num: int, hold: float) -> tuple[
         for _, step in events:
             in_flight += step
             peak = max(peak, in_flight)
-        return json.loads(done.stdout), peak
+        return json.loads(done.stdout), peak, client_cpu
     finally:
         stub.terminate()
         stub.wait(10)
@@ -220,11 +235,16 @@ def main() -> None:
     ap.add_argument("--stub-requests", type=int, default=4000)
     ap.add_argument("--hold-s", type=float, default=2.0)
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "bench_serve.md")
+    ap.add_argument("--in-process", metavar="MODEL", help=argparse.SUPPRESS)  # the child of part 1
+    ap.add_argument("--trace", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.in_process:
+        in_process_child(args.in_process, args.trace, args)
+        return
     from pagesim.workload.trace import save_trace
 
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    trace = workload(args.num_requests)
+    trace = workload()
     lines = [f"Load average at start: {loadavg()}; {os.cpu_count()} CPUs; Python {platform.python_version()}.", ""]
     with tempfile.TemporaryDirectory() as tmp:
         trace_path = Path(tmp) / "alpaca_half.json"
@@ -237,7 +257,7 @@ def main() -> None:
             for side in ("in-process", "HTTP", "in-process", "HTTP"):
                 log(f"{model}: {side}")
                 if side == "in-process":
-                    summary, cpu = in_process(model, trace, args)
+                    summary, cpu = in_process(model, trace_path, args)
                     runs[side].append((summary, cpu, 0.0))
                 else:
                     runs[side].append(over_http(model, trace_path, args))
@@ -245,10 +265,10 @@ def main() -> None:
                 log(f"  {summary['output_token_throughput']:.0f} tok/s, {summary['num_finished']} finished, CPU {cpu:.1f} s")
             rows.append((model, runs))
         log("stub, instant")
-        instant, _ = against_stub(trace_path, args.stub_rate, args.stub_requests, 0.0)
+        instant, _, instant_cpu = against_stub(trace_path, args.stub_rate, args.stub_requests, 0.0)
         log(f"  {instant['request_throughput']:.0f} req/s")
         log(f"stub, holding {args.hold_s} s")
-        held, peak = against_stub(trace_path, args.stub_rate / 2, args.stub_requests, args.hold_s)
+        held, peak, held_cpu = against_stub(trace_path, args.stub_rate / 2, args.stub_requests, args.hold_s)
         log(f"  peak in flight {peak}")
     lines += ["## 1. HTTP (`pagesim serve` + `pagesim bench`, 64 concurrent streams) vs in-process `pagesim run`", "",
               f"{args.num_requests} requests of traces/alpaca.json, lengths / 2, all arriving at once "
@@ -259,8 +279,8 @@ def main() -> None:
               "benchmark, or this process during `run_trace`), best of two; the client's CPU is listed apart. "
               "On a shared machine the CPU ratio is the steadier measure of what HTTP costs the server.", "",
               "| model | in-process tok/s (runs) | HTTP tok/s (runs) | **HTTP / in-process, wall** | in-process tok/CPU-s | "
-              "server tok/CPU-s | HTTP / in-process, CPU | client CPU s | finished |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "server tok/CPU-s | HTTP / in-process, CPU | client CPU s | engine steps (in-process / server) | finished |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model, runs in rows:
         name = model if "llama-tiny" in model else "random:benchmarks/llama_small.json"
         ip, http = runs["in-process"], runs["HTTP"]
@@ -271,14 +291,21 @@ def main() -> None:
         lines.append(f"| {name} | {' / '.join(f'{x:.0f}' for x in wall(ip))} | {' / '.join(f'{x:.0f}' for x in wall(http))} "
                      f"| **{wall_ratio:.2f}** (target >= {TARGET_RATIO}) | {max(per_cpu(ip)):.0f} | {max(per_cpu(http)):.0f} "
                      f"| {cpu_ratio:.2f} | {' / '.join(f'{c:.1f}' for _, _, c in http)} "
+                     f"| {' / '.join(str(s['num_steps']) for s, _, _ in ip)} ; {' / '.join(str(s['num_steps']) for s, _, _ in http)} "
                      f"| {ip[0][0]['num_finished']} / {http[0][0]['num_finished']} |")
     lines += ["", "## 2. `pagesim bench` against a stub that answers at once", "",
-              "| stub | asked rate | requests | finished | failed | achieved req/s | peak in flight |",
-              "|---|---:|---:|---:|---:|---:|---:|",
+              "Achieved req/s: finished requests / (first arrival to last finish), the client and the stub sharing "
+              "the machine's cores with whatever else runs. Client CPU: the whole `pagesim bench` process (start-up "
+              "included); requests per client CPU-second is what one free core would sustain.", "",
+              "| stub | asked rate | requests | finished | failed | achieved req/s | client CPU s | req per client CPU-s "
+              "| peak in flight |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
               f"| instant | {args.stub_rate:g} | {args.stub_requests} | {instant['num_finished']} | {instant['num_failed']} | "
-              f"**{instant['request_throughput']:.0f}** (target >= {TARGET_RATE:g}) | - |",
+              f"**{instant['request_throughput']:.0f}** (target >= {TARGET_RATE:g}) | {instant_cpu:.1f} | "
+              f"{args.stub_requests / instant_cpu:.0f} | - |",
               f"| holds {args.hold_s:g} s | {args.stub_rate / 2:g} | {args.stub_requests} | {held['num_finished']} | "
-              f"{held['num_failed']} | {held['request_throughput']:.0f} | {peak} |", ""]
+              f"{held['num_failed']} | {held['request_throughput']:.0f} | {held_cpu:.1f} | {args.stub_requests / held_cpu:.0f} "
+              f"| {peak} |", ""]
     command = "python benchmarks/bench_serve.py " + shlex.join(sys.argv[1:])
     text = "# `pagesim serve` and `pagesim bench`: overhead and client speed\n\n" + f"Produced by `{command}`.\n\n" + "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)

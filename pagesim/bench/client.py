@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from pagesim.bench.prompts import PromptMaker
-from pagesim.bench.scrape import PREEMPTIONS, ServerSamples, parse_prometheus
+from pagesim.bench.scrape import ServerSamples, parse_prometheus
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder, RequestRecord, _stats
 from pagesim.workload.requests import build_requests
@@ -149,7 +149,7 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None) -> tupl
         url = f"{cfg.base}/v1/completions"
         limit = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         samples = ServerSamples()
-        samples.preemptions_before = await _scrape_one(client, cfg, samples, record=False)
+        samples.before = await _scrape_one(client, cfg, samples, record=False)
         timings = [Timing(r) for r in requests]
         done = 0
         clock = time.perf_counter
@@ -196,7 +196,7 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None) -> tupl
         await asyncio.gather(*tasks)
         if scraper is not None:
             scraper.cancel()
-        samples.preemptions_after = await _scrape_one(client, cfg, samples, record=False)
+        samples.after = await _scrape_one(client, cfg, samples, record=False)
 
     metrics = MetricsRecorder(0, cfg.warmup_s)
     for timing in timings:
@@ -206,25 +206,25 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None) -> tupl
     summary = metrics.summary(
         driver="http", endpoint=cfg.base, model=model, run=asdict(cfg), notes=notes,
         num_failed=len(failures), num_sent=sum(t.sent is not None for t in timings),
-        num_kv_blocks=None, kv_token_slots=None, num_steps=None, num_swapped_blocks=None, num_copied_blocks=None,
+        num_kv_blocks=None, kv_token_slots=None, num_swapped_blocks=None, num_copied_blocks=None,
         memory_saving=None, memory_saving_per_step=None, prefix_hit_rate=None, prefix_blocks_queried=None,
         prefill_tokens_saved=None, **samples.summary(), **_stats("itl", itl),
     )
     return summary, metrics
 
 
-async def _scrape_one(client, cfg: BenchConfig, samples: ServerSamples, record: bool = True) -> float | None:
-    """One read of the server's /metrics; returns its preemption counter (None if absent)."""
+async def _scrape_one(client, cfg: BenchConfig, samples: ServerSamples, record: bool = True) -> dict[str, float]:
+    """One read of the server's /metrics ({} if it has none)."""
     try:
         async with client.get(f"{cfg.base}/metrics") as resp:
             if resp.status != 200:
-                return None
+                return {}
             values = parse_prometheus(await resp.text())
     except Exception:  # noqa: BLE001 - a server without /metrics is measured from the client alone
-        return None
+        return {}
     if record:
         samples.add(values)
-    return values.get(PREEMPTIONS)
+    return values
 
 
 async def _scrape_loop(client, cfg: BenchConfig, samples: ServerSamples) -> None:

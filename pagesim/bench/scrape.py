@@ -10,6 +10,7 @@ RUNNING = "vllm:num_requests_running"
 QUEUED = ("vllm:num_requests_waiting", "vllm:num_requests_swapped")
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # newer vLLM, older vLLM
 PREEMPTIONS = "vllm:num_preemptions_total"
+STEPS = "pagesim:engine_steps_total"  # `pagesim serve` only
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -31,8 +32,8 @@ def parse_prometheus(text: str) -> dict[str, float]:
 class ServerSamples:
     running: list[float] = field(default_factory=list)
     kv_usage: list[float] = field(default_factory=list)
-    preemptions_before: float | None = None
-    preemptions_after: float | None = None
+    before: dict[str, float] = field(default_factory=dict)  # the counters before the run
+    after: dict[str, float] = field(default_factory=dict)  # and after it
 
     def add(self, values: dict[str, float]) -> None:
         # Only samples taken while the server had work: the simulator's means are over its
@@ -48,13 +49,17 @@ class ServerSamples:
     def summary(self) -> dict:
         """The summary keys a client cannot measure, from the server's view (None when absent):
         sampled at even intervals while busy, so plain means are averages over busy time."""
-        preempted = None
-        if self.preemptions_before is not None and self.preemptions_after is not None:
-            preempted = int(self.preemptions_after - self.preemptions_before)
         return {
             "mean_batched_requests": sum(self.running) / len(self.running) if self.running else None,
             "mean_kv_utilization": sum(self.kv_usage) / len(self.kv_usage) if self.kv_usage else None,
             "peak_kv_utilization": max(self.kv_usage) if self.kv_usage else None,
-            "num_preemptions": preempted,
+            "num_preemptions": self.change(PREEMPTIONS),
+            "num_steps": self.change(STEPS),
             "num_metric_samples": len(self.running),
         }
+
+    def change(self, counter: str) -> int | None:
+        """How much a counter grew during the run (None if the server does not have it)."""
+        if counter in self.before and counter in self.after:
+            return int(self.after[counter] - self.before[counter])
+        return None

@@ -55,8 +55,7 @@ def compare(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pagesim.compare import (CompareSettings, compare as run_compare, parse_system, plot, print_table, scaled_trace,
-                                 write_results)
+    from pagesim.compare import CompareSettings, parse_system, plot, print_table, scaled_trace, write_results
     from pagesim.sim.profiled import ProfileError, load_profile
     from pagesim.workload.trace import TraceError, load_trace
 
@@ -80,20 +79,63 @@ def compare(
         prof = load_profile(profile) if profile is not None else None
     except (OSError, TraceError, ProfileError, ValueError) as e:
         fail(str(e))
-    settings_cost_model = cost_model or ("profiled" if profile is not None else "roofline")
-    if endpoint is not None:
-        _compare_endpoint(trace, loaded_trace, endpoint, served_model, systems, profile, settings_cost_model, gpu,
-                          sim_model, rate, num_requests, seed, block_size, num_gpu_blocks, num_cpu_blocks, max_num_seqs,
-                          max_num_batched_tokens, max_model_len, length_scale, out, figure)
-        return
-    if prof.meta.get("clock") != clock:
+    if prof is not None and endpoint is None and prof.meta.get("clock") != clock:
         Console(stderr=True).print(f"warning: the profile was measured with the {prof.meta.get('clock')} clock, "
                                    f"this run uses {clock}")
     settings = CompareSettings(rate=rate, num_requests=num_requests, seed=seed, block_size=block_size,
                                num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, clock=clock,
-                               sim_model=sim_model)
+                               sim_model=sim_model, gpu=gpu,
+                               cost_model=cost_model or ("profiled" if profile is not None else "roofline"))
     console = Console(stderr=True)
+    if endpoint is not None:  # the measured side is a running server, reached over HTTP
+        from pagesim.bench.client import BenchError
+        from pagesim.compare import compare_served
+
+        def measure(name, progress):
+            return compare_served(loaded_trace, name, settings, endpoint, str(profile) if profile else None,
+                                  served_model, progress=progress, out_dir=out)
+
+        expected = (ValueError, KeyError, ProfileError, BenchError, OSError)
+        simulated = f"{settings.cost_model} {profile.name}" if profile else f"{settings.cost_model}, {sim_model} on {gpu}"
+        title = (f"simulated ({simulated}) vs served ({endpoint}) · {num_requests} requests at {rate} req/s · "
+                 f"lengths / {length_scale:g}")
+        meta = {"endpoint": endpoint}
+    else:
+        measure, expected, title, meta = _in_process(model, device, dtype, loaded_trace, settings, profile, prof, out,
+                                                     console)
+        title += f" · {num_requests} requests at {rate} req/s · lengths / {length_scale:g} · {num_gpu_blocks} KV blocks"
+    results = []
+    for name in systems:
+        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
+                      TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task(name, total=num_requests)
+            try:
+                results.append(measure(name, lambda done: bar.update(task, completed=done)))
+            except expected as e:
+                fail(f"{name}: {e}")
+    print_table(results, Console(), title)
+    for r in results:
+        ok = r.headline_within(tolerance)
+        Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %")
+    fig_path = figure or (out / "compare.png" if out is not None else None)
+    if fig_path is not None:
+        plot(results, fig_path, title)
+    if out is not None:
+        meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "trace": str(trace), "profile": str(profile),
+                "model": model, "device": device, "settings": vars(settings), **meta}
+        write_results(results, out, meta)
+        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))
+    elif fig_path is not None:
+        Console().print(f"wrote {fig_path}")
+
+
+def _in_process(model, device, dtype, loaded_trace, settings, profile, prof, out, console):
+    """Load the executor's model; returns (measure(system, progress), the errors it may raise,
+    the table's title, extra metadata)."""
+    from pagesim.compare import compare as run_compare
+    from pagesim.sim.profiled import ProfileError
+
     with console.status(f"loading {model}", spinner="dots"):
         import torch
         import transformers
@@ -107,33 +149,13 @@ def compare(
             lm = load_model(model, dtype=getattr(torch, dtype) if dtype else None, device=device, tokenizer=False)
         except (ImportError, RuntimeError, FileNotFoundError, ValueError) as e:
             fail(str(e))
-    results = []
-    for name in systems:
-        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
-                      TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task(name, total=num_requests)
-            try:
-                results.append(run_compare(lm, loaded_trace, name, settings, str(profile),
-                                           progress=lambda done: bar.update(task, completed=done), out_dir=out))
-            except (ValueError, ProfileError) as e:
-                fail(f"{name}: {e}")
-    title = (f"simulated ({prof.meta.get('clock')}-clock profile {profile.name}) vs executor ({model} on {device}) · "
-             f"{num_requests} requests at {rate} req/s · lengths / {length_scale:g} · {num_gpu_blocks} KV blocks")
-    print_table(results, Console(), title)
-    for r in results:
-        ok = r.headline_within(tolerance)
-        Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %")
-    fig_path = figure or (out / "compare.png" if out is not None else None)
-    if fig_path is not None:
-        plot(results, fig_path, title)
-    if out is not None:
-        meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "trace": str(trace), "profile": str(profile),
-                "model": model, "device": device, "settings": vars(settings), "profile_hardware": prof.meta.get("hardware"),
-                "profile_clock": prof.meta.get("clock")}
-        write_results(results, out, meta)
-        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))
-    elif fig_path is not None:
-        Console().print(f"wrote {fig_path}")
+
+    def measure(name, progress):
+        return run_compare(lm, loaded_trace, name, settings, str(profile), progress=progress, out_dir=out)
+
+    title = f"simulated ({prof.meta.get('clock')}-clock profile {profile.name}) vs executor ({model} on {device})"
+    meta = {"profile_hardware": prof.meta.get("hardware"), "profile_clock": prof.meta.get("clock")}
+    return measure, (ValueError, ProfileError), title, meta
 
 
 def _systems() -> dict:
@@ -141,43 +163,3 @@ def _systems() -> dict:
 
     return SYSTEMS
 
-
-def _compare_endpoint(trace_path, trace, endpoint, served_model, systems, profile, cost_model, gpu, sim_model, rate,
-                      num_requests, seed, block_size, num_gpu_blocks, num_cpu_blocks, max_num_seqs,
-                      max_num_batched_tokens, max_model_len, length_scale, out, figure) -> None:
-    """Simulated beside served: each system simulated, and the trace sent once per system to the
-    server at ENDPOINT (which runs whatever it runs: --system says what to simulate)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from pagesim.bench.client import BenchError
-    from pagesim.compare import CompareSettings, compare_served, plot, print_table, write_results
-    from pagesim.sim.profiled import ProfileError
-
-    settings = CompareSettings(rate=rate, num_requests=num_requests, seed=seed, block_size=block_size,
-                               num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
-                               max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, clock="wall",
-                               sim_model=sim_model, cost_model=cost_model, gpu=gpu)
-    console = Console(stderr=True)
-    results = []
-    for name in systems:
-        with Progress(TextColumn(f"[bold]{name}[/] over HTTP"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
-                      TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task(name, total=num_requests)
-            try:
-                results.append(compare_served(trace, name, settings, endpoint, str(profile) if profile else None,
-                                              served_model, progress=lambda done: bar.update(task, completed=done),
-                                              out_dir=out))
-            except (ValueError, KeyError, ProfileError, BenchError, OSError) as e:
-                fail(f"{name}: {e}")
-    title = (f"simulated ({cost_model}{f' {profile.name}' if profile else f' {sim_model} on {gpu}'}) vs served "
-             f"({endpoint}) · {num_requests} requests at {rate} req/s · lengths / {length_scale:g}")
-    print_table(results, Console(), title)
-    fig_path = figure or (out / "compare.png" if out is not None else None)
-    if fig_path is not None:
-        plot(results, fig_path, title)
-    if out is not None:
-        meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "trace": str(trace_path), "endpoint": endpoint,
-                "profile": str(profile) if profile else None, "settings": vars(settings)}
-        write_results(results, out, meta)
-        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))

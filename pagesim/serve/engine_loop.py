@@ -116,8 +116,8 @@ class EngineLoop:
                 _, request_id, prompt_ids, sampling, deliver, arrival = command
                 try:
                     group = self.engine.add_request(prompt_ids, sampling, arrival, request_id)
-                except ValueError as e:
-                    deliver(RequestUpdate(finished=True, error=str(e)))
+                except Exception as e:  # noqa: BLE001 - a request the engine cannot take must not stop the thread
+                    deliver(RequestUpdate(finished=True, error=f"{type(e).__name__}: {e}"))
                     continue
                 if group.reject_reason:
                     deliver(RequestUpdate(finished=True, error=group.reject_reason))

@@ -54,6 +54,7 @@ class ServerStats:
     swapped: int = 0
     kv_blocks_used: int = 0
     preemptions: int = 0
+    steps: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
     finished: dict[str, int] = field(default_factory=dict)  # finish reason -> requests
@@ -72,6 +73,7 @@ class ServerStats:
 
     def on_step(self, scheduler) -> None:
         with self.lock:
+            self.steps += 1
             self._read(scheduler)
 
     def on_finish(self, group: SequenceGroup, reason: str | None) -> None:
@@ -115,6 +117,7 @@ class ServerStats:
             ]
             counters = [
                 ("vllm:num_preemptions_total", "Preemptions (recompute or swap) so far.", self.preemptions),
+                ("pagesim:engine_steps_total", "Engine iterations (schedule, forward, update) so far.", self.steps),
                 ("vllm:prompt_tokens_total", "Prompt tokens of admitted requests.", self.prompt_tokens),
                 ("vllm:generation_tokens_total", "Tokens generated (all samples).", self.generation_tokens),
             ]

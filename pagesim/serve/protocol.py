@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal, Optional, Union
+from typing import Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,7 +23,7 @@ class SamplingFields(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)  # vLLM's extension; 0 = off
     n: int = Field(1, ge=1)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=-2**63, le=2**63 - 1)  # what a torch generator takes, + n
     stop: Optional[Union[str, list[str]]] = None
     ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens (trace replay)
     stream: bool = False
@@ -70,6 +70,3 @@ class Ids:
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
-
-
-Kind = Literal["completion", "chat"]

@@ -148,6 +148,7 @@ def test_stop_string_cuts_the_output(client, reference):
     ({"model": MODEL, "prompt": [5] * 250, "max_tokens": 64}, "max_tokens"),  # 314 > 256 tokens
     ({"model": MODEL, "prompt": "hi", "temperature": "hot"}, "temperature"),
     ({"model": MODEL, "prompt": "hi", "max_tokens": "many"}, "max_tokens"),
+    ({"model": MODEL, "prompt": "hi", "seed": 2**70}, "seed"),  # a torch generator would refuse it
     ({"model": MODEL, "prompt": [3, 500]}, "prompt"),  # outside the 128-token vocabulary
     ({"model": MODEL, "prompt": "h\u00e9"}, "prompt"),  # a byte the 128-token byte tokenizer lacks
     ({"model": MODEL}, "prompt"),
@@ -168,6 +169,17 @@ def test_openai_client_raises_bad_request(client):
         client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=250)
 
 
+def wait_until_idle(server, timeout: float = 20.0) -> dict:
+    """The server's metrics once it runs nothing and holds no KV block."""
+    deadline = time.monotonic() + timeout
+    while True:
+        metrics = server.metrics()
+        if metrics["pagesim:kv_blocks_used"] == 0 and metrics["vllm:num_requests_running"] == 0:
+            return metrics
+        assert time.monotonic() < deadline, f"blocks not freed after the client left: {metrics}"
+        time.sleep(0.1)
+
+
 def test_disconnect_mid_stream_frees_the_blocks(server):
     before = server.metrics()
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "temperature": 0, "stream": True, "ignore_eos": True}
@@ -179,13 +191,7 @@ def test_disconnect_mid_stream_frees_the_blocks(server):
     # leaving the block closed the connection after ~3 of 200 tokens
     assert during["vllm:num_requests_running"] == 1
     assert during["pagesim:kv_blocks_used"] >= 3  # 40 prompt tokens and more in blocks of 16
-    deadline = time.monotonic() + 20
-    while True:
-        after = server.metrics()
-        if after["pagesim:kv_blocks_used"] == 0 and after["vllm:num_requests_running"] == 0:
-            break
-        assert time.monotonic() < deadline, f"blocks not freed after the client left: {after}"
-        time.sleep(0.1)
+    after = wait_until_idle(server)
     ended = after.get("vllm:request_success_total", 0) - before.get("vllm:request_success_total", 0)
     assert ended == 1
     assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] < 200, "it stopped early"
@@ -197,11 +203,5 @@ def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_blocks(server)
     body = {"model": MODEL, "prompt": PROMPT, "n": 4, "max_tokens": 200, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server.base}/v1/completions", json=body, timeout=httpx.Timeout(60, read=0.1))
-    deadline = time.monotonic() + 20
-    while True:
-        after = server.metrics()
-        if after["pagesim:kv_blocks_used"] == 0 and after["vllm:num_requests_running"] == 0:
-            break
-        assert time.monotonic() < deadline, f"blocks not freed after the client left: {after}"
-        time.sleep(0.1)
+    after = wait_until_idle(server)
     assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] < 800, "it stopped early"

@@ -71,3 +71,18 @@ def test_a_dead_engine_thread_answers_503_and_health_500():
         assert client.get("/health").status_code == 500
         again = client.post("/v1/completions", json={"model": "m", "prompt": [5, 6, 7], "max_tokens": 2})
         assert again.status_code == 503
+
+
+def test_the_cli_and_the_bench_client_stay_light():
+    """`pagesim --help` and `pagesim bench` never load torch, and the server's libraries load only
+    inside `pagesim serve` (the client needs no GPU stack: it runs beside any server)."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT, cli_env
+
+    code = ("import sys, pagesim.cli, pagesim.bench.client, pagesim.bench.scrape; "
+            "print(sorted({'torch', 'fastapi', 'uvicorn', 'transformers', 'executor'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
