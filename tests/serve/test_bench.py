@@ -57,6 +57,7 @@ def test_bench_accounts_for_every_request(server, small_trace, tmp_path):
     assert summary["num_failed"] == 0 and summary["driver"] == "http" and summary["model"] == MODEL
     assert summary["output_token_throughput"] > 0 and summary["itl_p50"] is not None
     assert summary["mean_batched_requests"] is not None and summary["num_preemptions"] == 0
+    assert summary["num_steps"] >= max(o for _, o in LENGTHS), "the server's own step counter, read over /metrics"
     # the server saw exactly the 50 requests and their tokens: nothing sent twice, nothing extra
     after = server.metrics()
     assert after["vllm:request_success_total"] - before.get("vllm:request_success_total", 0) == 50
