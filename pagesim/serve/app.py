@@ -274,6 +274,8 @@ async def _until_disconnect(request: Request, awaitable):
     if work.done():
         return work.result()
     work.cancel()
+    # wait for the cancellation to land, so the caller may close the generator it was driving
+    await asyncio.gather(work, return_exceptions=True)
     return _GONE
 
 

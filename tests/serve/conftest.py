@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,9 +42,11 @@ class ServerProcess:
         return parse_prometheus(httpx.get(f"{self.base}/metrics", timeout=10).text)
 
     def stop(self, timeout: float = 20.0) -> tuple[int, str]:
-        """SIGINT (Ctrl-C), as a user stops it; returns (exit status, stderr)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+        """SIGINT (Ctrl-C), as a user stops it; returns (exit status, stderr). Once stopped, a
+        second call returns the status only."""
+        if self.proc.returncode is not None:
+            return self.proc.returncode, ""
+        self.proc.send_signal(signal.SIGINT)
         try:
             _, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -78,7 +81,35 @@ def running_server(*extra: str, startup_s: float = 90.0):
         server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def server():
+    """One server for every test here; its teardown is the shutdown test: Ctrl-C with a stream
+    still in flight must end the process with status 0 and no traceback, and end the stream."""
     with running_server("--prefix-caching") as s:
         yield s
+        status, stderr, client_ended = stop_with_a_stream_in_flight(s)
+        assert status == 0, stderr
+        assert "Traceback" not in stderr, stderr
+        assert client_ended, "the client's stream did not end when the server stopped"
+
+
+def stop_with_a_stream_in_flight(server: ServerProcess) -> tuple[int, str, bool]:
+    body = {"model": MODEL, "prompt": [7] * 20, "max_tokens": 200, "temperature": 0, "stream": True, "ignore_eos": True}
+    started = threading.Event()
+
+    def client():
+        try:
+            with httpx.stream("POST", f"{server.base}/v1/completions", json=body, timeout=60) as resp:
+                for _ in resp.iter_lines():
+                    started.set()
+        except httpx.HTTPError:
+            pass  # the server may cut the stream while it shuts down
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    assert started.wait(60)
+    status, stderr = server.stop()
+    thread.join(30)
+    return status, stderr, not thread.is_alive()
