@@ -46,7 +46,7 @@ def workload(path: Path, num: int, scale: int, vocab_size: int, seed: int):
     out = []
     for i, r in enumerate(requests):
         prompt_len, output_len = max(1, r.prompt_len // scale), max(1, r.output_len // scale)
-        rng = random.Random(f"{seed}:{i}")  # executor.run.synthetic_prompt's recipe
+        rng = random.Random(f"{seed}:{i}")  # pagesim.workload.requests.synthetic_prompt's recipe
         out.append(([rng.randrange(4, vocab_size) for _ in range(prompt_len)], output_len))
     return out
 

@@ -36,6 +36,7 @@ class EngineConfig:
     chunked_prefill: bool = False
     prefix_caching: bool = False
     allocator: str = "buddy"
+    prefix_key: str = "fast"  # "sha256" where users share the server (see pagesim.core.paged)
 
 
 @dataclass
@@ -64,7 +65,8 @@ class LLMEngine:
         self.config = cfg = config or EngineConfig()
         max_model_len = cfg.max_model_len or lm.max_model_len
         budget = cfg.max_num_batched_tokens or max(2048, max_model_len)
-        pool = PoolConfig(cfg.num_gpu_blocks, cfg.num_cpu_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator)
+        pool = PoolConfig(cfg.num_gpu_blocks, cfg.num_cpu_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator,
+                          cfg.prefix_key)
         sched_cfg = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
                                     preemption_mode=cfg.preemption, chunked_prefill=cfg.chunked_prefill,
                                     eos_token_id=lm.eos_token_id)
@@ -80,6 +82,7 @@ class LLMEngine:
         self._forks: dict[int, list[torch.Generator | None]] = {}  # request_id -> generators of samples just forked
         self._beams: dict[int, BeamSearch] = {}  # request_id -> its beam search
         self.finished_beams: dict[int, BeamSearch] = {}  # request_id -> the beams of a finished request
+        self._groups: dict[int, SequenceGroup] = {}  # request_id -> group, while it is in the scheduler
         self._next_id = 0
 
     # -- requests --------------------------------------------------------------------------
@@ -98,6 +101,7 @@ class LLMEngine:
         group = self.scheduler.add_request(request)
         if group.reject_reason:
             return group
+        self._groups[request_id] = group
         if sampling.use_beam_search:
             self._beams[request_id] = BeamSearch(sampling.beam_width, self.lm.eos_token_id)
         elif sampling.temperature > 0:
@@ -108,6 +112,24 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished
+
+    def abort_request(self, request_id: int, now: float) -> SequenceGroup | None:
+        """Stop a request between steps, freeing its KV blocks (a server's client went away, or
+        its output reached a stop string). Returns its group, or None if it had already left."""
+        group = self._groups.get(request_id)
+        if group is None or not self.scheduler.abort(group, now):
+            return None
+        self._forget(group)
+        self._beams.pop(request_id, None)
+        return group
+
+    def _forget(self, group: SequenceGroup) -> None:
+        """Drop the per-request sampling state of a group that left the scheduler."""
+        self._groups.pop(group.request_id, None)
+        self._seeds.pop(group.request_id, None)
+        self._forks.pop(group.request_id, None)
+        for seq in group.finished_seqs:
+            self._generators.pop(seq.seq_id, None)
 
     # -- one iteration ---------------------------------------------------------------------
     @torch.inference_mode()
@@ -130,9 +152,7 @@ class LLMEngine:
         finished = self.scheduler.update(out, StepResult(samples=samples), now())
         self._after_update(out)
         for group in finished:
-            self._seeds.pop(group.request_id, None)
-            for seq in group.finished_seqs:
-                self._generators.pop(seq.seq_id, None)
+            self._forget(group)
             if group.request_id in self._beams:
                 self.finished_beams[group.request_id] = self._beams.pop(group.request_id)
         return StepStats(out, finished, time.perf_counter() - start)
@@ -220,11 +240,15 @@ class LLMEngine:
             if beams is not None:
                 results.append(RequestOutput(group.request_id, list(prompt), beams.outputs(group), group, beams.parent_ranks))
             else:
-                # sample i of a parallel-sampling group: the prompt's sequence is sample 0 and the
-                # core numbers the children it forks off in sample order
-                outputs = [seq.output_token_ids for seq in sorted(group.finished_seqs, key=lambda s: s.seq_id)]
+                outputs = [seq.output_token_ids for seq in samples_in_order(group)]
                 results.append(RequestOutput(group.request_id, list(prompt), outputs, group))
         return results
+
+
+def samples_in_order(group: SequenceGroup) -> list:
+    """A parallel-sampling group's sequences, live or finished, as samples 0..n-1: the prompt's
+    sequence is sample 0 and the core numbers the children it forks off in sample order."""
+    return sorted(group.seqs + group.finished_seqs, key=lambda s: s.seq_id)
 
 
 def _one(drawn: tuple[list[int], list[float]]) -> tuple[int, float]:

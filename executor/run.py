@@ -6,7 +6,6 @@ when the engine is idle the driver sleeps until the next arrival.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import asdict, dataclass
 
@@ -14,7 +13,7 @@ from executor.engine import EngineConfig, LLMEngine
 from executor.models.loader import LoadedModel
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder
-from pagesim.workload.requests import build_requests
+from pagesim.workload.requests import build_requests, synthetic_prompt
 from pagesim.workload.trace import Trace
 
 
@@ -54,13 +53,6 @@ class RunClock:
             time.sleep(gap)
         else:
             self._offset += gap
-
-
-def synthetic_prompt(request: Request, vocab_size: int, seed: int) -> list[int]:
-    """Seeded token ids of the right length for a trace record that has only lengths. Ids avoid
-    the first few (special tokens in most vocabularies)."""
-    rng = random.Random(f"{seed}:{request.request_id}")
-    return [rng.randrange(4, vocab_size) for _ in range(request.prompt_len)]
 
 
 def trace_requests(trace: Trace, run_cfg: RunConfig) -> tuple[list[Request], list[str]]:

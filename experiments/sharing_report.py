@@ -272,7 +272,7 @@ def render(commands: dict, fig15: list[dict], prefix: list[dict], execs: list[di
                 f"{EXEC_CHAT_TURNS} turns (3 conversations) at {EXEC_CHAT_RATE:g} req/s (Poisson, seed 0; the same arrival times in "
                 "both drivers, but each driver's own step times, so what is cached when a turn arrives can differ); block 16, "
                 "1,024 blocks, max 64 sequences in both. Alpaca records have lengths only: the executor feeds seeded "
-                "random prompt ids of those lengths (executor/run.py synthetic_prompt). sharegpt_chat prompt ids are "
+                "random prompt ids of those lengths (pagesim/workload/requests.py synthetic_prompt). sharegpt_chat prompt ids are "
                 "OPT ids, folded into SmolLM2's vocabulary (id % 49,152) so that repeated prefixes stay identical.", "",
                 "Memory saving is given time-weighted (the summary's `memory_saving`, each step weighted by its "
                 "duration) and per step (`memory_saving_per_step`, every step alike). Per step is the like-for-like "

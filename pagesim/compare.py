@@ -59,6 +59,8 @@ class CompareSettings:
     max_model_len: int = 1024
     clock: str = "cpu"  # the executor's clock; the profile should use the same
     sim_model: str = "smollm2-135m"  # catalog entry; the simulator only uses it to size the host pool
+    cost_model: str = "profiled"  # the simulator's; against an endpoint without a profile, e.g. roofline
+    gpu: str = "a100-40gb"  # catalog GPU, for cost models other than profiled
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Comparison:
     rows: list[dict] = field(default_factory=list)  # label, key, executor, simulator, rel_error
     executor_steps: list = field(default_factory=list)
     simulator_steps: list = field(default_factory=list)
+    real: str = "executor"  # what the measured side was: "executor" in-process, "served" over HTTP
 
     def headline_within(self, tolerance: float) -> bool:
         return all(r["rel_error"] is not None and abs(r["rel_error"]) <= tolerance
@@ -104,7 +107,7 @@ def comparison_rows(executor: dict, simulator: dict) -> list[dict]:
              "rel_error": relative_error(simulator.get(key), executor.get(key))} for label, key in METRICS]
 
 
-def simulate(trace, system: str, settings: CompareSettings, profile_path: str):
+def simulate(trace, system: str, settings: CompareSettings, profile_path: str | None):
     """The simulated run (no torch)."""
     from pagesim.sim.engine import Replay, ReplayConfig
     from pagesim.sim.specs import get_model
@@ -119,7 +122,8 @@ def simulate(trace, system: str, settings: CompareSettings, profile_path: str):
                        max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
                        max_model_len=settings.max_model_len, num_gpu_blocks=settings.num_gpu_blocks,
                        swap_space_gib=settings.num_cpu_blocks * block_bytes / 2**30,
-                       cost_model="profiled", profile=str(profile_path))
+                       cost_model=settings.cost_model, gpu=settings.gpu,
+                       profile=str(profile_path) if profile_path else None)
     sim = Replay(cfg, trace)
     if sim.pool.num_host_blocks != settings.num_cpu_blocks:
         raise RuntimeError(f"host pool: simulator {sim.pool.num_host_blocks} blocks, executor {settings.num_cpu_blocks}")
@@ -154,6 +158,25 @@ def compare(lm, trace, system: str, settings: CompareSettings, profile_path: str
     return result
 
 
+def compare_served(trace, system: str, settings: CompareSettings, endpoint: str, profile_path: str | None,
+                   model: str | None = None, progress=None, out_dir: Path | None = None) -> Comparison:
+    """The simulated run beside the same requests sent to a server over HTTP (`pagesim bench`);
+    `system` names what the server runs (its policy and preemption), for the simulator to match."""
+    from pagesim.bench.client import BenchConfig, run_bench
+
+    sim_result = simulate(trace, system, settings, profile_path)
+    bench_cfg = BenchConfig(endpoint=endpoint, model=model, rate=settings.rate, num_requests=settings.num_requests,
+                            seed=settings.seed)
+    served, served_metrics = run_bench(trace, bench_cfg, progress)
+    sim_summary = sim_result.summary
+    result = Comparison(system, served, sim_summary, comparison_rows(served, sim_summary), [], sim_result.metrics.steps,
+                        real="served")
+    if out_dir is not None:
+        served_metrics.write(Path(out_dir) / system / "served", served, steps=False)
+        sim_result.metrics.write(Path(out_dir) / system / "simulator", sim_summary)
+    return result
+
+
 # ----------------------------------------------------------------------------- output
 
 def _fmt(v) -> str:
@@ -169,7 +192,8 @@ def _pct(e) -> str:
 
 
 def markdown_table(results: list[Comparison]) -> str:
-    lines = ["| system | metric | executor | simulator | rel. error |", "|---|---|---:|---:|---:|"]
+    real = results[0].real if results else "executor"
+    lines = [f"| system | metric | {real} | simulator | rel. error |", "|---|---|---:|---:|---:|"]
     for r in results:
         for row in r.rows:
             label = f"**{row['label']}**" if row["key"] in HEADLINE else row["label"]
@@ -182,7 +206,8 @@ def print_table(results: list[Comparison], console, title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for col, justify in (("system", "left"), ("metric", "left"), ("executor", "right"), ("simulator", "right"),
+    real = results[0].real if results else "executor"
+    for col, justify in (("system", "left"), ("metric", "left"), (real, "right"), ("simulator", "right"),
                          ("rel. error", "right")):
         table.add_column(col, justify=justify)
     for r in results:
@@ -203,7 +228,7 @@ def plot(results: list[Comparison], path: Path, title: str = "") -> None:
 
     fig, axes = plt.subplots(len(results), 2, figsize=(11, 2.8 * len(results)), squeeze=False)
     for row, r in zip(axes, results):
-        for steps, label, style in ((r.executor_steps, "executor", "-"), (r.simulator_steps, "simulator", "--")):
+        for steps, label, style in ((r.executor_steps, r.real, "-"), (r.simulator_steps, "simulator", "--")):
             t = [s.time for s in steps]
             row[0].plot(t, [s.num_running_requests for s in steps], style, lw=1, label=label, drawstyle="steps-post")
             row[1].plot(t, [s.kv_utilization * 100 for s in steps], style, lw=1, label=label, drawstyle="steps-post")
@@ -223,7 +248,8 @@ def plot(results: list[Comparison], path: Path, title: str = "") -> None:
 def write_results(results: list[Comparison], out_dir: Path, meta: dict) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = {"meta": meta, "systems": {r.system: {"rows": r.rows, "executor": r.executor, "simulator": r.simulator}
+    data = {"meta": meta, "systems": {r.system: {"rows": r.rows, "executor": r.executor, "simulator": r.simulator,
+                                                 "measured_by": r.real}
                                       for r in results}}
     (out_dir / "compare.json").write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     (out_dir / "compare.md").write_text(markdown_table(results))

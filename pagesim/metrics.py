@@ -218,11 +218,13 @@ class MetricsRecorder:
         return summary
 
     # -- files -----------------------------------------------------------------------------
-    def write(self, out_dir: str | Path, summary: dict) -> None:
+    def write(self, out_dir: str | Path, summary: dict, steps: bool = True) -> None:
+        """steps=False: no steps.csv (a run measured over HTTP sees no steps)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         _write_csv(out / "requests.csv", REQUEST_FIELDS, (r.row() for r in self.requests))
-        _write_csv(out / "steps.csv", STEP_FIELDS, (asdict(s) for s in self.steps))
+        if steps:
+            _write_csv(out / "steps.csv", STEP_FIELDS, (asdict(s) for s in self.steps))
         if self.waste:
             _write_csv(out / "waste.csv", WASTE_FIELDS, (dict(zip(WASTE_FIELDS, w)) for w in self.waste))
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -64,6 +64,8 @@ def python_blocks():
 
 def argv(line: str) -> list[str]:
     words = shlex.split(line, comments=True)
+    if words[-1] == "&":  # started in the background, as a server is
+        words.pop()
     while "=" in words[0] and not words[0].startswith("-"):  # VAR=value prefixes
         words.pop(0)
     assert words[0].endswith("pagesim")

@@ -49,6 +49,8 @@ from pagesim.cli import trace as _trace  # noqa: E402,F401
 from pagesim.cli import profile as _profile  # noqa: E402,F401
 from pagesim.cli import compare as _compare  # noqa: E402,F401
 from pagesim.cli import figures as _figures  # noqa: E402,F401
+from pagesim.cli import serve as _serve  # noqa: E402,F401
+from pagesim.cli import bench as _bench  # noqa: E402,F401
 
 
 def main() -> None:

@@ -1,10 +1,13 @@
 """`pagesim compare TRACE --profile PROFILE`: the same requests on the executor and in the
-simulator (cost model `profiled`), and the relative error of the summary metrics."""
+simulator (cost model `profiled`), and the relative error of the summary metrics.
+`pagesim compare TRACE --endpoint URL`: the same, with the requests sent to a running server over
+HTTP (`pagesim bench`) in place of the in-process executor."""
 
 from __future__ import annotations
 
 import shlex
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import List, Optional
 
@@ -19,7 +22,15 @@ from pagesim.cli.replay import Policy, Preemption
 @app.command()
 def compare(
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
-    profile: Path = typer.Option(..., help="profile file from `pagesim profile` (same model, device and clock)"),
+    profile: Optional[Path] = typer.Option(None, help="profile file from `pagesim profile` (same model, device and "
+                                           "clock); required without --endpoint"),
+    endpoint: Optional[str] = typer.Option(None, help="measure a running OpenAI-compatible server at this URL instead "
+                                           "of the executor in-process (`pagesim bench`)"),
+    served_model: Optional[str] = typer.Option(None, help="with --endpoint: the model name to request (default: the "
+                                               "server's first)"),
+    cost_model: Optional[str] = typer.Option(None, help="the simulator's cost model (default: profiled with --profile, "
+                                             "else roofline for --sim-model on --gpu)"),
+    gpu: str = typer.Option("a100-40gb", help="catalog GPU for cost models other than profiled"),
     model: str = typer.Option("smollm2", help="executor model: checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG"),
     sim_model: str = typer.Option("smollm2-135m", help="catalog model for the simulator (sizes its host pool only)"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
@@ -46,12 +57,9 @@ def compare(
     tolerance: float = typer.Option(0.05, parser=NON_NEGATIVE, help="target relative error on the headline metrics (reported, not enforced)"),
 ) -> None:
     """Serve TRACE on the executor and in the simulator with the same arrivals; print the errors."""
-    from contextlib import nullcontext
-
     from rich.console import Console
 
-    from pagesim.compare import (CompareSettings, compare as run_compare, parse_system, plot, print_table, scaled_trace,
-                                 write_results)
+    from pagesim.compare import CompareSettings, parse_system, plot, print_table, scaled_trace, write_results
     from pagesim.results import results_folder
     from pagesim.sim.profiled import ProfileError, load_profile
     from pagesim.workload.trace import TraceError, load_trace
@@ -65,45 +73,59 @@ def compare(
                  "static recompute); use --system")
         systems = named
     clock = clock or ("wall" if device.startswith("cuda") else "cpu")
+    if profile is None and endpoint is None:
+        fail("--profile is required (or --endpoint, to compare with a running server)")
     try:
         for name in systems:
             parse_system(name)
         if clock not in ("cpu", "wall"):
             raise ValueError(f"--clock must be cpu or wall, got {clock!r}")
         loaded_trace = scaled_trace(load_trace(input_file(trace, "trace file")), length_scale)
-        prof = load_profile(profile)
+        prof = load_profile(profile) if profile is not None else None
     except (OSError, TraceError, ProfileError, ValueError) as e:
         fail(str(e))
-    if prof.meta.get("clock") != clock:
+    if prof is not None and endpoint is None and prof.meta.get("clock") != clock:
         Console(stderr=True).print(f"warning: the profile was measured with the {prof.meta.get('clock')} clock, "
                                    f"this run uses {clock}")
     settings = CompareSettings(rate=rate, num_requests=num_requests, seed=seed, block_size=block_size,
                                num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, clock=clock,
-                               sim_model=sim_model)
+                               sim_model=sim_model, gpu=gpu,
+                               cost_model=cost_model or ("profiled" if profile is not None else "roofline"))
     console = Console(stderr=True)
-    lm = load_executor_model(model, device, dtype, console, one_thread=True)  # one thread, as the profile was measured
-    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks)
+    if endpoint is not None:  # the measured side is a running server, reached over HTTP
+        from pagesim.bench.client import BenchError
+        from pagesim.compare import compare_served
+
+        def measure(name, progress, out_dir):
+            return compare_served(loaded_trace, name, settings, endpoint, str(profile) if profile else None,
+                                  served_model, progress=progress, out_dir=out_dir)
+
+        expected = (ValueError, KeyError, ProfileError, BenchError, OSError)
+        simulated = f"{settings.cost_model} {profile.name}" if profile else f"{settings.cost_model}, {sim_model} on {gpu}"
+        title = (f"simulated ({simulated}) vs served ({endpoint}) · {num_requests} requests at {rate} req/s · "
+                 f"lengths / {length_scale:g}")
+        meta = {"endpoint": endpoint}
+    else:
+        measure, expected, title, meta = _in_process(model, device, dtype, loaded_trace, settings, profile, prof,
+                                                     block_size, num_gpu_blocks, num_cpu_blocks, console)
+        title += f" · {num_requests} requests at {rate} req/s · lengths / {length_scale:g} · {num_gpu_blocks} KV blocks"
     results = []
     # Everything --out gets is written into a staging folder and moved into place at the end.
     with results_folder(out) if out is not None else nullcontext() as staging:
         for name in systems:
             with progress_bar(name, "requests", num_requests, console) as advance:
                 try:
-                    results.append(run_compare(lm, loaded_trace, name, settings, str(profile), progress=advance,
-                                               out_dir=staging))
-                except (ValueError, ProfileError) as e:
+                    results.append(measure(name, advance, staging))
+                except expected as e:
                     fail(f"{name}: {e}")
-        title = (f"simulated ({prof.meta.get('clock')}-clock profile {profile.name}) vs executor ({model} on {device}) · "
-                 f"{num_requests} requests at {rate} req/s · lengths / {length_scale:g} · {num_gpu_blocks} KV blocks")
         if figure is not None:
             plot(results, figure, title)
         if staging is not None:
             if figure is None:
                 plot(results, staging / "compare.png", title)
             meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "trace": str(trace), "profile": str(profile),
-                    "model": model, "device": device, "settings": vars(settings),
-                    "profile_hardware": prof.meta.get("hardware"), "profile_clock": prof.meta.get("clock")}
+                    "model": model, "device": device, "settings": vars(settings), **meta}
             write_results(results, staging, meta)
     print_table(results, Console(), title)
     for r in results:
@@ -114,6 +136,24 @@ def compare(
         Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))
     elif fig_path is not None:
         Console().print(f"wrote {fig_path}")
+
+
+def _in_process(model, device, dtype, loaded_trace, settings, profile, prof, block_size, num_gpu_blocks,
+                num_cpu_blocks, console):
+    """Load the executor's model; returns (measure(system, progress, out_dir), the errors it may
+    raise, the table's title, extra metadata)."""
+    from pagesim.compare import compare as run_compare
+    from pagesim.sim.profiled import ProfileError
+
+    lm = load_executor_model(model, device, dtype, console, one_thread=True)  # one thread, as the profile was measured
+    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks)
+
+    def measure(name, progress, out_dir):
+        return run_compare(lm, loaded_trace, name, settings, str(profile), progress=progress, out_dir=out_dir)
+
+    title = f"simulated ({prof.meta.get('clock')}-clock profile {profile.name}) vs executor ({model} on {device})"
+    meta = {"profile_hardware": prof.meta.get("hardware"), "profile_clock": prof.meta.get("clock")}
+    return measure, (ValueError, ProfileError), title, meta
 
 
 def _systems() -> dict:

@@ -123,11 +123,16 @@ def _fmt(value, unit: str = "", digits: int = 3) -> str:
     return f"{value:,}{unit}"
 
 
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else fraction * 100
+
+
 def print_summary(s: dict, console, title: str) -> None:
     """The end-of-run table both `pagesim replay` and `pagesim run` print."""
     from rich.table import Table
 
-    title += f" · {s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)"
+    if s.get("num_kv_blocks") is not None:  # None: measured over HTTP, the pool is the server's
+        title += f" · {s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)"
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -143,10 +148,10 @@ def print_summary(s: dict, console, title: str) -> None:
         ("ITL mean / p99", f"{_fmt(s.get('mean_itl_ms'), ' ms', 2)} / {_fmt(s.get('p99_itl_ms'), ' ms', 2)}",
          "tokens in / out", f"{_fmt(s.get('total_input_tokens'))} / {_fmt(s.get('total_output_tokens'))}"),
         ("end-to-end mean / p50", f"{_fmt(s['e2e_mean'], ' s', 2)} / {_fmt(s['e2e_p50'], ' s', 2)}", "end-to-end p99", _fmt(s["e2e_p99"], " s", 2)),
-        ("KV utilization mean", _fmt(s["mean_kv_utilization"] * 100, " %", 1), "peak", _fmt(s["peak_kv_utilization"] * 100, " %", 1)),
+        ("KV utilization mean", _fmt(_pct(s["mean_kv_utilization"]), " %", 1), "peak", _fmt(_pct(s["peak_kv_utilization"]), " %", 1)),
         ("preemptions", _fmt(s["num_preemptions"]), "swapped blocks", _fmt(s["num_swapped_blocks"])),
     ]
-    if "memory_saving" in s:
+    if s.get("memory_saving") is not None:
         rows.append(("memory saving (sharing)", _fmt(s["memory_saving"] * 100, " %", 2),
                      "copied blocks", _fmt(s["num_copied_blocks"])))
     if s.get("prefix_hit_rate") is not None:

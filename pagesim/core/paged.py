@@ -9,7 +9,10 @@ shared, it is copied first (copy-on-write).
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
+from typing import Callable, Hashable
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
@@ -72,13 +75,32 @@ class BlockPool:
             self.cached[block_hash] = block
 
 
-def block_hashes(token_ids: list[int], block_size: int, num_blocks: int) -> list[int]:
-    """Chained hashes of the first num_blocks full blocks: a block's hash covers its own
-    tokens and, through its parent's hash, every token before it."""
+def fast_block_key(parent: Hashable, tokens: tuple[int, ...]) -> int:
+    """Python's hash of (parent key, tokens): fast, fine for a simulation, but collidable on
+    purpose, so never for a server shared between users."""
+    return hash((parent, tokens))
+
+
+def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
+    """SHA-256 over the parent's key and the block's token ids (what vLLM moved to after its
+    hash-collision advisory): a crafted prompt cannot reach another prompt's cached block."""
+    # the parent digest has a fixed length and each id 8 bytes, so the input is unambiguous
+    digest = hashlib.sha256(parent if isinstance(parent, bytes) else b"")
+    digest.update(array("q", tokens).tobytes())
+    return digest.digest()
+
+
+BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast": fast_block_key,
+                                                                          "sha256": sha256_block_key}
+
+
+def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fast_block_key) -> list:
+    """Chained keys of the first num_blocks full blocks: a block's key covers its own
+    tokens and, through its parent's key, every token before it."""
     hashes = []
     parent = 0
     for i in range(num_blocks):
-        parent = hash((parent, tuple(token_ids[i * block_size:(i + 1) * block_size])))
+        parent = key(parent, tuple(token_ids[i * block_size:(i + 1) * block_size]))
         hashes.append(parent)
     return hashes
 
@@ -88,8 +110,9 @@ class PagedKVManager(KVCacheManager):
     allocates_on_demand = True
 
     def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
-                 enable_prefix_caching: bool = False, watermark: float = 0.01):
+                 enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key):
         super().__init__()
+        self.block_key = block_key  # how a full prompt block is keyed in the prefix cache
         self.block_size = block_size
         self.num_device_blocks = num_device_blocks
         self.device = BlockPool(num_device_blocks, enable_caching=enable_prefix_caching)
@@ -129,7 +152,7 @@ class PagedKVManager(KVCacheManager):
             # Only full prompt blocks are cached, and a hit always leaves the last prompt token
             # to compute, since its logits are needed.
             num_full = (seq.prompt_len - 1) // self.block_size
-            hashes = block_hashes(seq.token_ids, self.block_size, num_full) if seq.token_ids else []
+            hashes = block_hashes(seq.token_ids, self.block_size, num_full, self.block_key) if seq.token_ids else []
             self._prompt_hashes[seq.seq_id] = hashes
         return hashes
 

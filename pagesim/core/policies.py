@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pagesim.core.kv_manager import KVCacheManager
-from pagesim.core.paged import PagedKVManager
+from pagesim.core.paged import BLOCK_KEYS, PagedKVManager
 from pagesim.core.reservation import ReservationKVManager
 from pagesim.core.scheduler import Scheduler, SchedulerConfig
 
@@ -27,6 +27,7 @@ class PoolConfig:
     block_size: int = 16
     prefix_caching: bool = False
     allocator: str = "buddy"  # reservation baselines only
+    prefix_key: str = "fast"  # prefix-cache block key: "fast" (Python hash) or "sha256" (shared servers)
 
 
 def make_kv_manager(policy: str, pool: PoolConfig, max_model_len: int) -> KVCacheManager:
@@ -34,8 +35,10 @@ def make_kv_manager(policy: str, pool: PoolConfig, max_model_len: int) -> KVCach
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     estimate, _ = POLICIES[policy]
     if estimate is None:
+        if pool.prefix_key not in BLOCK_KEYS:
+            raise ValueError(f"unknown prefix key {pool.prefix_key!r}; choose from {', '.join(BLOCK_KEYS)}")
         return PagedKVManager(pool.num_device_blocks, pool.block_size, pool.num_host_blocks,
-                              enable_prefix_caching=pool.prefix_caching)
+                              enable_prefix_caching=pool.prefix_caching, block_key=BLOCK_KEYS[pool.prefix_key])
     if pool.prefix_caching:
         raise ValueError(f"prefix caching needs paged blocks; policy {policy!r} reserves contiguous ranges")
     return ReservationKVManager(pool.num_device_blocks, pool.block_size, estimate, max_model_len, pool.allocator)

@@ -67,6 +67,7 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"  # stop condition met
     DROPPED = "dropped"  # a beam that lost; never finishes on its own
     REJECTED = "rejected"  # can never fit; see SequenceGroup.reject_reason
+    ABORTED = "aborted"  # its client went away, or a driver stopped it (e.g. a stop string)
 
 
 class Sequence:

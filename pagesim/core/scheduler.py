@@ -166,6 +166,24 @@ class Scheduler:
         self.waiting.append(group)
         return group
 
+    def abort(self, group: SequenceGroup, now: float) -> bool:
+        """Stop a group wherever it is (waiting, running or swapped) and free all of its blocks;
+        its live sequences end ABORTED. Call between steps. False if it had already left."""
+        for queue in (self.running, self.swapped, self.waiting):
+            if group in queue:
+                queue.remove(group)
+                break
+        else:
+            return False
+        for seq in group.seqs:
+            self.kv.free(seq)  # before the status changes: a swapped sequence frees host blocks
+            seq.status = SequenceStatus.ABORTED
+            group.finished_seqs.append(seq)
+        group.seqs = []
+        self.kv.release(group)
+        group.finish_time = now
+        return True
+
     @property
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)

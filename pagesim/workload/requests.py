@@ -3,6 +3,8 @@ Both drivers (simulator and executor) submit exactly these, so their runs are co
 
 from __future__ import annotations
 
+import random
+
 from pagesim.core import Request, SamplingParams
 from pagesim.workload.arrivals import ArrivalProcess
 from pagesim.workload.trace import Trace
@@ -42,3 +44,11 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
         sampling = SamplingParams(n=req_n, beam_width=req_beam, max_tokens=rec.output_len, ignore_eos=True)
         requests.append(Request(i, rec.prompt_len, sampling, float(t), rec.prompt_token_ids))
     return requests, notes
+
+
+def synthetic_prompt(request: Request, vocab_size: int, seed: int) -> list[int]:
+    """Seeded token ids of the right length for a trace record that has only lengths, the same
+    for every driver (`pagesim run` in-process, `pagesim bench` over HTTP). Ids avoid the first
+    few (special tokens in most vocabularies)."""
+    rng = random.Random(f"{seed}:{request.request_id}")
+    return [rng.randrange(4, vocab_size) for _ in range(request.prompt_len)]

@@ -1,0 +1,115 @@
+"""`pagesim serve` as a real subprocess on a free loopback port (one per test module)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "random:llama-tiny"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli_env() -> dict:
+    # this checkout first, one torch thread (two shared cores: see tests/conftest.py)
+    return dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    base: str  # http://127.0.0.1:PORT
+
+    def metrics(self) -> dict[str, float]:
+        from pagesim.bench.scrape import parse_prometheus
+
+        return parse_prometheus(httpx.get(f"{self.base}/metrics", timeout=10).text)
+
+    def stop(self, timeout: float = 20.0) -> tuple[int, str]:
+        """SIGINT (Ctrl-C), as a user stops it; returns (exit status, stderr). Once stopped, a
+        second call returns the status only."""
+        if self.proc.returncode is not None:
+            return self.proc.returncode, ""
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            return -9, err
+        return self.proc.returncode, err
+
+
+@contextlib.contextmanager
+def running_server(*extra: str, startup_s: float = 90.0):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pagesim.cli", "serve", "--model", MODEL, "--port", str(port),
+                             "--num-gpu-blocks", "128", "--num-cpu-blocks", "64", *extra],
+                            cwd=ROOT, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = ServerProcess(proc, f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + startup_s
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"pagesim serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(f"{server.base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"pagesim serve did not answer /health within {startup_s} s")
+            time.sleep(0.2)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="package")
+def server():
+    """One server for every test here; its teardown is the shutdown test: Ctrl-C with a stream
+    still in flight must end the process with status 0 and no traceback, and end the stream."""
+    with running_server("--prefix-caching") as s:
+        yield s
+        status, stderr, client_ended = stop_with_a_stream_in_flight(s)
+        assert status == 0, stderr
+        assert "Traceback" not in stderr, stderr
+        assert client_ended, "the client's stream did not end when the server stopped"
+
+
+def stop_with_a_stream_in_flight(server: ServerProcess) -> tuple[int, str, bool]:
+    body = {"model": MODEL, "prompt": [7] * 20, "max_tokens": 200, "temperature": 0, "stream": True, "ignore_eos": True}
+    started = threading.Event()
+
+    def client():
+        try:
+            with httpx.stream("POST", f"{server.base}/v1/completions", json=body, timeout=60) as resp:
+                for _ in resp.iter_lines():
+                    started.set()
+        except httpx.HTTPError:
+            pass  # the server may cut the stream while it shuts down
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    assert started.wait(60)
+    status, stderr = server.stop()
+    thread.join(30)
+    return status, stderr, not thread.is_alive()
