@@ -19,7 +19,7 @@ from executor.beam import BeamSearch
 from executor.cache_engine import CacheEngine
 from executor.models.loader import LoadedModel
 from executor.sampler import make_generator, random_seed, sample
-from pagesim.core import (PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, SchedulerOutput, SequenceGroup,
+from pagesim.core import (BatchShape, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, SchedulerOutput, SequenceGroup,
                           StepResult, make_scheduler)
 
 
@@ -43,6 +43,7 @@ class StepStats:
     """What one step did, for metrics and profiling."""
 
     out: SchedulerOutput
+    shape: BatchShape  # the step as the simulator's cost models see it (read before the update)
     finished: list[SequenceGroup]
     seconds: float
 
@@ -123,6 +124,7 @@ class LLMEngine:
         samples = self._execute(out) if not out.is_empty else {}
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
+        shape = out.batch_shape()
         finished = self.scheduler.update(out, StepResult(samples=samples), now())
         self._after_update(out)
         for group in finished:
@@ -131,7 +133,7 @@ class LLMEngine:
                 self._generators.pop(seq.seq_id, None)
             if group.request_id in self._beams:
                 self.finished_beams[group.request_id] = self._beams.pop(group.request_id)
-        return StepStats(out, finished, time.perf_counter() - start)
+        return StepStats(out, shape, finished, time.perf_counter() - start)
 
     def _execute(self, out: SchedulerOutput) -> dict[int, list[Sample]]:
         lm, bs = self.lm, self.config.block_size

@@ -7,10 +7,11 @@ from pagesim.core.paged import BlockPool, PagedKVManager
 from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from pagesim.core.reservation import ReservationKVManager
 from pagesim.core.policies import POLICIES, PoolConfig, make_kv_manager, make_scheduler
-from pagesim.core.scheduler import Sample, Scheduler, SchedulerConfig, SchedulerOutput, StepResult
+from pagesim.core.scheduler import Scheduler, SchedulerConfig
+from pagesim.core.step import BatchShape, Sample, SchedulerOutput, StepResult
 
 __all__ = [
-    "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
+    "BatchShape", "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
     "BlockPool", "BuddyAllocator", "FirstFitAllocator", "KVCacheManager", "OutOfBlocks", "PagedKVManager",
     "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
     "SchedulerOutput", "Sequence", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",

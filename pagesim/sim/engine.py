@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field
 import simpy
 
 from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
-from pagesim.core.scheduler import DecodePlan
+from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
-from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
+from pagesim.sim.cost_model import CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
 from pagesim.workload.requests import build_requests
 from pagesim.workload.trace import Trace
@@ -64,21 +64,6 @@ class ReplayResult:
     summary: dict
     metrics: MetricsRecorder
     notes: list[str] = field(default_factory=list)
-
-
-def batch_shape(out: SchedulerOutput, block_size: int) -> BatchShape:
-    prefill_tokens = prefill_seqs = pairs = decode_seqs = decode_context = 0
-    for seq, n in zip(out.seqs, out.num_new_tokens):
-        before = seq.num_computed_tokens
-        if n == 1 and before + 1 == seq.num_tokens:
-            decode_seqs += 1
-            decode_context += before + 1
-        else:
-            prefill_seqs += 1
-            prefill_tokens += n
-            pairs += n * before + n * (n + 1) // 2
-    return BatchShape(prefill_tokens, prefill_seqs, pairs, decode_seqs, decode_context,
-                      len(out.blocks_to_swap_in) + len(out.blocks_to_swap_out), len(out.blocks_to_copy), block_size)
 
 
 class Replay:
@@ -150,7 +135,6 @@ class Replay:
 
     def _engine(self, env: simpy.Environment):
         scheduler, cost, metrics = self.scheduler, self.cost, self.metrics
-        block_size = self.cfg.block_size
         waste_every = self.cfg.waste_interval_s
         self.next_waste = 0.0 if waste_every is not None else math.inf
         total = len(self.requests)
@@ -159,7 +143,7 @@ class Replay:
                 self.idle = env.event()
                 yield self.idle
                 continue
-            plan = scheduler.plan_decode(MAX_DECODE_RUN) if self.fast_forward else None
+            plan = plan_decode(scheduler, MAX_DECODE_RUN) if self.fast_forward else None
             if plan is not None and plan.num_steps >= 2:
                 yield from self._decode_run(env, plan)
                 continue
@@ -167,7 +151,7 @@ class Replay:
             if out.is_empty:
                 raise RuntimeError(f"t={env.now:.3f}s: requests are queued but nothing can run "
                                    f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
-            duration = cost.iteration_time(batch_shape(out, block_size))
+            duration = cost.iteration_time(out.batch_shape())
             yield env.timeout(duration)
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
             for group in scheduler.update(out, step, env.now):
@@ -208,7 +192,7 @@ class Replay:
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
-        run = scheduler.advance_decode(len(ends), SIM_TOKEN, now)
+        run = advance_decode(scheduler, len(ends), SIM_TOKEN, now)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
             yield env.timeout(delay)
