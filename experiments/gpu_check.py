@@ -42,8 +42,6 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # runs from a plain checkout, without `pip install -e .`
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -1040,9 +1038,8 @@ def section_calibration(ctx: Ctx, sec: dict) -> None:
 
 def section_paper_figs(ctx: Ctx, sec: dict) -> None:
     """Figs. 18a and 19a measured on this device by the figure scripts' own functions."""
-    sys.path.insert(0, str(ROOT / "experiments"))
-    from fig18_block_size import KERNEL_SHAPES, SMOKE_KERNEL_SHAPES, measure_kernel_latency
-    from fig19_swap_recompute import SMOKE_BLOCK_SIZES, SMOKE_MICRO, measure_swap_recompute
+    from experiments.fig18_block_size import KERNEL_SHAPES, SMOKE_KERNEL_SHAPES, measure_kernel_latency
+    from experiments.fig19_swap_recompute import SMOKE_BLOCK_SIZES, SMOKE_MICRO, measure_swap_recompute
 
     tiny = ctx.mode == "cpu-tiny"
     kernel = measure_kernel_latency(str(ctx.device), SMOKE_KERNEL_SHAPES if tiny else KERNEL_SHAPES, reps=3 if tiny else None)

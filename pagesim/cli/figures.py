@@ -3,27 +3,12 @@ reports/paper.md. The work is experiments/run_all.py's; this is its CLI face."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from pagesim.cli import app
-
-RUN_ALL = Path(__file__).resolve().parents[2] / "experiments" / "run_all.py"
-
-
-def _run_all():
-    if not RUN_ALL.exists():
-        typer.echo(f"error: {RUN_ALL} not found: `pagesim figures` needs the source checkout (experiments/)", err=True)
-        raise typer.Exit(2)
-    spec = importlib.util.spec_from_file_location("pagesim_run_all", RUN_ALL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @app.command()
@@ -38,7 +23,12 @@ def figures(
     from rich.console import Console
     from rich.table import Table
 
-    run_all = _run_all()
+    try:
+        from experiments import run_all
+    except ImportError:
+        typer.echo("error: the `experiments` package is not importable: `pagesim figures` needs the source checkout "
+                   "(run it from the repository root, or `pip install -e .` there)", err=True)
+        raise typer.Exit(2)
     if full and smoke:
         typer.echo("error: --full and --smoke exclude each other", err=True)
         raise typer.Exit(2)
