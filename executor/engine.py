@@ -19,23 +19,16 @@ from executor.beam import BeamSearch
 from executor.cache_engine import CacheEngine
 from executor.models.loader import LoadedModel
 from executor.sampler import make_generator, random_seed, sample
-from pagesim.core import (BatchShape, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, SchedulerOutput, SequenceGroup,
-                          StepResult, make_scheduler)
+from pagesim.core import (BatchShape, Request, Sample, SamplingParams, SchedulerOutput, SequenceGroup, ServingConfig,
+                          StepResult)
 
 
 @dataclass
-class EngineConfig:
-    policy: str = "paged"
-    block_size: int = 16
+class EngineConfig(ServingConfig):
+    """The serving system (ServingConfig) and the size of the real KV pools."""
+
     num_gpu_blocks: int = 512
     num_cpu_blocks: int = 512
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
-    max_model_len: int | None = None  # default: the model's
-    preemption: str = "auto"
-    chunked_prefill: bool = False
-    prefix_caching: bool = False
-    allocator: str = "buddy"
 
 
 @dataclass
@@ -64,12 +57,7 @@ class LLMEngine:
         self.lm = lm
         self.config = cfg = config or EngineConfig()
         max_model_len = cfg.max_model_len or lm.max_model_len
-        budget = cfg.max_num_batched_tokens or max(2048, max_model_len)
-        pool = PoolConfig(cfg.num_gpu_blocks, cfg.num_cpu_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator)
-        sched_cfg = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
-                                    preemption_mode=cfg.preemption, chunked_prefill=cfg.chunked_prefill,
-                                    eos_token_id=lm.eos_token_id)
-        self.scheduler = make_scheduler(cfg.policy, pool, sched_cfg)
+        self.scheduler = cfg.make_scheduler(cfg.num_gpu_blocks, cfg.num_cpu_blocks, max_model_len, lm.eos_token_id)
         self.cache = CacheEngine(lm.num_layers, lm.num_kv_heads, lm.head_dim, cfg.block_size, cfg.num_gpu_blocks,
                                  cfg.num_cpu_blocks, lm.dtype, lm.device)
         # Parallel sampling: sample i of a request draws from its own generator seeded seed + i

@@ -10,8 +10,10 @@ The executor part imports torch; the rest of this module does not.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pagesim.core.config import ServingConfig
 
 # (label, summary key): the quantities the calibration reports
 METRICS = (
@@ -59,6 +61,13 @@ class CompareSettings:
     max_model_len: int = 1024
     clock: str = "cpu"  # the executor's clock; the profile should use the same
     sim_model: str = "smollm2-135m"  # catalog entry; the simulator only uses it to size the host pool
+
+    def serving(self, system: str) -> ServingConfig:
+        """The serving system both drivers run for `system` (e.g. paged-swap)."""
+        policy, preemption = parse_system(system)
+        return ServingConfig(policy=policy, preemption=preemption, block_size=self.block_size,
+                             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                             max_model_len=self.max_model_len)
 
 
 @dataclass
@@ -109,15 +118,13 @@ def simulate(trace, system: str, settings: CompareSettings, profile_path: str):
     from pagesim.sim.engine import Replay, ReplayConfig
     from pagesim.sim.specs import get_model
 
-    policy, preemption = parse_system(system)
     spec = get_model(settings.sim_model)
     # a swap space of exactly num_cpu_blocks blocks as the simulator sizes blocks (Replay divides
     # swap_space_gib * 2**30 by the block's bytes; dividing by 2**30 is exact in floating point)
     block_bytes = spec.kv_bytes_per_token * settings.block_size
-    cfg = ReplayConfig(model=settings.sim_model, policy=policy, preemption=preemption, block_size=settings.block_size,
+    cfg = ReplayConfig(**asdict(settings.serving(system)), model=settings.sim_model,
                        rate=settings.rate, num_requests=settings.num_requests, seed=settings.seed,
-                       max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
-                       max_model_len=settings.max_model_len, num_gpu_blocks=settings.num_gpu_blocks,
+                       num_gpu_blocks=settings.num_gpu_blocks,
                        swap_space_gib=settings.num_cpu_blocks * block_bytes / 2**30,
                        cost_model="profiled", profile=str(profile_path))
     sim = Replay(cfg, trace)
@@ -131,11 +138,8 @@ def execute(lm, trace, system: str, settings: CompareSettings, progress=None):
     from executor.engine import EngineConfig
     from executor.run import RunConfig, run_trace
 
-    policy, preemption = parse_system(system)
-    engine_cfg = EngineConfig(policy=policy, block_size=settings.block_size, num_gpu_blocks=settings.num_gpu_blocks,
-                              num_cpu_blocks=settings.num_cpu_blocks, max_num_seqs=settings.max_num_seqs,
-                              max_num_batched_tokens=settings.max_num_batched_tokens,
-                              max_model_len=settings.max_model_len, preemption=preemption)
+    engine_cfg = EngineConfig(**asdict(settings.serving(system)), num_gpu_blocks=settings.num_gpu_blocks,
+                              num_cpu_blocks=settings.num_cpu_blocks)
     run_cfg = RunConfig(rate=settings.rate, num_requests=settings.num_requests, seed=settings.seed, clock=settings.clock)
     return run_trace(lm, trace, engine_cfg, run_cfg, progress=progress)
 

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.replay import Policy, Preemption, fail, print_summary
+from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption, fail, print_summary
 
 
 @app.command()
@@ -19,20 +19,20 @@ def run(
     model: str = typer.Option(..., help="checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG (opt-tiny, llama-tiny, config.json)"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     dtype: Optional[str] = typer.Option(None, help="float32, float16 or bfloat16 (default: fp32 on CPU, the checkpoint's on GPU)"),
-    policy: Policy = typer.Option(Policy.paged, help="KV cache system"),
-    block_size: int = typer.Option(16, help="tokens per KV block"),
-    preemption: Preemption = typer.Option(Preemption.auto, help="auto: recompute single sequences, swap groups"),
+    policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
+    block_size: int = typer.Option(DEFAULTS.block_size, help="tokens per KV block"),
+    preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
     rate: Optional[float] = typer.Option(1.0, help="arrival rate in req/s (0: the trace's own arrival times)"),
     burstiness: float = typer.Option(1.0, help="gamma arrivals: shape; 1.0 is Poisson"),
     num_requests: Optional[int] = typer.Option(16, help="requests to serve"),
     duration: Optional[float] = typer.Option(None, help="seconds of arrivals instead of a request count"),
-    max_num_seqs: int = typer.Option(64, help="sequences running at once, at most"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, help="tokens per step, at most (default: max(2048, model length))"),
-    max_model_len: Optional[int] = typer.Option(None, help="longest sequence (default: the model's)"),
+    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, help="sequences running at once, at most"),
+    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, help=BATCHED_TOKENS_HELP),
+    max_model_len: Optional[int] = typer.Option(DEFAULTS.max_model_len, help="longest sequence (default: the model's)"),
     num_gpu_blocks: int = typer.Option(1024, help="KV blocks in the device pool"),
     num_cpu_blocks: int = typer.Option(1024, help="KV blocks in the host (swap) pool"),
-    prefix_caching: bool = typer.Option(False, help="automatic prefix caching"),
-    chunked_prefill: bool = typer.Option(False, help="split prompts to fill the token budget"),
+    prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, help="automatic prefix caching"),
+    chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, help="split prompts to fill the token budget"),
     n: Optional[int] = typer.Option(None, help="parallel samples for every request"),
     beam_width: Optional[int] = typer.Option(None, help="beam search of this width for every request"),
     warmup: float = typer.Option(0.0, help="leave requests arriving in the first S seconds out of latency statistics"),

@@ -8,11 +8,12 @@ from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGrou
 from pagesim.core.reservation import ReservationKVManager
 from pagesim.core.policies import POLICIES, PoolConfig, make_kv_manager, make_scheduler
 from pagesim.core.scheduler import Scheduler, SchedulerConfig
+from pagesim.core.config import DEFAULT_MAX_NUM_BATCHED_TOKENS, ServingConfig
 from pagesim.core.step import BatchShape, Sample, SchedulerOutput, StepResult
 
 __all__ = [
-    "BatchShape", "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
+    "BatchShape", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
     "BlockPool", "BuddyAllocator", "FirstFitAllocator", "KVCacheManager", "OutOfBlocks", "PagedKVManager",
     "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
-    "SchedulerOutput", "Sequence", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",
+    "SchedulerOutput", "Sequence", "ServingConfig", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",
 ]

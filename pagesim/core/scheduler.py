@@ -43,11 +43,14 @@ class SchedulerConfig:
             raise ValueError(f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
+        # (the messages name the CLI flags, which carry these fields' names)
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token per sequence)")
+            raise ValueError(f"--max-num-batched-tokens {self.max_num_batched_tokens} is below --max-num-seqs "
+                             f"{self.max_num_seqs}: every running sequence decodes one token a step")
         if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len, "
-                             "or a long prompt could never be scheduled")
+            raise ValueError(f"--max-num-batched-tokens {self.max_num_batched_tokens} is below the max model length "
+                             f"{self.max_model_len}, so a long prompt could never be scheduled: raise it (or lower "
+                             "--max-model-len), or turn on --chunked-prefill")
 
 
 class Scheduler:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import simpy
 
-from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
+from pagesim.core import SchedulerOutput, ServingConfig, StepResult
 from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
@@ -28,26 +28,20 @@ MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists
 
 
 @dataclass
-class ReplayConfig:
+class ReplayConfig(ServingConfig):
+    """The serving system (ServingConfig: policy, block size, limits, preemption, ...), the
+    hardware whose costs the simulator models, and the workload it replays."""
+
     model: str = "opt-13b"
     gpu: str = "a100-40gb"
     tp: int = 1
-    policy: str = "paged"  # paged | orca-max | orca-pow2 | orca-oracle | static
-    block_size: int = 16
-    preemption: str = "auto"  # recompute | swap | auto
     rate: float | None = 1.0  # req/s; None: the trace's own arrival times
     burstiness: float = 1.0  # gamma shape; 1.0 is Poisson
     num_requests: int | None = 1000
     duration: float | None = None  # seconds of arrivals (instead of a count)
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2560
-    max_model_len: int | None = None  # default: the model's
     swap_space_gib: float = DEFAULT_SWAP_GIB  # host memory per GPU for swapped blocks
     gpu_memory_utilization: float | None = None  # default: the paper's (see specs)
     num_gpu_blocks: int | None = None  # override the pool size
-    prefix_caching: bool = False
-    chunked_prefill: bool = False
-    allocator: str = "buddy"
     n: int | None = None  # override every request's parallel samples
     beam_width: int | None = None  # override every request's beam width
     beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
@@ -70,9 +64,10 @@ class Replay:
     """One simulated run. Build with a config and a trace, then call run()."""
 
     def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True):
-        self.cfg = cfg
         model = get_model(cfg.model)
         self.max_model_len = cfg.max_model_len or model.max_model_len
+        # the budget the run uses, as the summary reports it
+        self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len))
         if cfg.num_gpu_blocks is not None:
             num_blocks, self.capacity = cfg.num_gpu_blocks, None
             host_blocks = int(cfg.swap_space_gib * 2**30) // (model.kv_bytes_per_token * cfg.block_size // cfg.tp)
@@ -82,11 +77,8 @@ class Replay:
                                               max_num_seqs=cfg.max_num_seqs, **kwargs)
             num_blocks = self.capacity.num_blocks(cfg.block_size)
             host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
-        self.pool = PoolConfig(num_blocks, host_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator)
-        sched_cfg = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                    max_model_len=self.max_model_len, preemption_mode=cfg.preemption,
-                                    chunked_prefill=cfg.chunked_prefill)
-        self.scheduler = make_scheduler(cfg.policy, self.pool, sched_cfg)
+        self.pool = cfg.pool(num_blocks, host_blocks)
+        self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
         self.requests, self.notes = build_requests(trace, rate=cfg.rate, burstiness=cfg.burstiness, num_requests=cfg.num_requests,
                                                    duration=cfg.duration, seed=cfg.seed, n=cfg.n, beam_width=cfg.beam_width)
