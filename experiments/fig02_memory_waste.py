@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE, FIG02_TRACE,
-                               FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration,
-                               command_line, outputs, pyplot, save_figure, replay_parser, within, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
+                                 replay_parser, save_figure, within, write_csv, write_report)
+from experiments.paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE,
+                               FIG02_TRACE, FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B)
 
 from pagesim.sim.engine import ReplayConfig, replay
 from pagesim.workload.trace import load_trace

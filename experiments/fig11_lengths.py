@@ -16,7 +16,9 @@ import math
 import statistics
 from pathlib import Path
 
-from experiments.paper import FIG11_MEANS, TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within, write_csv, write_report
+from experiments.figures import (TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, save_figure,
+                                 within, write_csv, write_report)
+from experiments.paper import FIG11_MEANS
 
 from pagesim.workload.trace import load_trace
 

@@ -28,10 +28,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS, FIG12_SHAREGPT_RATIO_BANDS,
-                               FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS, FIG12_TRACES, POLICY_LABELS, TRACES_DIR, Row, Setup,
-                               Timer, arrival_duration, command_line, outputs, pyplot, rate_axes, replay_parser, save_figure, write_csv,
-                               write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot, rate_axes,
+                                 replay_parser, save_figure, write_csv, write_report)
+from experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS,
+                               FIG12_SHAREGPT_RATIO_BANDS, FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS,
+                               FIG12_TRACES, POLICY_LABELS, Setup)
 from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate, run_unless_hopeless
 
 STEM = "fig12_latency_vs_rate"

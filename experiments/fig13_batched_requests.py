@@ -15,8 +15,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from experiments.paper import (FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer,
-                               arrival_duration, command_line, outputs, pyplot, save_figure, replay_parser, within, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
+                                 replay_parser, save_figure, within, write_csv, write_report)
+from experiments.paper import FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B
 
 from pagesim.sim.engine import ReplayConfig, replay
 from pagesim.workload.trace import load_trace

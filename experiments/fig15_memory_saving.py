@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.paper import (FIG15_ALPACA_SAVING, FIG15_SHAREGPT_SAVING_RANGE, FIG15_SOURCE, FIG15_TOLERANCE_POINTS,
-                               Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within, write_csv, write_report)
+from experiments.figures import (Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within,
+                                 write_csv, write_report)
+from experiments.paper import FIG15_ALPACA_SAVING, FIG15_SHAREGPT_SAVING_RANGE, FIG15_SOURCE, FIG15_TOLERANCE_POINTS
 from experiments.sharing_report import SIM_RUNS, sim_fig15
 
 STEM = "fig15_memory_saving"

@@ -20,8 +20,9 @@ from pathlib import Path
 from experiments.fig12_latency_vs_rate import THRESHOLDS
 from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, plot_curves, rates_table,
                                              ratio, run_cases, sharing_parser, smoke_max_rate, window, write_csvs)
-from experiments.paper import (FIG17_RATIO_OVER_ORCA, FIG17_SETUP, FIG17_SOURCE, FIG17_TRACE, POLICY_LABELS, TRACES_DIR, Row,
-                               Setup, Timer, command_line, outputs, pyplot, save_figure, sharing_ratio_band, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, command_line, outputs, pyplot, save_figure,
+                                 sharing_ratio_band, write_report)
+from experiments.paper import FIG17_RATIO_OVER_ORCA, FIG17_SETUP, FIG17_SOURCE, FIG17_TRACE, POLICY_LABELS, Setup
 
 STEM = "fig17_chatbot"
 TAKES_JOBS = True

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.paper import (device_name, executor_device, median_ms, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE, FIG18A_OVERHEAD_BAND, FIG18A_SOURCE,
-                               SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
-                               replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
+                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+from experiments.paper import (FIG18A_OVERHEAD_BAND, FIG18A_SOURCE, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE,
+                               SETUP_OPT13B)
 
 STEM = "fig18_block_size"
 # (a) the paper's x-axis: batch sizes 8 and 32, contexts 64..256
@@ -61,6 +62,7 @@ def measure_kernel_latency(device: str = "cpu", shapes=KERNEL_SHAPES, num_heads:
 
     from executor import kernels
     from executor.kernels.testing import random_paged_cache
+    from executor.timing import median_ms
 
     dev = torch.device(device)
     kind = "cuda" if dev.type == "cuda" else "cpu"

@@ -25,9 +25,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.paper import (device_name, executor_device, median_ms, FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
-                               SETUP_OPT13B, TRACES_DIR, Row, Setup, Timer, arrival_duration, command_line, outputs, pyplot,
-                               replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
+                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+from experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
+                               SETUP_OPT13B, Setup)
 
 STEM = "fig19_swap_recompute"
 # (a): per-layer shapes (hidden, heads, ffn), layers, tokens moved, dtype, timed repetitions
@@ -61,6 +62,7 @@ def measure_swap_recompute(device: str = "cpu", block_sizes=FIG19_BLOCK_SIZES, s
     from executor.attention import AttentionMetadata
     from executor.cache_engine import CacheEngine
     from executor.models.loader import from_config
+    from executor.timing import median_ms
 
     dev = torch.device(device)
     kind = "cuda" if dev.type == "cuda" else "cpu"

@@ -27,7 +27,8 @@ from pathlib import Path
 EXPERIMENTS = Path(__file__).resolve().parent
 ROOT = EXPERIMENTS.parent
 
-from experiments.paper import ARXIV, DEFAULT_OUT_DIR, read_verdicts
+from experiments.figures import DEFAULT_OUT_DIR, read_verdicts
+from experiments.paper import ARXIV
 
 SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
 # Measured wall times at the default settings (s), to start the slowest first; unknown ones go first.

@@ -7,6 +7,7 @@ import importlib
 import pytest
 
 from experiments import paper
+from experiments.figures import read_verdicts
 
 
 def _paper_numbers(name: str) -> list[float]:
@@ -65,7 +66,7 @@ def _band_text(lo: float, hi: float) -> str:
 def test_smoke_outputs_fig12_18_19(name, tmp_path, smoke):
     run = smoke(name, tmp_path, MY_CASES[name])
     result, md = run.result, run.md
-    verdicts = paper.read_verdicts(tmp_path / f"{name}.md")
+    verdicts = read_verdicts(tmp_path / f"{name}.md")
     assert verdicts.num_rows == len(result["rows"]) > 0
     assert verdicts.num_within == sum(r.ok for r in result["rows"])
     if name == "fig12_latency_vs_rate":
@@ -141,7 +142,7 @@ def test_runner_discovers_scripts_and_writes_paper_md(tmp_path):
     exp.mkdir()
     out = tmp_path / "reports" / "figures"
     (exp / "fig98_good.py").write_text(
-        "from experiments.paper import Row, outputs, write_report, base_parser\n"
+        "from experiments.figures import Row, outputs, write_report, base_parser\n"
           "def main(argv=None):\n"
           "    a = base_parser('t').parse_args(argv)\n"
           "    f = outputs(a.out_dir, 'fig98_good')\n"

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+figures = importlib.import_module("experiments.figures")
 paper = importlib.import_module("experiments.paper")
 fig12 = importlib.import_module("experiments.fig12_latency_vs_rate")
 fig14 = importlib.import_module("experiments.fig14_parallel_beam")
@@ -74,7 +75,7 @@ def test_fig14_verdicts_use_the_papers_numbers_and_band():
     results += [_result("beam width 2", "paged", {x: 35.0 for x in t}, 2), _result("beam width 2", "orca-oracle", {x: 10.0 for x in t}, 2)]
     grows = next(r for r in fig14.build_rows(results, t[:1]) if r.quantity.startswith("beam search"))
     assert not grows.ok
-    assert paper.sharing_ratio_band(2.3) == pytest.approx((1.725, 2.875))
+    assert figures.sharing_ratio_band(2.3) == pytest.approx((1.725, 2.875))
 
 
 def test_fig16_only_vllm_shares_the_prefix_and_fig17_nobody_does():
