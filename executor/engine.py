@@ -21,6 +21,7 @@ from executor.models.loader import LoadedModel
 from executor.sampler import make_generator, random_seed, sample
 from pagesim.core import (BatchShape, Request, Sample, SamplingParams, SchedulerOutput, SequenceGroup, ServingConfig,
                           StepResult)
+from pagesim.core.step import is_due
 
 
 @dataclass
@@ -132,7 +133,7 @@ class LLMEngine:
             input_ids.extend(seq.token_ids[start:start + n])
             layout.append((seq.block_table, start, n))
             row += n
-            if start + n == seq.num_tokens:  # reaches its end: due a token
+            if is_due(seq, n):
                 sampled_rows.append(row - 1)
         md = AttentionMetadata.build(layout, bs, lm.device)
         ids = torch.tensor(input_ids, dtype=torch.long, device=lm.device)

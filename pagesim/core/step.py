@@ -19,6 +19,12 @@ def is_decode(seq: Sequence, num_new_tokens: int) -> bool:
     return num_new_tokens == 1 and seq.num_computed_tokens + 1 == seq.num_tokens
 
 
+def is_due(seq: Sequence, num_new_tokens: int) -> bool:
+    """Does computing num_new_tokens reach the sequence's end, so that the step samples its next
+    token? (Not for a prefill chunk short of the prompt's end.)"""
+    return seq.num_computed_tokens + num_new_tokens == seq.num_tokens
+
+
 def prefill_attn_pairs(new_tokens: int, context_before: int = 0) -> int:
     """(query, key) pairs under the causal mask for `new_tokens` appended after `context_before`."""
     return new_tokens * context_before + new_tokens * (new_tokens + 1) // 2
@@ -105,7 +111,7 @@ class SchedulerOutput:
             seqs = group.seqs
             counts = self.num_new_tokens[pos:pos + len(seqs)]
             pos += len(seqs)
-            yield group, [seq for seq, n in zip(seqs, counts) if seq.num_computed_tokens + n == seq.num_tokens]
+            yield group, [seq for seq, n in zip(seqs, counts) if is_due(seq, n)]
 
 
 @dataclass(frozen=True, slots=True)
