@@ -293,6 +293,15 @@ class Scheduler:
         """Append each sample to its parent (the parent keeps its first sample, a further one
         forks a child), drop the due sequences no sample names, and record in
         group.sample_seq_ids the sequence each sample went into, so a driver can follow it."""
+        if len(samples) == len(due):
+            for sample, seq in zip(samples, due):
+                if sample.parent_seq_id != seq.seq_id:
+                    break
+            else:  # the common step: each due sequence takes one sample of its own, nothing forks or drops
+                for seq, sample in zip(due, samples):
+                    seq.append_token(sample.token_id, sample.logprob)
+                group.sample_seq_ids = [seq.seq_id for seq in due]
+                return
         by_parent: dict[int, list[int]] = {}  # parent seq id -> indices of its samples
         for i, sample in enumerate(samples):
             by_parent.setdefault(sample.parent_seq_id, []).append(i)
@@ -327,6 +336,11 @@ class Scheduler:
         """Finish the sequences that hit max_tokens, max_model_len or (unless ignored) EOS."""
         limit = group.stop_len
         eos = None if group.request.sampling.ignore_eos else self.config.eos_token_id
+        for seq in group.seqs:
+            if seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos):
+                break
+        else:
+            return  # (most steps: nothing stops)
         live = []
         for seq in group.seqs:
             if seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos):
