@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pagesim.core.config import ServingConfig
+from pagesim.workload.requests import WorkloadConfig
 
 # (label, summary key): the quantities the calibration reports
 METRICS = (
@@ -69,6 +70,9 @@ class CompareSettings:
                              max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                              max_model_len=self.max_model_len)
 
+    def workload(self) -> WorkloadConfig:
+        return WorkloadConfig(rate=self.rate, num_requests=self.num_requests, seed=self.seed)
+
 
 @dataclass
 class Comparison:
@@ -122,8 +126,7 @@ def simulate(trace, system: str, settings: CompareSettings, profile_path: str):
     # a swap space of exactly num_cpu_blocks blocks as the simulator sizes blocks (Replay divides
     # swap_space_gib * 2**30 by the block's bytes; dividing by 2**30 is exact in floating point)
     block_bytes = spec.kv_bytes_per_token * settings.block_size
-    cfg = ReplayConfig(**asdict(settings.serving(system)), model=settings.sim_model,
-                       rate=settings.rate, num_requests=settings.num_requests, seed=settings.seed,
+    cfg = ReplayConfig(**asdict(settings.serving(system)), **asdict(settings.workload()), model=settings.sim_model,
                        num_gpu_blocks=settings.num_gpu_blocks,
                        swap_space_gib=settings.num_cpu_blocks * block_bytes / 2**30,
                        cost_model="profiled", profile=str(profile_path))
@@ -140,7 +143,7 @@ def execute(lm, trace, system: str, settings: CompareSettings, progress=None):
 
     engine_cfg = EngineConfig(**asdict(settings.serving(system)), num_gpu_blocks=settings.num_gpu_blocks,
                               num_cpu_blocks=settings.num_cpu_blocks)
-    run_cfg = RunConfig(rate=settings.rate, num_requests=settings.num_requests, seed=settings.seed, clock=settings.clock)
+    run_cfg = RunConfig(**asdict(settings.workload()), clock=settings.clock)
     return run_trace(lm, trace, engine_cfg, run_cfg, progress=progress)
 
 

@@ -19,7 +19,7 @@ from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
 from pagesim.sim.cost_model import CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
-from pagesim.workload.requests import build_requests
+from pagesim.workload.requests import WorkloadConfig
 from pagesim.workload.trace import Trace
 
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
@@ -28,27 +28,20 @@ MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists
 
 
 @dataclass
-class ReplayConfig(ServingConfig):
+class ReplayConfig(ServingConfig, WorkloadConfig):
     """The serving system (ServingConfig: policy, block size, limits, preemption, ...), the
-    hardware whose costs the simulator models, and the workload it replays."""
+    workload it replays (WorkloadConfig: arrivals, overrides, warm-up) and the hardware whose
+    costs the simulator models."""
 
     model: str = "opt-13b"
     gpu: str = "a100-40gb"
     tp: int = 1
-    rate: float | None = 1.0  # req/s; None: the trace's own arrival times
-    burstiness: float = 1.0  # gamma shape; 1.0 is Poisson
-    num_requests: int | None = 1000
-    duration: float | None = None  # seconds of arrivals (instead of a count)
     swap_space_gib: float = DEFAULT_SWAP_GIB  # host memory per GPU for swapped blocks
     gpu_memory_utilization: float | None = None  # default: the paper's (see specs)
     num_gpu_blocks: int | None = None  # override the pool size
-    n: int | None = None  # override every request's parallel samples
-    beam_width: int | None = None  # override every request's beam width
     beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
     cost_model: str = "roofline"
     profile: str | None = None
-    seed: int = 0
-    warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
     waste_interval_s: float | None = None  # sample the KV waste breakdown this often
 
 
@@ -80,8 +73,8 @@ class Replay:
         self.pool = cfg.pool(num_blocks, host_blocks)
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
-        self.requests, self.notes = build_requests(trace, rate=cfg.rate, burstiness=cfg.burstiness, num_requests=cfg.num_requests,
-                                                   duration=cfg.duration, seed=cfg.seed, n=cfg.n, beam_width=cfg.beam_width)
+        self.requests, self.notes = cfg.requests(trace)
+
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
         # model with one generator per request (so a request's ancestry does not depend on
         # what else is running); everything else takes SIM_STEP and the decode fast path.
