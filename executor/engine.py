@@ -37,7 +37,7 @@ class StepStats:
     """What one step did, for metrics and profiling."""
 
     out: SchedulerOutput
-    shape: BatchShape  # the step as the simulator's cost models see it (read before the update)
+    shape: BatchShape  # the step as the simulator's cost models see it
     finished: list[SequenceGroup]
     seconds: float
 
@@ -113,7 +113,6 @@ class LLMEngine:
         samples = self._execute(out) if not out.is_empty else {}
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
-        shape = out.batch_shape()
         finished = self.scheduler.update(out, StepResult(samples=samples), now())
         self._after_update(out)
         for group in finished:
@@ -122,7 +121,7 @@ class LLMEngine:
                 self._generators.pop(seq.seq_id, None)
             if group.request_id in self._beams:
                 self.finished_beams[group.request_id] = self._beams.pop(group.request_id)
-        return StepStats(out, shape, finished, time.perf_counter() - start)
+        return StepStats(out, out.batch_shape(), finished, time.perf_counter() - start)
 
     def _execute(self, out: SchedulerOutput) -> dict[int, list[Sample]]:
         lm, bs = self.lm, self.config.block_size

@@ -8,7 +8,7 @@ pagesim/sim/profiled.py and docs/calibration.md):
 - swap out / swap in of `blocks` KV blocks, and copy-on-write copies of `blocks` blocks.
 
 Every measured step is described by the BatchShape the simulator builds for the same
-SchedulerOutput (SchedulerOutput.batch_shape, read before the step's update), so the fit sees
+SchedulerOutput (SchedulerOutput.batch_shape), so the fit sees
 exactly what the simulator will ask for. Each point is repeated, the first repetition of each kind is a warmup, and the median is
 kept. Durations come from executor.run.RunClock: "cpu" (this thread's CPU time; use with one
 torch thread on a shared machine) or "wall" (use on a GPU, where the step synchronizes).

@@ -13,12 +13,6 @@ from typing import Iterator, NamedTuple
 from pagesim.core.request import Sequence, SequenceGroup
 
 
-def is_decode(seq: Sequence, num_new_tokens: int) -> bool:
-    """The one rule for prefill or decode: a sequence decodes when it computes exactly its last
-    token (a whole prompt, a prefill chunk or a recompute is prefill, even a one-token chunk)."""
-    return num_new_tokens == 1 and seq.num_computed_tokens + 1 == seq.num_tokens
-
-
 def is_due(seq: Sequence, num_new_tokens: int) -> bool:
     """Does computing num_new_tokens reach the sequence's end, so that the step samples its next
     token? (Not for a prefill chunk short of the prompt's end.)"""
@@ -61,8 +55,12 @@ class SchedulerOutput:
     groups: list[SequenceGroup] = field(default_factory=list)
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
-    num_prefill_tokens: int = 0  # tokens of sequences in prefill (see is_decode)
+    # The batch's shape, counted as sequences are added (see add: the one prefill-or-decode rule)
+    num_prefill_tokens: int = 0  # new tokens of sequences in prefill
+    num_prefill_seqs: int = 0
+    prefill_attn_pairs: int = 0  # causal (query, key) pairs of the prefill tokens
     num_decode_seqs: int = 0
+    decode_context_tokens: int = 0  # context the decoding sequences read
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
     blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) on the device
@@ -78,30 +76,28 @@ class SchedulerOutput:
         return self.num_prefill_tokens + self.num_decode_seqs
 
     def add(self, group: SequenceGroup, counts: list[int]) -> None:
-        """Schedule counts[i] new tokens for the group's i-th sequence."""
+        """Schedule counts[i] new tokens for the group's i-th sequence, counting each into the
+        batch's shape by the one rule for prefill or decode: a sequence decodes when it computes
+        exactly its last token; a whole prompt, a prefill chunk or a recompute is prefill, even a
+        one-token chunk."""
         self.groups.append(group)
         for seq, n in zip(group.seqs, counts):
             self.seqs.append(seq)
             self.num_new_tokens.append(n)
-            if is_decode(seq, n):
+            before = seq.num_computed_tokens
+            if n == 1 and before + 1 == seq.num_tokens:
                 self.num_decode_seqs += 1
+                self.decode_context_tokens += before + 1
             else:
                 self.num_prefill_tokens += n
+                self.num_prefill_seqs += 1
+                self.prefill_attn_pairs += prefill_attn_pairs(n, before)
 
     def batch_shape(self) -> BatchShape:
-        """The step as a cost model sees it. Read it before update(), which advances the counts."""
-        prefill_tokens = prefill_seqs = pairs = decode_seqs = decode_context = 0
-        for seq, n in zip(self.seqs, self.num_new_tokens):
-            if is_decode(seq, n):
-                decode_seqs += 1
-                decode_context += seq.num_tokens
-            else:
-                prefill_seqs += 1
-                prefill_tokens += n
-                pairs += prefill_attn_pairs(n, seq.num_computed_tokens)
-        return BatchShape(prefill_tokens, prefill_seqs, pairs, decode_seqs, decode_context,
-                          len(self.blocks_to_swap_in) + len(self.blocks_to_swap_out), len(self.blocks_to_copy),
-                          self.block_size)
+        """The step as a cost model sees it."""
+        return BatchShape(self.num_prefill_tokens, self.num_prefill_seqs, self.prefill_attn_pairs, self.num_decode_seqs,
+                          self.decode_context_tokens, len(self.blocks_to_swap_in) + len(self.blocks_to_swap_out),
+                          len(self.blocks_to_copy), self.block_size)
 
     def due_by_group(self) -> Iterator[tuple[SequenceGroup, list[Sequence]]]:
         """Each scheduled group with those of its sequences that reach their end this step, and
