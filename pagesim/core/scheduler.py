@@ -262,6 +262,8 @@ class Scheduler:
         kv = self.kv
         track_computed = kv.tracks_computed
         new_tokens = out.num_new_tokens
+        samples_for, apply_samples, retire, finish = (result.samples_for, self._apply_samples, self.retire_stopped,
+                                                      self.finish_if_done)
         finished = []
         pos = 0
         for group in out.groups:
@@ -277,9 +279,9 @@ class Scheduler:
                 continue  # a prefill chunk that did not reach the end of the prompt
             if group.first_token_time is None:
                 group.first_token_time = now
-            self._apply_samples(group, due, result.samples_for(group, due))
-            self.retire_stopped(group)
-            self.finish_if_done(group, now, finished)
+            apply_samples(group, due, samples_for(group, due))
+            retire(group)
+            finish(group, now, finished)
         return finished
 
     def finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:

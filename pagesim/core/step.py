@@ -138,9 +138,12 @@ class StepResult:
         token = self.default_token
         if token is None:
             raise ValueError(f"no samples for request {group.request_id}")
-        sampling = group.request.sampling
-        if sampling.num_seqs > 1 and len(group.seqs) == 1 and due[0].num_output_tokens == 0:
-            if sampling.use_beam_search:
-                raise ValueError(f"request {group.request_id}: beam search needs explicit samples")
-            return [Sample(due[0].seq_id, token)] * sampling.n
+        first = due[0]
+        if len(due) == 1:  # (the common case, and the only one where a group forks)
+            sampling = group.request.sampling
+            if first.num_tokens == first.prompt_len and len(group.seqs) == 1 and sampling.num_seqs > 1:
+                if sampling.use_beam_search:
+                    raise ValueError(f"request {group.request_id}: beam search needs explicit samples")
+                return [Sample(first.seq_id, token)] * sampling.n
+            return [Sample(first.seq_id, token)]
         return [Sample(seq.seq_id, token) for seq in due]
