@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pagesim.core.request import SequenceGroup
 from pagesim.core.scheduler import Scheduler
 
+INF = math.inf  # what steps_until_new_block says for a manager that reserved everything
+
 
 @dataclass(frozen=True)
 class DecodePlan:
@@ -61,6 +63,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     if _queued_group_could_start(sched):
         return None
     check_eos = cfg.eos_token_id is not None
+    room_of = kv.steps_until_new_block
     horizon = limit
     num_seqs = context = 0
     opens_at = []  # per sequence that grows into new blocks: the step (from 0) taking the first
@@ -71,6 +74,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             # fork at their first token, and a last prefill chunk of one token looks like a
             # decode but produces the first token
             return None
+        stop = group.stop_len
         forked = len(group.seqs) > 1  # only forks share a partly filled last block
         for seq in group.seqs:
             computed = seq.num_computed_tokens
@@ -79,11 +83,13 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             num_seqs += 1
             context += computed + 1
             # a run may end with the step in which sequences finish, not go past it
-            horizon = min(horizon, group.stop_len - seq.num_tokens)
-            room = kv.steps_until_new_block(seq)
+            left = stop - seq.num_tokens
+            if left < horizon:
+                horizon = left
+            room = room_of(seq)
             if forked and kv.blocks_needed(seq, 1) > (room == 0):
                 return None  # a shared last block must be copied first
-            if room != math.inf:
+            if room != INF:
                 opens_at.append(room)
     # The longest run whose new blocks all fit: past it, some step would preempt.
     bs = kv.block_size
@@ -132,8 +138,9 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float) 
     used = kv.num_used_blocks
     starts = []  # (step, position in batch) of each step that opens a new block
     new_tokens = [token_id] * num_steps
+    room_of = kv.steps_until_new_block
     for order, seq in enumerate(seqs):
-        first = kv.steps_until_new_block(seq)
+        first = room_of(seq)
         while first < num_steps:
             starts.append((first, order))
             first += bs
