@@ -16,6 +16,7 @@ import sys
 import time
 
 from pagesim.core import PagedKVManager, Request, SamplingParams, Scheduler, SchedulerConfig, Sequence, StepResult
+from pagesim.core.decode_runs import advance_decode, decode_horizon
 
 
 def steady_decode_scheduler(num_seqs: int, block_size: int = 16) -> Scheduler:
@@ -59,8 +60,8 @@ def time_decode_runs(num_seqs: int, steps: int, run_len: int = 16, repeats: int 
         t0 = time.perf_counter()
         done = 0
         while done < steps:
-            k = min(sched.decode_horizon(run_len), steps - done)
-            sched.advance_decode(k, 0, 0.0)
+            k = min(decode_horizon(sched, run_len), steps - done)
+            advance_decode(sched, k, 0, 0.0)
             done += k
         samples.append((time.perf_counter() - t0) / steps * 1e6)
     return statistics.median(samples)

@@ -13,7 +13,6 @@ import argparse
 import math
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -32,18 +31,10 @@ def make_batch(num_seqs, ctx, num_heads, num_kv_heads, head_dim, block_size, dty
 
 
 def timeit(fn, device) -> float:
-    """Median seconds per call."""
-    if device == "cuda":
-        import triton.testing
+    """Median seconds per call (the tree's one timer, executor/timing.py)."""
+    from executor.timing import median_ms
 
-        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") / 1e3
-    fn()
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]
+    return median_ms(fn, device, reps=100, warmup=25) / 1e3 if device == "cuda" else median_ms(fn, device, reps=5) / 1e3
 
 
 def bench(device):

@@ -63,6 +63,9 @@ class AttentionMetadata:
             context_lens=torch.tensor(context_lens, dtype=torch.int32, device=device),
             query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
             positions=torch.tensor(positions, dtype=torch.int64, device=device),
+            # a kernel choice, not the cost accounting's prefill-or-decode rule (SchedulerOutput.add
+            # in pagesim.core.step): one query token per sequence suits the decode kernel, a last one-token
+            # prefill chunk included
             decode_only=len(seqs) > 0 and all(n == 1 for _, _, n in seqs),
         )
 

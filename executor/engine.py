@@ -19,24 +19,17 @@ from executor.beam import BeamSearch
 from executor.cache_engine import CacheEngine
 from executor.models.loader import LoadedModel
 from executor.sampler import make_generator, random_seed, sample
-from pagesim.core import (PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, SchedulerOutput, SequenceGroup,
-                          StepResult, make_scheduler)
+from pagesim.core import (BatchShape, Request, Sample, SamplingParams, SchedulerOutput, SequenceGroup, ServingConfig,
+                          StepResult)
+from pagesim.core.step import is_due
 
 
 @dataclass
-class EngineConfig:
-    policy: str = "paged"
-    block_size: int = 16
+class EngineConfig(ServingConfig):
+    """The serving system (ServingConfig) and the size of the real KV pools."""
+
     num_gpu_blocks: int = 512
     num_cpu_blocks: int = 512
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int | None = None  # default: max(2048, max_model_len)
-    max_model_len: int | None = None  # default: the model's
-    preemption: str = "auto"
-    chunked_prefill: bool = False
-    prefix_caching: bool = False
-    allocator: str = "buddy"
-    prefix_key: str = "fast"  # "sha256" where users share the server (see pagesim.core.paged)
 
 
 @dataclass
@@ -44,6 +37,7 @@ class StepStats:
     """What one step did, for metrics and profiling."""
 
     out: SchedulerOutput
+    shape: BatchShape  # the step as the simulator's cost models see it
     finished: list[SequenceGroup]
     seconds: float
 
@@ -64,13 +58,7 @@ class LLMEngine:
         self.lm = lm
         self.config = cfg = config or EngineConfig()
         max_model_len = cfg.max_model_len or lm.max_model_len
-        budget = cfg.max_num_batched_tokens or max(2048, max_model_len)
-        pool = PoolConfig(cfg.num_gpu_blocks, cfg.num_cpu_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator,
-                          cfg.prefix_key)
-        sched_cfg = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len,
-                                    preemption_mode=cfg.preemption, chunked_prefill=cfg.chunked_prefill,
-                                    eos_token_id=lm.eos_token_id)
-        self.scheduler = make_scheduler(cfg.policy, pool, sched_cfg)
+        self.scheduler = cfg.make_scheduler(cfg.num_gpu_blocks, cfg.num_cpu_blocks, max_model_len, lm.eos_token_id)
         self.max_model_len = max_model_len
         self.cache = CacheEngine(lm.num_layers, lm.num_kv_heads, lm.head_dim, cfg.block_size, cfg.num_gpu_blocks,
                                  cfg.num_cpu_blocks, lm.dtype, lm.device)
@@ -155,7 +143,7 @@ class LLMEngine:
             self._forget(group)
             if group.request_id in self._beams:
                 self.finished_beams[group.request_id] = self._beams.pop(group.request_id)
-        return StepStats(out, finished, time.perf_counter() - start)
+        return StepStats(out, out.batch_shape(), finished, time.perf_counter() - start)
 
     def _execute(self, out: SchedulerOutput) -> dict[int, list[Sample]]:
         lm, bs = self.lm, self.config.block_size
@@ -166,7 +154,7 @@ class LLMEngine:
             input_ids.extend(seq.token_ids[start:start + n])
             layout.append((seq.block_table, start, n))
             row += n
-            if start + n == seq.num_tokens:  # reaches its end: due a token
+            if is_due(seq, n):
                 sampled_rows.append(row - 1)
         md = AttentionMetadata.build(layout, bs, lm.device)
         ids = torch.tensor(input_ids, dtype=torch.long, device=lm.device)

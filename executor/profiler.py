@@ -8,8 +8,8 @@ pagesim/sim/profiled.py and docs/calibration.md):
 - swap out / swap in of `blocks` KV blocks, and copy-on-write copies of `blocks` blocks.
 
 Every measured step is described by the BatchShape the simulator builds for the same
-SchedulerOutput (pagesim.sim.engine.batch_shape), so the fit sees exactly what the simulator will
-ask for. Each point is repeated, the first repetition of each kind is a warmup, and the median is
+SchedulerOutput (SchedulerOutput.batch_shape), so the fit sees
+exactly what the simulator will ask for. Each point is repeated, the first repetition of each kind is a warmup, and the median is
 kept. Durations come from executor.run.RunClock: "cpu" (this thread's CPU time; use with one
 torch thread on a shared machine) or "wall" (use on a GPU, where the step synchronizes).
 """
@@ -29,7 +29,6 @@ from executor.engine import EngineConfig, LLMEngine
 from executor.models.loader import LoadedModel
 from executor.run import RunClock
 from pagesim.core import SamplingParams
-from pagesim.sim.engine import batch_shape
 
 PROFILE_FORMAT = "pagesim-profile/1"  # the same string pagesim.sim.profiled reads
 
@@ -124,7 +123,7 @@ class _Profiler:
             if out.num_prefill_tokens != num_seqs * tokens or out.num_decode_seqs:
                 raise RuntimeError(f"prefill ({num_seqs} x {tokens}): the engine scheduled "
                                    f"{out.num_prefill_tokens} prefill tokens and {out.num_decode_seqs} decodes")
-            shapes.append(batch_shape(out, self.bs))
+            shapes.append(stats.shape)
             times.append(seconds)
             while self.engine.has_unfinished():
                 self._step()
@@ -139,7 +138,7 @@ class _Profiler:
             stats, seconds = self._step()
             out = stats.out
             if out.num_prefill_tokens == 0 and out.num_decode_seqs == batch and len(times) < self.grid.reps:
-                shapes.append(batch_shape(out, self.bs))
+                shapes.append(stats.shape)
                 times.append(seconds)
         if len(times) < self.grid.reps:
             raise RuntimeError(f"decode ({batch} x {context}): only {len(times)} full decode steps observed")

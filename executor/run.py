@@ -13,20 +13,15 @@ from executor.engine import EngineConfig, LLMEngine
 from executor.models.loader import LoadedModel
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder
-from pagesim.workload.requests import build_requests, synthetic_prompt
+from pagesim.workload.requests import WorkloadConfig, synthetic_prompt
 from pagesim.workload.trace import Trace
 
 
 @dataclass
-class RunConfig:
-    rate: float | None = 1.0
-    burstiness: float = 1.0
-    num_requests: int | None = 16
-    duration: float | None = None
-    seed: int = 0
-    n: int | None = None  # overrides every request's parallel samples
-    beam_width: int | None = None  # overrides every request's beam width
-    warmup_s: float = 0.0
+class RunConfig(WorkloadConfig):
+    """The workload (WorkloadConfig, as the simulator replays it) and the run's clock."""
+
+    num_requests: int | None = 16  # real forward passes: a CPU-sized default
     clock: str = "wall"  # wall | cpu (see RunClock)
 
 
@@ -56,9 +51,7 @@ class RunClock:
 
 
 def trace_requests(trace: Trace, run_cfg: RunConfig) -> tuple[list[Request], list[str]]:
-    return build_requests(trace, rate=run_cfg.rate, burstiness=run_cfg.burstiness, num_requests=run_cfg.num_requests,
-                          duration=run_cfg.duration, seed=run_cfg.seed, n=run_cfg.n,
-                          beam_width=run_cfg.beam_width)
+    return run_cfg.requests(trace)
 
 
 def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: RunConfig, progress=None):

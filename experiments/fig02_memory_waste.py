@@ -15,17 +15,15 @@ slots are folded into it. Writes fig02_memory_waste.{png,csv,md}.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
+                                 replay_parser, save_figure, within, write_csv, write_report)
+from experiments.paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE,
+                               FIG02_TRACE, FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B)
 
-from paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE, FIG02_TRACE,  # noqa: E402
-                   FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration,
-                   command_line, outputs, pyplot, save_figure, replay_parser, within, write_csv, write_report)
-
-from pagesim.sim.engine import ReplayConfig, replay  # noqa: E402
-from pagesim.workload.trace import load_trace  # noqa: E402
+from pagesim.sim.engine import ReplayConfig, replay
+from pagesim.workload.trace import load_trace
 
 STEM = "fig02_memory_waste"
 ABS_TOL_PP = 5.0  # percentage points

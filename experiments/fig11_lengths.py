@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiments.figures import (TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, save_figure,
+                                 within, write_csv, write_report)
+from experiments.paper import FIG11_MEANS
 
-from paper import FIG11_MEANS, TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within, write_csv, write_report  # noqa: E402
-
-from pagesim.workload.trace import load_trace  # noqa: E402
+from pagesim.workload.trace import load_trace
 
 STEM = "fig11_lengths"
 CSV_COLUMNS = ["trace", "kind", "bin_lo", "bin_hi", "count", "share"]

@@ -28,12 +28,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS, FIG12_SHAREGPT_RATIO_BANDS,  # noqa: E402
-                   FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS, FIG12_TRACES, POLICY_LABELS, TRACES_DIR, Row, Setup,
-                   Timer, arrival_duration, command_line, outputs, pyplot, rate_axes, replay_parser, save_figure, write_csv,
-                   write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot, rate_axes,
+                                 replay_parser, save_figure, write_csv, write_report)
+from experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS,
+                               FIG12_SHAREGPT_RATIO_BANDS, FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS,
+                               FIG12_TRACES, POLICY_LABELS, Setup)
+from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate, run_unless_hopeless
 
 STEM = "fig12_latency_vs_rate"
 TAKES_JOBS = True  # experiments/run_all.py passes --jobs: the searches run in a process pool
@@ -73,16 +73,10 @@ class Search:
         return math.inf if nl is None else nl
 
 
-class _Unsustainable(Exception):
-    """Raised from the progress hook to stop a probe that is already clearly over every threshold."""
-
-
 def probe(trace, setup: Setup, system: str, trace_name: str, rate: float, duration: float, warmup: float,
           seed: int, stop_above: float | None = None, extra: dict | None = None) -> dict:
-    """One replay at `rate`. With stop_above, the run stops once at least ABORT_MIN_MEASURED requests
-    that arrived after the warm-up have finished and their mean normalized latency is already over
-    stop_above: under overload latency only grows with arrival time (FCFS), so the full run's mean
-    would be higher still. Such a probe reports that partial mean (a lower bound) and aborted=True.
+    """One replay at `rate`, stopped early (aborted=True, a partial mean that is a lower bound)
+    once it is clearly over stop_above (pagesim.sim.rate_search.run_unless_hopeless).
     extra: more ReplayConfig fields (n, beam_width, prefix_caching, ...; Figs. 14, 16, 17)."""
     from pagesim.sim.engine import Replay, ReplayConfig
 
@@ -90,25 +84,7 @@ def probe(trace, setup: Setup, system: str, trace_name: str, rate: float, durati
     cfg = ReplayConfig(model=setup.model, gpu=setup.gpu, tp=setup.tp, policy=system, rate=rate, num_requests=None,
                        duration=duration, seed=seed, warmup_s=warmup, **(extra or {}))
     sim = Replay(cfg, trace)
-    acc = {"n": 0, "sum": 0.0}
-
-    def check(_done: int) -> None:
-        rec = sim.metrics.requests[-1]
-        nl = rec.normalized_latency
-        if nl is None or rec.arrival_time < warmup:
-            return
-        acc["n"] += 1
-        acc["sum"] += nl
-        if stop_above is not None and acc["n"] >= ABORT_MIN_MEASURED and acc["sum"] / acc["n"] > stop_above:
-            raise _Unsustainable
-
-    sim.on_progress = check
-    aborted = False
-    try:
-        s = sim.run().summary
-    except _Unsustainable:
-        aborted = True
-        s = sim.metrics.summary()
+    s, aborted = run_unless_hopeless(sim, stop_above, ABORT_MIN_MEASURED)
     return {"model": setup.model, "gpu": setup.gpu, "tp": setup.tp, "trace": trace_name, "system": system,
             "label": POLICY_LABELS[system], "rate": rate, "mean_normalized_latency": s["mean_normalized_latency"],
             "aborted": aborted, "num_requests": len(sim.requests), "num_measured": s["num_measured"],
@@ -118,37 +94,19 @@ def probe(trace, setup: Setup, system: str, trace_name: str, rate: float, durati
 
 
 def sustainable_rate(search: Search, run, threshold: float, start: float, resolution: float = RESOLUTION,
-                     max_probes: int = 40, max_rate: float = MAX_RATE) -> tuple[float, float]:
-    """(highest rate under `threshold`, lowest rate found over it), probing with run(rate).
-    Assumes latency rises with the rate: brackets from the probes already made, else walks from
-    `start` by factors of 2, then bisects geometrically. Never probes above a failing rate."""
+                     max_rate: float = MAX_RATE) -> tuple[float, float]:
+    """(highest rate under `threshold`, lowest rate found over it: inf if none up to max_rate; the
+    first is 0 if even MIN_RATE is over), probing with run(rate) through the one rate search
+    (pagesim.sim.rate_search), bracketed first by the probes the search already holds."""
 
-    def ok(rate: float) -> bool:
+    def under(rate: float) -> bool:
         if rate not in search.probes:
             search.probes[rate] = run(rate)
         return search.latency(rate) < threshold
 
-    for _ in range(max_probes):
-        done = sorted(search.probes)
-        failing = [r for r in done if search.latency(r) >= threshold]
-        hi = failing[0] if failing else None
-        passing = [r for r in done if search.latency(r) < threshold and (hi is None or r < hi)]
-        lo = passing[-1] if passing else None
-        if lo is not None and hi is not None:
-            if hi / lo <= 1 + resolution:
-                return lo, hi
-            ok(math.sqrt(lo * hi))
-        elif lo is None and hi is None:
-            ok(start)
-        elif lo is None:  # everything probed fails: go down
-            if hi <= MIN_RATE:
-                return 0.0, hi
-            ok(max(hi / 2, MIN_RATE))
-        else:  # everything probed passes: go up
-            if lo >= max_rate:
-                return lo, math.inf
-            ok(min(lo * 2, max_rate))
-    raise RuntimeError(f"{search.setup.key} {search.trace} {search.system}: no bracket after {max_probes} probes")
+    settings = SearchSettings(start_rate=start, tolerance=resolution, min_rate=MIN_RATE, max_rate=max_rate)
+    found = find_sustainable_rate(under, settings, judged=sorted(search.probes))
+    return (0.0 if found.rate is None else found.rate), (math.inf if found.failing is None else found.failing)
 
 
 def run_search(task) -> Search:

@@ -13,16 +13,14 @@ time-weighted mean is in the .csv too. Writes fig13_batched_requests.{png,csv,md
 from __future__ import annotations
 
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
+                                 replay_parser, save_figure, within, write_csv, write_report)
+from experiments.paper import FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B
 
-from paper import (FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B, TRACES_DIR, Row, Timer,  # noqa: E402
-                   arrival_duration, command_line, outputs, pyplot, save_figure, replay_parser, within, write_csv, write_report)
-
-from pagesim.sim.engine import ReplayConfig, replay  # noqa: E402
-from pagesim.workload.trace import load_trace  # noqa: E402
+from pagesim.sim.engine import ReplayConfig, replay
+from pagesim.workload.trace import load_trace
 
 STEM = "fig13_batched_requests"
 REL_TOL = 0.10

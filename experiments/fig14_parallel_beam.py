@@ -25,13 +25,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fig12_latency_vs_rate import (ABORT_FACTOR, PROBE_COLUMNS, THRESHOLDS, Search, probe,  # noqa: E402
-                                   sustainable_rate)
-from paper import (FIG14_RATIO_OVER_ORACLE, FIG14_SETUP, FIG14_SOURCE, FIG14_TRACE, FIG14_WIDTHS,  # noqa: E402
-                   POLICY_LABELS, TRACES_DIR, Row, Setup, Timer, base_parser, command_line, outputs, pyplot, rate_axes,
-                   save_figure, sharing_ratio_band, write_csv, write_report)
+from experiments.fig12_latency_vs_rate import (ABORT_FACTOR, PROBE_COLUMNS, THRESHOLDS, Search, probe,
+                                               sustainable_rate)
+from experiments.figures import (TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, rate_axes,
+                                 save_figure, sharing_ratio_band, write_csv, write_report)
+from experiments.paper import (FIG14_RATIO_OVER_ORACLE, FIG14_SETUP, FIG14_SOURCE, FIG14_TRACE, FIG14_WIDTHS,
+                               POLICY_LABELS, Setup)
 
 STEM = "fig14_parallel_beam"
 TAKES_JOBS = True  # experiments/run_all.py passes --jobs: the searches run in a process pool

@@ -15,14 +15,12 @@ fig15_memory_saving.{png,csv,md}.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from paper import (FIG15_ALPACA_SAVING, FIG15_SHAREGPT_SAVING_RANGE, FIG15_SOURCE, FIG15_TOLERANCE_POINTS,  # noqa: E402
-                   Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within, write_csv, write_report)
-from sharing_report import SIM_RUNS, sim_fig15  # noqa: E402
+from experiments.figures import (Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within,
+                                 write_csv, write_report)
+from experiments.paper import FIG15_ALPACA_SAVING, FIG15_SHAREGPT_SAVING_RANGE, FIG15_SOURCE, FIG15_TOLERANCE_POINTS
+from experiments.sharing_report import SIM_RUNS, sim_fig15
 
 STEM = "fig15_memory_saving"
 CSV_COLUMNS = ["trace", "kind", "k", "saving_pct", "paper_pct", "paper_lo_pct", "paper_hi_pct", "preemptions",

@@ -15,16 +15,14 @@ fig16_shared_prefix_rates.csv.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fig12_latency_vs_rate import THRESHOLDS  # noqa: E402
-from fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, plot_curves, rates_table,  # noqa: E402
-                                 ratio, run_cases, sharing_parser, smoke_max_rate, window, write_csvs)
-from paper import (FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, TRACES_DIR, Row, Setup, Timer,  # noqa: E402
-                   command_line, outputs, pyplot, save_figure, sharing_ratio_band, write_report)
+from experiments.fig12_latency_vs_rate import THRESHOLDS
+from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, plot_curves, rates_table,
+                                             ratio, run_cases, sharing_parser, smoke_max_rate, window, write_csvs)
+from experiments.figures import (TRACES_DIR, Row, Timer, command_line, outputs, pyplot, save_figure,
+                                 sharing_ratio_band, write_report)
+from experiments.paper import FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, Setup
 
 STEM = "fig16_shared_prefix"
 TAKES_JOBS = True

@@ -20,14 +20,13 @@ found with Fig. 12's search), and every block size in the paper's sweep runs at 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from paper import (device_name, executor_device, median_ms, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE, FIG18A_OVERHEAD_BAND, FIG18A_SOURCE,  # noqa: E402
-                   SETUP_OPT13B, TRACES_DIR, Row, Timer, arrival_duration, command_line, log_axis, outputs, pyplot,
-                   replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
+                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+from experiments.paper import (FIG18A_OVERHEAD_BAND, FIG18A_SOURCE, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE,
+                               SETUP_OPT13B)
+from pagesim.plots import log_axis
 
 STEM = "fig18_block_size"
 # (a) the paper's x-axis: batch sizes 8 and 32, contexts 64..256
@@ -64,6 +63,7 @@ def measure_kernel_latency(device: str = "cpu", shapes=KERNEL_SHAPES, num_heads:
 
     from executor import kernels
     from executor.kernels.testing import random_paged_cache
+    from executor.timing import median_ms
 
     dev = torch.device(device)
     kind = "cuda" if dev.type == "cuda" else "cpu"
@@ -102,8 +102,8 @@ def block_size_sweep(trace_name: str, block_sizes, duration: float, warmup: floa
                      resolution: float, rate: float | None = None) -> tuple[float, list[dict]]:
     """Normalized latency at every block size, at `rate` or (None) at LOAD x the block-16
     sustainable rate."""
-    from fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
-    from paper import Setup
+    from experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
+    from experiments.paper import Setup
 
     from pagesim.sim.engine import ReplayConfig, replay
     from pagesim.workload.trace import load_trace

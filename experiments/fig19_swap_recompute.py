@@ -23,14 +23,13 @@ recompute and to swap, for every block size. Writes fig19_swap_recompute.{png,cs
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from paper import (device_name, executor_device, median_ms, FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,  # noqa: E402
-                   SETUP_OPT13B, TRACES_DIR, Row, Setup, Timer, arrival_duration, command_line, log_axis, outputs, pyplot,
-                   replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
+                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+from experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
+                               SETUP_OPT13B, Setup)
+from pagesim.plots import log_axis
 
 STEM = "fig19_swap_recompute"
 # (a): per-layer shapes (hidden, heads, ffn), layers, tokens moved, dtype, timed repetitions
@@ -64,6 +63,7 @@ def measure_swap_recompute(device: str = "cpu", block_sizes=FIG19_BLOCK_SIZES, s
     from executor.attention import AttentionMetadata
     from executor.cache_engine import CacheEngine
     from executor.models.loader import from_config
+    from executor.timing import median_ms
 
     dev = torch.device(device)
     kind = "cuda" if dev.type == "cuda" else "cpu"
@@ -102,7 +102,7 @@ def measure_swap_recompute(device: str = "cpu", block_sizes=FIG19_BLOCK_SIZES, s
 def preemption_sweep(block_sizes, duration: float, warmup: float, seed: int, resolution: float,
                      rate: float | None = None) -> tuple[float, list[dict]]:
     """Both preemption modes at every block size, at `rate` or (None) at the block-16 sustainable rate."""
-    from fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
+    from experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
 
     from pagesim.sim.engine import ReplayConfig, replay
     from pagesim.workload.trace import load_trace

@@ -42,8 +42,6 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # runs from a plain checkout, without `pip install -e .`
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -56,7 +54,6 @@ SECTIONS = [
     ("calibration", "5. Calibration (profiled cost model, simulated vs. executor)"),
     ("paper_figs", "6. Paper Figs. 18a and 19a (kernel latency; swap vs recompute)"),
 ]
-TOL = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 2e-2}  # atol = rtol; the cache ops must be exact
 
 
 class OuterTimeout(Exception):
@@ -163,59 +160,6 @@ class Deadline:
         return self.seconds - self.elapsed()
 
 
-def _dt(name):
-    import torch
-
-    return getattr(torch, name)
-
-
-def sync(device):
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_fn(fn, device, warmup: int, reps: int) -> list[float]:
-    """Seconds per call: CUDA events on a GPU, perf_counter on CPU; warmup calls discarded."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    if device.type == "cuda":
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-    else:
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-    return times
-
-
-def compare(actual, expected, atol: float, rtol: float) -> tuple[float, bool]:
-    a, e = actual.float(), expected.float()
-    if a.numel() == 0:
-        return 0.0, True
-    diff = (a - e).abs()
-    max_abs = float(diff.max())
-    ok = bool(((diff <= atol + rtol * e.abs()) | (a == e)).all()) and math.isfinite(max_abs)
-    return max_abs, ok
-
-
-def make_paged(ctx_lens, num_kv_heads, head_dim, block_size, dtype, device, seed=0):
-    from executor.kernels.testing import random_paged_cache
-
-    return random_paged_cache(ctx_lens, num_kv_heads, head_dim, block_size, dtype, seed, device=device)
-
-
 def finite_json(obj):
     """Replace non-finite floats (json cannot hold them portably) by strings."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -312,132 +256,11 @@ class Ctx:
 
 # ------------------------------------------------------------------------------------- 1. correctness
 
-def _decode_impls(impl_name, mod, split_tokens):
-    """(label, fn) decode variants to check for one implementation."""
-    out = [("auto", mod.paged_attention_decode)]
-    if impl_name.startswith("triton"):
-        out.append(("one-pass", lambda *a: mod.paged_attention_decode_partitioned(*a, None)))
-        out.append((f"split-{split_tokens}", lambda *a: mod.paged_attention_decode_partitioned(*a, split_tokens)))
-    return out
-
-
-def check_kernels(impl_name, mod, K, device, rows, deadline):
-    import torch
-
-    from executor.kernels import reference
-
-    D = K["head_dim"]
-    scale = D ** -0.5
-    seed = 0
-    for dtype_name, (H, KVH), bs in K["combos"]:
-        dtype = _dt(dtype_name)
-        tol = TOL[dtype_name]
-        heads = f"{H}/{KVH}"
-        if deadline.remaining() < 5:
-            raise TimeoutError("out of time in section 1")
-        seed += 1
-        # ---- decode
-        ctx = K["decode_ctx"]
-        kc, vc, tables, ctx_t = make_paged(ctx, KVH, D, bs, dtype, device, seed)
-        q = torch.randn(len(ctx), H, D, device=device, dtype=torch.float32).to(dtype)
-        ref = reference.paged_attention_decode(q, kc, vc, tables, ctx_t, scale)
-        split = K["split_tokens"] or max(32, bs)
-        split = max(split, max(32, bs))
-        for label, fn in _decode_impls(impl_name, mod, split):
-            row = dict(kernel="decode", impl=impl_name, variant=label, dtype=dtype_name, heads=heads,
-                       block=bs, head_dim=D, case=f"ctx {min(ctx)}..{max(ctx)} x{len(ctx)} (partial blocks)",
-                       atol=tol, rtol=tol)
-            with _row(rows, row):
-                out = fn(q, kc, vc, tables, ctx_t, scale)
-                sync(device)
-                row["max_abs_err"], row["passed"] = compare(out, ref, tol, tol)
-        del kc, vc
-        # ---- prefill, one batch per split kind
-        for split_name, seqs in K["prefill"].items():
-            q_lens = [q_ for q_, _ in seqs]
-            ctxs = [c for _, c in seqs]
-            kc, vc, tables, ctx_t = make_paged(ctxs, KVH, D, bs, dtype, device, seed + 100)
-            loc = torch.tensor([0] + list(itertools_accumulate(q_lens)), dtype=torch.int32, device=device)
-            qp = torch.randn(sum(q_lens), H, D, device=device, dtype=torch.float32).to(dtype)
-            ref = reference.paged_prefill_attention(qp, kc, vc, tables, loc, ctx_t, scale)
-            row = dict(kernel="prefill", impl=impl_name, variant=split_name, dtype=dtype_name, heads=heads,
-                       block=bs, head_dim=D, case=" ".join(f"{a}/{b}" for a, b in seqs) + " (q/ctx)",
-                       atol=tol, rtol=tol)
-            with _row(rows, row):
-                out = mod.paged_prefill_attention(qp, kc, vc, tables, loc, ctx_t, scale)
-                sync(device)
-                row["max_abs_err"], row["passed"] = compare(out, ref, tol, tol)
-            del kc, vc
-        # ---- reshape_and_cache: random distinct slots, some -1
-        n_tok = K["rc_tokens"]
-        num_blocks = n_tok // bs + 8
-        g = torch.Generator().manual_seed(seed)
-        slots = torch.randperm(num_blocks * bs, generator=g)[:n_tok]
-        slots[torch.rand(n_tok, generator=g) < 0.05] = -1
-        slots = slots.to(device)
-        k = torch.randn(n_tok, KVH, D, device=device, dtype=torch.float32).to(dtype)
-        v = torch.randn(n_tok, KVH, D, device=device, dtype=torch.float32).to(dtype)
-        base_k = torch.randn(num_blocks, bs, KVH, D, device=device, dtype=torch.float32).to(dtype)
-        base_v = torch.randn_like(base_k)
-        rk, rv, ck, cv = base_k.clone(), base_v.clone(), base_k.clone(), base_v.clone()
-        reference.reshape_and_cache(k, v, rk, rv, slots)
-        row = dict(kernel="reshape_and_cache", impl=impl_name, variant="-", dtype=dtype_name, heads=heads,
-                   block=bs, head_dim=D, case=f"{n_tok} tokens, 5% slot -1", atol=0.0, rtol=0.0)
-        with _row(rows, row):
-            mod.reshape_and_cache(k, v, ck, cv, slots)
-            sync(device)
-            err = max(compare(ck, rk, 0, 0)[0], compare(cv, rv, 0, 0)[0])
-            row["max_abs_err"], row["passed"] = err, err == 0.0
-        # ---- copy_blocks: disjoint src/dst over several layers
-        L, P = K["cb_layers"], K["cb_pairs"]
-        nb = 2 * P + 4
-        perm = torch.randperm(nb, generator=g)
-        mapping = torch.stack([perm[:P], perm[P:2 * P]], 1).to(device)
-        caches = [torch.randn(nb, bs, KVH, D, device=device, dtype=torch.float32).to(dtype) for _ in range(2 * L)]
-        ref_c = [c.clone() for c in caches]
-        reference.copy_blocks(ref_c[:L], ref_c[L:], mapping)
-        row = dict(kernel="copy_blocks", impl=impl_name, variant="-", dtype=dtype_name, heads=heads,
-                   block=bs, head_dim=D, case=f"{L} layers x {P} pairs", atol=0.0, rtol=0.0)
-        with _row(rows, row):
-            mod.copy_blocks(caches[:L], caches[L:], mapping)
-            sync(device)
-            err = max(compare(a, b, 0, 0)[0] for a, b in zip(caches, ref_c))
-            row["max_abs_err"], row["passed"] = err, err == 0.0
-        del caches, ref_c, base_k, base_v, rk, rv, ck, cv
-
-
-class _row:
-    """Appends row on exit; an exception inside (a kernel that fails to compile or launch) becomes
-    a failing row carrying the error, and the checks go on."""
-
-    def __init__(self, rows, row):
-        self.rows, self.row = rows, row
-
-    def __enter__(self):
-        return self.row
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None and issubclass(exc_type, OuterTimeout):
-            return False
-        if exc_type is not None:
-            self.row.update(max_abs_err=float("nan"), passed=False,
-                            error=f"{exc_type.__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:300])
-            self.row["traceback"] = "".join(traceback.format_exception(exc_type, exc, tb, limit=6))
-        self.rows.append(self.row)
-        return exc_type is None or not issubclass(exc_type, OuterTimeout)
-
-
-def itertools_accumulate(xs):
-    total = 0
-    for x in xs:
-        total += x
-        yield total
-
-
 def section_correctness(ctx: Ctx, sec: dict) -> None:
     import importlib.util
 
     from executor.kernels import torch_ops
+    from executor.kernels.testing import TOLERANCE, check_kernels
 
     rows: list[dict] = []
     device = ctx.device
@@ -466,7 +289,7 @@ def section_correctness(ctx: Ctx, sec: dict) -> None:
             sec["notes"].append(f"Triton kernels: SKIPPED on CPU ({why}); set TRITON_INTERPRET=1 before running "
                                 "to check them under the interpreter at tiny shapes.")
     sec["notes"].append("Tolerances: |out - ref| <= atol + rtol*|ref|, atol = rtol = "
-                        + ", ".join(f"{k} {v:g}" for k, v in TOL.items() if k != "float32")
+                        + ", ".join(f"{k} {v:g}" for k, v in TOLERANCE.items() if k != "float32")
                         + "; reshape_and_cache and copy_blocks must be bit-exact (0). Prefill cases are "
                         "(new tokens / context) per sequence: prompt = no cached context, chunk = continuation "
                         "of a partly computed prompt, prefix-hit = cached prefix a whole number of blocks.")
@@ -474,7 +297,7 @@ def section_correctness(ctx: Ctx, sec: dict) -> None:
     for name, mod, K in jobs:
         t = time.perf_counter()
         try:
-            check_kernels(name, mod, K, device, rows, ctx.deadline)
+            check_kernels(name, mod, K, device, rows, ctx.deadline.remaining, reraise=(OuterTimeout,))
         except OuterTimeout:
             raise
         except Exception:
@@ -512,6 +335,7 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
     import torch.nn.functional as F
 
     from executor import kernels
+    from executor.timing import time_calls
 
     device, B = ctx.device, ctx.S["bw"]
     dtype = torch.bfloat16
@@ -532,7 +356,7 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
     # ---- copy ceiling
     n = B["copy_bytes"] // item
     x = torch.empty(n, dtype=dtype, device=device).normal_()
-    times = time_fn(lambda: x.clone(), device, W, R)
+    times = time_calls(lambda: x.clone(), device, R, W)
     best = min(times)
     copy_gbps = 2 * n * item / best / 1e9
     rows_copy.append(dict(op="tensor.clone (ceiling)", bytes_moved=2 * n * item, time_ms=best * 1e3, GBps=copy_gbps))
@@ -557,7 +381,7 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
             lens = torch.full((batch,), ctx_len, dtype=torch.int32, device=device)
             q = torch.empty(batch, H, D, dtype=dtype, device=device).normal_()
             fn = lambda: kernels.paged_attention_decode(q, kc, vc, tables, lens, scale)  # noqa: E731
-            t_kernel = statistics.median(time_fn(fn, device, W, R))
+            t_kernel = statistics.median(time_calls(fn, device, R, W))
             out = fn()
             kv_bytes = 2 * batch * ctx_len * KVH * D * item
             k_bytes = kv_bytes + 2 * batch * H * D * item + tables.numel() * 4
@@ -569,7 +393,7 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
                 v = vc[tables.long()].view(batch, nb * bs, KVH, D)[:, :ctx_len].transpose(1, 2).contiguous()
                 return k, v
 
-            t_gather = statistics.median(time_fn(gather, device, W, R))
+            t_gather = statistics.median(time_calls(gather, device, R, W))
             k, v = gather()
             q4 = q.view(batch, H, 1, D)
             gqa = KVH != H
@@ -583,7 +407,7 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
                 v = v.repeat_interleave(H // KVH, dim=1)
                 sdpa = lambda: F.scaled_dot_product_attention(q4, k, v, scale=scale)  # noqa: E731
                 ref = sdpa()
-            t_sdpa = statistics.median(time_fn(sdpa, device, W, R))
+            t_sdpa = statistics.median(time_calls(sdpa, device, R, W))
             err = float((ref.view(batch, H, D).float() - out.float()).abs().max())
             row.update(sdpa_ms=t_sdpa * 1e3, sdpa_GBps=kv_bytes / t_sdpa / 1e9, gather_ms=t_gather * 1e3,
                        sdpa_over_kernel=t_sdpa / t_kernel, sdpa_plus_gather_over_kernel=(t_sdpa + t_gather) / t_kernel,
@@ -607,7 +431,7 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
     vc = torch.zeros_like(kc)
     k = torch.empty(n_tok, KVH, D, dtype=dtype, device=device).normal_()
     v = torch.empty_like(k).normal_()
-    t = statistics.median(time_fn(lambda: kernels.reshape_and_cache(k, v, kc, vc, slots), device, W, R))
+    t = statistics.median(time_calls(lambda: kernels.reshape_and_cache(k, v, kc, vc, slots), device, R, W))
     moved = 2 * 2 * n_tok * KVH * D * item  # read k, v; write them
     rows_ops.append(dict(op="reshape_and_cache", shape=f"{n_tok} tokens x {KVH} heads x {D}", bytes_moved=moved,
                          time_ms=t * 1e3, GBps=moved / t / 1e9, frac_of_copy=moved / t / 1e9 / copy_gbps))
@@ -618,7 +442,7 @@ def section_bandwidth(ctx: Ctx, sec: dict) -> None:
     mapping = torch.stack([perm[:P], perm[P:2 * P]], 1).to(device)
     kcs = [torch.zeros(nbk, bs, KVH, D, dtype=dtype, device=device) for _ in range(L)]
     vcs = [torch.zeros(nbk, bs, KVH, D, dtype=dtype, device=device) for _ in range(L)]
-    t = statistics.median(time_fn(lambda: kernels.copy_blocks(kcs, vcs, mapping), device, W, R))
+    t = statistics.median(time_calls(lambda: kernels.copy_blocks(kcs, vcs, mapping), device, R, W))
     moved = 2 * 2 * L * P * bs * KVH * D * item  # K and V blocks, read + write
     rows_ops.append(dict(op="copy_blocks", shape=f"{L} layers x {P} pairs x block {bs}", bytes_moved=moved,
                          time_ms=t * 1e3, GBps=moved / t / 1e9, frac_of_copy=moved / t / 1e9 / copy_gbps))
@@ -760,13 +584,15 @@ def run_engine(ctx: Ctx, sec: dict) -> dict:
 def run_hf(ctx: Ctx, sec: dict) -> dict:
     import torch
 
+    from executor.timing import synchronize
+
     hf, device, reqs = ctx.hf, ctx.device, ctx.requests
     bsz = ctx.S["hf_batch"]
     budget = min(ctx.S["hf_cap_s"], max(3.0, ctx.deadline.remaining() - 12))
     # warmup (cuBLAS, kernels)
     hf.generate(torch.tensor([[5] * 8], device=device), attention_mask=torch.ones(1, 8, dtype=torch.long, device=device),
                 max_new_tokens=2, min_new_tokens=2, do_sample=False, pad_token_id=0)
-    sync(device)
+    synchronize(device)
     batches = [list(range(i, min(len(reqs), i + bsz))) for i in range(0, len(reqs), bsz)]
     done, outputs = [], {}
     spent = 0.0
@@ -784,13 +610,13 @@ def run_hf(ctx: Ctx, sec: dict) -> dict:
             ids[j, L - len(p):] = torch.tensor(p)
             mask[j, L - len(p):] = 1
         ids, mask = ids.to(device), mask.to(device)
-        sync(device)
+        synchronize(device)
         t = time.perf_counter()
         # max_time: HF's own stopping criterion, so even a first batch slower than expected ends
         # inside the budget; a cut batch counts only the tokens it produced.
         out = hf.generate(ids, attention_mask=mask, max_new_tokens=m, min_new_tokens=m, do_sample=False, pad_token_id=0,
                           max_time=max(1.0, budget - spent))
-        sync(device)
+        synchronize(device)
         dt = time.perf_counter() - t
         spent += dt
         new = out[:, L:].cpu()
@@ -904,78 +730,36 @@ def section_end_to_end(ctx: Ctx, sec: dict) -> None:
 # ------------------------------------------------------------------------------------- 4. profile
 
 def section_profile(ctx: Ctx, sec: dict) -> None:
+    """Step times of the section 3 model at a few shapes, measured by executor.profiler (the same
+    code that profiles for the simulator's `profiled` cost model), on the wall clock."""
     import torch
 
-    from executor.cache_engine import CacheEngine, num_gpu_blocks
-    from executor.engine import EngineConfig, LLMEngine
-    from pagesim.core import SamplingParams
+    from executor.profiler import ProfileGrid, profile_engine
 
     if ctx.lm is None:
         raise RuntimeError("no model: building it failed (see section 3)")
-    lm, device, P = ctx.lm, ctx.device, ctx.S["profile"]
-    bs, reps = 16, P["reps"]
-    ctx_len = P["decode_ctx"]
-    max_b = max(P["decode_batch"])
-    need = max_b * math.ceil((ctx_len + reps + 4) / bs) + 2 * math.ceil(max(P["prefill"]) / bs) + 16
-    block_bytes = CacheEngine.bytes_per_block(lm.num_layers, lm.num_kv_heads, lm.head_dim, bs, lm.dtype)
-    n_blocks = num_gpu_blocks(block_bytes, device, num_blocks=need)
-    budget_tokens = max(4096, max(P["prefill"]))
-    engine = LLMEngine(lm, EngineConfig(block_size=bs, num_gpu_blocks=n_blocks, num_cpu_blocks=16, max_num_seqs=max_b,
-                                        max_num_batched_tokens=budget_tokens))
-    greedy = dict(temperature=0.0, ignore_eos=True)
-    engine.generate([[7] * 64, [8] * 80], SamplingParams(max_tokens=3, **greedy))  # warmup
-    rng = random.Random(0)
-    vocab = lm.vocab_size
-    prompt = lambda n: [rng.randrange(4, vocab) for _ in range(n)]  # noqa: E731
-    now = [0.0]
-
-    def step():
-        now[0] += 1.0
-        return engine.step(now[0])
-
-    rows, raw = [], []
-    for n in P["prefill"]:
-        times = []
-        for r in range(reps + 1):  # the first one is a warmup
-            engine.add_request(prompt(n), SamplingParams(max_tokens=1, **greedy))
-            st = step()
-            assert st.out.num_prefill_tokens == n and st.out.num_decode_seqs == 0, (n, st.out.num_prefill_tokens)
-            while engine.has_unfinished():
-                step()
-            if r:
-                times.append(st.seconds)
-        rec = dict(kind="prefill", num_seqs=1, prefill_tokens=n, decode_seqs=0, context=n,
-                   median_ms=statistics.median(times) * 1e3, min_ms=min(times) * 1e3, reps=len(times),
-                   step_s=times)
-        raw.append(rec)
-    for b in P["decode_batch"]:
-        # prompts of ctx_len - 1: the first decode step then reads a context of ctx_len
-        for _ in range(b):
-            engine.add_request(prompt(ctx_len - 1), SamplingParams(max_tokens=reps + 2, **greedy))
-        times, contexts, first = [], [], None
-        while engine.has_unfinished():
-            st = step()
-            if st.out.num_prefill_tokens == 0 and st.out.num_decode_seqs == b:
-                if first is None:  # warmup: the first decode step
-                    first = st.seconds
-                elif len(times) < reps:
-                    times.append(st.seconds)
-                    contexts.append(ctx_len + len(times))
-        if not times:
-            raise RuntimeError(f"decode batch {b}: no full decode steps observed")
-        raw.append(dict(kind="decode", num_seqs=b, prefill_tokens=0, decode_seqs=b, context=ctx_len,
-                        median_ms=statistics.median(times) * 1e3, min_ms=min(times) * 1e3, reps=len(times),
-                        step_s=times, contexts=contexts, first_step_s=first))
-    for r in raw:
-        rows.append({k: v for k, v in r.items() if k not in ("step_s", "contexts", "first_step_s")})
+    device, P = ctx.device, ctx.S["profile"]
+    grid = ProfileGrid(prefill=[(1, n) for n in P["prefill"]], decode=[(b, P["decode_ctx"]) for b in P["decode_batch"]],
+                       swap_blocks=[], copy_blocks=[], reps=P["reps"])
+    data = profile_engine(ctx.lm, grid, clock="wall", model_spec=ctx.S["model"])
+    raw = []
+    for step in data["steps"]:
+        shape, times = step["shape"], step["samples"]
+        decode_seqs = shape["num_decode_seqs"]
+        raw.append(dict(kind=step["kind"], num_seqs=shape["num_prefill_seqs"] or decode_seqs,
+                        prefill_tokens=shape["num_prefill_tokens"], decode_seqs=decode_seqs,
+                        context=shape["decode_context_tokens"] // decode_seqs if decode_seqs else shape["num_prefill_tokens"],
+                        median_ms=step["seconds"] * 1e3, min_ms=min(times) * 1e3, reps=len(times), step_s=times))
+    rows = [{k: v for k, v in r.items() if k != "step_s"} for r in raw]
     sec["notes"].append(f"LLMEngine.step() wall time (schedule + forward + sampling; synchronised on CUDA) on the "
-                        f"section 3 model ({ctx.S['model']}), block 16, one sequence per prefill shape; decode "
-                        f"shapes after prompts of {ctx_len - 1} tokens (first decode step reads {ctx_len} tokens, "
-                        f"discarded as warmup; the next {reps} are timed, contexts {ctx_len + 1}..{ctx_len + reps}).")
+                        f"section 3 model ({ctx.S['model']}), block 16, measured by executor.profiler (one warmup "
+                        f"generate first; {P['reps']} steps per shape, median): one sequence per prefill shape; decode "
+                        f"batches after prompts of {P['decode_ctx'] - 1} tokens (context = the middle timed step's, "
+                        "per sequence).")
     sec["tables"].append(dict(title=None, columns=["kind", "num_seqs", "prefill_tokens", "decode_seqs", "context",
                                                    "median_ms", "min_ms", "reps"], rows=rows))
     sec["data"]["shapes"] = raw
-    del engine
+    sec["data"]["profile_wall_s"] = data["profile_wall_s"]
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -1040,9 +824,8 @@ def section_calibration(ctx: Ctx, sec: dict) -> None:
 
 def section_paper_figs(ctx: Ctx, sec: dict) -> None:
     """Figs. 18a and 19a measured on this device by the figure scripts' own functions."""
-    sys.path.insert(0, str(ROOT / "experiments"))
-    from fig18_block_size import KERNEL_SHAPES, SMOKE_KERNEL_SHAPES, measure_kernel_latency
-    from fig19_swap_recompute import SMOKE_BLOCK_SIZES, SMOKE_MICRO, measure_swap_recompute
+    from experiments.fig18_block_size import KERNEL_SHAPES, SMOKE_KERNEL_SHAPES, measure_kernel_latency
+    from experiments.fig19_swap_recompute import SMOKE_BLOCK_SIZES, SMOKE_MICRO, measure_swap_recompute
 
     tiny = ctx.mode == "cpu-tiny"
     kernel = measure_kernel_latency(str(ctx.device), SMOKE_KERNEL_SHAPES if tiny else KERNEL_SHAPES, reps=3 if tiny else None)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent
 ROOT = EXPERIMENTS.parent
-sys.path.insert(0, str(EXPERIMENTS))
 
-from paper import ARXIV, DEFAULT_OUT_DIR, read_verdicts  # noqa: E402
+from experiments.figures import DEFAULT_OUT_DIR, read_verdicts
+from experiments.paper import ARXIV
 
 SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
 # Measured wall times at the default settings (s), to start the slowest first; unknown ones go first.
@@ -93,7 +93,10 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
     logs.mkdir(parents=True, exist_ok=True)
     queue = sorted(figures, key=lambda f: -EXPECTED_S.get(f.key, 10_000))
     running: list[Figure] = []
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
+    # this checkout first on the path: the scripts import `experiments` and `pagesim` from it
+    pythonpath = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1",
+               PYTHONPATH=pythonpath)
     t0 = time.perf_counter()
     with _progress(progress) as bar:
         overall = bar.add_task("all figures", total=len(figures)) if bar else None

@@ -30,17 +30,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from pagesim.sim import beam_model  # noqa: E402
-from pagesim.sim.engine import ReplayConfig, replay  # noqa: E402
-from pagesim.workload.trace import Trace, load_trace  # noqa: E402
+from pagesim.sim import beam_model
+from pagesim.sim.engine import ReplayConfig, replay
+from pagesim.workload.trace import Trace, load_trace
 
 # Fig. 15's paper numbers live in experiments/paper.py (the one place for them); the figure
 # script experiments/fig15_memory_saving.py runs sim_fig15 below.
-from experiments.paper import FIG15_ALPACA_SAVING as FIG15_ALPACA  # noqa: E402
-from experiments.paper import FIG15_SHAREGPT_SAVING_RANGE as FIG15_SHAREGPT_RANGE  # noqa: E402
-from experiments.paper import FIG15_WIDTHS as WIDTHS  # noqa: E402
+from experiments.paper import FIG15_ALPACA_SAVING as FIG15_ALPACA
+from experiments.paper import FIG15_SHAREGPT_SAVING_RANGE as FIG15_SHAREGPT_RANGE
+from experiments.paper import FIG15_WIDTHS as WIDTHS
 SETUP = dict(model="opt-13b", gpu="a100-40gb", tp=1)
 SIM_RUNS = {"alpaca": dict(rate=15.0, num_requests=2000), "sharegpt": dict(rate=1.0, num_requests=1000)}
 EXEC_POOL = dict(block_size=16, num_gpu_blocks=1024, max_num_seqs=64)

@@ -10,8 +10,11 @@ The executor part imports torch; the rest of this module does not.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pagesim.core.config import ServingConfig
+from pagesim.workload.requests import WorkloadConfig
 
 # (label, summary key): the quantities the calibration reports
 METRICS = (
@@ -61,6 +64,16 @@ class CompareSettings:
     sim_model: str = "smollm2-135m"  # catalog entry; the simulator only uses it to size the host pool
     cost_model: str = "profiled"  # the simulator's; against an endpoint without a profile, e.g. roofline
     gpu: str = "a100-40gb"  # catalog GPU, for cost models other than profiled
+
+    def serving(self, system: str) -> ServingConfig:
+        """The serving system both drivers run for `system` (e.g. paged-swap)."""
+        policy, preemption = parse_system(system)
+        return ServingConfig(policy=policy, preemption=preemption, block_size=self.block_size,
+                             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                             max_model_len=self.max_model_len)
+
+    def workload(self) -> WorkloadConfig:
+        return WorkloadConfig(rate=self.rate, num_requests=self.num_requests, seed=self.seed)
 
 
 @dataclass
@@ -112,15 +125,12 @@ def simulate(trace, system: str, settings: CompareSettings, profile_path: str | 
     from pagesim.sim.engine import Replay, ReplayConfig
     from pagesim.sim.specs import get_model
 
-    policy, preemption = parse_system(system)
     spec = get_model(settings.sim_model)
     # a swap space of exactly num_cpu_blocks blocks as the simulator sizes blocks (Replay divides
     # swap_space_gib * 2**30 by the block's bytes; dividing by 2**30 is exact in floating point)
     block_bytes = spec.kv_bytes_per_token * settings.block_size
-    cfg = ReplayConfig(model=settings.sim_model, policy=policy, preemption=preemption, block_size=settings.block_size,
-                       rate=settings.rate, num_requests=settings.num_requests, seed=settings.seed,
-                       max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
-                       max_model_len=settings.max_model_len, num_gpu_blocks=settings.num_gpu_blocks,
+    cfg = ReplayConfig(**asdict(settings.serving(system)), **asdict(settings.workload()), model=settings.sim_model,
+                       num_gpu_blocks=settings.num_gpu_blocks,
                        swap_space_gib=settings.num_cpu_blocks * block_bytes / 2**30,
                        cost_model=settings.cost_model, gpu=settings.gpu,
                        profile=str(profile_path) if profile_path else None)
@@ -135,12 +145,9 @@ def execute(lm, trace, system: str, settings: CompareSettings, progress=None):
     from executor.engine import EngineConfig
     from executor.run import RunConfig, run_trace
 
-    policy, preemption = parse_system(system)
-    engine_cfg = EngineConfig(policy=policy, block_size=settings.block_size, num_gpu_blocks=settings.num_gpu_blocks,
-                              num_cpu_blocks=settings.num_cpu_blocks, max_num_seqs=settings.max_num_seqs,
-                              max_num_batched_tokens=settings.max_num_batched_tokens,
-                              max_model_len=settings.max_model_len, preemption=preemption)
-    run_cfg = RunConfig(rate=settings.rate, num_requests=settings.num_requests, seed=settings.seed, clock=settings.clock)
+    engine_cfg = EngineConfig(**asdict(settings.serving(system)), num_gpu_blocks=settings.num_gpu_blocks,
+                              num_cpu_blocks=settings.num_cpu_blocks)
+    run_cfg = RunConfig(**asdict(settings.workload()), clock=settings.clock)
     return run_trace(lm, trace, engine_cfg, run_cfg, progress=progress)
 
 

@@ -1,10 +1,16 @@
-"""Random paged caches for checking kernels against their references (tests, gpu_check)."""
+"""Checking kernels against their references: random paged caches, the tolerances, and the
+checks themselves (tests/executor, experiments/gpu_check.py)."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import traceback
+from typing import Callable
 
 import torch
+
+from executor.timing import synchronize
 
 
 def random_paged_cache(ctx_lens, num_kv_heads: int, head_dim: int, block_size: int, dtype, seed: int = 0,
@@ -27,3 +33,138 @@ def random_paged_cache(ctx_lens, num_kv_heads: int, head_dim: int, block_size: i
         used += n
     ctx = torch.tensor(ctx_lens, dtype=torch.int32)
     return key_cache.to(device), value_cache.to(device), tables.to(device), ctx.to(device)
+
+
+# Kernel outputs against the references: |out - ref| <= atol + rtol * |ref|, atol = rtol = this
+# per dtype; the cache ops (reshape_and_cache, copy_blocks) must be bit-exact.
+TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 2e-2}
+
+
+def max_abs_error(actual, expected, atol: float, rtol: float) -> tuple[float, bool]:
+    """(largest |actual - expected|, every element within atol + rtol * |expected|)."""
+    a, e = actual.float(), expected.float()
+    if a.numel() == 0:
+        return 0.0, True
+    diff = (a - e).abs()
+    max_abs = float(diff.max())
+    ok = bool(((diff <= atol + rtol * e.abs()) | (a == e)).all()) and math.isfinite(max_abs)
+    return max_abs, ok
+
+
+def _decode_impls(impl_name, mod, split_tokens):
+    """(label, fn) decode variants to check for one implementation."""
+    out = [("auto", mod.paged_attention_decode)]
+    if impl_name.startswith("triton"):
+        out.append(("one-pass", lambda *a: mod.paged_attention_decode_partitioned(*a, None)))
+        out.append((f"split-{split_tokens}", lambda *a: mod.paged_attention_decode_partitioned(*a, split_tokens)))
+    return out
+
+
+def check_kernels(impl_name: str, mod, K: dict, device, rows: list[dict], time_left: Callable[[], float] = lambda: math.inf,
+                  reraise: tuple[type[BaseException], ...] = ()) -> None:
+    """Check one implementation (a module with the kernels' functions) against the references on
+    random paged caches, appending one row per check to `rows`: decode (every variant), prefill
+    (each split kind of K["prefill"]), reshape_and_cache and copy_blocks (bit-exact), for each
+    (dtype, (heads, kv heads), block size) of K["combos"]. A kernel that raises becomes a failing
+    row with the error; exceptions in `reraise` (an outer timeout) go through."""
+    from executor.kernels import reference
+
+    D = K["head_dim"]
+    scale = D ** -0.5
+    seed = 0
+    for dtype_name, (H, KVH), bs in K["combos"]:
+        dtype = getattr(torch, dtype_name)
+        tol = TOLERANCE[dtype_name]
+        heads = f"{H}/{KVH}"
+        if time_left() < 5:
+            raise TimeoutError("out of time for the kernel checks")
+        seed += 1
+        # ---- decode
+        ctx = K["decode_ctx"]
+        kc, vc, tables, ctx_t = random_paged_cache(ctx, KVH, D, bs, dtype, seed, device=device)
+        q = torch.randn(len(ctx), H, D, device=device, dtype=torch.float32).to(dtype)
+        ref = reference.paged_attention_decode(q, kc, vc, tables, ctx_t, scale)
+        split = K["split_tokens"] or max(32, bs)
+        split = max(split, max(32, bs))
+        for label, fn in _decode_impls(impl_name, mod, split):
+            row = dict(kernel="decode", impl=impl_name, variant=label, dtype=dtype_name, heads=heads,
+                       block=bs, head_dim=D, case=f"ctx {min(ctx)}..{max(ctx)} x{len(ctx)} (partial blocks)",
+                       atol=tol, rtol=tol)
+            with CheckRow(rows, row, reraise):
+                out = fn(q, kc, vc, tables, ctx_t, scale)
+                synchronize(device)
+                row["max_abs_err"], row["passed"] = max_abs_error(out, ref, tol, tol)
+        del kc, vc
+        # ---- prefill, one batch per split kind
+        for split_name, seqs in K["prefill"].items():
+            q_lens = [q_ for q_, _ in seqs]
+            ctxs = [c for _, c in seqs]
+            kc, vc, tables, ctx_t = random_paged_cache(ctxs, KVH, D, bs, dtype, seed + 100, device=device)
+            loc = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32, device=device)
+            qp = torch.randn(sum(q_lens), H, D, device=device, dtype=torch.float32).to(dtype)
+            ref = reference.paged_prefill_attention(qp, kc, vc, tables, loc, ctx_t, scale)
+            row = dict(kernel="prefill", impl=impl_name, variant=split_name, dtype=dtype_name, heads=heads,
+                       block=bs, head_dim=D, case=" ".join(f"{a}/{b}" for a, b in seqs) + " (q/ctx)",
+                       atol=tol, rtol=tol)
+            with CheckRow(rows, row, reraise):
+                out = mod.paged_prefill_attention(qp, kc, vc, tables, loc, ctx_t, scale)
+                synchronize(device)
+                row["max_abs_err"], row["passed"] = max_abs_error(out, ref, tol, tol)
+            del kc, vc
+        # ---- reshape_and_cache: random distinct slots, some -1
+        n_tok = K["rc_tokens"]
+        num_blocks = n_tok // bs + 8
+        g = torch.Generator().manual_seed(seed)
+        slots = torch.randperm(num_blocks * bs, generator=g)[:n_tok]
+        slots[torch.rand(n_tok, generator=g) < 0.05] = -1
+        slots = slots.to(device)
+        k = torch.randn(n_tok, KVH, D, device=device, dtype=torch.float32).to(dtype)
+        v = torch.randn(n_tok, KVH, D, device=device, dtype=torch.float32).to(dtype)
+        base_k = torch.randn(num_blocks, bs, KVH, D, device=device, dtype=torch.float32).to(dtype)
+        base_v = torch.randn_like(base_k)
+        rk, rv, ck, cv = base_k.clone(), base_v.clone(), base_k.clone(), base_v.clone()
+        reference.reshape_and_cache(k, v, rk, rv, slots)
+        row = dict(kernel="reshape_and_cache", impl=impl_name, variant="-", dtype=dtype_name, heads=heads,
+                   block=bs, head_dim=D, case=f"{n_tok} tokens, 5% slot -1", atol=0.0, rtol=0.0)
+        with CheckRow(rows, row, reraise):
+            mod.reshape_and_cache(k, v, ck, cv, slots)
+            synchronize(device)
+            err = max(max_abs_error(ck, rk, 0, 0)[0], max_abs_error(cv, rv, 0, 0)[0])
+            row["max_abs_err"], row["passed"] = err, err == 0.0
+        # ---- copy_blocks: disjoint src/dst over several layers
+        L, P = K["cb_layers"], K["cb_pairs"]
+        nb = 2 * P + 4
+        perm = torch.randperm(nb, generator=g)
+        mapping = torch.stack([perm[:P], perm[P:2 * P]], 1).to(device)
+        caches = [torch.randn(nb, bs, KVH, D, device=device, dtype=torch.float32).to(dtype) for _ in range(2 * L)]
+        ref_c = [c.clone() for c in caches]
+        reference.copy_blocks(ref_c[:L], ref_c[L:], mapping)
+        row = dict(kernel="copy_blocks", impl=impl_name, variant="-", dtype=dtype_name, heads=heads,
+                   block=bs, head_dim=D, case=f"{L} layers x {P} pairs", atol=0.0, rtol=0.0)
+        with CheckRow(rows, row, reraise):
+            mod.copy_blocks(caches[:L], caches[L:], mapping)
+            synchronize(device)
+            err = max(max_abs_error(a, b, 0, 0)[0] for a, b in zip(caches, ref_c))
+            row["max_abs_err"], row["passed"] = err, err == 0.0
+        del caches, ref_c, base_k, base_v, rk, rv, ck, cv
+
+
+class CheckRow:
+    """Appends row on exit; an exception inside (a kernel that fails to compile or launch) becomes
+    a failing row carrying the error, and the checks go on (except for the `reraise` kinds)."""
+
+    def __init__(self, rows: list[dict], row: dict, reraise: tuple[type[BaseException], ...] = ()):
+        self.rows, self.row, self.reraise = rows, row, reraise
+
+    def __enter__(self):
+        return self.row
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and issubclass(exc_type, self.reraise):
+            return False
+        if exc_type is not None:
+            self.row.update(max_abs_err=float("nan"), passed=False,
+                            error=f"{exc_type.__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:300])
+            self.row["traceback"] = "".join(traceback.format_exception(exc_type, exc, tb, limit=6))
+        self.rows.append(self.row)
+        return True

@@ -3,8 +3,6 @@ reports/paper.md. The work is experiments/run_all.py's; this is its CLI face."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -12,18 +10,6 @@ import typer
 
 from pagesim.cli import app
 from pagesim.cli.checks import OUT_DIR, POSITIVE_INT, fail
-
-RUN_ALL = Path(__file__).resolve().parents[2] / "experiments" / "run_all.py"
-
-
-def _run_all():
-    if not RUN_ALL.exists():
-        fail(f"{RUN_ALL} not found: `pagesim figures` needs the source checkout (experiments/)")
-    spec = importlib.util.spec_from_file_location("pagesim_run_all", RUN_ALL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @app.command()
@@ -38,7 +24,11 @@ def figures(
     from rich.console import Console
     from rich.table import Table
 
-    run_all = _run_all()
+    try:
+        from experiments import run_all
+    except ImportError:
+        fail("the `experiments` package is not importable: `pagesim figures` needs the source checkout "
+             "(run it from the repository root, or `pip install -e .` there)")
     if full and smoke:
         fail("--full and --smoke exclude each other")
     try:

@@ -13,20 +13,13 @@ import typer
 from pagesim.cli import app
 from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
                                 check_workload, fail, load_trace_file, progress_bar, warn)
+from pagesim.core.config import CHOICES
+from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 
-
-class Policy(str, enum.Enum):
-    paged = "paged"
-    orca_max = "orca-max"
-    orca_pow2 = "orca-pow2"
-    orca_oracle = "orca-oracle"
-    static = "static"
-
-
-class Preemption(str, enum.Enum):
-    recompute = "recompute"
-    swap = "swap"
-    auto = "auto"
+# The options' choices and defaults come from the one serving configuration (pagesim.core.config).
+Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
+Preemption = enum.Enum("Preemption", {name: name for name in CHOICES["preemption"]}, type=str)
+BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, the model's max length))"
 
 
 @app.command()
@@ -36,21 +29,22 @@ def replay(
     model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs)"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
     tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
-    policy: Policy = typer.Option(Policy.paged, help="KV cache system"),
-    block_size: int = typer.Option(16, parser=POSITIVE_INT, help="tokens per KV block"),
-    preemption: Preemption = typer.Option(Preemption.auto, help="auto: recompute single sequences, swap groups"),
+    policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
+    block_size: int = typer.Option(DEFAULTS.block_size, parser=POSITIVE_INT, help="tokens per KV block"),
+    preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
     rate: float = typer.Option(1.0, parser=NON_NEGATIVE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
     burstiness: float = typer.Option(1.0, parser=POSITIVE, help="gamma arrivals: shape; 1.0 is Poisson"),
     num_requests: int = typer.Option(1000, parser=POSITIVE_INT, help="requests to replay (the trace is cycled if it holds "
                                      "fewer)"),
     duration: Optional[float] = typer.Option(None, parser=POSITIVE, help="seconds of arrivals instead of a request count"),
-    max_num_seqs: int = typer.Option(256, parser=COUNT, help="sequences running at once, at most"),
-    max_num_batched_tokens: int = typer.Option(2560, parser=POSITIVE_INT, help="tokens computed in one step, at most"),
+    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=COUNT, help="sequences running at once, at most"),
+    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=POSITIVE_INT,
+                                                         help=BATCHED_TOKENS_HELP),
     swap_space: float = typer.Option(4.0, parser=NON_NEGATIVE, help="GiB of host memory per GPU for swapped blocks"),
     num_gpu_blocks: Optional[int] = typer.Option(None, parser=COUNT, help="KV pool size in blocks (default: sized from "
                                                  "model and GPU)"),
-    prefix_caching: bool = typer.Option(False, help="automatic prefix caching"),
-    chunked_prefill: bool = typer.Option(False, help="split prompts to fill the token budget"),
+    prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, help="automatic prefix caching"),
+    chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, help="split prompts to fill the token budget"),
     n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples for every request"),
     beam_width: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="beam search of this width for every request "
                                              "(simulated beam ancestry: pagesim/sim/beam_model.py)"),

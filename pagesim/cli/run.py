@@ -11,7 +11,7 @@ from pagesim.cli import app
 from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
                                 check_workload, fail, load_trace_file, progress_bar, warn)
 from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
-from pagesim.cli.replay import Policy, Preemption, emit_results
+from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption, emit_results
 
 
 @app.command()
@@ -22,21 +22,22 @@ def run(
     device: str = typer.Option("cpu", help="cpu or cuda"),
     dtype: Optional[str] = typer.Option(None, parser=dtype_name, help="float32, float16 or bfloat16 (default: fp32 on CPU, "
                                         "the checkpoint's on GPU)"),
-    policy: Policy = typer.Option(Policy.paged, help="KV cache system"),
-    block_size: int = typer.Option(16, parser=POSITIVE_INT, help="tokens per KV block"),
-    preemption: Preemption = typer.Option(Preemption.auto, help="auto: recompute single sequences, swap groups"),
+    policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
+    block_size: int = typer.Option(DEFAULTS.block_size, parser=POSITIVE_INT, help="tokens per KV block"),
+    preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
     rate: float = typer.Option(1.0, parser=NON_NEGATIVE, help="arrival rate in req/s (0: the trace's own arrival times)"),
     burstiness: float = typer.Option(1.0, parser=POSITIVE, help="gamma arrivals: shape; 1.0 is Poisson"),
     num_requests: int = typer.Option(16, parser=POSITIVE_INT, help="requests to serve"),
     duration: Optional[float] = typer.Option(None, parser=POSITIVE, help="seconds of arrivals instead of a request count"),
-    max_num_seqs: int = typer.Option(64, parser=COUNT, help="sequences running at once, at most"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="tokens per step, at most "
-                                                         "(default: max(2048, model length))"),
-    max_model_len: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="longest sequence (default: the model's)"),
+    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=COUNT, help="sequences running at once, at most"),
+    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=POSITIVE_INT,
+                                                         help=BATCHED_TOKENS_HELP),
+    max_model_len: Optional[int] = typer.Option(DEFAULTS.max_model_len, parser=POSITIVE_INT,
+                                                help="longest sequence (default: the model's)"),
     num_gpu_blocks: int = typer.Option(1024, parser=COUNT, help="KV blocks in the device pool"),
     num_cpu_blocks: int = typer.Option(1024, parser=COUNT, help="KV blocks in the host (swap) pool"),
-    prefix_caching: bool = typer.Option(False, help="automatic prefix caching"),
-    chunked_prefill: bool = typer.Option(False, help="split prompts to fill the token budget"),
+    prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, help="automatic prefix caching"),
+    chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, help="split prompts to fill the token budget"),
     n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples for every request"),
     beam_width: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="beam search of this width for every request"),
     warmup: float = typer.Option(0.0, parser=NON_NEGATIVE, help="leave requests arriving in the first S seconds out of "

@@ -8,12 +8,14 @@ from pagesim.core.paged import BlockPool, PagedKVManager
 from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from pagesim.core.reservation import ReservationKVManager
 from pagesim.core.policies import POLICIES, PoolConfig, make_kv_manager, make_scheduler
-from pagesim.core.scheduler import Sample, Scheduler, SchedulerConfig, SchedulerOutput, StepResult
+from pagesim.core.scheduler import Scheduler, SchedulerConfig
+from pagesim.core.config import DEFAULT_MAX_NUM_BATCHED_TOKENS, ServingConfig
+from pagesim.core.step import BatchShape, Sample, SchedulerOutput, StepResult
 
 __all__ = [
-    "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
+    "BatchShape", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
     "CannotServe", "CoreError", "DoubleFree", "NegativeRefcount", "OutOfBlocks", "SchedulerStalled",
     "BlockPool", "BuddyAllocator", "FirstFitAllocator", "KVCacheManager", "PagedKVManager",
     "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
-    "SchedulerOutput", "Sequence", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",
+    "SchedulerOutput", "Sequence", "ServingConfig", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",
 ]

@@ -34,7 +34,11 @@ class KVCacheManager(ABC):
     num_device_blocks: int
     supports_swap: bool = False
     tracks_computed: bool = False  # wants on_computed() after every step
-    allocates_on_demand: bool = False  # takes blocks as sequences grow (see append_block)
+    max_model_len: int | None = None  # the length a manager that reserves ahead sizes for
+    # A forked group re-admitted after a recompute: its later sequences share the first one's
+    # prompt blocks, computed in the same step. The scheduler turns this off under chunked
+    # prefill, where the first sequence may not finish its prompt in that step.
+    share_on_readmission: bool = True
 
     def __init__(self) -> None:
         # Copy-on-write and fork copies the scheduler hands to the executor, drained every step.
@@ -76,8 +80,13 @@ class KVCacheManager(ABC):
         """Make the block table cover num_computed_tokens + num_new_tokens. Callers check
         blocks_needed first; running out here is a bug."""
 
+    @abstractmethod
+    def steps_until_new_block(self, seq: Sequence) -> float:
+        """Decode steps (one token each) seq can take in the blocks it holds: at the next one
+        it needs a new block. math.inf for a manager that reserved everything at admission."""
+
     def append_block(self, seq: Sequence) -> None:
-        """Give seq one more block at the end of its table (managers that allocate on demand)."""
+        """Give seq one more block at the end of its table (when steps_until_new_block says)."""
         raise NotImplementedError(f"{type(self).__name__} does not allocate on demand")
 
     @abstractmethod

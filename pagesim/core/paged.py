@@ -107,7 +107,6 @@ def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fas
 
 class PagedKVManager(KVCacheManager):
     supports_swap = True
-    allocates_on_demand = True
 
     def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
                  enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key):
@@ -119,9 +118,6 @@ class PagedKVManager(KVCacheManager):
         self.host = BlockPool(num_host_blocks)
         self.enable_prefix_caching = enable_prefix_caching
         self.tracks_computed = enable_prefix_caching
-        # Without chunked prefill a re-admitted group's first sequence computes its whole prompt
-        # in one step, so its siblings can share those blocks at once (the scheduler sets this).
-        self.share_on_readmission = True
         # Admission keeps this many blocks free, so a newly admitted group does not force a
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
@@ -243,6 +239,9 @@ class PagedKVManager(KVCacheManager):
                 self.pending_copies.append((last, copy))
         for _ in range(self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)):
             table.append(self.device.allocate())
+
+    def steps_until_new_block(self, seq: Sequence) -> int:
+        return len(seq.block_table) * self.block_size - seq.num_computed_tokens
 
     def append_block(self, seq: Sequence) -> None:
         seq.block_table.append(self.device.allocate())

@@ -12,6 +12,7 @@ Nothing is ever allocated after admission, so these baselines never preempt or s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator, round_up_pow2
@@ -121,6 +122,9 @@ class ReservationKVManager(KVCacheManager):
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:
         self.blocks_needed(seq, num_new_tokens)
+
+    def steps_until_new_block(self, seq: Sequence) -> float:
+        return math.inf  # the reservation covers every token the sequence will hold
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         # The child gets a range of its own and a copy of everything the parent has computed.

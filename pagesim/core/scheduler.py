@@ -18,11 +18,11 @@ import bisect
 import itertools
 import math
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Iterator
+from dataclasses import dataclass
 
 from pagesim.core.kv_manager import KVCacheManager
 from pagesim.core.request import Request, Sequence, SequenceGroup, SequenceStatus
+from pagesim.core.step import Sample, SchedulerOutput, StepResult
 
 PREEMPTION_MODES = ("recompute", "swap", "auto")
 BATCHING = ("iteration", "static")
@@ -43,99 +43,25 @@ class SchedulerConfig:
             raise ValueError(f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
         if self.batching not in BATCHING:
             raise ValueError(f"batching must be one of {BATCHING}, got {self.batching!r}")
+        # (the messages name the CLI flags, which carry these fields' names)
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token per sequence)")
+            raise ValueError(f"--max-num-batched-tokens {self.max_num_batched_tokens} is below --max-num-seqs "
+                             f"{self.max_num_seqs}: every running sequence decodes one token a step")
         if not self.chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError("without chunked prefill, max_num_batched_tokens must be >= max_model_len, "
-                             "or a long prompt could never be scheduled")
-
-
-@dataclass
-class SchedulerOutput:
-    """One iteration's work. seqs and num_new_tokens are parallel lists; a sequence computes
-    num_new_tokens tokens starting at its num_computed_tokens (a whole prompt, a prefill chunk,
-    a recompute, or 1 for decode). The executor performs the swaps and copies first."""
-
-    groups: list[SequenceGroup] = field(default_factory=list)
-    seqs: list[Sequence] = field(default_factory=list)
-    num_new_tokens: list[int] = field(default_factory=list)
-    num_prefill_tokens: int = 0  # tokens of sequences computing more than one token
-    num_decode_seqs: int = 0
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) on the device
-    preempted: list[tuple[SequenceGroup, str]] = field(default_factory=list)  # (group, "recompute" | "swap")
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.seqs
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_decode_seqs
-
-    def due_by_group(self) -> Iterator[tuple[SequenceGroup, list[Sequence]]]:
-        """Each scheduled group with those of its sequences that reach their end this step, and
-        so are due a token, in batch order. Read it before update(), which advances the counts."""
-        pos = 0
-        for group in self.groups:
-            seqs = group.seqs
-            counts = self.num_new_tokens[pos:pos + len(seqs)]
-            pos += len(seqs)
-            yield group, [seq for seq, n in zip(seqs, counts) if seq.num_computed_tokens + n == seq.num_tokens]
-
-
-@dataclass(frozen=True)
-class DecodePlan:
-    """The next num_steps steps are plain decode steps of num_seqs sequences; the first reads
-    context_tokens tokens of context, and each step one more per sequence."""
-
-    num_steps: int
-    num_seqs: int
-    context_tokens: int
-
-
-@dataclass
-class DecodeRun:
-    """What advance_decode() did: num_steps decode steps of the same batch (what they read is
-    the DecodePlan's)."""
-
-    num_steps: int
-    num_seqs: int
-    kv_blocks_used: list[int]  # after each step
-    finished: list[SequenceGroup]  # groups that finished at the last step
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """A token appended to a sequence. When several samples name one parent, the parent is
-    forked; in beam search a live sequence that no sample names is dropped."""
-
-    parent_seq_id: int
-    token_id: int
-    logprob: float = 0.0
-
-
-@dataclass
-class StepResult:
-    """What a step produced. samples maps request_id to the group's samples; a group that is due
-    tokens and is absent gets default_token for each sequence (the simulator's choice, where
-    token ids do not matter). The executor gives every group its samples."""
-
-    samples: dict[int, list[Sample]] = field(default_factory=dict)
-    default_token: int | None = None
+            raise ValueError(f"--max-num-batched-tokens {self.max_num_batched_tokens} is below the max model length "
+                             f"{self.max_model_len}, so a long prompt could never be scheduled: raise it (or lower "
+                             "--max-model-len), or turn on --chunked-prefill")
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
         self.config = config
         self.kv = kv
-        if getattr(kv, "max_model_len", config.max_model_len) != config.max_model_len:
+        if kv.max_model_len is not None and kv.max_model_len != config.max_model_len:
             raise ValueError(f"the KV manager reserves for max_model_len {kv.max_model_len}, the scheduler "
                              f"runs {config.max_model_len}: build both with the same length")
-        if hasattr(kv, "share_on_readmission"):
-            # a chunked first sequence may not finish its prompt in the step its siblings start
-            kv.share_on_readmission = not config.chunked_prefill
+        # a chunked first sequence may not finish its prompt in the step its siblings start
+        kv.share_on_readmission = not config.chunked_prefill
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []  # kept in arrival order: preemption takes the last
         self.swapped: list[SequenceGroup] = []  # arrival order: the oldest comes back first
@@ -196,7 +122,7 @@ class Scheduler:
 
     # -- one iteration ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(block_size=self.kv.block_size)
         may_admit = not self.swapped and (self.config.batching == "iteration" or not self.running)
         if not self.config.chunked_prefill:
             if may_admit:
@@ -216,145 +142,13 @@ class Scheduler:
                     self._admit_waiting(out, now, budget)
         return self._finish(out)
 
-    # -- runs of plain decode steps (the simulator's fast path) -----------------------------
-    def decode_horizon(self, limit: int) -> int:
-        """How many of the next steps (at most limit) are certain to be plain decode steps of
-        today's running batch: every running sequence computes exactly one token, and nothing
-        is admitted, swapped in, preempted or copied; sequences may finish only at the last of
-        them. Such steps can be taken in one go by advance_decode() with the same outcome as one
-        schedule()/update() at a time. Only for drivers whose tokens cannot stop a sequence
-        early (no EOS)."""
-        plan = self.plan_decode(limit)
-        return plan.num_steps if plan else 0
-
-    def plan_decode(self, limit: int) -> DecodePlan | None:
-        """decode_horizon() with the batch it would decode (None where the horizon is 0)."""
-        if not self.running or limit < 1:
-            return None
-        kv, cfg = self.kv, self.config
-        if kv.pending_copies:
-            return None  # fork copies (reservation managers) go out with the next step
-        # Admission and swap-in only get harder while decoding takes memory: if the heads of the
-        # queues cannot start now, they cannot start during the run either.
-        may_admit = self.waiting and not self.swapped and cfg.batching == "iteration"
-        if self.swapped or may_admit:
-            num_seqs = self.num_running_seqs
-            budget = cfg.max_num_batched_tokens - num_seqs
-            if self.swapped and self._can_swap_in(self.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
-                return None
-            if may_admit and self._admission(self.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None:
-                return None
-        bs = kv.block_size
-        on_demand = kv.allocates_on_demand
-        check_eos = cfg.eos_token_id is not None
-        horizon = limit
-        num_seqs = context = 0
-        opens_at = []  # per sequence: the step (from 0) at which it first needs a new block
-        for group in self.running:
-            sampling = group.request.sampling
-            if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
-                # EOS could stop a sequence early; beams fork and drop every step; parallel samples
-                # fork at their first token, and a last prefill chunk of one token looks like a
-                # decode but produces the first token
-                return None
-            stop = group.stop_len
-            seqs = group.seqs
-            forked = len(seqs) > 1  # only forks share a partly filled last block
-            for seq in seqs:
-                computed = seq.num_computed_tokens
-                if seq.num_tokens - computed != 1:
-                    return None  # still in prefill
-                num_seqs += 1
-                context += computed + 1
-                # a run may end with the step in which sequences finish, not go past it
-                left = stop - seq.num_tokens
-                if left < horizon:
-                    horizon = left
-                if on_demand:
-                    capacity = len(seq.block_table) * bs
-                    if forked and kv.blocks_needed(seq, 1) > (computed >= capacity):
-                        return None  # a shared last block must be copied first
-                    opens_at.append(capacity - computed)
-        # The longest run whose new blocks all fit: past it, some step would preempt.
-        free = kv.num_free_blocks
-
-        def blocks_for(steps: int) -> int:
-            return sum((steps - 1 - first) // bs + 1 for first in opens_at if first < steps)
-
-        # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
-        if len(opens_at) * (horizon // bs + 1) <= free or blocks_for(horizon) <= free:
-            return DecodePlan(horizon, num_seqs, context)
-        lo, hi = 0, horizon
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if blocks_for(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return DecodePlan(lo, num_seqs, context) if lo else None
-
-    def advance_decode(self, num_steps: int, token_id: int, now: float) -> DecodeRun:
-        """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
-        sequence appending token_id each step; now is when the last step ends. New blocks are
-        taken in the order single steps would take them (step by step, in running order), so
-        block ids come out the same; sequences that stop at the last step finish as update()
-        would finish them."""
-        kv = self.kv
-        bs = kv.block_size
-        on_demand = kv.allocates_on_demand
-        seqs = [seq for group in self.running for seq in group.seqs]
-        used = kv.num_used_blocks
-        starts = []  # (step, position in batch) of each step that opens a new block
-        new_tokens = [token_id] * num_steps
-        for order, seq in enumerate(seqs):
-            computed = seq.num_computed_tokens
-            if on_demand:
-                pos = len(seq.block_table) * bs  # first token position without a block
-                while pos < computed + num_steps:
-                    starts.append((pos - computed, order))
-                    pos += bs
-            seq.num_computed_tokens = computed + num_steps
-            seq.token_ids.extend(new_tokens)
-            seq.num_tokens += num_steps
-        new_blocks_at = [0] * num_steps
-        starts.sort()
-        append_block = kv.append_block
-        for step, order in starts:
-            append_block(seqs[order])
-            new_blocks_at[step] += 1
-        blocks_used = []
-        for n in new_blocks_at:
-            used += n
-            blocks_used.append(used)
-        if kv.tracks_computed:
-            # update() calls on_computed after every step: a prompt block whose cached twin was
-            # evicted during the run gets registered, as single steps would have done
-            for seq in seqs:
-                kv.on_computed(seq)
-        finished = []
-        for group in [g for g in self.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
-            self._retire_stopped(group)
-            self._finish_if_done(group, now, finished)
-        blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
-        return DecodeRun(num_steps, len(seqs), blocks_used, finished)
-
     def _finish(self, out: SchedulerOutput) -> SchedulerOutput:
         if self.kv.pending_copies:
             out.blocks_to_copy = self.kv.pending_copies
             self.kv.pending_copies = []
         return out
 
-    def _add(self, out: SchedulerOutput, group: SequenceGroup, counts: list[int]) -> None:
-        out.groups.append(group)
-        for seq, n in zip(group.seqs, counts):
-            out.seqs.append(seq)
-            out.num_new_tokens.append(n)
-            if n == 1 and seq.num_computed_tokens + 1 == seq.num_tokens:
-                out.num_decode_seqs += 1
-            else:
-                out.num_prefill_tokens += n
-
-    def _admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
+    def admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
         """Tokens each sequence of a waiting group would compute if it started now, or None if
         it cannot start (token budget, sequence limit or memory)."""
         counts = [seq.num_tokens - hit for seq, hit in zip(group.seqs, self.kv.admission_hits(group))]
@@ -374,7 +168,7 @@ class Scheduler:
         num_seqs = self.num_running_seqs
         while self.waiting and budget > 0:
             group = self.waiting[0]
-            counts = self._admission(group, budget, num_seqs)
+            counts = self.admission(group, budget, num_seqs)
             if counts is None:
                 break  # FCFS: nobody overtakes the head of the queue
             self.waiting.popleft()
@@ -387,7 +181,7 @@ class Scheduler:
             bisect.insort(self.running, group, key=_arrival)
             num_seqs += group.max_num_seqs
             budget -= sum(counts)
-            self._add(out, group, counts)
+            out.add(group, counts)
         return budget
 
     def _schedule_running(self, out: SchedulerOutput) -> int:
@@ -418,11 +212,11 @@ class Scheduler:
                 for seq, n in zip(group.seqs, counts):
                     kv.allocate_slots(seq, n)
             budget -= sum(counts)
-            self._add(out, group, counts)
+            out.add(group, counts)
             i += 1
         return budget
 
-    def _can_swap_in(self, group: SequenceGroup, num_seqs: int, budget: float) -> bool:
+    def can_swap_in(self, group: SequenceGroup, num_seqs: int, budget: float) -> bool:
         return (num_seqs + len(group.seqs) <= self.config.max_num_seqs and budget >= len(group.seqs)
                 and self.kv.can_swap_in(group))
 
@@ -432,7 +226,7 @@ class Scheduler:
         num_seqs = self.num_running_seqs
         while self.swapped:
             group = self.swapped[0]
-            if not self._can_swap_in(group, num_seqs, budget):
+            if not self.can_swap_in(group, num_seqs, budget):
                 break
             self.swapped.pop(0)
             mapping = self.kv.swap_in(group)
@@ -448,7 +242,7 @@ class Scheduler:
                 for seq in group.seqs:
                     self.kv.allocate_slots(seq, 1)
                 budget -= len(group.seqs)
-                self._add(out, group, [1] * len(group.seqs))
+                out.add(group, [1] * len(group.seqs))
         return budget
 
     def _preemption_mode(self, group: SequenceGroup) -> str:
@@ -486,8 +280,8 @@ class Scheduler:
         kv = self.kv
         track_computed = kv.tracks_computed
         new_tokens = out.num_new_tokens
-        samples_of = result.samples
-        default = result.default_token
+        samples_for, apply_samples, retire, finish = (result.samples_for, self._apply_samples, self.retire_stopped,
+                                                      self.finish_if_done)
         finished = []
         pos = 0
         for group in out.groups:
@@ -503,33 +297,12 @@ class Scheduler:
                 continue  # a prefill chunk that did not reach the end of the prompt
             if group.first_token_time is None:
                 group.first_token_time = now
-            samples = samples_of.get(group.request.request_id) if samples_of else None
-            if samples is not None:
-                self._apply_samples(group, due, samples)
-                self._retire_stopped(group)
-            elif default is not None and group.request.sampling.num_seqs > 1 and len(group.seqs) == 1 and due[0].num_output_tokens == 0:
-                # the first token of a parallel-sampling group: fork into its n samples
-                if group.request.sampling.use_beam_search:
-                    raise ValueError(f"request {group.request_id}: beam search needs explicit samples")
-                self._apply_samples(group, due, [Sample(due[0].seq_id, default)] * group.request.sampling.n)
-                self._retire_stopped(group)
-            elif default is not None:
-                # the simulator's path, once per sequence per step: retire only when one stops
-                limit = group.stop_len
-                stopped = default == self.config.eos_token_id and not group.request.sampling.ignore_eos
-                for seq in due:
-                    seq.token_ids.append(default)
-                    seq.num_tokens += 1
-                    if seq.num_tokens >= limit:
-                        stopped = True
-                if stopped:
-                    self._retire_stopped(group)
-            else:
-                raise ValueError(f"no samples for request {group.request_id}")
-            self._finish_if_done(group, now, finished)
+            apply_samples(group, due, samples_for(group, due))
+            retire(group)
+            finish(group, now, finished)
         return finished
 
-    def _finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:
+    def finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:
         if not group.seqs:
             group.finish_time = now
             self.kv.release(group)
@@ -540,6 +313,15 @@ class Scheduler:
         """Append each sample to its parent (the parent keeps its first sample, a further one
         forks a child), drop the due sequences no sample names, and record in
         group.sample_seq_ids the sequence each sample went into, so a driver can follow it."""
+        if len(samples) == len(due):
+            for sample, seq in zip(samples, due):
+                if sample.parent_seq_id != seq.seq_id:
+                    break
+            else:  # the common step: each due sequence takes one sample of its own, nothing forks or drops
+                for seq, sample in zip(due, samples):
+                    seq.append_token(sample.token_id, sample.logprob)
+                group.sample_seq_ids = [seq.seq_id for seq in due]
+                return
         by_parent: dict[int, list[int]] = {}  # parent seq id -> indices of its samples
         for i, sample in enumerate(samples):
             by_parent.setdefault(sample.parent_seq_id, []).append(i)
@@ -570,10 +352,15 @@ class Scheduler:
         group.seqs = new_seqs
         group.sample_seq_ids = placed
 
-    def _retire_stopped(self, group: SequenceGroup) -> None:
+    def retire_stopped(self, group: SequenceGroup) -> None:
         """Finish the sequences that hit max_tokens, max_model_len or (unless ignored) EOS."""
         limit = group.stop_len
         eos = None if group.request.sampling.ignore_eos else self.config.eos_token_id
+        for seq in group.seqs:
+            if seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos):
+                break
+        else:
+            return  # (most steps: nothing stops)
         live = []
         for seq in group.seqs:
             if seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos):

@@ -6,10 +6,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from pagesim.core.config import CHOICES, ServingConfig
 from pagesim.sim.engine import ReplayConfig
-from pagesim.sim.specs import DEFAULT_MAX_NUM_BATCHED_TOKENS, get_gpu, get_model
-
-PREEMPTION_MODES = ("recompute", "swap", "auto")
+from pagesim.sim.specs import get_gpu, get_model
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,8 @@ class RunSettings:
 
     @property
     def batched_tokens(self) -> int:
-        if self.max_num_batched_tokens is not None:
-            return self.max_num_batched_tokens
-        # Without chunked prefill a step must fit the longest prompt (vLLM's rule as well).
-        return max(DEFAULT_MAX_NUM_BATCHED_TOKENS, get_model(self.model).max_model_len)
+        return ServingConfig(max_num_batched_tokens=self.max_num_batched_tokens).batched_tokens(
+            get_model(self.model).max_model_len)
 
     def requests_at(self, rate: float) -> int:
         return max(self.num_requests, math.ceil(rate * self.min_duration_s))
@@ -88,8 +85,8 @@ def expand_grid(gpus: list[str], tps: list[int], block_sizes: list[int], preempt
         if name not in canon:
             canon.append(name)
     for mode in preemptions:
-        if mode not in PREEMPTION_MODES:
-            raise ValueError(f"unknown preemption mode {mode!r}; valid: {', '.join(PREEMPTION_MODES)}")
+        if mode not in CHOICES["preemption"]:
+            raise ValueError(f"unknown preemption mode {mode!r}; valid: {', '.join(CHOICES['preemption'])}")
     for what, values in (("tp", tps), ("block size", block_sizes), ("max_num_seqs", max_num_seqs)):
         if not values or any(v <= 0 for v in values):
             raise ValueError(f"{what} values must be positive integers, got {values}")

@@ -1,39 +1,15 @@
-"""The bracketing search for the highest sustainable rate, and one configuration's whole plan.
-
-Latency grows with the offered rate: monotone in expectation, noisy in any one run. Every rate is
-simulated with the same seed (common random numbers), which keeps the noise from flipping the
-verdict between neighbouring rates. The search
-1. brackets: from `start_rate`, multiply by `growth` while the rate is sustainable (or divide
-   while it is not) until the verdict changes, giving lo (sustainable) < hi (not);
-2. bisects geometrically, mid = sqrt(lo * hi), until hi / lo - 1 <= `tolerance`;
-and reports lo. So the answer is a simulated, sustainable rate within `tolerance` (relative) of
-the point where the verdict changes.
-"""
+"""The planner's face of the sustainable-rate search (pagesim.sim.rate_search): the same search,
+with each rate's full Evaluation (SLO values, keep-up, violations) kept for the report."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 from pagesim.plan.run import Evaluation
+from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate
 
-
-@dataclass(frozen=True)
-class SearchSettings:
-    start_rate: float = 1.0  # req/s per replica
-    growth: float = 2.0
-    tolerance: float = 0.02  # relative width of the final bracket
-    min_rate: float = 0.01  # below this the configuration is called unable to meet the SLOs
-    max_rate: float = 10_000.0  # above this the search stops and reports the cap
-
-    def __post_init__(self) -> None:
-        if not self.growth > 1:
-            raise ValueError("growth must be > 1")
-        if not 0 < self.tolerance < 1:
-            raise ValueError("tolerance must be in (0, 1)")
-        if not 0 < self.min_rate <= self.start_rate <= self.max_rate:
-            raise ValueError("need 0 < min_rate <= start_rate <= max_rate")
+__all__ = ["SearchSettings", "SearchResult", "bracket_search"]
 
 
 @dataclass
@@ -46,41 +22,14 @@ class SearchResult:
 
 
 def bracket_search(evaluate: Callable[[float], Evaluation], settings: SearchSettings = SearchSettings()) -> SearchResult:
-    points: list[Evaluation] = []
+    evaluations: dict[float, Evaluation] = {}
 
-    def ev(rate: float) -> Evaluation:
-        e = evaluate(rate)
-        points.append(e)
-        return e
+    def sustainable(rate: float) -> bool:
+        if rate not in evaluations:
+            evaluations[rate] = evaluate(rate)
+        return evaluations[rate].sustainable
 
-    lo = hi = None
-    first = ev(settings.start_rate)
-    if first.sustainable:
-        lo = first
-        while hi is None:
-            rate = lo.rate * settings.growth
-            if rate > settings.max_rate:
-                return SearchResult(lo.rate, lo, None, points, capped=True)
-            e = ev(rate)
-            if e.sustainable:
-                lo = e
-            else:
-                hi = e
-    else:
-        hi = first
-        while lo is None:
-            rate = hi.rate / settings.growth
-            if rate < settings.min_rate:
-                return SearchResult(None, None, hi, points)
-            e = ev(rate)
-            if e.sustainable:
-                lo = e
-            else:
-                hi = e
-    while hi.rate / lo.rate - 1 > settings.tolerance:
-        e = ev(math.sqrt(lo.rate * hi.rate))
-        if e.sustainable:
-            lo = e
-        else:
-            hi = e
-    return SearchResult(lo.rate, lo, hi, points)
+    found = find_sustainable_rate(sustainable, settings)
+    pick = lambda rate: None if rate is None else evaluations[rate]  # noqa: E731
+    return SearchResult(found.rate, pick(found.rate), pick(found.failing), [evaluations[r] for r in found.probed],
+                        found.capped)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pagesim.core.request import Sequence, SequenceGroup
-from pagesim.core.scheduler import Sample
+from pagesim.core.step import Sample
 
 FORMAT = "pagesim-beam-ancestry/1"
 DEFAULT_PATH = Path(__file__).parent / "data" / "beam_ancestry_smollm2.json"

@@ -15,34 +15,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterator
 
+from pagesim.core.step import BatchShape, prefill_attn_pairs  # noqa: F401 (the cost models' input; re-exported)
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
-
-
-@dataclass(frozen=True, slots=True)
-class BatchShape:
-    """What one iteration computes and moves; all the cost models look at."""
-
-    num_prefill_tokens: int = 0     # new tokens computed this step for sequences in prefill
-    num_prefill_seqs: int = 0       # (a whole prompt, a chunk, or a recompute)
-    prefill_attn_pairs: int = 0     # sum over prefill seqs of new*ctx_before + new*(new+1)//2
-    num_decode_seqs: int = 0
-    decode_context_tokens: int = 0  # sum over decode seqs of their context length (KV read)
-    num_swap_blocks: int = 0        # blocks moved host<->device this step (in + out)
-    num_copy_blocks: int = 0        # copy-on-write block copies this step
-    block_size: int = 16
-
-    @property
-    def num_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_decode_seqs
-
-    @property
-    def num_seqs(self) -> int:
-        return self.num_prefill_seqs + self.num_decode_seqs
-
-
-def prefill_attn_pairs(new_tokens: int, context_before: int = 0) -> int:
-    """(query, key) pairs under the causal mask for `new_tokens` appended after `context_before`."""
-    return new_tokens * context_before + new_tokens * (new_tokens + 1) // 2
 
 
 class CostModel(ABC):

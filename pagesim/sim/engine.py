@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import simpy
 
-from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResult, make_scheduler
+from pagesim.core import SchedulerOutput, ServingConfig, StepResult
+from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
-from pagesim.core.scheduler import DecodePlan
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
-from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
+from pagesim.sim.cost_model import CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
-from pagesim.workload.requests import build_requests
+from pagesim.workload.requests import WorkloadConfig
 from pagesim.workload.trace import Trace
 
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
@@ -32,33 +32,20 @@ MAX_POOL_BLOCKS = 16_000_000
 
 
 @dataclass
-class ReplayConfig:
+class ReplayConfig(ServingConfig, WorkloadConfig):
+    """The serving system (ServingConfig: policy, block size, limits, preemption, ...), the
+    workload it replays (WorkloadConfig: arrivals, overrides, warm-up) and the hardware whose
+    costs the simulator models."""
+
     model: str = "opt-13b"
     gpu: str = "a100-40gb"
     tp: int = 1
-    policy: str = "paged"  # paged | orca-max | orca-pow2 | orca-oracle | static
-    block_size: int = 16
-    preemption: str = "auto"  # recompute | swap | auto
-    rate: float | None = 1.0  # req/s; None: the trace's own arrival times
-    burstiness: float = 1.0  # gamma shape; 1.0 is Poisson
-    num_requests: int | None = 1000
-    duration: float | None = None  # seconds of arrivals (instead of a count)
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2560
-    max_model_len: int | None = None  # default: the model's
     swap_space_gib: float = DEFAULT_SWAP_GIB  # host memory per GPU for swapped blocks
     gpu_memory_utilization: float | None = None  # default: the paper's (see specs)
     num_gpu_blocks: int | None = None  # override the pool size
-    prefix_caching: bool = False
-    chunked_prefill: bool = False
-    allocator: str = "buddy"
-    n: int | None = None  # override every request's parallel samples
-    beam_width: int | None = None  # override every request's beam width
     beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
     cost_model: str = "roofline"
     profile: str | None = None
-    seed: int = 0
-    warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
     waste_interval_s: float | None = None  # sample the KV waste breakdown this often
 
 
@@ -70,28 +57,14 @@ class ReplayResult:
     notes: list[str] = field(default_factory=list)
 
 
-def batch_shape(out: SchedulerOutput, block_size: int) -> BatchShape:
-    prefill_tokens = prefill_seqs = pairs = decode_seqs = decode_context = 0
-    for seq, n in zip(out.seqs, out.num_new_tokens):
-        before = seq.num_computed_tokens
-        if n == 1 and before + 1 == seq.num_tokens:
-            decode_seqs += 1
-            decode_context += before + 1
-        else:
-            prefill_seqs += 1
-            prefill_tokens += n
-            pairs += n * before + n * (n + 1) // 2
-    return BatchShape(prefill_tokens, prefill_seqs, pairs, decode_seqs, decode_context,
-                      len(out.blocks_to_swap_in) + len(out.blocks_to_swap_out), len(out.blocks_to_copy), block_size)
-
-
 class Replay:
     """One simulated run. Build with a config and a trace, then call run()."""
 
     def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True):
-        self.cfg = cfg
         model = get_model(cfg.model)
         self.max_model_len = cfg.max_model_len or model.max_model_len
+        # the budget the run uses, as the summary reports it
+        self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len))
         if cfg.num_gpu_blocks is not None:
             num_blocks, self.capacity = cfg.num_gpu_blocks, None
             host_blocks = int(cfg.swap_space_gib * 2**30) // (model.kv_bytes_per_token * cfg.block_size // cfg.tp)
@@ -105,14 +78,11 @@ class Replay:
             if blocks > MAX_POOL_BLOCKS:
                 raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
                                  "simulator keeps track of")
-        self.pool = PoolConfig(num_blocks, host_blocks, cfg.block_size, cfg.prefix_caching, cfg.allocator)
-        sched_cfg = SchedulerConfig(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                    max_model_len=self.max_model_len, preemption_mode=cfg.preemption,
-                                    chunked_prefill=cfg.chunked_prefill)
-        self.scheduler = make_scheduler(cfg.policy, self.pool, sched_cfg)
+        self.pool = cfg.pool(num_blocks, host_blocks)
+        self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
-        self.requests, self.notes = build_requests(trace, rate=cfg.rate, burstiness=cfg.burstiness, num_requests=cfg.num_requests,
-                                                   duration=cfg.duration, seed=cfg.seed, n=cfg.n, beam_width=cfg.beam_width)
+        self.requests, self.notes = cfg.requests(trace)
+
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
         # model with one generator per request (so a request's ancestry does not depend on
         # what else is running); everything else takes SIM_STEP and the decode fast path.
@@ -160,7 +130,6 @@ class Replay:
 
     def _engine(self, env: simpy.Environment):
         scheduler, cost, metrics = self.scheduler, self.cost, self.metrics
-        block_size = self.cfg.block_size
         waste_every = self.cfg.waste_interval_s
         self.next_waste = 0.0 if waste_every is not None else math.inf
         total = len(self.requests)
@@ -169,7 +138,7 @@ class Replay:
                 self.idle = env.event()
                 yield self.idle
                 continue
-            plan = scheduler.plan_decode(MAX_DECODE_RUN) if self.fast_forward else None
+            plan = plan_decode(scheduler, MAX_DECODE_RUN) if self.fast_forward else None
             if plan is not None and plan.num_steps >= 2:
                 yield from self._decode_run(env, plan)
                 continue
@@ -178,7 +147,7 @@ class Replay:
                 # add_request rejects what can never fit, so an empty step with work queued is a core bug
                 raise SchedulerStalled(f"t={env.now:.3f}s: requests are queued but nothing can run "
                                        f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
-            duration = cost.iteration_time(batch_shape(out, block_size))
+            duration = cost.iteration_time(out.batch_shape())
             yield env.timeout(duration)
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
             finished = scheduler.update(out, step, env.now)
@@ -221,7 +190,7 @@ class Replay:
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
         request_ids = [group.request_id for group in scheduler.running]
-        run = scheduler.advance_decode(len(ends), SIM_TOKEN, now)
+        run = advance_decode(scheduler, len(ends), SIM_TOKEN, now)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
             yield env.timeout(delay)

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pagesim.core.errors import CannotServe
+# The paper's max batched tokens; also the size of vLLM's profiling forward pass.
+from pagesim.core.config import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
 GiB = 1 << 30
 GB = 10**9
@@ -250,8 +252,6 @@ def get_gpu(name: str | GPUSpec) -> GPUSpec:
 # Fraction of GPU memory the engine may use. DESIGN.md section 9 / the paper's artifact use 0.95
 # (vLLM's public v0.1 default was 0.90; with 0.90 OPT-175B lands ~6% under the paper's 60.1K).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.95
-# The paper's max batched tokens; also the size of vLLM's profiling forward pass.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2560
 # vLLM's default max_num_seqs; the profiling pass splits its tokens over this many sequences,
 # and each one produces a row of logits.
 DEFAULT_MAX_NUM_SEQS = 256

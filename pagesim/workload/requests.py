@@ -4,10 +4,31 @@ Both drivers (simulator and executor) submit exactly these, so their runs are co
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from pagesim.core import Request, SamplingParams
 from pagesim.workload.arrivals import ArrivalProcess
 from pagesim.workload.trace import Trace
+
+
+@dataclass
+class WorkloadConfig:
+    """What a run submits and measures: the arrivals and the per-request overrides. Both drivers'
+    run configurations embed it (pagesim.sim.engine.ReplayConfig, executor.run.RunConfig)."""
+
+    rate: float | None = 1.0  # req/s; None: the trace's own arrival times
+    burstiness: float = 1.0  # gamma shape; 1.0 is Poisson
+    num_requests: int | None = 1000
+    duration: float | None = None  # seconds of arrivals (instead of a count)
+    seed: int = 0  # of the arrival process (and the executor's synthetic prompts)
+    n: int | None = None  # override every request's parallel samples
+    beam_width: int | None = None  # override every request's beam width
+    warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
+
+    def requests(self, trace: Trace) -> tuple[list[Request], list[str]]:
+        """build_requests with these settings."""
+        return build_requests(trace, rate=self.rate, burstiness=self.burstiness, num_requests=self.num_requests,
+                              duration=self.duration, seed=self.seed, n=self.n, beam_width=self.beam_width)
 
 
 def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0, num_requests: int | None = None,

@@ -1,4 +1,4 @@
-"""Scheduler.decode_horizon / advance_decode (the simulator's fast path) against single steps.
+"""decode_horizon / advance_decode (pagesim.core.decode_runs, the simulator's fast path) against single steps.
 
 Two identical schedulers get the same requests at the same step indices. The reference always
 calls schedule()/update(); the fast one takes runs of plain decode steps with advance_decode()
@@ -22,6 +22,7 @@ import pytest
 from pagesim.core import (
     PagedKVManager, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, StepResult, make_scheduler,
 )
+from pagesim.core.decode_runs import advance_decode, decode_horizon
 
 TOKEN = 7  # the token every sequence appends (what the simulator does)
 LIMIT = 10_000
@@ -131,7 +132,7 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT) -> dict
             fast.t = ref.t = fast.next_arrival
             expect_not_plain = False
             continue
-        horizon = fast.s.decode_horizon(limit)
+        horizon = decode_horizon(fast.s, limit)
         assert 0 <= horizon <= limit
         to_arrival = None if fast.next_arrival is None else fast.next_arrival - fast.t
         steps = horizon if to_arrival is None else min(horizon, to_arrival)
@@ -140,7 +141,7 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT) -> dict
         if steps >= 2:
             assert not expect_not_plain, f"t={fast.t}: a run right after a run the horizon ended: not tight"
             batch = fast.batch()
-            run = fast.s.advance_decode(steps, TOKEN, float(fast.t + steps))
+            run = advance_decode(fast.s, steps, TOKEN, float(fast.t + steps))
             fast.t += steps
             fast.finished.extend(run.finished)
             assert run.num_steps == steps and run.num_seqs == len(batch)
@@ -280,7 +281,7 @@ def test_horizon_ends_with_the_finishing_step():
     s.add_request(req(0, 5, 6))
     steps(s, 1)  # prefill: 6 tokens, the first output appended
     # outputs 2..5 are plain decodes; the step producing output 6 finishes the request and ends the run
-    assert s.decode_horizon(LIMIT) == 5
+    assert decode_horizon(s, LIMIT) == 5
     outs = steps(s, 5, t0=1)
     assert all(not done for _, done in outs[:4])
     assert [g.request_id for g in outs[4][1]] == [0]
@@ -291,17 +292,17 @@ def test_horizon_is_the_shortest_remaining_output():
     s.add_request(req(0, 5, 30))
     s.add_request(req(1, 9, 4))
     steps(s, 1)
-    assert s.decode_horizon(LIMIT) == 3  # request 1 finishes at its third decode step
-    assert s.decode_horizon(1) == 1
+    assert decode_horizon(s, LIMIT) == 3  # request 1 finishes at its third decode step
+    assert decode_horizon(s, 1) == 1
 
 
 def test_horizon_zero_while_a_waiting_request_could_be_admitted():
     s = maker(blocks=40)()
     s.add_request(req(0, 8, 30))
     steps(s, 1)
-    assert s.decode_horizon(LIMIT) >= 2
+    assert decode_horizon(s, LIMIT) >= 2
     s.add_request(req(1, 8, 5))
-    assert s.decode_horizon(LIMIT) == 0
+    assert decode_horizon(s, LIMIT) == 0
     out, _ = steps(s, 1, t0=1)[0]
     assert [g.request_id for g in out.groups] == [1]  # the slow path admits it indeed
 
@@ -312,7 +313,7 @@ def test_horizon_runs_while_the_waiting_head_cannot_start(blocker):
     s.add_request(req(0, 17, 12))  # 5 blocks after its prefill; 12 tokens more fit in 8 blocks
     steps(s, 1)
     s.add_request(req(1, 16 if blocker == "memory" else 1, 4))  # 4 blocks: only 3 are free
-    h = s.decode_horizon(LIMIT)
+    h = decode_horizon(s, LIMIT)
     assert h == 11  # to the step that finishes request 0
     outs = steps(s, h, t0=1)
     for out, done in outs:
@@ -327,13 +328,13 @@ def test_horizon_zero_when_a_forked_last_block_is_shared(prompt, expect_copy):
     steps(s, 1)  # prefill, then both samples share every prompt block
     seqs = s.running[0].seqs
     assert len(seqs) == 2 and seqs[0].block_table == seqs[1].block_table
-    h = s.decode_horizon(LIMIT)
+    h = decode_horizon(s, LIMIT)
     out, _ = steps(s, 1, t0=1)[0]
     if expect_copy:  # the last block is partly filled and shared: the next step copies it
         assert h == 0 and len(out.blocks_to_copy) == 1
     else:  # the prompt fills its blocks exactly: each sample opens a block of its own
         assert h >= 2 and not out.blocks_to_copy
-        assert s.decode_horizon(LIMIT) >= 2  # after the copy, runs are possible again
+        assert decode_horizon(s, LIMIT) >= 2  # after the copy, runs are possible again
 
 
 def test_horizon_ends_exactly_where_a_preemption_starts():
@@ -345,7 +346,7 @@ def test_horizon_ends_exactly_where_a_preemption_starts():
     assert s.kv.num_free_blocks == 6
     # decode step j writes position 9 + j; each sequence opens a block at positions 12, 16, 20
     # (steps 3, 7, 11), which takes the 6 free blocks; the next opens at 24, step 15
-    h = s.decode_horizon(LIMIT)
+    h = decode_horizon(s, LIMIT)
     assert h == 15
     outs = steps(s, h + 1, t0=1)
     assert all(not out.preempted and not done for out, done in outs[:h])
@@ -365,13 +366,13 @@ def test_horizon_zero_when_a_swapped_group_can_come_back():
         if s.swapped and s.running:
             if s.kv.can_swap_in(s.swapped[0]):
                 break
-            seen_blocked = seen_blocked or s.decode_horizon(LIMIT) >= 2  # swapped, but cannot come back yet
+            seen_blocked = seen_blocked or decode_horizon(s, LIMIT) >= 2  # swapped, but cannot come back yet
         steps(s, 1, t0=t)
     else:
         pytest.fail("no state with a swapped group that can come back")
     assert seen_blocked
     assert [g.request_id for g in s.swapped] == [2]
-    assert s.decode_horizon(LIMIT) == 0
+    assert decode_horizon(s, LIMIT) == 0
     out, _ = steps(s, 1, t0=100)[0]
     assert out.blocks_to_swap_in
 
@@ -384,10 +385,10 @@ def test_horizon_zero_at_the_last_one_token_prefill_chunk():
     steps(s, 1)
     seq = s.running[0].seqs[0]
     assert (seq.num_computed_tokens, seq.num_tokens) == (24, 25)
-    assert s.decode_horizon(LIMIT) == 0
+    assert decode_horizon(s, LIMIT) == 0
     steps(s, 1, t0=1)
     assert s.running[0].first_token_time == 2.0
-    assert s.decode_horizon(LIMIT) == 9
+    assert decode_horizon(s, LIMIT) == 9
 
 
 def test_prefix_blocks_registered_during_a_run_are_visible_after_it():

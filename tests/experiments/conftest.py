@@ -1,19 +1,14 @@
-"""Shared by the figure tests: the experiments folder on sys.path, and one smoke run of a figure
-script with the checks every figure's files must pass."""
+"""Shared by the figure tests: one smoke run of a figure script with the checks every figure's
+files must pass."""
 
 from __future__ import annotations
 
 import csv
 import importlib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
 
 @dataclass
 class SmokeRun:
@@ -25,7 +20,7 @@ class SmokeRun:
 def run_smoke(name: str, out_dir: Path, columns) -> SmokeRun:
     """experiments/<name>.py --smoke: its png/csv/md exist, the csv has the columns, the md names
     the exact command."""
-    module = importlib.import_module(name)
+    module = importlib.import_module(f"experiments.{name}")
     result = module.main(["--smoke", "--out-dir", str(out_dir)])
     for ext in ("png", "csv", "md"):
         path = out_dir / f"{name}.{ext}"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import pytest
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"  # on sys.path (conftest.py)
-paper = importlib.import_module("paper")
+from experiments import paper
+from experiments.figures import read_verdicts
 
 
 def _paper_numbers(name: str) -> list[float]:
@@ -67,7 +66,7 @@ def _band_text(lo: float, hi: float) -> str:
 def test_smoke_outputs_fig12_18_19(name, tmp_path, smoke):
     run = smoke(name, tmp_path, MY_CASES[name])
     result, md = run.result, run.md
-    verdicts = paper.read_verdicts(tmp_path / f"{name}.md")
+    verdicts = read_verdicts(tmp_path / f"{name}.md")
     assert verdicts.num_rows == len(result["rows"]) > 0
     assert verdicts.num_within == sum(r.ok for r in result["rows"])
     if name == "fig12_latency_vs_rate":
@@ -90,7 +89,7 @@ def test_smoke_outputs_fig12_18_19(name, tmp_path, smoke):
 def test_sustainable_rate_search_against_a_known_curve():
     """The search on a made-up latency curve with a known knee finds it within the resolution,
     and never probes above a failing rate."""
-    fig12 = importlib.import_module("fig12_latency_vs_rate")
+    fig12 = importlib.import_module("experiments.fig12_latency_vs_rate")
     knee = 37.3
     search = fig12.Search(paper.FIG12_SETUPS[0], "sharegpt", "paged")
     probed = []
@@ -113,7 +112,7 @@ def test_sustainable_rate_search_against_a_known_curve():
 
 def test_fig12_verdict_rows_use_the_paper_bands():
     """Ratios inside / outside the ShareGPT bands give within / NOT within, from paper.py's numbers."""
-    fig12 = importlib.import_module("fig12_latency_vs_rate")
+    fig12 = importlib.import_module("experiments.fig12_latency_vs_rate")
     setup = paper.FIG12_SETUPS[0]
     lo_o, hi_o = paper.FIG12_SHAREGPT_RATIO_BANDS["orca-oracle"]
     lo_m, hi_m = paper.FIG12_SHAREGPT_RATIO_BANDS["orca-max"]
@@ -138,13 +137,12 @@ def test_fig12_verdict_rows_use_the_paper_bands():
 def test_runner_discovers_scripts_and_writes_paper_md(tmp_path):
     """Discovery picks up any figNN_*.py with a main(); paper.md gets one row per figure with its
     verdict count and links, and a failing script is reported as failed."""
-    run_all = importlib.import_module("run_all")
+    from experiments import run_all
     exp = tmp_path / "experiments"
     exp.mkdir()
     out = tmp_path / "reports" / "figures"
     (exp / "fig98_good.py").write_text(
-        "import sys\nsys.path.insert(0, %r)\n" % str(EXPERIMENTS)
-        + "from paper import Row, outputs, write_report, base_parser\n"
+        "from experiments.figures import Row, outputs, write_report, base_parser\n"
           "def main(argv=None):\n"
           "    a = base_parser('t').parse_args(argv)\n"
           "    f = outputs(a.out_dir, 'fig98_good')\n"
@@ -172,6 +170,6 @@ def test_runner_discovers_scripts_and_writes_paper_md(tmp_path):
 
 
 def test_real_scripts_are_discovered():
-    run_all = importlib.import_module("run_all")
+    from experiments import run_all
     keys = {f.key for f in run_all.discover()}
     assert {"fig02", "fig11", "fig12", "fig13", "fig18", "fig19"} <= keys

@@ -38,10 +38,12 @@ def test_finds_a_known_threshold_within_tolerance(threshold):
 
 
 def test_no_sustainable_rate_and_the_cap():
+    # the bounds are tried themselves: min_rate fails, so nothing is sustainable; max_rate holds
     none = bracket_search(step(0.001), SearchSettings(min_rate=0.01))
-    assert none.rate is None and none.lower is None and none.upper.rate < 0.02
+    assert none.rate is None and none.lower is None and none.upper.rate == 0.01
     capped = bracket_search(step(math.inf), SearchSettings(max_rate=100.0))
-    assert capped.capped and capped.rate == 64.0 and capped.upper is None
+    assert capped.capped and capped.rate == 100.0 and capped.upper is None
+    assert [p.rate for p in capped.points] == [1, 2, 4, 8, 16, 32, 64, 100]
 
 
 @pytest.mark.parametrize("gpu, slo", [("a100-40gb", "ttft_p99=0.5"), ("h100-80gb", "tpot_p90=0.02")])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pagesim.sim import engine as engine_module
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace, TraceRequest, load_trace
 
@@ -50,10 +51,10 @@ CASES = {
 }
 
 
-def _run(cfg: ReplayConfig, trace: Trace, fast: bool, out: Path):
+def _run(cfg: ReplayConfig, trace: Trace, fast: bool, out: Path, monkeypatch):
     sim = Replay(cfg, trace, fast_forward=fast)
     counts = {"advance_decode": 0, "schedule": 0}
-    advance, schedule = sim.scheduler.advance_decode, sim.scheduler.schedule
+    advance, schedule = engine_module.advance_decode, sim.scheduler.schedule
 
     def counted_advance(*args, **kwargs):
         counts["advance_decode"] += 1
@@ -63,7 +64,7 @@ def _run(cfg: ReplayConfig, trace: Trace, fast: bool, out: Path):
         counts["schedule"] += 1
         return schedule(*args, **kwargs)
 
-    sim.scheduler.advance_decode = counted_advance
+    monkeypatch.setattr(engine_module, "advance_decode", counted_advance)
     sim.scheduler.schedule = counted_schedule
     result = sim.run()
     result.metrics.write(out, result.summary)
@@ -71,11 +72,11 @@ def _run(cfg: ReplayConfig, trace: Trace, fast: bool, out: Path):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_fast_path_writes_the_same_bytes(name, tmp_path):
+def test_fast_path_writes_the_same_bytes(name, tmp_path, monkeypatch):
     changes, trace, must = CASES[name]
     cfg = dataclasses.replace(BASE, **changes)
-    sim_f, fast, counts_f = _run(cfg, trace, True, tmp_path / "fast")
-    sim_s, slow, counts_s = _run(cfg, trace, False, tmp_path / "slow")
+    sim_f, fast, counts_f = _run(cfg, trace, True, tmp_path / "fast", monkeypatch)
+    sim_s, slow, counts_s = _run(cfg, trace, False, tmp_path / "slow", monkeypatch)
 
     files = sorted(p.name for p in (tmp_path / "slow").iterdir())
     assert files == sorted(p.name for p in (tmp_path / "fast").iterdir())

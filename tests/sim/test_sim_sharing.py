@@ -57,7 +57,7 @@ def test_step_samples_give_the_drawn_ancestry():
     out = sched.schedule(0.0)
     first = beam_model.first_samples(group.seqs[0], k, 0)
     # distinct tokens mark each line of descent
-    sched.update(out, StepResult(samples={0: [dataclasses.replace(s, token_id=100 + i) for i, s in enumerate(first)]}), 0.0)
+    sched.update(out, StepResult(samples={0: [s._replace(token_id=100 + i) for i, s in enumerate(first)]}), 0.0)
     for step in range(20):
         ranked = sorted(group.seqs, key=lambda s: -s.cumulative_logprob)
         before = [list(s.token_ids) for s in ranked]  # (parents append in place)
@@ -65,7 +65,7 @@ def test_step_samples_give_the_drawn_ancestry():
         parents = tuple(rng.randrange(k) for _ in range(k))
         out = sched.schedule(float(step))
         samples = beam_model.step_samples(group.seqs, parents, 0)
-        marked = [dataclasses.replace(s, token_id=1000 * step + i) for i, s in enumerate(samples)]
+        marked = [s._replace(token_id=1000 * step + i) for i, s in enumerate(samples)]
         sched.update(out, StepResult(samples={0: marked}), float(step))
         after = sorted(group.seqs, key=lambda s: -s.cumulative_logprob)
         assert len(after) == k

@@ -1,0 +1,169 @@
+"""Runs of plain decode steps, taken in one go: the simulator's fast path.
+
+Between two events that change the batch (an admission, a swap, a preemption, a copy, a finish)
+a serving engine repeats the same step: every running sequence computes one token and appends
+one. Where a driver's tokens cannot stop a sequence early (no EOS: the simulator), the core can
+say in advance how many such steps follow (`plan_decode`) and take them at once
+(`advance_decode`), leaving exactly the state that one `schedule()`/`update()` per step would
+leave: the same block ids in the same order, the same prefix-cache registrations, the same
+finishes. tests/core/test_decode_fastpath.py holds it to that, step by step.
+
+It asks the KV manager one question, `steps_until_new_block(seq)`, and takes blocks with
+`append_block(seq)`; the scheduler's own rules decide whether a queued group could start.
+The executor never runs this: it samples real tokens, which may be EOS.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pagesim.core.request import SequenceGroup
+from pagesim.core.scheduler import Scheduler
+
+INF = math.inf  # what steps_until_new_block says for a manager that reserved everything
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """The next num_steps steps are plain decode steps of num_seqs sequences; the first reads
+    context_tokens tokens of context, and each step one more per sequence."""
+
+    num_steps: int
+    num_seqs: int
+    context_tokens: int
+
+
+@dataclass
+class DecodeRun:
+    """What advance_decode() did: num_steps decode steps of the same batch (what they read is
+    the DecodePlan's)."""
+
+    num_steps: int
+    num_seqs: int
+    kv_blocks_used: list[int]  # after each step
+    finished: list[SequenceGroup]  # groups that finished at the last step
+
+
+def decode_horizon(sched: Scheduler, limit: int) -> int:
+    """How many of the next steps (at most limit) are certain to be plain decode steps of
+    today's running batch: every running sequence computes exactly one token, and nothing is
+    admitted, swapped in, preempted or copied; sequences may finish only at the last of them."""
+    plan = plan_decode(sched, limit)
+    return plan.num_steps if plan else 0
+
+
+def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
+    """decode_horizon() with the batch it would decode (None where the horizon is 0)."""
+    if not sched.running or limit < 1:
+        return None
+    kv, cfg = sched.kv, sched.config
+    if kv.pending_copies:
+        return None  # fork copies (reservation managers) go out with the next step
+    if _queued_group_could_start(sched):
+        return None
+    check_eos = cfg.eos_token_id is not None
+    room_of = kv.steps_until_new_block
+    horizon = limit
+    num_seqs = context = 0
+    opens_at = []  # per sequence that grows into new blocks: the step (from 0) taking the first
+    for group in sched.running:
+        sampling = group.request.sampling
+        if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
+            # EOS could stop a sequence early; beams fork and drop every step; parallel samples
+            # fork at their first token, and a last prefill chunk of one token looks like a
+            # decode but produces the first token
+            return None
+        stop = group.stop_len
+        forked = len(group.seqs) > 1  # only forks share a partly filled last block
+        for seq in group.seqs:
+            computed = seq.num_computed_tokens
+            if seq.num_tokens - computed != 1:
+                return None  # still in prefill
+            num_seqs += 1
+            context += computed + 1
+            # a run may end with the step in which sequences finish, not go past it
+            left = stop - seq.num_tokens
+            if left < horizon:
+                horizon = left
+            room = room_of(seq)
+            if forked and kv.blocks_needed(seq, 1) > (room == 0):
+                return None  # a shared last block must be copied first
+            if room != INF:
+                opens_at.append(room)
+    # The longest run whose new blocks all fit: past it, some step would preempt.
+    bs = kv.block_size
+    free = kv.num_free_blocks
+
+    def blocks_for(steps: int) -> int:
+        return sum((steps - 1 - first) // bs + 1 for first in opens_at if first < steps)
+
+    # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
+    if len(opens_at) * (horizon // bs + 1) <= free or blocks_for(horizon) <= free:
+        return DecodePlan(horizon, num_seqs, context)
+    lo, hi = 0, horizon
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if blocks_for(mid) <= free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return DecodePlan(lo, num_seqs, context) if lo else None
+
+
+def _queued_group_could_start(sched: Scheduler) -> bool:
+    """Could the head of the swapped or waiting queue start at the next step? Admission and
+    swap-in only get harder while decoding takes memory: if they cannot start now, they cannot
+    start during a run either."""
+    cfg = sched.config
+    may_admit = sched.waiting and not sched.swapped and cfg.batching == "iteration"
+    if not (sched.swapped or may_admit):
+        return False
+    num_seqs = sched.num_running_seqs
+    budget = cfg.max_num_batched_tokens - num_seqs
+    if sched.swapped and sched.can_swap_in(sched.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
+        return True
+    return bool(may_admit) and sched.admission(
+        sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None
+
+
+def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float) -> DecodeRun:
+    """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
+    sequence appending token_id each step; now is when the last step ends. New blocks are taken
+    in the order single steps would take them (step by step, in running order), so block ids
+    come out the same; sequences that stop at the last step finish as update() would finish them."""
+    kv = sched.kv
+    bs = kv.block_size
+    seqs = [seq for group in sched.running for seq in group.seqs]
+    used = kv.num_used_blocks
+    starts = []  # (step, position in batch) of each step that opens a new block
+    new_tokens = [token_id] * num_steps
+    room_of = kv.steps_until_new_block
+    for order, seq in enumerate(seqs):
+        first = room_of(seq)
+        while first < num_steps:
+            starts.append((first, order))
+            first += bs
+        seq.num_computed_tokens += num_steps
+        seq.token_ids.extend(new_tokens)
+        seq.num_tokens += num_steps
+    new_blocks_at = [0] * num_steps
+    starts.sort()
+    for step, order in starts:
+        kv.append_block(seqs[order])
+        new_blocks_at[step] += 1
+    blocks_used = []
+    for n in new_blocks_at:
+        used += n
+        blocks_used.append(used)
+    if kv.tracks_computed:
+        # update() calls on_computed after every step: a prompt block whose cached twin was
+        # evicted during the run gets registered, as single steps would have done
+        for seq in seqs:
+            kv.on_computed(seq)
+    finished = []
+    for group in [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
+        sched.retire_stopped(group)
+        sched.finish_if_done(group, now, finished)
+    blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
+    return DecodeRun(num_steps, len(seqs), blocks_used, finished)

@@ -1,0 +1,149 @@
+"""The per-step contract between the core and a driver.
+
+`Scheduler.schedule()` returns a SchedulerOutput (what to compute, which blocks to move first);
+the driver runs it (a forward pass, or the cost model's duration for its BatchShape) and hands
+back a StepResult (the tokens sampled) to `Scheduler.update()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple
+
+from pagesim.core.request import Sequence, SequenceGroup
+
+
+def is_due(seq: Sequence, num_new_tokens: int) -> bool:
+    """Does computing num_new_tokens reach the sequence's end, so that the step samples its next
+    token? (Not for a prefill chunk short of the prompt's end.)"""
+    return seq.num_computed_tokens + num_new_tokens == seq.num_tokens
+
+
+def prefill_attn_pairs(new_tokens: int, context_before: int = 0) -> int:
+    """(query, key) pairs under the causal mask for `new_tokens` appended after `context_before`."""
+    return new_tokens * context_before + new_tokens * (new_tokens + 1) // 2
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What one iteration computes and moves: all a cost model looks at."""
+
+    num_prefill_tokens: int = 0     # new tokens computed this step for sequences in prefill
+    num_prefill_seqs: int = 0       # (a whole prompt, a chunk, or a recompute)
+    prefill_attn_pairs: int = 0     # sum over prefill seqs of new*ctx_before + new*(new+1)//2
+    num_decode_seqs: int = 0
+    decode_context_tokens: int = 0  # sum over decode seqs of their context length (KV read)
+    num_swap_blocks: int = 0        # blocks moved host<->device this step (in + out)
+    num_copy_blocks: int = 0        # copy-on-write block copies this step
+    block_size: int = 16
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+    @property
+    def num_seqs(self) -> int:
+        return self.num_prefill_seqs + self.num_decode_seqs
+
+
+@dataclass
+class SchedulerOutput:
+    """One iteration's work. seqs and num_new_tokens are parallel lists; a sequence computes
+    num_new_tokens tokens starting at its num_computed_tokens (a whole prompt, a prefill chunk,
+    a recompute, or 1 for decode). The executor performs the swaps and copies first."""
+
+    groups: list[SequenceGroup] = field(default_factory=list)
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    # The batch's shape, counted as sequences are added (see add: the one prefill-or-decode rule)
+    num_prefill_tokens: int = 0  # new tokens of sequences in prefill
+    num_prefill_seqs: int = 0
+    prefill_attn_pairs: int = 0  # causal (query, key) pairs of the prefill tokens
+    num_decode_seqs: int = 0
+    decode_context_tokens: int = 0  # context the decoding sequences read
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) on the device
+    preempted: list[tuple[SequenceGroup, str]] = field(default_factory=list)  # (group, "recompute" | "swap")
+    block_size: int = 16  # of the KV manager that scheduled it
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+    def add(self, group: SequenceGroup, counts: list[int]) -> None:
+        """Schedule counts[i] new tokens for the group's i-th sequence, counting each into the
+        batch's shape by the one rule for prefill or decode: a sequence decodes when it computes
+        exactly its last token; a whole prompt, a prefill chunk or a recompute is prefill, even a
+        one-token chunk."""
+        self.groups.append(group)
+        for seq, n in zip(group.seqs, counts):
+            self.seqs.append(seq)
+            self.num_new_tokens.append(n)
+            before = seq.num_computed_tokens
+            if n == 1 and before + 1 == seq.num_tokens:
+                self.num_decode_seqs += 1
+                self.decode_context_tokens += before + 1
+            else:
+                self.num_prefill_tokens += n
+                self.num_prefill_seqs += 1
+                self.prefill_attn_pairs += prefill_attn_pairs(n, before)
+
+    def batch_shape(self) -> BatchShape:
+        """The step as a cost model sees it."""
+        return BatchShape(self.num_prefill_tokens, self.num_prefill_seqs, self.prefill_attn_pairs, self.num_decode_seqs,
+                          self.decode_context_tokens, len(self.blocks_to_swap_in) + len(self.blocks_to_swap_out),
+                          len(self.blocks_to_copy), self.block_size)
+
+    def due_by_group(self) -> Iterator[tuple[SequenceGroup, list[Sequence]]]:
+        """Each scheduled group with those of its sequences that reach their end this step, and
+        so are due a token, in batch order. Read it before update(), which advances the counts."""
+        pos = 0
+        for group in self.groups:
+            seqs = group.seqs
+            counts = self.num_new_tokens[pos:pos + len(seqs)]
+            pos += len(seqs)
+            yield group, [seq for seq, n in zip(seqs, counts) if is_due(seq, n)]
+
+
+class Sample(NamedTuple):
+    """A token appended to a sequence. When several samples name one parent, the parent is
+    forked; in beam search a live sequence that no sample names is dropped. (A named tuple: the
+    simulator makes one per sequence per step, and a frozen dataclass costs 4x more to build.)"""
+
+    parent_seq_id: int
+    token_id: int
+    logprob: float = 0.0
+
+
+@dataclass
+class StepResult:
+    """What a step produced. samples maps request_id to the group's samples. A group that is due
+    tokens and is absent gets default_token once per due sequence, and a parallel-sampling group
+    at its first token gets it n times (forking): the simulator's choice, where token ids do not
+    matter. The executor gives every group its samples."""
+
+    samples: dict[int, list[Sample]] = field(default_factory=dict)
+    default_token: int | None = None
+
+    def samples_for(self, group: SequenceGroup, due: list[Sequence]) -> list[Sample]:
+        """The samples the group's due sequences take this step."""
+        samples = self.samples.get(group.request_id) if self.samples else None
+        if samples is not None:
+            return samples
+        token = self.default_token
+        if token is None:
+            raise ValueError(f"no samples for request {group.request_id}")
+        first = due[0]
+        if len(due) == 1:  # (the common case, and the only one where a group forks)
+            sampling = group.request.sampling
+            if first.num_tokens == first.prompt_len and len(group.seqs) == 1 and sampling.num_seqs > 1:
+                if sampling.use_beam_search:
+                    raise ValueError(f"request {group.request_id}: beam search needs explicit samples")
+                return [Sample(first.seq_id, token)] * sampling.n
+            return [Sample(first.seq_id, token)]
+        return [Sample(seq.seq_id, token) for seq in due]

@@ -1,0 +1,75 @@
+"""The one serving configuration (pagesim.core.config): both drivers embed it, the CLI takes its
+choices and defaults from it, its defaults work for every catalog model, and a bad value is an
+error that names the flag to change."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pagesim.core import POLICIES, ServingConfig
+from pagesim.core.config import CHOICES, SERVING_FIELDS
+from pagesim.core.reservation import ALLOCATORS
+from pagesim.core.scheduler import PREEMPTION_MODES
+from pagesim.sim.engine import Replay, ReplayConfig
+from pagesim.sim.specs import MODELS
+from pagesim.workload.trace import Trace, TraceRequest
+
+
+def test_both_drivers_embed_the_same_knobs_with_the_same_defaults():
+    pytest.importorskip("torch")
+    from executor.engine import EngineConfig
+
+    defaults = {f: getattr(ServingConfig(), f) for f in SERVING_FIELDS}
+    for driver in (ReplayConfig, EngineConfig):
+        assert issubclass(driver, ServingConfig)
+        assert {f: getattr(driver(), f) for f in SERVING_FIELDS} == defaults, driver.__name__
+    assert defaults["max_num_seqs"] == 256  # the executor's used to be 64
+
+
+def test_cli_choices_are_the_cores_names():
+    from pagesim.cli.replay import Policy, Preemption
+
+    assert [p.value for p in Policy] == list(POLICIES) == list(CHOICES["policy"])
+    assert [p.value for p in Preemption] == list(PREEMPTION_MODES) == list(CHOICES["preemption"])
+    assert CHOICES["allocator"] == tuple(ALLOCATORS)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_defaults_schedule_every_catalog_model(name):
+    model = MODELS[name]
+    cfg = ServingConfig()
+    sched = cfg.make_scheduler(1000, 0, model.max_model_len)
+    # a whole max-length prompt fits one step without chunked prefill
+    assert sched.config.max_num_batched_tokens == max(2560, model.max_model_len) >= model.max_model_len
+    if model.max_model_len <= 2560:
+        assert sched.config.max_num_batched_tokens == 2560  # the paper's setting, as before
+
+
+def test_the_simulator_runs_a_long_model_on_defaults_and_reports_the_budget_it_used():
+    trace = Trace({}, [TraceRequest(prompt_len=3000, output_len=5)])  # longer than 2560 tokens
+    cfg = ReplayConfig(model="llama-2-7b", num_requests=3)
+    assert cfg.max_num_batched_tokens is None
+    summary = Replay(cfg, trace).run().summary
+    assert summary["num_finished"] == 3 and summary["config"]["max_num_batched_tokens"] == 4096
+
+
+@pytest.mark.parametrize("changes, flag", [
+    ({"policy": "orca"}, "--policy"),
+    ({"preemption": "evict"}, "--preemption"),
+    ({"allocator": "slab"}, "--allocator"),
+    ({"block_size": 0}, "--block-size"),
+    ({"max_num_seqs": -1}, "--max-num-seqs"),
+])
+def test_a_bad_value_names_its_flag(changes, flag):
+    with pytest.raises(ValueError, match=flag):
+        ServingConfig(**changes)
+
+
+def test_a_budget_below_the_model_length_names_the_flags():
+    with pytest.raises(ValueError, match="--max-num-batched-tokens 2560 is below the max model length 4096.*--chunked-prefill"):
+        ServingConfig(max_num_batched_tokens=2560).scheduler_config(4096)
+    with pytest.raises(ValueError, match="--max-num-batched-tokens 100 is below --max-num-seqs 256"):
+        ServingConfig(max_num_batched_tokens=100, chunked_prefill=True).scheduler_config(2048)
+    assert dataclasses.replace(ServingConfig(), chunked_prefill=True).scheduler_config(4096).max_num_batched_tokens == 4096
