@@ -47,7 +47,7 @@ def compare(
 
     from pagesim.compare import (CompareSettings, compare as run_compare, parse_system, plot, print_table, scaled_trace,
                                  write_results)
-    from pagesim.sim.profiled import ProfileError, load_profile
+    from pagesim.sim.cost.profiled import ProfileError, load_profile
     from pagesim.workload.trace import TraceError, load_trace
 
     if system:

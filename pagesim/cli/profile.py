@@ -43,7 +43,7 @@ def profile(
         transformers.utils.logging.disable_progress_bar()
         from executor.models.loader import load_model
         from executor.profiler import ProfileGrid, profile_engine
-        from pagesim.sim.profiled import ProfiledCostModel, load_profile
+        from pagesim.sim.cost.profiled import ProfiledCostModel, load_profile
 
         if device == "cpu":
             torch.set_num_threads(1)  # one thread: the CPU clock then measures this run's work alone

@@ -35,7 +35,7 @@ def fail(message: str) -> None:
 @app.command()
 def replay(
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
-    model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs)"),
+    model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs) or a Hugging Face config.json"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
     tp: int = typer.Option(1, help="tensor-parallel degree"),
     policy: Policy = typer.Option(Policy.paged, help="KV cache system"),
@@ -57,7 +57,7 @@ def replay(
     beam_ancestry: Optional[Path] = typer.Option(None, help="beam-ancestry measurements to fit the simulated beam search "
                                                  "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
     warmup: float = typer.Option(0.0, help="leave requests arriving in the first S seconds out of latency statistics"),
-    cost_model: str = typer.Option("roofline", help="roofline, constant or profiled"),
+    cost_model: str = typer.Option("calibrated", help="calibrated (fitted to measured GPU timings), roofline, constant or profiled"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     seed: int = typer.Option(0, help="seed of the arrival process"),
     out: Optional[Path] = typer.Option(None, help="write requests.csv, steps.csv and summary.json here"),

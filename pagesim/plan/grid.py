@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from pagesim.sim.engine import ReplayConfig
+from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.sim.specs import DEFAULT_MAX_NUM_BATCHED_TOKENS, get_gpu, get_model
 
 PREEMPTION_MODES = ("recompute", "swap", "auto")
@@ -45,7 +46,7 @@ class RunSettings:
     warmup_fraction: float = 0.2
     max_num_batched_tokens: int | None = None  # None: max(2560, the model's max length)
     swap_space_gib: float = 4.0
-    cost_model: str = "roofline"
+    cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
     seed: int = 0
 

@@ -17,7 +17,7 @@ from pagesim.core import PoolConfig, SchedulerConfig, SchedulerOutput, StepResul
 from pagesim.core.scheduler import DecodePlan
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
-from pagesim.sim.cost_model import BatchShape, CostModel, make_cost_model
+from pagesim.sim.cost import DEFAULT_COST_MODEL, BatchShape, CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
 from pagesim.workload.requests import build_requests
 from pagesim.workload.trace import Trace
@@ -51,7 +51,7 @@ class ReplayConfig:
     n: int | None = None  # override every request's parallel samples
     beam_width: int | None = None  # override every request's beam width
     beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
-    cost_model: str = "roofline"
+    cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
     seed: int = 0
     warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
