@@ -13,6 +13,7 @@ from pagesim.cli import trace as _trace  # noqa: E402,F401
 from pagesim.cli import profile as _profile  # noqa: E402,F401
 from pagesim.cli import compare as _compare  # noqa: E402,F401
 from pagesim.cli import figures as _figures  # noqa: E402,F401
+from pagesim.cli import calibrate as _calibrate  # noqa: E402,F401
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ Terms, all per GPU of a tensor-parallel group (TP splits heads, the MLP and the 
   bytes = 2 (K N + M K + M N) (weights and activations, fp16), flops = 2 ceil(M / tile) tile K N.
   The p-norm is a smooth maximum: p = 1 adds the memory and compute times, large p is the hard
   roofline corner; the fitted p (1.25-1.75) is the gradual transition real GEMMs show between
-  ~64 and ~512 tokens. The tile (64 rows) is the M-granularity of the tensor-core kernels.
+  ~64 and ~512 tokens. The tile (64 or 128 rows, fitted) is the M-granularity of the tensor-core
+  kernels: a step of 65 tokens costs the compute of 128.
   One curve per GPU, fitted across all operators, models and TP degrees.
 - Elementwise kernels (the two norms, rotary, activation, residual add, embedding lookup):
       t = floor + s_per_byte * bytes moved (read + write)

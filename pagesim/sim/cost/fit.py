@@ -8,7 +8,8 @@ coefficients (pagesim.sim.cost.lsq). `exclude_models` leaves models out, for cro
 The GEMM curve is not linear in its parameters; for a fixed sharpness p and floor it is:
 (t - floor)^p = s_per_byte^p bytes^p + s_per_flop^p flops^p. So p and the floor are chosen on a
 grid (the pair with the smallest mean squared relative error on the real curve), the two slopes by
-non-negative least squares at each grid point. Deterministic, no optimizer to converge.
+non-negative least squares at each grid point; the M tile (64 or 128 rows) is chosen the same way.
+Deterministic, no optimizer to converge.
 
 `pagesim calibrate fit` writes the shipped coefficients with `write_calibrations`; a test refits
 them from the shared data and checks they are reproduced.
@@ -34,7 +35,7 @@ from pagesim.sim.specs import get_gpu
 
 GEMM_SHARPNESS_GRID = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
 GEMM_FLOOR_GRID_S = tuple(i * 0.5e-6 for i in range(17))  # 0 .. 8 us
-GEMM_TILE = 64
+GEMM_TILE_GRID = (64, 128)  # M-granularity of the tensor-core kernels (Ampere 64/128, Hopper 128 rows)
 # Where each GPU's non-compute measurements come from (see gpu_profiles/README.md).
 ATTENTION_FILE = "attention/a100_attention.csv"       # measured on A100 (80 GB, Vidur's "a100")
 ATTENTION_GPU = "a100-80gb"
@@ -43,22 +44,23 @@ ALL_REDUCE_FILES = {"a100-80gb": "network/a100_dgx/all_reduce.csv", "h100-80gb":
 ALL_REDUCE_SCALED_FROM = {"a40-48gb": "a100-80gb"}   # no A40 network file: by interconnect bandwidth
 
 
-def fit_gemm(m, k, n, seconds, tile: int = GEMM_TILE) -> GemmCurve:
+def fit_gemm(m, k, n, seconds, tiles: tuple[int, ...] = GEMM_TILE_GRID) -> GemmCurve:
     """The smooth-roofline GEMM curve through (M, K, N, seconds) samples."""
     m, k, n, t = (np.asarray(a, dtype=float) for a in (m, k, n, seconds))
     x_bytes = 2 * (k * n + m * (k + n))
-    x_flops = 2 * np.ceil(m / tile) * tile * k * n
     best = None
-    for p in GEMM_SHARPNESS_GRID:
-        xb, xf = x_bytes ** p, x_flops ** p
-        for floor in GEMM_FLOOR_GRID_S:
-            if floor >= t.min():
-                break
-            coef = fit_relative(np.stack([xb, xf], axis=1), (t - floor) ** p)
-            pred = floor + (coef[0] * xb + coef[1] * xf) ** (1.0 / p)
-            score = float(np.mean((pred / t - 1.0) ** 2))
-            if best is None or score < best[0]:
-                best = (score, GemmCurve(float(floor), float(coef[0] ** (1 / p)), float(coef[1] ** (1 / p)), p, tile))
+    for tile in tiles:
+        x_flops = 2 * np.ceil(m / tile) * tile * k * n
+        for p in GEMM_SHARPNESS_GRID:
+            xb, xf = x_bytes ** p, x_flops ** p
+            for floor in GEMM_FLOOR_GRID_S:
+                if floor >= t.min():
+                    break
+                coef = fit_relative(np.stack([xb, xf], axis=1), (t - floor) ** p)
+                pred = floor + (coef[0] * xb + coef[1] * xf) ** (1.0 / p)
+                score = float(np.mean((pred / t - 1.0) ** 2))
+                if best is None or score < best[0]:
+                    best = (score, GemmCurve(float(floor), float(coef[0] ** (1 / p)), float(coef[1] ** (1 / p)), p, tile))
     return best[1]
 
 
