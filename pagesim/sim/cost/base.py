@@ -80,3 +80,12 @@ class ConstantCostModel(CostModel):
 
     def describe(self) -> dict:
         return {"name": self.name, "seconds": self.seconds}
+
+
+def linear_context_run(base: float, per_ctx: float, num_seqs: int, context_tokens: int) -> Iterator[float]:
+    """Decode run times for a model whose plain decode step is `base + context_tokens * per_ctx`
+    (`decode_run_times` of the roofline, calibrated and profiled models). The model's
+    iteration_time must add that context term last, to the same base, so the floats are equal."""
+    while True:
+        yield base + context_tokens * per_ctx
+        context_tokens += num_seqs

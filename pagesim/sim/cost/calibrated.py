@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from typing import Iterator
 
-from pagesim.sim.cost.base import BatchShape, CostModel
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
@@ -73,34 +73,41 @@ MEASURED_GPUS = ("a100-80gb", "h100-80gb", "a40-48gb")
 
 @dataclass(frozen=True)
 class LayerShape:
-    """What the operator terms need of a model: one layer's widths, split over `tp` GPUs."""
+    """What the operator terms need: a model's layer, split over `tp` GPUs, and whether it has a
+    rotary kernel (the llama family; OPT has learned positions)."""
 
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    ffn_size: int
-    vocab_size: int
-    gated_mlp: bool
+    model: ModelSpec
     tp: int = 1
     rotary: bool = True
-    dtype_bytes: int = 2
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int) -> "LayerShape":
-        # OPT: learned positions (no rotary), 2-matrix MLP; the llama family: rotary, gated MLP.
-        return cls(model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim, model.ffn_size,
-                   model.vocab_size, model.gated_mlp, tp, rotary=model.architecture == "llama",
-                   dtype_bytes=model.dtype_bytes)
+        return cls(model, tp, rotary=model.architecture == "llama")
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.hidden_size
+
+    @property
+    def ffn_size(self) -> int:
+        return self.model.ffn_size
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.model.gated_mlp
+
+    @property
+    def dtype_bytes(self) -> int:
+        return self.model.dtype_bytes
 
     @property
     def q_per_gpu(self) -> int:
-        return self.num_heads * self.head_dim // self.tp
+        return self.model.q_size // self.tp
 
     @property
     def kv_per_gpu(self) -> int:
         # with more GPUs than KV heads, heads are replicated: each GPU keeps one
-        return max(self.num_kv_heads // self.tp, 1) * self.head_dim
+        return max(self.model.num_kv_heads // self.tp, 1) * self.model.head_dim
 
     def gemm_dims(self, op: str) -> tuple[int, int]:
         """(K, N) of a layer GEMM on one GPU."""
@@ -349,11 +356,9 @@ class CalibratedCostModel(CostModel):
         return t
 
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
+        # the base is iteration_time's sum before its last term, so every float equals it
         base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
-        per_ctx = self._dec_per_ctx
-        while True:
-            yield base + context_tokens * per_ctx
-            context_tokens += num_seqs
+        return linear_context_run(base, self._dec_per_ctx, num_seqs, context_tokens)
 
     def describe(self) -> dict:
         return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,

@@ -13,7 +13,7 @@ from pagesim.sim.cost.base import BatchShape
 from pagesim.sim.cost.calibrated import LAYER_OPERATORS, STEP_OPERATORS, Calibration
 from pagesim.sim.cost.measurements import OperatorRow
 from pagesim.sim.cost.roofline import RooflineCostModel
-from pagesim.sim.specs import GPUSpec, ModelSpec
+from pagesim.sim.specs import GPUSpec
 
 TOKEN_BUCKETS = ((1, 64), (65, 512), (513, 4096))
 
@@ -40,23 +40,16 @@ def predicted_layer_seconds(cal: Calibration, row: OperatorRow) -> float:
 
 
 def roofline_layer_seconds(gpu: GPUSpec, row: OperatorRow) -> float:
-    """The roofline's time for the same layer: its linear and elementwise parts for a one-layer
-    model of the row's shape (no attention, all-reduce or overhead: mlp.csv has none)."""
-    s = row.shape
-    spec = ModelSpec("row", 1, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim, s.ffn_size, s.vocab_size,
-                     num_params=1, max_model_len=4096, architecture="llama" if s.gated_mlp else "opt")
-    parts = _roofline(spec, gpu, s.tp).breakdown(BatchShape(num_prefill_tokens=row.num_tokens))
+    """The roofline's time for the same layer: its linear and elementwise parts for the row's
+    one-layer model (no attention, all-reduce or overhead: mlp.csv has none)."""
+    key = (row.shape.model, gpu, row.shape.tp)
+    if key not in _ROOFLINES:
+        _ROOFLINES[key] = RooflineCostModel(*key)
+    parts = _ROOFLINES[key].breakdown(BatchShape(num_prefill_tokens=row.num_tokens))
     return parts["linear"] + parts["elementwise"]
 
 
 _ROOFLINES: dict = {}
-
-
-def _roofline(spec: ModelSpec, gpu: GPUSpec, tp: int) -> RooflineCostModel:
-    key = (spec, gpu, tp)
-    if key not in _ROOFLINES:
-        _ROOFLINES[key] = RooflineCostModel(spec, gpu, tp)
-    return _ROOFLINES[key]
 
 
 def check_rows(cal: Calibration, rows: list[OperatorRow], roofline_gpu: GPUSpec | None = None) -> dict:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pagesim.sim.cost.calibrated import LAYER_OPERATORS, STEP_OPERATORS, LayerShape
+from pagesim.sim.specs import ModelSpec
 
 MS = 1e-3
 SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
@@ -84,11 +85,6 @@ class OperatorRow:
     def layer_seconds(self) -> float:
         return sum(self.seconds[op] for op in LAYER_OPERATORS if op in self.seconds)
 
-    @property
-    def model_key(self) -> tuple:
-        """Identifies the model (the file's shape columns without TP)."""
-        s = self.shape
-        return (s.hidden_size, s.num_heads, s.num_kv_heads, s.ffn_size, s.vocab_size, s.gated_mlp)
 
 
 def read_operator_csv(path: str | Path) -> list[OperatorRow]:
@@ -104,10 +100,13 @@ def read_operator_csv(path: str | Path) -> list[OperatorRow]:
         if n["n_embd"] % n["n_head"] or n["n_head"] % n["n_kv_head"]:
             raise MeasurementError(f"{path}: line {line}, columns n_embd/n_head/n_kv_head: {n['n_embd']}/"
                                    f"{n['n_head']}/{n['n_kv_head']} do not divide into whole heads")
-        shape = LayerShape(hidden_size=n["n_embd"], num_heads=n["n_head"], num_kv_heads=n["n_kv_head"],
-                           head_dim=n["n_embd"] // n["n_head"], ffn_size=n["n_expanded_embd"],
-                           vocab_size=n["vocab_size"], gated_mlp=_bool(path, line, row, "use_gated_mlp"),
-                           tp=n["num_tensor_parallel_workers"], rotary=_median_column("attn_rope") in header)
+        # one layer of the file's model (parameter count and length unused): a gated MLP is the
+        # llama family's, a plain one OPT's
+        gated = _bool(path, line, row, "use_gated_mlp")
+        spec = ModelSpec(model_name(path), 1, n["n_embd"], n["n_head"], n["n_kv_head"], n["n_embd"] // n["n_head"],
+                         n["n_expanded_embd"], n["vocab_size"], num_params=1, max_model_len=4096,
+                         architecture="llama" if gated else "opt")
+        shape = LayerShape(spec, n["num_tensor_parallel_workers"], rotary=_median_column("attn_rope") in header)
         seconds = {}
         for op in ops:
             v = _number(path, line, row, _median_column(op), optional=True)

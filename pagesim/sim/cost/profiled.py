@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
-from pagesim.sim.cost.base import BatchShape, CostModel
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
 from pagesim.sim.cost.lsq import fit_relative
 
 PROFILE_FORMAT = "pagesim-profile/1"
@@ -249,10 +249,7 @@ class ProfiledCostModel(CostModel):
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
         # the base is iteration_time's sum before its last term, so every float equals it
         base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
-        per_ctx = self._c_ctx
-        while True:
-            yield base + per_ctx * context_tokens
-            context_tokens += num_seqs
+        return linear_context_run(base, self._c_ctx, num_seqs, context_tokens)
 
     def describe(self) -> dict:
         return {"name": self.name, **self.info, "coefficients": self.coefficients}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
-from pagesim.sim.cost.base import BatchShape, CostModel
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
 
@@ -162,11 +162,7 @@ class RooflineCostModel(CostModel):
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
         # iteration_time's sum in its own order, with the one term that changes (the context
         # read) added last, so every float is the one iteration_time returns
-        base = self._decode_base(num_seqs)
-        per_ctx = self._decode_attn_s_per_ctx
-        while True:
-            yield base + context_tokens * per_ctx
-            context_tokens += num_seqs
+        return linear_context_run(self._decode_base(num_seqs), self._decode_attn_s_per_ctx, num_seqs, context_tokens)
 
     def _decode_base(self, n_dec: int) -> float:
         t = self._step_s + self._per_seq_s * n_dec
