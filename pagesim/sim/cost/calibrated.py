@@ -355,6 +355,11 @@ class CalibratedCostModel(CostModel):
             return t + shape.decode_context_tokens * self._dec_per_ctx
         return t
 
+    def decode_attention_seconds(self, num_seqs: int, context_tokens: int) -> float:
+        """Decode attention of all layers for `num_seqs` sequences holding `context_tokens` in all
+        (for reports; iteration_time adds the same three terms inline)."""
+        return self._dec_floor + num_seqs * self._dec_per_seq + context_tokens * self._dec_per_ctx
+
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
         # the base is iteration_time's sum before its last term, so every float equals it
         base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
