@@ -107,7 +107,7 @@ def side_fits(data: Path) -> dict:
     dec = [abs(att.decode_seconds(r.batch, r.batch * r.context * r.kv_bytes_per_token) / r.seconds - 1)
            for r in att_rows if not r.is_prefill]
     pre = [abs(att.prefill_seconds((r.new_tokens * r.context + r.new_tokens * (r.new_tokens + 1) // 2) * r.flops_per_pair,
-                                   r.new_tokens * r.kv_bytes_per_token) / r.seconds - 1)
+                                   r.new_tokens * r.token_bytes) / r.seconds - 1)
            for r in att_rows if r.is_prefill]
     out = {"attention_decode": error_summary(dec), "attention_prefill": error_summary(pre)}
     for gpu, path in ALL_REDUCE_FILES.items():

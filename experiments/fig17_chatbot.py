@@ -73,7 +73,7 @@ def miss_reason(grouped: dict, system: str, t: float, r: float, lo: float, hi: f
         return (f"at their sustainable rates vLLM batches {batch:.2f}x as many requests (the memory advantage the "
                 "paper describes: every Orca version reserves ~2048 slots for these long prompts), but that buys "
                 f"less rate: the trace's prompts are long ({stats}), and in our cost model "
-                "model their prefill and the KV reads of long contexts make the step time grow with the batch")
+                "their prefill and the KV reads of long contexts make the step time grow with the batch")
     return (f"vLLM batches {batch:.2f}x as many requests at their sustainable rates, and our simulated step turns "
             "that into rate almost one for one")
 

@@ -78,10 +78,10 @@ def test_attention_fit_recovers_known_terms():
     truth = AttentionTerms(15e-6, 5e-9, 1 / 1.5e12, 6e-6, 1 / 120e12, 1 / 30e9)
     rows = []
     for b, c in itertools.product((1, 4, 16, 64, 128), (32, 256, 1024, 4000)):
-        rows.append(AttentionRow(False, b, 1, c, 2048, 16384, truth.decode_seconds(b, b * c * 2048)))
+        rows.append(AttentionRow(False, b, 1, c, 2048, 16384, 16384, truth.decode_seconds(b, b * c * 2048)))
     for n, c in itertools.product((64, 256, 1024, 2048), (0, 512, 2048)):
         pairs = n * c + n * (n + 1) // 2
-        rows.append(AttentionRow(True, 1, n, c, 2048, 16384, truth.prefill_seconds(pairs * 16384, n * 2048)))
+        rows.append(AttentionRow(True, 1, n, c, 2048, 16384, 16384, truth.prefill_seconds(pairs * 16384, n * 16384)))
     got = fit_attention(rows)
     for a, b in zip(vars(got).values(), vars(truth).values()):
         assert a == pytest.approx(b, rel=1e-6)

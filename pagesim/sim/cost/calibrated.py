@@ -21,9 +21,11 @@ Terms, all per GPU of a tensor-parallel group (TP splits heads, the MLP and the 
   kernels cost ~25 us per layer even at one token.
 - Attention, from the A100 FlashAttention file (one Llama-2-70B-like shape at TP 2), per layer:
       decode  t = floor + s_per_seq * seqs + s_per_byte * KV bytes read
-      prefill t = floor + s_per_flop * causal-pair FLOPs + s_per_byte * new-token KV bytes
-  Transfer rule: the KV bytes and FLOPs are this model's own (its KV heads and query heads per
-  GPU, its head size), so the terms carry over to any shape; to another GPU the per-byte terms
+      prefill t = floor + s_per_flop * causal-pair FLOPs + s_per_byte * new-token bytes
+  (new-token bytes: each new token's Q read and O written, this GPU's query heads; the file's
+  KV-cache write, attn_input_reshape, measures 0 throughout, so K and V writes carry no cost)
+  Transfer rule: the bytes and FLOPs are this model's own (its query and KV heads per GPU, its
+  head size), so the terms carry over to any shape; to another GPU the per-byte terms
   scale by HBM bandwidth (A100-80GB's / the GPU's), the per-FLOP term by FP16 FLOP/s, and the
   floors and per-sequence terms are kept.
 - TP all-reduce (2 per layer, of tokens x hidden fp16): t = floor + s_per_byte * bytes, one line per
@@ -109,6 +111,12 @@ class LayerShape:
         # with more GPUs than KV heads, heads are replicated: each GPU keeps one
         return max(self.model.num_kv_heads // self.tp, 1) * self.model.head_dim
 
+    @property
+    def attention_token_bytes(self) -> int:
+        """Bytes prompt attention moves per new token, besides its pairs: Q read and O written
+        (this GPU's query heads)."""
+        return 2 * self.q_per_gpu * self.dtype_bytes
+
     def gemm_dims(self, op: str) -> tuple[int, int]:
         """(K, N) of a layer GEMM on one GPU."""
         h = self.hidden_size
@@ -174,13 +182,13 @@ class AttentionTerms:
     decode_s_per_kv_byte: float
     prefill_floor_s: float
     prefill_s_per_flop: float
-    prefill_s_per_kv_byte: float
+    prefill_s_per_token_byte: float
 
     def decode_seconds(self, seqs: int, kv_bytes_read: float) -> float:
         return self.decode_floor_s + self.decode_s_per_seq * seqs + self.decode_s_per_kv_byte * kv_bytes_read
 
-    def prefill_seconds(self, flops: float, new_kv_bytes: float) -> float:
-        return self.prefill_floor_s + self.prefill_s_per_flop * flops + self.prefill_s_per_kv_byte * new_kv_bytes
+    def prefill_seconds(self, flops: float, new_token_bytes: float) -> float:
+        return self.prefill_floor_s + self.prefill_s_per_flop * flops + self.prefill_s_per_token_byte * new_token_bytes
 
 
 @dataclass(frozen=True)
@@ -256,7 +264,7 @@ def scale_calibration(cal: Calibration, measured: GPUSpec, target: GPUSpec) -> C
         elementwise={k: Line(v.floor_s, v.slope * bw) for k, v in cal.elementwise.items()},
         attention=replace(a, decode_s_per_kv_byte=a.decode_s_per_kv_byte * bw,
                           prefill_s_per_flop=a.prefill_s_per_flop * fl,
-                          prefill_s_per_kv_byte=a.prefill_s_per_kv_byte * bw),
+                          prefill_s_per_token_byte=a.prefill_s_per_token_byte * bw),
         all_reduce={k: Line(v.floor_s, v.slope * ic) for k, v in cal.all_reduce.items()},
         cpu=cal.cpu,
         source={"scaled_from": cal.gpu, "hbm_bandwidth_ratio": bw, "fp16_flops_ratio": fl,
@@ -311,7 +319,7 @@ class CalibratedCostModel(CostModel):
         self._dec_per_ctx = layers * a.decode_s_per_kv_byte * kv_token_layer
         self._pre_floor = layers * a.prefill_floor_s
         self._pre_per_pair = layers * a.prefill_s_per_flop * flops_pair_layer
-        self._pre_per_token = layers * a.prefill_s_per_kv_byte * kv_token_layer
+        self._pre_per_token = layers * a.prefill_s_per_token_byte * shape.attention_token_bytes
         self._allreduce_bytes_per_token = model.hidden_size * d
         self._token_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}

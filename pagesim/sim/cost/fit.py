@@ -90,7 +90,7 @@ def fit_attention(rows: list[AttentionRow]) -> AttentionTerms:
     pre = [r for r in rows if r.is_prefill]
     d = fit_relative([[1.0, r.batch, r.batch * r.context * r.kv_bytes_per_token] for r in dec], [r.seconds for r in dec])
     pairs = [r.new_tokens * r.context + r.new_tokens * (r.new_tokens + 1) // 2 for r in pre]
-    p = fit_relative([[1.0, pr * r.flops_per_pair, r.new_tokens * r.kv_bytes_per_token] for pr, r in zip(pairs, pre)],
+    p = fit_relative([[1.0, pr * r.flops_per_pair, r.new_tokens * r.token_bytes] for pr, r in zip(pairs, pre)],
                      [r.seconds for r in pre])
     return AttentionTerms(*map(float, d), *map(float, p))
 

@@ -145,6 +145,7 @@ class AttentionRow:
     context: int
     kv_bytes_per_token: int   # one token's K and V, one layer, this GPU's heads
     flops_per_pair: int       # QK^T and PV of one (query, key) pair, one layer, this GPU's heads
+    token_bytes: int          # a new token's Q read and O written, one layer, this GPU's query heads
     seconds: float            # kernel + KV-cache write + output copy
 
 
@@ -171,7 +172,8 @@ def read_attention_csv(path: str | Path, dtype_bytes: int = 2) -> list[Attention
             is_prefill=prefill, batch=_number(path, line, row, "batch_size", integer=True),
             new_tokens=chunk if prefill else 1, context=context,
             kv_bytes_per_token=2 * max(kv // tp, 1) * head_dim * dtype_bytes,
-            flops_per_pair=4 * (q // tp) * head_dim, seconds=(kernel + extra) * MS))
+            flops_per_pair=4 * (q // tp) * head_dim,
+            token_bytes=2 * (q // tp) * head_dim * dtype_bytes, seconds=(kernel + extra) * MS))
     return out
 
 
