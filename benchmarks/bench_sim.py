@@ -7,6 +7,8 @@
 2. In-process replay time with the decode fast path on and off, side by side, on a smaller
    count (off is slow), for the paged policy and for Orca Max, and their ratio. Both must give
    the same summary; the report says whether they did.
+3. In-process replay time with the calibrated cost model (the default) and the roofline, side by
+   side, alternating, on the same requests (target: calibrated within 10% of the roofline).
 
 Usage:  python benchmarks/bench_sim.py --out reports/bench_sim.md
 The machine may be shared: the report records nproc, the Python version and the load average
@@ -55,12 +57,13 @@ def run_cli(args: list[str]) -> dict:
             "summary": summary}
 
 
-def time_replay(policy: str, num_requests: int, rate: float, fast: bool) -> tuple[float, dict]:
+def time_replay(policy: str, num_requests: int, rate: float, fast: bool, cost_model: str = "calibrated") -> tuple[float, dict]:
     from pagesim.sim.engine import Replay, ReplayConfig
     from pagesim.workload.trace import load_trace
 
     trace = load_trace(ROOT / "traces" / "sharegpt.json")
-    sim = Replay(ReplayConfig(policy=policy, rate=rate, num_requests=num_requests), trace, fast_forward=fast)
+    sim = Replay(ReplayConfig(policy=policy, rate=rate, num_requests=num_requests, cost_model=cost_model), trace,
+                 fast_forward=fast)
     start = time.perf_counter()
     result = sim.run()
     return time.perf_counter() - start, result.summary
@@ -97,6 +100,16 @@ def main() -> None:
         same = json.dumps(s_on, sort_keys=True) == json.dumps(s_off, sort_keys=True)
         compare.append((policy, t_on, t_off, same, s_on["num_steps"]))
         print(f"{policy}: fast path on {t_on:.2f} s, off {t_off:.2f} s, x{t_off / t_on:.1f}, identical={same}", file=sys.stderr)
+    # cost models side by side: alternate so that load changes hit both alike; best of --repeat
+    cost_times: dict[str, list[float]] = {"roofline": [], "calibrated": []}
+    for _ in range(args.repeat):
+        for name in cost_times:
+            t, _ = time_replay("paged", args.compare_requests, args.rate, True, cost_model=name)
+            cost_times[name].append(t)
+    best = {name: min(ts) for name, ts in cost_times.items()}
+    cost_ratio = best["calibrated"] / best["roofline"]
+    print(f"cost models: calibrated {best['calibrated']:.2f} s, roofline {best['roofline']:.2f} s, x{cost_ratio:.2f}",
+          file=sys.stderr)
     load_end = os.getloadavg()
 
     ok_wall = "met" if median_wall < TARGET_WALL_S else "NOT met"
@@ -114,7 +127,7 @@ def main() -> None:
         "",
         "## The whole command",
         "",
-        f"`pagesim {shlex.join(cli_args)}` (OPT-13B, 1 x A100-40GB, paged, roofline cost model), start-up included, "
+        f"`pagesim {shlex.join(cli_args)}` (OPT-13B, 1 x A100-40GB, paged, calibrated cost model), start-up included, "
         f"in a child process; peak memory is the child's max RSS (wait4).",
         "",
         "| run | wall (s) | user + sys CPU (s) | simulated requests / wall s | max RSS (MB) |",
@@ -143,7 +156,21 @@ def main() -> None:
     ]
     for policy, t_on, t_off, same, steps in compare:
         lines.append(f"| {policy} | {steps:,} | {t_on:.2f} | {t_off:.2f} | {t_off / t_on:.1f}x | {'yes' if same else 'NO'} |")
-    lines.append("")
+    ok_cost = "met" if cost_ratio <= 1.10 else "NOT met"
+    lines += [
+        "",
+        "## Calibrated vs roofline cost model (in-process)",
+        "",
+        f"Paged, {args.compare_requests:,} ShareGPT requests at {args.rate} req/s, OPT-13B on A100-40GB, fast path on; "
+        f"the two models alternate, {args.repeat} runs each, best kept (the models simulate different step times, "
+        "so the iteration counts differ too).",
+        "",
+        "| cost model | runs (s) | best (s) |",
+        "|---|---|---|",
+    ]
+    for name, ts in cost_times.items():
+        lines.append(f"| {name} | {' / '.join(f'{t:.2f}' for t in ts)} | {best[name]:.2f} |")
+    lines += ["", f"Calibrated / roofline: {cost_ratio:.2f} (target <= 1.10: **{ok_cost}**).", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))

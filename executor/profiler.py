@@ -1,7 +1,7 @@
 """Profiling the real engine for the simulator's `profiled` cost model.
 
 Runs LLMEngine over a grid of iteration shapes and writes a JSON profile (format in
-pagesim/sim/profiled.py and docs/calibration.md):
+pagesim/sim/cost/profiled.py and docs/calibration.md):
 
 - prefill steps: `num_seqs` prompts of `tokens` tokens admitted together (one step each);
 - decode steps: `batch` sequences decoding at a context of about `context` tokens;
@@ -30,7 +30,7 @@ from executor.models.loader import LoadedModel
 from executor.run import RunClock
 from pagesim.core import SamplingParams
 
-PROFILE_FORMAT = "pagesim-profile/1"  # the same string pagesim.sim.profiled reads
+PROFILE_FORMAT = "pagesim-profile/1"  # the same string pagesim.sim.cost.profiled reads
 
 
 @dataclass

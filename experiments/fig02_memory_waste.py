@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
     plot(files["png"], metrics)
     oracle = next(m for m in metrics if m["policy"] == "orca-oracle")
     notes = "\n".join([
-        f"- Simulated: OPT-13B, 1 x A100-40GB, roofline cost model, block size 16, Poisson {FIG02_RATE:g} req/s for "
+        f"- Simulated: OPT-13B, 1 x A100-40GB, calibrated cost model, block size 16, Poisson {FIG02_RATE:g} req/s for "
         f"{duration:g} s of arrivals (seed {args.seed}); waste sampled every {WASTE_INTERVAL_S:g} s and averaged over "
         f"[{window[0]:g}, {window[1]:g}] s (slot-weighted: total slots of each kind over all samples).",
         "- 'External fragmentation & others' = our external fragmentation (buddy-allocator slack beyond the "

@@ -5,7 +5,7 @@
 
 OPT-13B on 1 x A100-40GB, OPT-66B on 4 x A100-40GB, OPT-175B on 8 x A100-80GB; ShareGPT and
 Alpaca; vLLM (paged), Orca (Oracle / Pow2 / Max) and FasterTransformer-style static batching.
-Simulated (roofline cost model), Poisson arrivals for --duration seconds (600 by default, 3600
+Simulated (calibrated cost model), Poisson arrivals for --duration seconds (600 by default, 3600
 with --full), block 16, 2560 batched tokens, auto preemption; normalized latency is the mean over
 requests arriving after the first 60 s (the artifact's warm-up skip).
 
@@ -201,9 +201,9 @@ def ratio_reason(by, model, trace, system, t, r, lo, hi) -> str:
              f"({batch_ratio:.2f}x)")
     if r > hi:
         return (f"{facts}; our vLLM gains more than the paper's: the reservation system is held to a smaller batch "
-                "by its reservations than in the paper's runs, while our roofline step is fast enough that vLLM's "
+                "by its reservations than in the paper's runs, while our simulated step is fast enough that vLLM's "
                 "larger batch turns into rate almost one for one")
-    return (f"{facts}; the batch advantage is in line with memory, but it turns into less rate: in the roofline model "
+    return (f"{facts}; the batch advantage is in line with memory, but it turns into less rate: in our cost model "
             "the step time grows with the batch (KV reads, per-sequence overhead), and vLLM also pays for "
             "recompute preemptions at its knee, so a larger batch buys less than proportionally more throughput")
 
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict:
     plot(files["png"], searches, THRESHOLDS)
     n_probes = sum(len(s.probes) for s in searches)
     notes = "\n".join([
-        f"- Simulated with the roofline cost model; Poisson arrivals for {duration:g} s (seed {args.seed}), "
+        f"- Simulated with the calibrated cost model; Poisson arrivals for {duration:g} s (seed {args.seed}), "
         f"normalized latency averaged over requests arriving after {warmup:g} s; block 16, 2560 batched tokens, "
         "auto preemption; every request generates its trace output length.",
         f"- Sustainable rate: highest probed rate with mean normalized latency < T, for T = "
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"with a mean normalized latency over {ABORT_FACTOR:g} x {max(THRESHOLDS):g} s/token; under FCFS overload "
         "later requests only wait longer, so the rate fails every threshold. Such probes (aborted=True in the .csv) "
         "report that partial mean, a lower bound, and are drawn with it.",
-        "- Our absolute rates are higher than the paper's (compare the OPT-13B swept ranges): the roofline "
+        "- Our absolute rates are higher than the paper's (compare the OPT-13B swept ranges): the simulated "
         "iteration is faster than the paper's system. The ratios between systems are what we check.",
         "- FasterTransformer is modelled as request-level (static) batching over max-length reservations "
         "(policy `static`); its sustainable rate is tiny, so its ratio carries the most relative error.",

@@ -271,13 +271,13 @@ def build_rows(results: list[CaseResult], thresholds) -> list[Row]:
 def miss_reason(setting: str, r: float, lo: float, hi: float) -> str:
     if setting == "basic sampling":
         if r > hi:
-            return ("no sharing here, so the gain is Fig. 12's Alpaca OPT-13B one: see fig12 (our roofline step is fast "
+            return ("no sharing here, so the gain is Fig. 12's Alpaca OPT-13B one: see fig12 (our simulated step is fast "
                     "enough that vLLM's larger batch turns into rate almost one for one)")
         return "no sharing here, so the gain is Fig. 12's Alpaca OPT-13B one: see fig12"
     if r > hi:
         return ("our beam groups share more than OPT-13B's did (the ancestry is SmolLM2-135M's, see Fig. 15's beam "
                 "savings, which are also above the paper's), so vLLM fits more groups per pool")
-    return ("vLLM's batch advantage (batch sizes above) turns into less rate: in the roofline model the step time "
+    return ("vLLM's batch advantage (batch sizes above) turns into less rate: in our cost model the step time "
             "grows with the batch (KV reads, per-sequence work of 2-6 beams per request), so a larger batch buys less "
             "than proportionally more throughput")
 
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> dict:
     plot(files["png"], results, THRESHOLDS)
     cpu = sum(r.cpu_s for r in results)
     notes = "\n".join([
-        f"- Simulated: OPT-13B on 1 x A100-40GB, roofline cost model, Alpaca, Poisson arrivals for {duration:g} s "
+        f"- Simulated: OPT-13B on 1 x A100-40GB, calibrated cost model, Alpaca, Poisson arrivals for {duration:g} s "
         f"(seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; block 16, 2560 batched "
         "tokens, preemption auto (multi-sequence groups are swapped). Every request gets the setting's n or beam "
         "width; beam ancestry (which beams survive each step) is drawn from the SmolLM2-135M measurements "

@@ -4,7 +4,7 @@
     python experiments/fig15_memory_saving.py [--smoke] [--out-dir reports/figures]
 
 The runs are experiments/sharing_report.py's `sim_fig15` (the one place this computation lives;
-reports/sharing.md shows the same numbers): OPT-13B on 1 x A100-40GB, roofline cost model, paged
+reports/sharing.md shows the same numbers): OPT-13B on 1 x A100-40GB, calibrated cost model, paged
 (vLLM), Alpaca at 15 req/s (2,000 requests) and ShareGPT at 1 req/s (1,000 requests), every request
 with n = 2/4/6 parallel samples, then beam width 2/4/6. memory saving = time integral of
 (logical - used) device blocks over the integral of logical blocks (docs/sharing.md). Paper:

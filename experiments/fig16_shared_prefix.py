@@ -84,19 +84,19 @@ def miss_reason(r: float, lo: float, hi: float, prefix_len: int, split: tuple | 
         paging, sharing = split
         if paging * sharing > 0 and paging >= sharing:
             return (f"most of the gap is paging alone: without sharing vLLM already sustains {paging:.2f}x Orca "
-                    "(Oracle)'s rate on these short requests; as in Fig. 12's Alpaca panels, our roofline step turns "
+                    "(Oracle)'s rate on these short requests; as in Fig. 12's Alpaca panels, our simulated step turns "
                     "vLLM's larger batch into rate almost one for one, and prefix sharing multiplies on top of that")
         return (f"prefix sharing itself adds the larger factor ({sharing:.2f}x over vLLM without it): our requests "
                 f"are {lengths}, so the {prefix_len}-token prefix is most of each request's prefill compute and KV "
                 "blocks, and sharing it removes most of both; the paper's WMT16 sentences and outputs (not available "
                 "here; our outputs are an assumed 1.3 x the sentence) are likely longer, which dilutes the prefix")
     if r < lo:
-        return (f"in our roofline model a request's prefill of the {prefix_len}-token prefix is cheap next to its decode "
+        return (f"in our cost model a request's prefill of the {prefix_len}-token prefix is cheap next to its decode "
                 "steps, and Orca (Oracle)'s reservation (prompt + exact output) is short for these short sentences, "
                 "so Orca's batch is less memory-bound than in the paper; sharing saves memory and prefill compute, "
                 "which buys less rate than the paper measured")
     return ("vLLM gains more than the paper's: with prefix caching most of every prompt is neither stored twice nor "
-            "recomputed, and our fast roofline step turns the larger batch into rate almost one for one")
+            "recomputed, and our simulated step turns the larger batch into rate almost one for one")
 
 
 def plot(path: Path, results, thresholds) -> None:
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     cpu = sum(r.cpu_s for r in results)
     notes = "\n".join([
         f"- Simulated: LLaMA-13B on 1 x A100-40GB (Table 1 of the paper: 13B models on one A100-40GB; "
-        f"reports/sharing.md's prefix runs use A100-80GB), roofline cost model, Poisson arrivals for {duration:g} s "
+        f"reports/sharing.md's prefix runs use A100-80GB), calibrated cost model, Poisson arrivals for {duration:g} s "
         f"(seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; block 16, 2560 batched "
         "tokens. vLLM: `prefix_caching=True` (blocks of the common prefix are computed once and shared by every "
         f"request, {POLICY_LABELS['paged']} only); the Orca baselines: no sharing. An extra curve, vLLM {NO_SHARING} "

@@ -70,9 +70,9 @@ def miss_reason(grouped: dict, system: str, t: float, r: float, lo: float, hi: f
     if r < lo:
         return (f"at their sustainable rates vLLM batches {batch:.2f}x as many requests (the memory advantage the "
                 "paper describes: every Orca version reserves ~2048 slots for these long prompts), but that buys "
-                f"less rate: the trace's prompts are long ({stats}), and in the roofline "
-                "model their prefill and the KV reads of long contexts make the step time grow with the batch")
-    return (f"vLLM batches {batch:.2f}x as many requests at their sustainable rates, and our fast roofline step turns "
+                f"less rate: the trace's prompts are long ({stats}), and in our cost model "
+                "their prefill and the KV reads of long contexts make the step time grow with the batch")
+    return (f"vLLM batches {batch:.2f}x as many requests at their sustainable rates, and our simulated step turns "
             "that into rate almost one for one")
 
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     plot(files["png"], results, THRESHOLDS)
     cpu = sum(r.cpu_s for r in results)
     notes = "\n".join([
-        f"- Simulated: OPT-13B on 1 x A100-40GB, roofline cost model, traces/sharegpt_chat.json in its order, Poisson "
+        f"- Simulated: OPT-13B on 1 x A100-40GB, calibrated cost model, traces/sharegpt_chat.json in its order, Poisson "
         f"arrivals for {duration:g} s (seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; "
         "block 16, 2560 batched tokens, preemption auto.",
         "- Truncation: done by the trace builder (`pagesim trace build sharegpt-chat`), not here: prompt = the last "

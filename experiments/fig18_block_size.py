@@ -11,7 +11,7 @@ over a block-16 cache whose blocks are scattered over the pool, against
 torch.nn.functional.scaled_dot_product_attention over the same K/V laid out contiguously (the
 FasterTransformer-style baseline). Median of REPS timed calls after warm-up.
 
-(b) is simulated (roofline cost model): the rate is fixed per trace at LOAD x the block-16
+(b) is simulated (calibrated cost model): the rate is fixed per trace at LOAD x the block-16
 sustainable rate (highest rate with mean normalized latency under SUSTAIN_THRESHOLD s/token,
 found with Fig. 12's search), and every block size in the paper's sweep runs at that rate
 (Poisson, --duration seconds, 60 s warm-up skip). Writes fig18_block_size.{png,csv,md}; the
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
         note = (f"at {rate:.3g} req/s; within {NEAR_BEST:.0%} of the best: {near}; normalized latency by block: "
                 + ", ".join(f"{b}: {v:.3f}" for b, v in nl.items()))
         if not ok and best < blo:
-            note += ("; the roofline cost model has no block-size term in attention, so it does not charge small "
+            note += ("; the calibrated cost model has no block-size term in attention, so it does not charge small "
                      "blocks for the GPU parallelism they leave unused (the paper's reason they are slow)")
         elif not ok:
             note += "; larger blocks pay in internal fragmentation less than in the paper's runs"

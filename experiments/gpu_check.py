@@ -773,7 +773,7 @@ def section_calibration(ctx: Ctx, sec: dict) -> None:
     executor and in the simulator (pagesim.compare) at a rate near the simulated capacity."""
     from executor.profiler import ProfileGrid, profile_engine
     from pagesim.compare import CompareSettings, compare as compare_runs, plot, scaled_trace, simulate
-    from pagesim.sim.profiled import ProfiledCostModel, load_profile
+    from pagesim.sim.cost.profiled import ProfiledCostModel, load_profile
     from pagesim.workload.trace import load_trace
 
     if ctx.lm is None:

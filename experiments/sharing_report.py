@@ -7,7 +7,7 @@ and the executor's memory saving beside the simulator's on the same requests.
 Writes the .md and a .json beside it with every measured number; --only reruns one part and
 takes the others from that .json (the report then lists the command of each part).
 
-Simulator (OPT-13B on 1 x A100-40GB, roofline cost model, the paper's setup): Alpaca at 15
+Simulator (OPT-13B on 1 x A100-40GB, calibrated cost model, the paper's setup): Alpaca at 15
 req/s (2,000 requests) and ShareGPT at 1 req/s (1,000 requests), Poisson, every request with
 n = 2/4/6 parallel samples, then beam width 2/4/6 (beam ancestry drawn from the SmolLM2
 measurements, pagesim/sim/data/beam_ancestry_smollm2.json). memory_saving is the time integral
@@ -115,7 +115,7 @@ def first_requests(trace: Trace, count: int, vocab: int | None = None) -> Trace:
 
 def sim_beside_executor(trace, count: int, rate: float, caching: bool, over: dict) -> tuple[dict, dict]:
     """The simulator on the executor's requests, pool and limits: with the paper's OPT-13B/A100
-    roofline step times, and with step times from the executor's own SmolLM2 CPU profile."""
+    calibrated step times, and with step times from the executor's own SmolLM2 CPU profile."""
     out = []
     for cost in ({}, {"model": "smollm2-135m", "cost_model": "profiled", "profile": str(EXEC_PROFILE)}):
         cfg = ReplayConfig(**{**SETUP, **cost}, rate=rate, num_requests=count, prefix_caching=caching, max_model_len=2048,
@@ -203,7 +203,7 @@ def render(commands: dict, fig15: list[dict], prefix: list[dict], execs: list[di
            f"Made by experiments/sharing_report.py, part by part ({made}); every number is also in "
            "reports/sharing.json. Definitions: docs/sharing.md.", ""]
     out += ["## Memory saving, simulator (paper Fig. 15)", "",
-            "OPT-13B on 1 x A100-40GB, roofline cost model, paged (vLLM) policy, preemption `auto`. "
+            "OPT-13B on 1 x A100-40GB, calibrated cost model, paged (vLLM) policy, preemption `auto`. "
             f"Alpaca {SIM_RUNS['alpaca']['rate']:g} req/s x {SIM_RUNS['alpaca']['num_requests']} requests, ShareGPT "
             f"{SIM_RUNS['sharegpt']['rate']:g} req/s x {SIM_RUNS['sharegpt']['num_requests']} requests, Poisson, seed 0. "
             "memory saving = integral over steps of (logical - used) device blocks / integral of logical blocks, "
@@ -277,9 +277,9 @@ def render(commands: dict, fig15: list[dict], prefix: list[dict], execs: list[di
                 "duration) and per step (`memory_saving_per_step`, every step alike). Per step is the like-for-like "
                 "number: both drivers run the same schedule on the same requests, while their step times differ (the "
                 "executor's are CPU wall-clock times on a shared machine). The simulator runs twice: with the paper's "
-                "OPT-13B/A100 roofline step times, and with step times from the executor's own SmolLM2 CPU profile "
+                "OPT-13B/A100 calibrated step times, and with step times from the executor's own SmolLM2 CPU profile "
                 f"({EXEC_PROFILE.relative_to(ROOT)}).", "",
-                "| trace | case | executor: time-weighted / per step | sim roofline: time-weighted / per step | "
+                "| trace | case | executor: time-weighted / per step | sim calibrated: time-weighted / per step | "
                 "sim SmolLM2-CPU profile: time-weighted / per step | prefix hit rate exec / sim | prefill tokens saved exec / sim | "
                 "executor wall |",
                 "|---|---|---|---|---|---|---|---|"]

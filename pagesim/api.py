@@ -127,7 +127,7 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
          preemption: str | Sequence[str] = "recompute", max_num_seqs: int | Sequence[int] = 256,
          max_num_batched_tokens: int | None = None, num_requests: int = 1000, min_duration: float = 60.0,
          warmup_fraction: float = 0.2, tolerance: float = 0.02, start_rate: float = 1.0, min_rate: float = 0.01,
-         min_headroom: float = 0.0, prices: str | os.PathLike | None = None, cost_model: str = "roofline",
+         min_headroom: float = 0.0, prices: str | os.PathLike | None = None, cost_model: str = "calibrated",
          profile: str | os.PathLike | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
          cache_dir: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
          on_result: Callable | None = None) -> Plan:

@@ -51,6 +51,7 @@ from pagesim.cli import compare as _compare  # noqa: E402,F401
 from pagesim.cli import figures as _figures  # noqa: E402,F401
 from pagesim.cli import serve as _serve  # noqa: E402,F401
 from pagesim.cli import bench as _bench  # noqa: E402,F401
+from pagesim.cli import calibrate as _calibrate  # noqa: E402,F401
 
 
 def main() -> None:

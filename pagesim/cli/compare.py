@@ -61,7 +61,7 @@ def compare(
 
     from pagesim.compare import CompareSettings, parse_system, plot, print_table, scaled_trace, write_results
     from pagesim.results import results_folder
-    from pagesim.sim.profiled import ProfileError, load_profile
+    from pagesim.sim.cost.profiled import ProfileError, load_profile
     from pagesim.workload.trace import TraceError, load_trace
 
     if system:
@@ -143,7 +143,7 @@ def _in_process(model, device, dtype, loaded_trace, settings, profile, prof, blo
     """Load the executor's model; returns (measure(system, progress, out_dir), the errors it may
     raise, the table's title, extra metadata)."""
     from pagesim.compare import compare as run_compare
-    from pagesim.sim.profiled import ProfileError
+    from pagesim.sim.cost.profiled import ProfileError
 
     lm = load_executor_model(model, device, dtype, console, one_thread=True)  # one thread, as the profile was measured
     check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks)

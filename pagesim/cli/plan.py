@@ -38,7 +38,7 @@ def _names(option: str, text: str) -> list[str]:
 
 @app.command()
 def plan(
-    model: str = typer.Option(..., help="model from the catalog (pagesim.sim.specs), e.g. llama-2-7b"),
+    model: str = typer.Option(..., help="model from the catalog (pagesim.sim.specs), e.g. llama-2-7b, or a Hugging Face config.json"),
     trace: Path = typer.Option(..., help="trace file (see docs/traces.md)"),
     target_rate: float = typer.Option(..., parser=POSITIVE, help="total request rate to serve, req/s"),
     slo: str = typer.Option(..., help="SLOs, e.g. ttft_p99=2.0,tpot_p99=0.1,goodput=0.9 (seconds; see docs/plan.md)"),
@@ -56,7 +56,7 @@ def plan(
     min_rate: float = typer.Option(0.01, parser=POSITIVE, help="below this rate a configuration is called infeasible, req/s"),
     min_headroom: float = typer.Option(0.0, parser=FRACTION, help="spare capacity to keep: replicas = ceil(target / (capacity x (1 - h)))"),
     prices: Optional[Path] = typer.Option(None, help="GPU prices file (default: pagesim/plan/gpu_prices.json)"),
-    cost_model: str = typer.Option("roofline", help="roofline or profiled (with --profile)"),
+    cost_model: str = typer.Option("calibrated", help="calibrated, roofline or profiled (with --profile)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process (the same at every rate)"),
     jobs: int = typer.Option(0, parser=COUNT, help="parallel workers (0: the CPU count)"),
@@ -79,13 +79,14 @@ def plan(
     from pagesim.results import results_folder
     from pagesim.plan.search import SearchSettings
     from pagesim.plan.slo import SLOError, parse_slos
-    from pagesim.sim.specs import get_model
+    from pagesim.sim.specs import get_model, is_config_path
     from pagesim.workload.trace import TraceError, load_trace
 
     if backend not in BACKENDS:
         fail(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     try:
-        model = get_model(model).name
+        spec = get_model(model)  # a catalog id or a config.json (kept as a path: the runs resolve it again)
+        model = model if is_config_path(model) else spec.name
         slos = parse_slos(slo)
         grid = expand_grid(_names("--gpus", gpus), _ints("--tp", tp), _ints("--block-size", block_size),
                            _names("--preemption", preemption),
@@ -99,7 +100,7 @@ def plan(
         fail(e.args[0])
     except (SLOError, ValueError, OSError, TraceError) as e:
         fail(str(e))
-    from pagesim.sim.cost_model import COST_MODELS
+    from pagesim.sim.cost import COST_MODELS
 
     if cost_model.lower() not in COST_MODELS:
         fail(f"unknown cost model {cost_model!r}; known: {', '.join(sorted(COST_MODELS))}")

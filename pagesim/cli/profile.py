@@ -41,7 +41,7 @@ def profile(
     # one thread on a CPU: the CPU clock then measures this run's work alone
     lm = load_executor_model(model, device, dtype, console, one_thread=True)
     from executor.profiler import ProfileGrid, profile_engine
-    from pagesim.sim.profiled import ProfiledCostModel, load_profile
+    from pagesim.sim.cost.profiled import ProfiledCostModel, load_profile
 
     g = {"default": ProfileGrid, "tiny": ProfileGrid.tiny, "gpu": ProfileGrid.gpu}[grid]()
     if reps is not None:

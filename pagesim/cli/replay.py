@@ -26,7 +26,7 @@ BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, 
 def replay(
     ctx: typer.Context,
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
-    model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs)"),
+    model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs) or a Hugging Face config.json"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
     tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
@@ -52,7 +52,8 @@ def replay(
                                                  "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
     warmup: float = typer.Option(0.0, parser=NON_NEGATIVE, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics"),
-    cost_model: str = typer.Option("roofline", help="roofline, constant or profiled"),
+    cost_model: str = typer.Option("calibrated", help="calibrated (fitted to measured GPU timings), roofline, constant or "
+                                   "profiled"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from pagesim.core.config import CHOICES, ServingConfig
 from pagesim.sim.engine import ReplayConfig
+from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.sim.specs import get_gpu, get_model
 
 
@@ -44,7 +45,7 @@ class RunSettings:
     warmup_fraction: float = 0.2
     max_num_batched_tokens: int | None = None  # None: max(2560, the model's max length)
     swap_space_gib: float = 4.0
-    cost_model: str = "roofline"
+    cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
     seed: int = 0
 

@@ -195,9 +195,9 @@ def build_blocks(plan: Plan) -> list:
         "(target x mean output tokens per request x 3600) x 1e6",
         "the simulator replays the paper's vLLM scheduler (FCFS, iteration-level batching, paged KV cache); "
         "latencies come from its cost model, not from measurements on the GPUs",
-    ] + (["the roofline cost model charges block size only through swap and copy traffic (it has no per-block "
+    ] + ([f"the {st.cost_model} cost model charges block size only through swap and copy traffic (it has no per-block "
           "attention-kernel cost, the effect behind the paper's Fig. 18b), so block size acts here through memory "
-          "alone: fragmentation and preemptions"] if st.cost_model == "roofline" else []))]
+          "alone: fragmentation and preemptions"] if st.cost_model in ("roofline", "calibrated") else []))]
     return blocks
 
 

@@ -18,7 +18,7 @@ from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
-from pagesim.sim.cost_model import CostModel, make_cost_model
+from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
 from pagesim.workload.requests import WorkloadConfig
 from pagesim.workload.trace import Trace
@@ -44,7 +44,7 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
     gpu_memory_utilization: float | None = None  # default: the paper's (see specs)
     num_gpu_blocks: int | None = None  # override the pool size
     beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
-    cost_model: str = "roofline"
+    cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
     waste_interval_s: float | None = None  # sample the KV waste breakdown this often
 

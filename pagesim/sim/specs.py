@@ -21,7 +21,10 @@ holds that is neither weights, activations nor KV (``RUNTIME_RESERVED_BYTES``).
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pagesim.core.errors import CannotServe
 # The paper's max batched tokens; also the size of vLLM's profiling forward pass.
@@ -204,6 +207,9 @@ GPUS: dict[str, GPUSpec] = {
     # NVIDIA H200 datasheet (SXM): HBM3e 141GB, 4.8 TB/s; compute and links as H100 SXM.
     # (nvidia-smi reports 143771 MiB = 140.4 GiB, so the 141 is GiB less a driver reserve.)
     "h200-141gb": GPUSpec("h200-141gb", 141 * GiB, 4800 * GB, 989.5 * TB, 450 * GB, 64 * GB),
+    # NVIDIA A40 datasheet: 48 GB GDDR6, 696 GB/s; FP16 tensor 299.4 TFLOPS with sparsity ->
+    # 149.7 dense; NVLink bridge 112.5 GB/s (bidirectional, pairs) -> 56.25; PCIe Gen4 64 -> 32.
+    "a40-48gb": GPUSpec("a40-48gb", 48 * GiB, 696 * GB, 149.7 * TB, 56.25 * GB, 32 * GB),
 }
 
 GPU_ALIASES: dict[str, str] = {
@@ -213,6 +219,8 @@ GPU_ALIASES: dict[str, str] = {
     "h100-80g": "h100-80gb",
     "h200": "h200-141gb",
     "h200-141g": "h200-141gb",
+    "a40": "a40-48gb",
+    "a40-48g": "a40-48gb",
 }
 
 
@@ -231,11 +239,105 @@ def _lookup(kind: str, name: str, table: dict, aliases: dict[str, str]):
         raise KeyError(f"unknown {kind} {name!r}; known: {known}") from None
 
 
-def get_model(name: str | ModelSpec) -> ModelSpec:
-    """A catalog model by id (``opt-13b``, ``facebook/opt-13b``, ...); a ModelSpec passes through."""
+def get_model(name: str | Path | ModelSpec) -> ModelSpec:
+    """The one model resolver every command uses: a catalog id (``opt-13b``,
+    ``facebook/opt-13b``, ...), a path to a Hugging Face ``config.json`` (or to the directory
+    holding one), or a ModelSpec, which passes through."""
     if isinstance(name, ModelSpec):
         return name
-    return _lookup("model", name, MODELS, MODEL_ALIASES)
+    if is_config_path(name):
+        return load_model_config(name)
+    return _lookup("model", str(name), MODELS, MODEL_ALIASES)
+
+
+def is_config_path(name: str | Path) -> bool:
+    """Whether a --model value names a config.json (or its directory) rather than a catalog id."""
+    text = str(name)
+    return text.endswith(".json") or (os.sep in text and Path(text).is_dir())
+
+
+# --------------------------------------------------------------------------------------------
+# Models from a Hugging Face config.json
+# --------------------------------------------------------------------------------------------
+
+LLAMA_FAMILY = ("llama", "mistral", "qwen2")  # gated MLP, rotary, GQA, RMSNorm
+SERVING_DTYPE_BYTES = 2  # fp16/bf16 serving, as the paper; a config's torch_dtype is not used
+
+
+class ModelConfigError(ValueError):
+    """A config.json that cannot be turned into a ModelSpec; the message names the file and field."""
+
+
+def load_model_config(path: str | Path) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (LLaMA family or OPT)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        config = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ModelConfigError(f"{p}: no such config file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelConfigError(f"{p}: not JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ModelConfigError(f"{p}: expected a JSON object at the top level")
+    name = str(config.get("_name_or_path") or p.parent.name or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()
+    return model_from_config(config, name, str(p))
+
+
+def model_from_config(config: dict, name: str, where: str = "config.json") -> ModelSpec:
+    """ModelSpec from the fields of a config.json; num_params is the exact count its shapes imply
+    (embeddings, every layer's weights and biases, norms; an untied LM head counted apart)."""
+
+    def field_(key: str, default=None, kind=int):
+        value = config.get(key, default)
+        if value is None:
+            raise ModelConfigError(f"{where}: missing field {key!r}")
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ModelConfigError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+        if kind is bool and not isinstance(value, bool):
+            raise ModelConfigError(f"{where}: field {key!r} must be true or false, got {value!r}")
+        return value
+
+    model_type = config.get("model_type")
+    h = field_("hidden_size")
+    layers = field_("num_hidden_layers")
+    heads = field_("num_attention_heads")
+    vocab = field_("vocab_size")
+    max_len = field_("max_position_embeddings")
+    if h % heads:
+        raise ModelConfigError(f"{where}: field 'hidden_size' {h} is not a multiple of 'num_attention_heads' {heads}")
+    if model_type == "opt":
+        ffn = field_("ffn_dim")
+        if field_("word_embed_proj_dim", h) != h:
+            raise ModelConfigError(f"{where}: field 'word_embed_proj_dim' differs from 'hidden_size' (OPT-350m's "
+                                   "projections are not supported)")
+        head_dim = h // heads
+        qkv = 3 * h
+        layer = (h * qkv + qkv) + (h * h + h) + (h * ffn + ffn) + (ffn * h + h) + 4 * h  # biases, 2 LayerNorms
+        final_norm = 2 * h if field_("do_layer_norm_before", True, bool) else 0
+        # learned positions carry 2 extra rows (OPT's offset); the LM head is tied to the embedding
+        params = layers * layer + vocab * h + (max_len + 2) * h + final_norm
+        return ModelSpec(name, layers, h, heads, heads, head_dim, ffn, vocab, params, max_len,
+                         SERVING_DTYPE_BYTES, architecture="opt")
+    if model_type in LLAMA_FAMILY:
+        kv_heads = field_("num_key_value_heads", heads)
+        head_dim = field_("head_dim", h // heads)
+        ffn = field_("intermediate_size")
+        q, kv = heads * head_dim, kv_heads * head_dim
+        if heads % kv_heads:
+            raise ModelConfigError(f"{where}: field 'num_attention_heads' {heads} is not a multiple of "
+                                   f"'num_key_value_heads' {kv_heads}")
+        # Qwen2 always has QKV biases; llama's attention_bias adds them and the output bias
+        attn_bias = model_type == "qwen2" or field_("attention_bias", False, bool)
+        bias = ((q + 2 * kv) + (h if model_type != "qwen2" else 0)) if attn_bias else 0
+        bias += (2 * ffn + h) if field_("mlp_bias", False, bool) else 0
+        layer = h * (q + 2 * kv) + q * h + 3 * h * ffn + 2 * h + bias  # 2 RMSNorms
+        tied = field_("tie_word_embeddings", False, bool)
+        params = layers * layer + vocab * h * (1 if tied else 2) + h
+        return ModelSpec(name, layers, h, heads, kv_heads, head_dim, ffn, vocab, params, max_len,
+                         SERVING_DTYPE_BYTES, architecture="llama")
+    raise ModelConfigError(f"{where}: field 'model_type' is {model_type!r}; supported: opt, {', '.join(LLAMA_FAMILY)}")
 
 
 def get_gpu(name: str | GPUSpec) -> GPUSpec:

@@ -8,7 +8,7 @@ import pytest
 
 from executor.run import RunClock
 from pagesim.compare import METRICS, CompareSettings, compare, relative_error
-from pagesim.sim.profiled import HOLDOUT_EVERY, ProfiledCostModel, load_profile
+from pagesim.sim.cost.profiled import HOLDOUT_EVERY, ProfiledCostModel, load_profile
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_fit_reproduces_training_points_within_stated_error(tiny_profile):
     model = ProfiledCostModel.from_profile(path)
     stated = model.describe()["train_error"]["max_abs"]
     assert stated is not None
-    from pagesim.sim.cost_model import BatchShape
+    from pagesim.sim.cost import BatchShape
 
     for i, rec in enumerate(data["steps"]):
         if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1:

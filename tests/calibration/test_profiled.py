@@ -8,8 +8,9 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from pagesim.sim.cost_model import BatchShape, make_cost_model
-from pagesim.sim.profiled import (HOLDOUT_EVERY, PROFILE_FORMAT, ProfileError, ProfiledCostModel, load_profile, nnls)
+from pagesim.sim.cost import BatchShape, make_cost_model
+from pagesim.sim.cost.lsq import nnls
+from pagesim.sim.cost.profiled import HOLDOUT_EVERY, PROFILE_FORMAT, ProfileError, ProfiledCostModel, load_profile
 
 
 def brute_force_nnls(a, b):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pagesim.metrics import REQUEST_FIELDS, STEP_FIELDS, RequestRecord, summarize_requests
-from pagesim.sim.cost_model import ConstantCostModel
+from pagesim.sim.cost import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace, TraceRequest, load_trace
 

@@ -7,10 +7,10 @@ import timeit
 
 import pytest
 
-from pagesim.sim.cost_model import (
-    BatchShape, ConstantCostModel, CostModel, RooflineConstants, RooflineCostModel,
-    make_cost_model, prefill_attn_pairs, register_cost_model, COST_MODELS,
+from pagesim.sim.cost import (
+    BatchShape, ConstantCostModel, CostModel, make_cost_model, prefill_attn_pairs, register_cost_model, COST_MODELS,
 )
+from pagesim.sim.cost.roofline import RooflineConstants, RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu
 
 # A model small enough to do the arithmetic by hand:
@@ -208,7 +208,6 @@ def test_decode_run_times_are_iteration_times_to_the_bit():
     bit would make a fast replay differ from a step-by-step one."""
     import itertools
 
-    from pagesim.sim.cost_model import BatchShape, ConstantCostModel, RooflineCostModel
 
     for model in (RooflineCostModel("opt-13b", "a100-40gb"), RooflineCostModel("opt-66b", "a100-40gb", tp=4),
                   ConstantCostModel(0.013)):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pagesim.sim.cost_model import ConstantCostModel
+from pagesim.sim.cost import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate, run_unless_hopeless
 from pagesim.workload.trace import Trace, TraceRequest

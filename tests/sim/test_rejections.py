@@ -10,7 +10,7 @@ import pytest
 
 from pagesim.core import CoreError
 from pagesim.plan.run import simulate
-from pagesim.sim.cost_model import ConstantCostModel
+from pagesim.sim.cost import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace, TraceRequest
 

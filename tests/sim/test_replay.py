@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pagesim.sim.cost_model import ConstantCostModel
+from pagesim.sim.cost import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace, TraceRequest, load_trace
 

@@ -1,62 +1,16 @@
-"""Per-iteration cost models: how many seconds one engine step takes.
-
-The simulator describes a step by a ``BatchShape`` (token and sequence counts, swap and copy
-traffic) and asks a ``CostModel`` for its duration. ``RooflineCostModel`` derives it from a
-ModelSpec and a GPUSpec; ``ConstantCostModel`` is for tests; a profiled model (fitted to the
-executor's own measurements) is just another CostModel registered under "profiled".
-
-Speed matters: a replay calls ``iteration_time`` ~1e5 times, so the roofline precomputes every
-per-model factor and a call is a few multiply-adds (see ``RooflineCostModel.iteration_time``).
+"""The `roofline` cost model: each part of a step is max(FLOPs / achievable FLOP/s, bytes /
+achievable bandwidth), with achievable fractions of the datasheet peaks that are estimates (see
+``RooflineConstants``). The `calibrated` model replaces these estimates with fitted terms; the
+roofline stays selectable (``--cost-model roofline``) and is the baseline its errors are set beside.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, replace
-from typing import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Iterator
 
-from pagesim.core.step import BatchShape, prefill_attn_pairs  # noqa: F401 (the cost models' input; re-exported)
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
-
-
-class CostModel(ABC):
-    """Duration of one engine iteration. Implementations must be deterministic and pure."""
-
-    name: str = "abstract"
-
-    @abstractmethod
-    def iteration_time(self, shape: BatchShape) -> float:
-        """Seconds the step described by `shape` takes."""
-
-    def describe(self) -> dict:
-        """Parameters worth writing next to results (reports, calibration)."""
-        return {"name": self.name}
-
-    def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
-        """Durations of consecutive plain decode steps of one batch, whose context grows by
-        num_seqs tokens a step (the simulator's runs). An override may be faster but must give
-        exactly the floats iteration_time gives."""
-        while True:
-            yield self.iteration_time(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens,
-                                                 block_size=block_size))
-            context_tokens += num_seqs
-
-
-class ConstantCostModel(CostModel):
-    """Every step takes `seconds`, whatever it computes. For tests and toy runs."""
-
-    name = "constant"
-
-    def __init__(self, seconds: float = 0.01) -> None:
-        if seconds < 0:
-            raise ValueError("seconds must be >= 0")
-        self.seconds = float(seconds)
-
-    def iteration_time(self, shape: BatchShape) -> float:
-        return self.seconds
-
-    def describe(self) -> dict:
-        return {"name": self.name, "seconds": self.seconds}
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +144,14 @@ class RooflineCostModel(CostModel):
             t += a if a > b else b
         if n_dec:
             t += shape.decode_context_tokens * self._decode_attn_s_per_ctx
+        if shape.num_swap_blocks or shape.num_copy_blocks:
+            t += self.block_move_time(shape)
+        return t
+
+    def block_move_time(self, shape: BatchShape) -> float:
+        """Swap over PCIe and copy-on-write in HBM (also the calibrated model's, which has no
+        measurements of them)."""
+        t = 0.0
         if shape.num_swap_blocks:
             t += shape.num_swap_blocks * self._swap_copies_per_block * (
                 self._swap_latency_s + shape.block_size * self._swap_s_per_token_copy)
@@ -200,11 +162,7 @@ class RooflineCostModel(CostModel):
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
         # iteration_time's sum in its own order, with the one term that changes (the context
         # read) added last, so every float is the one iteration_time returns
-        base = self._decode_base(num_seqs)
-        per_ctx = self._decode_attn_s_per_ctx
-        while True:
-            yield base + context_tokens * per_ctx
-            context_tokens += num_seqs
+        return linear_context_run(self._decode_base(num_seqs), self._decode_attn_s_per_ctx, num_seqs, context_tokens)
 
     def _decode_base(self, n_dec: int) -> float:
         t = self._step_s + self._per_seq_s * n_dec
@@ -247,51 +205,3 @@ class RooflineCostModel(CostModel):
     def describe(self) -> dict:
         return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
                 **asdict(self.constants)}
-
-
-# --------------------------------------------------------------------------------------------
-# Registry
-# --------------------------------------------------------------------------------------------
-
-CostModelFactory = Callable[..., CostModel]
-
-
-def _make_roofline(model, gpu, tp, profile_path=None,
-                   constants: RooflineConstants = DEFAULT_ROOFLINE_CONSTANTS, **overrides) -> CostModel:
-    # Overrides name RooflineConstants fields, e.g. make_cost_model(..., hbm_efficiency=0.8).
-    return RooflineCostModel(model, gpu, tp, replace(constants, **overrides))
-
-
-def _make_constant(model, gpu, tp, profile_path=None, seconds: float = 0.01) -> CostModel:
-    return ConstantCostModel(seconds)
-
-
-def _make_profiled(model, gpu, tp, profile_path=None, **kwargs) -> CostModel:
-    # Fitted from the executor's profile file (see pagesim.sim.profiled); imported here so the
-    # roofline path does not load numpy.
-    from pagesim.sim.profiled import make_profiled
-
-    return make_profiled(model, gpu, tp, profile_path=profile_path, **kwargs)
-
-
-COST_MODELS: dict[str, CostModelFactory] = {
-    "roofline": _make_roofline,
-    "constant": _make_constant,
-    "profiled": _make_profiled,
-}
-
-
-def register_cost_model(name: str, factory: CostModelFactory) -> None:
-    """Add or replace a cost model. `factory(model, gpu, tp, profile_path=None, **kwargs)`."""
-    COST_MODELS[name.lower()] = factory
-
-
-def make_cost_model(name: str, model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
-                    profile_path: str | None = None, **kwargs) -> CostModel:
-    """Build a cost model by name ('roofline', 'constant', 'profiled'); extra kwargs go to it."""
-    try:
-        factory = COST_MODELS[name.lower()]
-    except KeyError:
-        raise ValueError(f"unknown cost model {name!r}; known: {', '.join(sorted(COST_MODELS))}") \
-            from None
-    return factory(get_model(model), get_gpu(gpu), tp, profile_path=profile_path, **kwargs)

@@ -3,7 +3,8 @@
 `executor/profiler.py` (`pagesim profile`) runs the real engine over a grid of iteration shapes
 and writes a JSON profile: each measured step as the BatchShape the simulator would build for it
 (pagesim.sim.engine.batch_shape) and its median duration, plus timed swap and copy-on-write
-block moves. This module reads that file with the standard library (no torch) and fits
+block moves. This module reads that file with the standard library (no torch) and fits, with
+pagesim.sim.cost.lsq (numpy),
 
     step = c_step + c_ptok * prefill tokens + c_pair * prefill attention pairs
            + c_pseq * prefill seqs + c_dseq * decode seqs + c_ctx * decode context tokens
@@ -37,9 +38,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
-from pagesim.sim.cost_model import BatchShape, CostModel
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
+from pagesim.sim.cost.lsq import fit_relative
 
 PROFILE_FORMAT = "pagesim-profile/1"
 TOKEN_KNOTS = (2, 4, 8, 16)
@@ -133,50 +133,16 @@ def load_profile(path: str | Path) -> Profile:
 
 # ----------------------------------------------------------------------------- fitting
 
-def nnls(a: np.ndarray, b: np.ndarray, tol: float = 1e-12, max_iter: int = 500) -> np.ndarray:
-    """min ||a x - b|| subject to x >= 0 (Lawson & Hanson's active-set method)."""
-    m, n = a.shape
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    w = a.T @ (b - a @ x)
-    for _ in range(max_iter):
-        if passive.all() or (w[~passive] <= tol * max(1.0, np.abs(w).max())).all():
-            break
-        j = int(np.argmax(np.where(passive, -np.inf, w)))
-        passive[j] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > 0).all():
-                break
-            # step back towards x until the first passive coefficient reaches zero
-            neg = passive & (z <= 0)
-            alpha = np.min(x[neg] / (x[neg] - z[neg]))
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-        x = z
-        w = a.T @ (b - a @ x)
-    return x
-
-
 def step_features(s: BatchShape) -> list[float]:
     tokens = s.num_prefill_tokens + s.num_decode_seqs
     return [1.0, s.num_prefill_tokens, s.prefill_attn_pairs, s.num_prefill_seqs, s.num_decode_seqs,
             s.decode_context_tokens] + [min(tokens, k) for k in TOKEN_KNOTS]
 
 
-def _fit_relative(rows: list[list[float]], seconds: list[float]) -> np.ndarray:
-    """NNLS minimizing the relative error: each row divided by its measured time. Columns are
-    scaled to unit norm first so coefficients of very different magnitudes fit alike."""
-    a = np.array(rows, dtype=float)
-    t = np.array(seconds, dtype=float)
-    weight = 1.0 / np.maximum(t, 1e-9)
-    aw = a * weight[:, None]
-    norms = np.linalg.norm(aw, axis=0)
-    norms[norms == 0] = 1.0
-    coef = nnls(aw / norms, np.ones(len(t)))
-    return coef / norms
+def step_features(s: BatchShape) -> list[float]:
+    tokens = s.num_prefill_tokens + s.num_decode_seqs
+    return [1.0, s.num_prefill_tokens, s.prefill_attn_pairs, s.num_prefill_seqs, s.num_decode_seqs,
+            s.decode_context_tokens] + [min(tokens, k) for k in TOKEN_KNOTS]
 
 
 def _block_move_fit(moves: list[Measurement], field: str) -> tuple[float, float]:
@@ -187,7 +153,7 @@ def _block_move_fit(moves: list[Measurement], field: str) -> tuple[float, float]
     if len({r[1] for r in rows}) < 2:  # one size measured: all of it per block
         per_block = sum(m.seconds for m in moves) / sum(r[1] for r in rows)
         return 0.0, per_block
-    c = _fit_relative(rows, [m.seconds for m in moves])
+    c = fit_relative(rows, [m.seconds for m in moves])
     return float(c[0]), float(c[1])
 
 
@@ -227,7 +193,7 @@ class ProfiledCostModel(CostModel):
         p = profile if isinstance(profile, Profile) else load_profile(profile)
         train = [m for i, m in enumerate(p.steps) if i % HOLDOUT_EVERY != HOLDOUT_EVERY - 1]
         held_out = [m for i, m in enumerate(p.steps) if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1]
-        coef = _fit_relative([step_features(m.shape) for m in train], [m.seconds for m in train])
+        coef = fit_relative([step_features(m.shape) for m in train], [m.seconds for m in train])
         model = cls(coef, _block_move_fit(p.swaps, "num_swap_blocks"), _block_move_fit(p.copies, "num_copy_blocks"),
                     p.block_size)
         model.info = {
@@ -283,10 +249,7 @@ class ProfiledCostModel(CostModel):
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
         # the base is iteration_time's sum before its last term, so every float equals it
         base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
-        per_ctx = self._c_ctx
-        while True:
-            yield base + per_ctx * context_tokens
-            context_tokens += num_seqs
+        return linear_context_run(base, self._c_ctx, num_seqs, context_tokens)
 
     def describe(self) -> dict:
         return {"name": self.name, **self.info, "coefficients": self.coefficients}

@@ -1,0 +1,66 @@
+"""What every cost model shares: the step description and the interface.
+
+The simulator describes a step by a ``BatchShape`` (token and sequence counts, swap and copy
+traffic) and asks a ``CostModel`` for its duration. The models themselves live beside this module
+(``roofline``, ``calibrated``, ``profiled``); ``registry`` is the one place that knows their names.
+
+Speed matters: a replay calls ``iteration_time`` ~1e5 times, so every model precomputes its
+per-(model, GPU, TP) factors and a call is a few multiply-adds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Iterator
+
+# The step description lives in the core (SchedulerOutput counts it); the cost models take it from there.
+from pagesim.core.step import BatchShape, prefill_attn_pairs  # noqa: F401 (re-exported)
+
+
+class CostModel(ABC):
+    """Duration of one engine iteration. Implementations must be deterministic and pure."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def iteration_time(self, shape: BatchShape) -> float:
+        """Seconds the step described by `shape` takes."""
+
+    def describe(self) -> dict:
+        """Parameters worth writing next to results (reports, calibration)."""
+        return {"name": self.name}
+
+    def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
+        """Durations of consecutive plain decode steps of one batch, whose context grows by
+        num_seqs tokens a step (the simulator's runs). An override may be faster but must give
+        exactly the floats iteration_time gives."""
+        while True:
+            yield self.iteration_time(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens,
+                                                 block_size=block_size))
+            context_tokens += num_seqs
+
+
+class ConstantCostModel(CostModel):
+    """Every step takes `seconds`, whatever it computes. For tests and toy runs."""
+
+    name = "constant"
+
+    def __init__(self, seconds: float = 0.01) -> None:
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        self.seconds = float(seconds)
+
+    def iteration_time(self, shape: BatchShape) -> float:
+        return self.seconds
+
+    def describe(self) -> dict:
+        return {"name": self.name, "seconds": self.seconds}
+
+
+def linear_context_run(base: float, per_ctx: float, num_seqs: int, context_tokens: int) -> Iterator[float]:
+    """Decode run times for a model whose plain decode step is `base + context_tokens * per_ctx`
+    (`decode_run_times` of the roofline, calibrated and profiled models). The model's
+    iteration_time must add that context term last, to the same base, so the floats are equal."""
+    while True:
+        yield base + context_tokens * per_ctx
+        context_tokens += num_seqs
