@@ -158,6 +158,9 @@ def write_paper_md(path: Path, figures: list[Figure], out_dir: Path, command: st
             verdict = f"{v.num_within} of {v.num_rows} within"
             misses = "; ".join(v.not_within).replace("|", "/")
         lines.append(f"| {f.key} | {TITLES.get(f.key, f.stem)} | {status}, {f.wall_s:.0f} s | {verdict} | {misses} | {links} |")
+    notes = path.parent / "paper_notes.md"  # the hand-written analysis of the misses, kept across runs
+    if notes.exists():
+        lines += ["", f"Why the remaining misses miss, by cause, and what the calibrated cost model moved: [{notes.name}]({notes.name})."]
     path.write_text("\n".join(lines) + "\n")
 
 

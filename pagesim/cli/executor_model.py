@@ -36,9 +36,11 @@ def check_device(name: str) -> None:
         fail(f"--device {name!r}: expected cpu, cuda or cuda:N")
 
 
-def load_executor_model(spec: str, device: str, dtype: str | None, console, one_thread: bool = False):
+def load_executor_model(spec: str, device: str, dtype: str | None, console, one_thread: bool = False,
+                        tokenizer: bool = False):
     """The executor's LoadedModel for --model, under a spinner. one_thread pins torch to one CPU
-    thread first (profiles measure with one, so runs compared against them do too)."""
+    thread first (profiles measure with one, so runs compared against them do too); tokenizer
+    loads the model's tokenizer too (a server reads and writes text)."""
     with console.status(f"loading {spec}", spinner="dots"):
         try:
             import torch
@@ -52,7 +54,7 @@ def load_executor_model(spec: str, device: str, dtype: str | None, console, one_
         if one_thread and device == "cpu":
             torch.set_num_threads(1)
         try:
-            return load_model(spec, dtype=getattr(torch, dtype) if dtype else None, device=device, tokenizer=False)
+            return load_model(spec, dtype=getattr(torch, dtype) if dtype else None, device=device, tokenizer=tokenizer)
         except ModelLoadError as e:
             fail(f"--model {spec}: {e}")
 

@@ -78,6 +78,14 @@ CASES = [
     (f"compare {ALPACA} --profile {{tmp}}/missing.json", "no such profile"),
     (f"compare {ALPACA} --profile x --rate -1", "'--rate'"),
     ("figures --jobs 0", "'--jobs'"),
+    # serve and bench, and the calibrated model's check
+    ("serve --model random:llama-tiny --block-size 0", "'--block-size'"),
+    ("serve --model random:llama-tiny --log-level loud", "--log-level must be"),
+    (f"bench {ALPACA} --endpoint notaurl", "'--endpoint'"),
+    (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --rate inf", "'--rate'"),
+    (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --max-concurrency 0", "'--max-concurrency'"),
+    ("calibrate check {tmp}/missing.csv --gpu a100-80gb", "no such file"),
+    (f"calibrate check {ALPACA} --gpu a100-80gb", "missing column"),
     # usage errors from the parser itself
     (f"replay {ALPACA} --no-such-flag", "No such option: --no-such-flag"),
     ("replay", "Missing argument"),
