@@ -145,8 +145,13 @@ class OptTokenizer:
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
-def _offline_tokenizer(tok_dir: Path):
-    """A transformers AutoTokenizer from a local folder, and the folder's files (for the metadata)."""
+def _offline_tokenizer(data_dir: Path, name: str, what: str, description: str, special_tokens: str,
+                       backend: str = "") -> OptTokenizer:
+    """The transformers AutoTokenizer in data_dir/tokenizers/<name>, loaded offline, with the
+    metadata every trace records about it (its files and their hash, the library versions)."""
+    import transformers
+
+    tok_dir = _require(Path(data_dir) / "tokenizers" / name, f"{what} tokenizer")
     # Offline: these machines cannot reach a hub, and a trace must not depend on one.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -156,23 +161,24 @@ def _offline_tokenizer(tok_dir: Path):
     # Nothing is truncated here; lifting the model's length limit only silences a warning that
     # long messages would be too long *for the model*.
     tok.model_max_length = 1 << 30
-    return tok, sorted(p for p in tok_dir.iterdir() if p.is_file())
+    files = sorted(p for p in tok_dir.iterdir() if p.is_file())
+    info = {
+        "name": description,
+        "files": f"tokenizers/{name} (" + ", ".join(p.name for p in files) + ")",
+        "files_sha256": sha256_of(*files),
+        "loaded_with": f"transformers {transformers.__version__} AutoTokenizer{backend}, offline",
+        "special_tokens": special_tokens,
+        "vocab_size": len(tok),
+    }
+    return OptTokenizer(tok, info)
 
 
 def load_opt_tokenizer(data_dir: Path) -> OptTokenizer:
     import tokenizers
-    import transformers
 
-    tok, files = _offline_tokenizer(_require(Path(data_dir) / "tokenizers" / "opt", "OPT tokenizer"))
-    info = {
-        "name": "OPT (GPT-2 byte-level BPE with the RoBERTa/OPT vocabulary ids)",
-        "files": "tokenizers/opt (" + ", ".join(p.name for p in files) + ")",
-        "files_sha256": sha256_of(*files),
-        "loaded_with": f"transformers {transformers.__version__} AutoTokenizer (tokenizers {tokenizers.__version__}), offline",
-        "special_tokens": "none added: add_special_tokens=False, so no BOS </s> (id 2) is counted",
-        "vocab_size": len(tok),
-    }
-    return OptTokenizer(tok, info)
+    return _offline_tokenizer(data_dir, "opt", "OPT", "OPT (GPT-2 byte-level BPE with the RoBERTa/OPT vocabulary ids)",
+                              "none added: add_special_tokens=False, so no BOS </s> (id 2) is counted",
+                              backend=f" (tokenizers {tokenizers.__version__})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -617,18 +623,8 @@ SENTENCE_WORDS = (5, 60)  # English sentences kept (words), roughly WMT news sen
 
 def load_llama_tokenizer(data_dir: Path) -> OptTokenizer:
     """The LLaMA SentencePiece tokenizer (the paper's translation workload runs LLaMA-13B)."""
-    import transformers
-
-    tok, files = _offline_tokenizer(_require(Path(data_dir) / "tokenizers" / "llama", "LLaMA tokenizer"))
-    info = {
-        "name": "LLaMA SentencePiece (32,000 tokens)",
-        "files": "tokenizers/llama (" + ", ".join(p.name for p in files) + ")",
-        "files_sha256": sha256_of(*files),
-        "loaded_with": f"transformers {transformers.__version__} AutoTokenizer, offline",
-        "special_tokens": "none added: add_special_tokens=False (no BOS)",
-        "vocab_size": len(tok),
-    }
-    return OptTokenizer(tok, info)
+    return _offline_tokenizer(data_dir, "llama", "LLaMA", "LLaMA SentencePiece (32,000 tokens)",
+                              "none added: add_special_tokens=False (no BOS)")
 
 
 def english_sentences(texts: Sequence[str]) -> list[str]:
