@@ -71,6 +71,17 @@ def seeded_order(n: int, seed: int) -> list[int]:
     return sorted(range(n), key=rank)
 
 
+def seeded_sample(items: Sequence, num: int | None, seed: int, what: str) -> list:
+    """num of items (all where num is None) in seeded_order; what names the items in the error
+    when fewer than num are there."""
+    order = seeded_order(len(items), seed)
+    if num is not None:
+        if num > len(items):
+            raise ValueError(f"--num {num} is more than the {len(items)} {what}")
+        order = order[:num]
+    return [items[i] for i in order]
+
+
 def percentile(sorted_values: Sequence[int], p: float) -> int:
     """Nearest-rank percentile: an actual value of the data, no interpolation."""
     if not sorted_values:
@@ -207,12 +218,8 @@ def build_sharegpt(data_dir: Path, num: int | None = DEFAULT_NUM["sharegpt"], se
     if nonpositive:
         raise ValueError(f"{src}: {len(nonpositive)} pairs with a length <= 0, e.g. {nonpositive[0]}")
 
-    order = seeded_order(len(pool), seed)
-    if num is not None:
-        if num > len(pool):
-            raise ValueError(f"--num {num} is more than the {len(pool)} pairs left after filtering")
-        order = order[:num]
-    requests = [TraceRequest(prompt_len=pool[i][0], output_len=pool[i][1]) for i in order]
+    requests = [TraceRequest(prompt_len=prompt, output_len=output)
+                for prompt, output in seeded_sample(pool, num, seed, "pairs left after filtering")]
 
     pool_requests = [TraceRequest(prompt_len=a, output_len=b) for a, b in pool]
     metadata = {
@@ -304,12 +311,8 @@ def build_alpaca(data_dir: Path, num: int | None = DEFAULT_NUM["alpaca"], seed: 
         else:
             kept.append((len(p), len(o)))
 
-    order = seeded_order(len(kept), seed)
-    if num is not None:
-        if num > len(kept):
-            raise ValueError(f"--num {num} is more than the {len(kept)} usable records")
-        order = order[:num]
-    requests = [TraceRequest(prompt_len=kept[i][0], output_len=kept[i][1]) for i in order]
+    requests = [TraceRequest(prompt_len=prompt, output_len=output)
+                for prompt, output in seeded_sample(kept, num, seed, "usable records")]
     stats = trace_stats(requests)
 
     metadata = {
@@ -487,12 +490,7 @@ def build_sharegpt_chat(
 
     turn_index = [chat_turns(c["conversations"]) for c in convs]
     pool = [ci for ci, turns in enumerate(turn_index) if turns]
-    order = seeded_order(len(pool), seed)
-    if num is not None:
-        if num > len(pool):
-            raise ValueError(f"--num {num} is more than the {len(pool)} conversations with a usable turn")
-        order = order[:num]
-    chosen = [pool[k] for k in order]
+    chosen = seeded_sample(pool, num, seed, "conversations with a usable turn")
 
     tok = load_opt_tokenizer(data_dir)
     headers = {s: tok.encode_many([s + ":"])[0] for s in sorted(set(ROLE_SPEAKER.values()))}
@@ -665,14 +663,8 @@ def build_translation(data_dir: Path, num: int | None = 2000, seed: int = DEFAUL
     tok = load_llama_tokenizer(data_dir)
     encoded = tok.encode_many(sentences)
     prefix = prefix_token_ids(shots, seed, tok.info["vocab_size"])
-    order = seeded_order(len(encoded), seed)
-    if num is not None:
-        if num > len(encoded):
-            raise ValueError(f"--num {num} is more than the {len(encoded)} sentences found")
-        order = order[:num]
     requests = []
-    for i in order:
-        ids = encoded[i]
+    for ids in seeded_sample(encoded, num, seed, "sentences found"):
         requests.append(TraceRequest(prompt_len=len(prefix) + len(ids),
                                      output_len=max(1, round(TRANSLATION_OUTPUT_RATIO * len(ids))),
                                      prefix_group=0, shared_prefix_len=len(prefix), prompt_token_ids=prefix + ids))
