@@ -74,6 +74,14 @@ def operations_per_second(loop, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def prefilled(kv: PagedKVManager, seq_id: int, prompt_len: int) -> Sequence:
+    """A sequence whose prompt's K/V is already in kv's blocks."""
+    seq = Sequence(seq_id, prompt_len, None)
+    kv.allocate_slots(seq, prompt_len)
+    seq.num_computed_tokens = prompt_len
+    return seq
+
+
 def block_ops_per_second(repeats: int = 5) -> dict[str, float]:
     """Throughput of the manager's hot operations on a 4096-block pool."""
     results: dict[str, list[float]] = {"allocate+free block": [], "fork+free (8 blocks)": [], "append 1 token": []}
@@ -87,9 +95,7 @@ def block_ops_per_second(repeats: int = 5) -> dict[str, float]:
 
         results["allocate+free block"].append(operations_per_second(allocate_free, 200_000))
 
-        parent = Sequence(0, 128, None)
-        kv.allocate_slots(parent, 128)
-        parent.num_computed_tokens = 128
+        parent = prefilled(kv, 0, 128)
 
         def fork_free(n: int) -> None:
             for i in range(n):
@@ -99,9 +105,7 @@ def block_ops_per_second(repeats: int = 5) -> dict[str, float]:
 
         results["fork+free (8 blocks)"].append(operations_per_second(fork_free, 50_000))
 
-        seq = Sequence(1, 1, None)
-        kv.allocate_slots(seq, 1)
-        seq.num_computed_tokens = 1
+        seq = prefilled(kv, 1, 1)
 
         def append_token(n: int) -> None:
             for _ in range(n):
