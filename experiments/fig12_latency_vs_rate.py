@@ -28,8 +28,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot, rate_axes,
-                                 replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, rate_axes,
+                                 replay_parser, save_figure, start_figure, write_csv, write_report)
 from experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS,
                                FIG12_SHAREGPT_RATIO_BANDS, FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS,
                                FIG12_TRACES, POLICY_LABELS, Setup)
@@ -261,14 +261,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--models", nargs="+", choices=[st.model for st in FIG12_SETUPS], default=None,
                    help="only these models (default: all three; --smoke: OPT-13B, ShareGPT only)")
     p.add_argument("--verbose", action="store_true", help="print every probe (stderr)")
-    args = p.parse_args(argv)
+    args, timer, files = start_figure(p, argv, STEM)
     duration = arrival_duration(args, SMOKE_DURATION)
     warmup = SMOKE_WARMUP_S if args.smoke else WARMUP_S
     models = args.models or ([FIG12_SETUPS[0].model] if args.smoke else [st.model for st in FIG12_SETUPS])
     setups = [st for st in FIG12_SETUPS if st.model in models]
     resolution = 1.0 if args.smoke else RESOLUTION  # smoke: one bracket is enough
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     traces = ("sharegpt",) if args.smoke else FIG12_TRACES  # smoke: the cheaper trace only
     tasks = [(st, trace, system, duration, warmup, args.seed, THRESHOLDS, START_RATES[trace], resolution, args.verbose)
              for st in setups for trace in traces for system in FIG12_SYSTEMS]

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from experiments.fig12_latency_vs_rate import (ABORT_FACTOR, PROBE_COLUMNS, THRESHOLDS, Search, probe,
                                                sustainable_rate)
-from experiments.figures import (TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, rate_axes,
-                                 save_figure, sharing_ratio_band, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, base_parser, command_line, pyplot, rate_axes, save_figure,
+                                 sharing_ratio_band, start_figure, write_csv, write_report)
 from experiments.paper import (FIG14_RATIO_OVER_ORACLE, FIG14_SETUP, FIG14_SOURCE, FIG14_TRACE, FIG14_WIDTHS,
                                POLICY_LABELS, Setup)
 
@@ -314,10 +314,8 @@ def plot(path: Path, results: list[CaseResult], thresholds) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = sharing_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(sharing_parser(__doc__.splitlines()[0]), argv, STEM)
     duration, warmup = window(args)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     setup = Setup(FIG14_SETUP["model"], FIG14_SETUP["gpu"], FIG14_SETUP["tp"], "OPT-13B, 1 x A100-40GB")
     resolution = 1.0 if args.smoke else RESOLUTION
     tasks = [CaseTask(label, k, setup, FIG14_TRACE, system, extra, duration, warmup, args.seed, START_RATE, resolution,

@@ -20,8 +20,8 @@ from pathlib import Path
 from experiments.fig12_latency_vs_rate import THRESHOLDS
 from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, plot_curves, rates_table,
                                              ratio, run_cases, sharing_parser, smoke_max_rate, window, write_csvs)
-from experiments.figures import (TRACES_DIR, Row, Timer, command_line, outputs, pyplot, save_figure,
-                                 sharing_ratio_band, write_report)
+from experiments.figures import (TRACES_DIR, Row, command_line, outputs, pyplot, save_figure, sharing_ratio_band,
+                                 start_figure, write_report)
 from experiments.paper import FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, Setup
 
 STEM = "fig16_shared_prefix"
@@ -112,10 +112,8 @@ def plot(path: Path, results, thresholds) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = sharing_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(sharing_parser(__doc__.splitlines()[0]), argv, STEM)
     duration, warmup = window(args, DEFAULT_WINDOW)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     setup = Setup(FIG16_SETUP["model"], FIG16_SETUP["gpu"], FIG16_SETUP["tp"], "LLaMA-13B, 1 x A100-40GB")
     resolution = 1.0 if args.smoke else RESOLUTION
     traces = list(FIG16_CASES)[-1:] if args.smoke else list(FIG16_CASES)

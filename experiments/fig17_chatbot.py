@@ -20,8 +20,8 @@ from pathlib import Path
 from experiments.fig12_latency_vs_rate import THRESHOLDS
 from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, plot_curves, rates_table,
                                              ratio, run_cases, sharing_parser, smoke_max_rate, window, write_csvs)
-from experiments.figures import (TRACES_DIR, Row, Timer, command_line, outputs, pyplot, save_figure,
-                                 sharing_ratio_band, write_report)
+from experiments.figures import (TRACES_DIR, Row, command_line, pyplot, save_figure, sharing_ratio_band, start_figure,
+                                 write_report)
 from experiments.paper import FIG17_RATIO_OVER_ORCA, FIG17_SETUP, FIG17_SOURCE, FIG17_TRACE, POLICY_LABELS, Setup
 
 STEM = "fig17_chatbot"
@@ -85,10 +85,8 @@ def plot(path: Path, results, thresholds) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = sharing_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(sharing_parser(__doc__.splitlines()[0]), argv, STEM)
     duration, warmup = window(args, DEFAULT_WINDOW, FULL_WINDOW)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     setup = Setup(FIG17_SETUP["model"], FIG17_SETUP["gpu"], FIG17_SETUP["tp"], "OPT-13B, 1 x A100-40GB")
     resolution = 1.0 if args.smoke else RESOLUTION
     systems = ("paged",) + (SMOKE_BASELINES if args.smoke else BASELINES)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
-                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+                                 executor_replay_parser, pyplot, save_figure, start_figure, write_csv, write_report)
 from experiments.paper import (FIG18A_OVERHEAD_BAND, FIG18A_SOURCE, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE,
                                SETUP_OPT13B)
 from pagesim.plots import log_axis
@@ -173,14 +173,10 @@ def plot(path: Path, kernel_rows: list[dict], sweeps: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = replay_parser(__doc__.splitlines()[0])
-    p.add_argument("--device", default=None, help="executor device for (a) (default: cuda if present, else cpu)")
-    args = p.parse_args(argv)
+    args, timer, files = start_figure(executor_replay_parser(__doc__.splitlines()[0]), argv, STEM)
     device = executor_device(args.device)
     duration = arrival_duration(args, SMOKE_DURATION)
     warmup = 1.0 if args.smoke else WARMUP_S
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     rows = []
 
     kernel_rows = measure_kernel_latency(device, SMOKE_KERNEL_SHAPES if args.smoke else KERNEL_SHAPES,

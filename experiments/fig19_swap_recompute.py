@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 
 from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
-                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+                                 executor_replay_parser, pyplot, save_figure, start_figure, write_csv, write_report)
 from experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
                                SETUP_OPT13B, Setup)
 from pagesim.plots import log_axis
@@ -164,15 +164,11 @@ def plot(path: Path, micro: list[dict], rate: float, e2e: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = replay_parser(__doc__.splitlines()[0])
-    p.add_argument("--device", default=None, help="executor device for (a) (default: cuda if present, else cpu)")
-    args = p.parse_args(argv)
+    args, timer, files = start_figure(executor_replay_parser(__doc__.splitlines()[0]), argv, STEM)
     device = executor_device(args.device)
     duration = arrival_duration(args, SMOKE_DURATION)
     warmup = 1.0 if args.smoke else WARMUP_S
     block_sizes = SMOKE_BLOCK_SIZES if args.smoke else FIG19_BLOCK_SIZES
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
 
     micro = measure_swap_recompute(device, block_sizes, SMOKE_MICRO if args.smoke else None)
     rate, e2e = preemption_sweep(block_sizes, duration, warmup, args.seed, 0.08, SMOKE_RATE if args.smoke else None)

@@ -161,6 +161,13 @@ def replay_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def executor_replay_parser(description: str) -> argparse.ArgumentParser:
+    """replay_parser plus the device of the figures that also measure on the executor."""
+    p = replay_parser(description)
+    p.add_argument("--device", default=None, help="executor device for (a) (default: cuda if present, else cpu)")
+    return p
+
+
 def arrival_duration(args, smoke_duration: float) -> float:
     return args.duration or (smoke_duration if args.smoke else FULL_DURATION_S if args.full else DEFAULT_DURATION_S)
 
@@ -184,6 +191,13 @@ class Timer:
     def elapsed(self) -> float:
         import time
         return time.perf_counter() - self.started
+
+
+def start_figure(parser: argparse.ArgumentParser, argv: list[str] | None, stem: str):
+    """How every figure's main begins: its arguments, a wall clock started now (for the report)
+    and its output paths (.png, .csv, .md) in a folder that exists."""
+    args = parser.parse_args(argv)
+    return args, Timer(), outputs(args.out_dir, stem)
 
 
 def sharing_ratio_band(paper_ratio: float) -> tuple[float, float]:
