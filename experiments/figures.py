@@ -172,6 +172,17 @@ def arrival_duration(args, smoke_duration: float) -> float:
     return args.duration or (smoke_duration if args.smoke else FULL_DURATION_S if args.full else DEFAULT_DURATION_S)
 
 
+# The rate-sweep figures (12, 18, 19) leave requests arriving in the first minute out of the
+# latency: the system starts empty, which is not the steady state the paper reports.
+WARMUP_S = 60.0
+SMOKE_WARMUP_S = 1.0
+
+
+def replay_window(args, smoke_duration: float) -> tuple[float, float]:
+    """Seconds of arrivals and of warm-up of a rate-sweep figure."""
+    return arrival_duration(args, smoke_duration), SMOKE_WARMUP_S if args.smoke else WARMUP_S
+
+
 def save_figure(fig, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=150)
