@@ -313,6 +313,28 @@ def plot(path: Path, results: list[CaseResult], thresholds) -> None:
     save_figure(fig, path)
 
 
+def finish_sharing_figure(script: str, argv: list[str] | None, args, timer, files: dict, stem: str, title: str,
+                          rows: list[Row], results: list[CaseResult], plot, notes: list[str]) -> dict:
+    """How figs. 14, 16 and 17 end: every probe and the rates as CSV, the figure (plot(path,
+    results, thresholds)), and the .md with the rates table and the notes, the last of which
+    counts the replays and the time they took."""
+    write_csvs(files["csv"], stem, results)
+    plot(files["png"], results, THRESHOLDS)
+    cpu = sum(r.cpu_s for r in results)
+    notes = notes + [
+        f"- {sum(len(r.search.probes) for r in results)} replays, {cpu:.0f} CPU-seconds; wall {timer.elapsed():.1f} s "
+        f"(--jobs {args.jobs}). Every probe is in {stem}.csv, the rates in {stem}_rates.csv."]
+    write_report(files["md"], title, command_line(script, argv), rows,
+                 [("Sustainable rates", rates_table(results)), ("Notes", "\n".join(notes))])
+    return {"rows": rows, "files": files, "results": results}
+
+
+def search_note(start_rate: float, resolution: float, duration: float) -> str:
+    """The notes' line on the rate search of figs. 16 and 17."""
+    return (f"- Sustainable rate: fig12's search and stop rule, T = {' and '.join(f'{t:g}' for t in THRESHOLDS)} "
+            f"s/token, from {start_rate:g} req/s, bisected to within {resolution:.0%}; {duration:g} s of arrivals")
+
+
 def main(argv: list[str] | None = None) -> dict:
     args, timer, files = start_figure(sharing_parser(__doc__.splitlines()[0]), argv, STEM)
     duration, warmup = window(args)
@@ -327,10 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
     done = {(r.task.setting, r.task.curve): r for r in results_sorted}
     results = [done[(t.setting, t.curve)] for t in tasks]
     rows = build_rows(results, THRESHOLDS)
-    write_csvs(files["csv"], STEM, results)
-    plot(files["png"], results, THRESHOLDS)
-    cpu = sum(r.cpu_s for r in results)
-    notes = "\n".join([
+    notes = [
         f"- Simulated: OPT-13B on 1 x A100-40GB, calibrated cost model, Alpaca, Poisson arrivals for {duration:g} s "
         f"(seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; block 16, 2560 batched "
         "tokens, preemption auto (multi-sequence groups are swapped). Every request gets the setting's n or beam "
@@ -343,12 +362,9 @@ def main(argv: list[str] | None = None) -> dict:
         "fast path, and Figs. 14, 16 and 17 share a budget of ~8 CPU-minutes in the runner. Rates near the knee are "
         "therefore a little optimistic (less time for a queue to build).",
         "- Orca (Max) and (Pow2) are not run here (cost); the paper's numbers for this figure are against Oracle.",
-        f"- {sum(len(r.search.probes) for r in results)} replays, {cpu:.0f} CPU-seconds; wall {timer.elapsed():.1f} s "
-        f"(--jobs {args.jobs}). Every probe is in {STEM}.csv, the rates in {STEM}_rates.csv.",
-    ])
-    write_report(files["md"], "Fig. 14: parallel sampling and beam search (OPT-13B, Alpaca)", command_line(__file__, argv),
-                 rows, [("Sustainable rates", rates_table(results)), ("Notes", notes)])
-    return {"rows": rows, "files": files, "results": results}
+    ]
+    return finish_sharing_figure(__file__, argv, args, timer, files, STEM,
+                                 "Fig. 14: parallel sampling and beam search (OPT-13B, Alpaca)", rows, results, plot, notes)
 
 
 if __name__ == "__main__":
