@@ -67,39 +67,53 @@ def time_decode_runs(num_seqs: int, steps: int, run_len: int = 16, repeats: int 
     return statistics.median(samples)
 
 
+def operations_per_second(loop, n: int) -> float:
+    """loop(n) performs n operations; how many it managed per second of wall time."""
+    t0 = time.perf_counter()
+    loop(n)
+    return n / (time.perf_counter() - t0)
+
+
+def prefilled(kv: PagedKVManager, seq_id: int, prompt_len: int) -> Sequence:
+    """A sequence whose prompt's K/V is already in kv's blocks."""
+    seq = Sequence(seq_id, prompt_len, None)
+    kv.allocate_slots(seq, prompt_len)
+    seq.num_computed_tokens = prompt_len
+    return seq
+
+
 def block_ops_per_second(repeats: int = 5) -> dict[str, float]:
     """Throughput of the manager's hot operations on a 4096-block pool."""
     results: dict[str, list[float]] = {"allocate+free block": [], "fork+free (8 blocks)": [], "append 1 token": []}
     for _ in range(repeats):
         kv = PagedKVManager(4096, 16)
         pool = kv.device
-        n = 200_000
-        t0 = time.perf_counter()
-        for _ in range(n):
-            pool.decref(pool.allocate())
-        results["allocate+free block"].append(n / (time.perf_counter() - t0))
 
-        parent = Sequence(0, 128, None)
-        kv.allocate_slots(parent, 128)
-        parent.num_computed_tokens = 128
-        n = 50_000
-        t0 = time.perf_counter()
-        for i in range(n):
-            child = parent.copy_as(i + 1)
-            kv.fork(parent, child)
-            kv.free(child)
-        results["fork+free (8 blocks)"].append(n / (time.perf_counter() - t0))
+        def allocate_free(n: int) -> None:
+            for _ in range(n):
+                pool.decref(pool.allocate())
 
-        seq = Sequence(1, 1, None)
-        kv.allocate_slots(seq, 1)
-        seq.num_computed_tokens = 1
-        n = 50_000
-        t0 = time.perf_counter()
-        for _ in range(n):
-            seq.append_token(0)
-            kv.allocate_slots(seq, kv.blocks_needed(seq, 1) and 1 or 1)
-            seq.num_computed_tokens += 1
-        results["append 1 token"].append(n / (time.perf_counter() - t0))
+        results["allocate+free block"].append(operations_per_second(allocate_free, 200_000))
+
+        parent = prefilled(kv, 0, 128)
+
+        def fork_free(n: int) -> None:
+            for i in range(n):
+                child = parent.copy_as(i + 1)
+                kv.fork(parent, child)
+                kv.free(child)
+
+        results["fork+free (8 blocks)"].append(operations_per_second(fork_free, 50_000))
+
+        seq = prefilled(kv, 1, 1)
+
+        def append_token(n: int) -> None:
+            for _ in range(n):
+                seq.append_token(0)
+                kv.allocate_slots(seq, kv.blocks_needed(seq, 1) and 1 or 1)
+                seq.num_computed_tokens += 1
+
+        results["append 1 token"].append(operations_per_second(append_token, 50_000))
     return {k: statistics.median(v) for k, v in results.items()}
 
 

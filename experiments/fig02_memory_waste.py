@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
-                                 replay_parser, save_figure, within, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
+                                 save_figure, start_figure, within, write_csv, write_report)
 from experiments.paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE,
                                FIG02_TRACE, FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B)
 
@@ -87,11 +87,9 @@ def plot(path: Path, metrics: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = replay_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(replay_parser(__doc__.splitlines()[0]), argv, STEM)
     duration = arrival_duration(args, SMOKE_DURATION)
     window = (duration / 3, duration) if args.smoke else FIG02_WINDOW_S
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     trace = load_trace(TRACES_DIR / f"{FIG02_TRACE}.json")
     metrics, rows = [], []
     for policy in POLICIES:

@@ -16,8 +16,8 @@ import math
 import statistics
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, save_figure,
-                                 within, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, base_parser, command_line, pyplot, save_figure, start_figure, within,
+                                 write_csv, write_report)
 from experiments.paper import FIG11_MEANS
 
 from pagesim.workload.trace import load_trace
@@ -93,9 +93,7 @@ def plot(path: Path, hists: dict, means: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = base_parser(__doc__.splitlines()[0]).parse_args(argv)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
+    args, timer, files = start_figure(base_parser(__doc__.splitlines()[0]), argv, STEM)
     rows, csv_rows, hists, means, lines = [], [], {}, {}, []
     for name in ("sharegpt", "alpaca"):
         trace = load_trace(TRACES_DIR / f"{name}.json")

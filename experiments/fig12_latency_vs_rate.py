@@ -28,8 +28,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot, rate_axes,
-                                 replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, command_line, pyplot, rate_axes, replay_parser, replay_window,
+                                 save_figure, start_figure, write_csv, write_report)
 from experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS,
                                FIG12_SHAREGPT_RATIO_BANDS, FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS,
                                FIG12_TRACES, POLICY_LABELS, Setup)
@@ -46,9 +46,7 @@ RESOLUTION = 0.10  # bisection stops when the bracketing rates are within 10% of
 # latency of at least ABORT_MIN_MEASURED finished requests exceeds ABORT_FACTOR x the top threshold.
 ABORT_FACTOR = 1.5
 ABORT_MIN_MEASURED = 100
-WARMUP_S = 60.0
 SMOKE_DURATION = 5.0
-SMOKE_WARMUP_S = 1.0
 MIN_RATE = 0.005  # req/s; below this a system counts as unable to sustain any rate
 MAX_RATE = 2000.0
 # Where the search starts (req/s): near the paper's vLLM range for OPT-13B; the search walks from there.
@@ -261,14 +259,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--models", nargs="+", choices=[st.model for st in FIG12_SETUPS], default=None,
                    help="only these models (default: all three; --smoke: OPT-13B, ShareGPT only)")
     p.add_argument("--verbose", action="store_true", help="print every probe (stderr)")
-    args = p.parse_args(argv)
-    duration = arrival_duration(args, SMOKE_DURATION)
-    warmup = SMOKE_WARMUP_S if args.smoke else WARMUP_S
+    args, timer, files = start_figure(p, argv, STEM)
+    duration, warmup = replay_window(args, SMOKE_DURATION)
     models = args.models or ([FIG12_SETUPS[0].model] if args.smoke else [st.model for st in FIG12_SETUPS])
     setups = [st for st in FIG12_SETUPS if st.model in models]
     resolution = 1.0 if args.smoke else RESOLUTION  # smoke: one bracket is enough
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     traces = ("sharegpt",) if args.smoke else FIG12_TRACES  # smoke: the cheaper trace only
     tasks = [(st, trace, system, duration, warmup, args.seed, THRESHOLDS, START_RATES[trace], resolution, args.verbose)
              for st in setups for trace in traces for system in FIG12_SYSTEMS]

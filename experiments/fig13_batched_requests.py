@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, outputs, pyplot,
-                                 replay_parser, save_figure, within, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
+                                 save_figure, start_figure, within, write_csv, write_report)
 from experiments.paper import FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B
 
 from pagesim.sim.engine import ReplayConfig, replay
@@ -98,10 +98,8 @@ def plot(path: Path, metrics: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = replay_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(replay_parser(__doc__.splitlines()[0]), argv, STEM)
     duration = arrival_duration(args, SMOKE_DURATION)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     metrics, rows = [], []
     for name, ref in FIG13_BATCHED.items():
         trace = load_trace(TRACES_DIR / f"{name}.json")

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from experiments.fig12_latency_vs_rate import (ABORT_FACTOR, PROBE_COLUMNS, THRESHOLDS, Search, probe,
                                                sustainable_rate)
-from experiments.figures import (TRACES_DIR, Row, Timer, base_parser, command_line, outputs, pyplot, rate_axes,
-                                 save_figure, sharing_ratio_band, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, base_parser, command_line, pyplot, rate_axes, save_figure,
+                                 sharing_ratio_band, start_figure, write_csv, write_report)
 from experiments.paper import (FIG14_RATIO_OVER_ORACLE, FIG14_SETUP, FIG14_SOURCE, FIG14_TRACE, FIG14_WIDTHS,
                                POLICY_LABELS, Setup)
 
@@ -313,11 +313,31 @@ def plot(path: Path, results: list[CaseResult], thresholds) -> None:
     save_figure(fig, path)
 
 
+def finish_sharing_figure(script: str, argv: list[str] | None, args, timer, files: dict, stem: str, title: str,
+                          rows: list[Row], results: list[CaseResult], plot, notes: list[str]) -> dict:
+    """How figs. 14, 16 and 17 end: every probe and the rates as CSV, the figure (plot(path,
+    results, thresholds)), and the .md with the rates table and the notes, the last of which
+    counts the replays and the time they took."""
+    write_csvs(files["csv"], stem, results)
+    plot(files["png"], results, THRESHOLDS)
+    cpu = sum(r.cpu_s for r in results)
+    notes = notes + [
+        f"- {sum(len(r.search.probes) for r in results)} replays, {cpu:.0f} CPU-seconds; wall {timer.elapsed():.1f} s "
+        f"(--jobs {args.jobs}). Every probe is in {stem}.csv, the rates in {stem}_rates.csv."]
+    write_report(files["md"], title, command_line(script, argv), rows,
+                 [("Sustainable rates", rates_table(results)), ("Notes", "\n".join(notes))])
+    return {"rows": rows, "files": files, "results": results}
+
+
+def search_note(start_rate: float, resolution: float, duration: float) -> str:
+    """The notes' line on the rate search of figs. 16 and 17."""
+    return (f"- Sustainable rate: fig12's search and stop rule, T = {' and '.join(f'{t:g}' for t in THRESHOLDS)} "
+            f"s/token, from {start_rate:g} req/s, bisected to within {resolution:.0%}; {duration:g} s of arrivals")
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = sharing_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(sharing_parser(__doc__.splitlines()[0]), argv, STEM)
     duration, warmup = window(args)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     setup = Setup(FIG14_SETUP["model"], FIG14_SETUP["gpu"], FIG14_SETUP["tp"], "OPT-13B, 1 x A100-40GB")
     resolution = 1.0 if args.smoke else RESOLUTION
     tasks = [CaseTask(label, k, setup, FIG14_TRACE, system, extra, duration, warmup, args.seed, START_RATE, resolution,
@@ -329,10 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
     done = {(r.task.setting, r.task.curve): r for r in results_sorted}
     results = [done[(t.setting, t.curve)] for t in tasks]
     rows = build_rows(results, THRESHOLDS)
-    write_csvs(files["csv"], STEM, results)
-    plot(files["png"], results, THRESHOLDS)
-    cpu = sum(r.cpu_s for r in results)
-    notes = "\n".join([
+    notes = [
         f"- Simulated: OPT-13B on 1 x A100-40GB, calibrated cost model, Alpaca, Poisson arrivals for {duration:g} s "
         f"(seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; block 16, 2560 batched "
         "tokens, preemption auto (multi-sequence groups are swapped). Every request gets the setting's n or beam "
@@ -345,12 +362,9 @@ def main(argv: list[str] | None = None) -> dict:
         "fast path, and Figs. 14, 16 and 17 share a budget of ~8 CPU-minutes in the runner. Rates near the knee are "
         "therefore a little optimistic (less time for a queue to build).",
         "- Orca (Max) and (Pow2) are not run here (cost); the paper's numbers for this figure are against Oracle.",
-        f"- {sum(len(r.search.probes) for r in results)} replays, {cpu:.0f} CPU-seconds; wall {timer.elapsed():.1f} s "
-        f"(--jobs {args.jobs}). Every probe is in {STEM}.csv, the rates in {STEM}_rates.csv.",
-    ])
-    write_report(files["md"], "Fig. 14: parallel sampling and beam search (OPT-13B, Alpaca)", command_line(__file__, argv),
-                 rows, [("Sustainable rates", rates_table(results)), ("Notes", notes)])
-    return {"rows": rows, "files": files, "results": results}
+    ]
+    return finish_sharing_figure(__file__, argv, args, timer, files, STEM,
+                                 "Fig. 14: parallel sampling and beam search (OPT-13B, Alpaca)", rows, results, plot, notes)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.figures import (Row, Timer, base_parser, command_line, outputs, pyplot, save_figure, within,
-                                 write_csv, write_report)
+from experiments.figures import (Row, base_parser, command_line, pyplot, save_figure, start_figure, within, write_csv,
+                                 write_report)
 from experiments.paper import FIG15_ALPACA_SAVING, FIG15_SHAREGPT_SAVING_RANGE, FIG15_SOURCE, FIG15_TOLERANCE_POINTS
 from experiments.sharing_report import SIM_RUNS, sim_fig15
 
@@ -99,9 +99,7 @@ def plot(path: Path, runs: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = base_parser(__doc__.splitlines()[0]).parse_args(argv)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
+    args, timer, files = start_figure(base_parser(__doc__.splitlines()[0]), argv, STEM)
     runs = sim_fig15(args.smoke, lambda msg: print(msg, flush=True))
     rows = build_rows(runs)
     table = []

@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.fig12_latency_vs_rate import THRESHOLDS
-from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, plot_curves, rates_table,
-                                             ratio, run_cases, sharing_parser, smoke_max_rate, window, write_csvs)
-from experiments.figures import (TRACES_DIR, Row, Timer, command_line, outputs, pyplot, save_figure,
-                                 sharing_ratio_band, write_report)
+from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
+                                             plot_curves, ratio, run_cases, search_note, sharing_parser, smoke_max_rate,
+                                             window)
+from experiments.figures import (TRACES_DIR, Row, outputs, pyplot, save_figure, sharing_ratio_band, start_figure)
 from experiments.paper import FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, Setup
 
 STEM = "fig16_shared_prefix"
@@ -112,10 +112,8 @@ def plot(path: Path, results, thresholds) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = sharing_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(sharing_parser(__doc__.splitlines()[0]), argv, STEM)
     duration, warmup = window(args, DEFAULT_WINDOW)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     setup = Setup(FIG16_SETUP["model"], FIG16_SETUP["gpu"], FIG16_SETUP["tp"], "LLaMA-13B, 1 x A100-40GB")
     resolution = 1.0 if args.smoke else RESOLUTION
     traces = list(FIG16_CASES)[-1:] if args.smoke else list(FIG16_CASES)
@@ -128,10 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
                            resolution, THRESHOLDS, args.verbose, variant=NO_SHARING) for trace in traces]
     results = run_cases(tasks, args.jobs)
     rows = build_rows(results, THRESHOLDS, {trace: mean_lengths(trace) for trace in traces})
-    write_csvs(files["csv"], STEM, results)
-    plot(files["png"], results, THRESHOLDS)
-    cpu = sum(r.cpu_s for r in results)
-    notes = "\n".join([
+    notes = [
         f"- Simulated: LLaMA-13B on 1 x A100-40GB (Table 1 of the paper: 13B models on one A100-40GB; "
         f"reports/sharing.md's prefix runs use A100-80GB), calibrated cost model, Poisson arrivals for {duration:g} s "
         f"(seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; block 16, 2560 batched "
@@ -141,15 +136,11 @@ def main(argv: list[str] | None = None) -> dict:
         "- Traces: the paper used WMT16 En-De, which is not available here: sentences are English sentences from "
         "Alpaca outputs, outputs are 1.3 x the sentence's tokens (assumed), prefix token ids are placeholders "
         "identical in every request (see the traces' metadata). The prefix lengths are the paper's (80 / 341).",
-        f"- Sustainable rate: fig12's search and stop rule, T = {' and '.join(f'{t:g}' for t in THRESHOLDS)} s/token, "
-        f"from {START_RATE:g} req/s, bisected to within {resolution:.0%}; {duration:g} s of arrivals instead of the "
-        "artifact's 600 s (--full): these requests are short, and Figs. 14, 16 and 17 share ~8 CPU-minutes in the runner.",
-        f"- {sum(len(r.search.probes) for r in results)} replays, {cpu:.0f} CPU-seconds; wall {timer.elapsed():.1f} s "
-        f"(--jobs {args.jobs}). Every probe is in {STEM}.csv, the rates in {STEM}_rates.csv.",
-    ])
-    write_report(files["md"], "Fig. 16: shared prefix, translation (LLaMA-13B)", command_line(__file__, argv), rows,
-                 [("Sustainable rates", rates_table(results)), ("Notes", notes)])
-    return {"rows": rows, "files": files, "results": results}
+        search_note(START_RATE, resolution, duration) + " instead of the artifact's 600 s (--full): these requests are "
+        "short, and Figs. 14, 16 and 17 share ~8 CPU-minutes in the runner.",
+    ]
+    return finish_sharing_figure(__file__, argv, args, timer, files, STEM, "Fig. 16: shared prefix, translation (LLaMA-13B)",
+                                 rows, results, plot, notes)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.fig12_latency_vs_rate import THRESHOLDS
-from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, plot_curves, rates_table,
-                                             ratio, run_cases, sharing_parser, smoke_max_rate, window, write_csvs)
-from experiments.figures import (TRACES_DIR, Row, Timer, command_line, outputs, pyplot, save_figure,
-                                 sharing_ratio_band, write_report)
+from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
+                                             plot_curves, ratio, run_cases, search_note, sharing_parser, smoke_max_rate,
+                                             window)
+from experiments.figures import (TRACES_DIR, Row, pyplot, save_figure, sharing_ratio_band, start_figure)
 from experiments.paper import FIG17_RATIO_OVER_ORCA, FIG17_SETUP, FIG17_SOURCE, FIG17_TRACE, POLICY_LABELS, Setup
 
 STEM = "fig17_chatbot"
@@ -85,10 +85,8 @@ def plot(path: Path, results, thresholds) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = sharing_parser(__doc__.splitlines()[0]).parse_args(argv)
+    args, timer, files = start_figure(sharing_parser(__doc__.splitlines()[0]), argv, STEM)
     duration, warmup = window(args, DEFAULT_WINDOW, FULL_WINDOW)
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
     setup = Setup(FIG17_SETUP["model"], FIG17_SETUP["gpu"], FIG17_SETUP["tp"], "OPT-13B, 1 x A100-40GB")
     resolution = 1.0 if args.smoke else RESOLUTION
     systems = ("paged",) + (SMOKE_BASELINES if args.smoke else BASELINES)
@@ -99,24 +97,17 @@ def main(argv: list[str] | None = None) -> dict:
     from pagesim.workload.trace import load_trace
 
     rows = build_rows(results, THRESHOLDS, prompt_stats(load_trace(TRACES_DIR / f"{FIG17_TRACE}.json")))
-    write_csvs(files["csv"], STEM, results)
-    plot(files["png"], results, THRESHOLDS)
-    cpu = sum(r.cpu_s for r in results)
-    notes = "\n".join([
+    notes = [
         f"- Simulated: OPT-13B on 1 x A100-40GB, calibrated cost model, traces/sharegpt_chat.json in its order, Poisson "
         f"arrivals for {duration:g} s (seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; "
         "block 16, 2560 batched tokens, preemption auto.",
         "- Truncation: done by the trace builder (`pagesim trace build sharegpt-chat`), not here: prompt = the last "
         "1024 tokens of the conversation so far, output capped at 1024 tokens, as the paper's section 6.5. "
         "Prefix caching is off for every system (the paper keeps no KV cache between rounds).",
-        f"- Sustainable rate: fig12's search and stop rule, T = {' and '.join(f'{t:g}' for t in THRESHOLDS)} s/token, "
-        f"from {START_RATE:g} req/s, bisected to within {resolution:.0%}; {duration:g} s of arrivals.",
-        f"- {sum(len(r.search.probes) for r in results)} replays, {cpu:.0f} CPU-seconds; wall {timer.elapsed():.1f} s "
-        f"(--jobs {args.jobs}). Every probe is in {STEM}.csv, the rates in {STEM}_rates.csv.",
-    ])
-    write_report(files["md"], "Fig. 17: chatbot (OPT-13B, ShareGPT conversations)", command_line(__file__, argv), rows,
-                 [("Sustainable rates", rates_table(results)), ("Notes", notes)])
-    return {"rows": rows, "files": files, "results": results}
+        search_note(START_RATE, resolution, duration) + ".",
+    ]
+    return finish_sharing_figure(__file__, argv, args, timer, files, STEM,
+                                 "Fig. 17: chatbot (OPT-13B, ShareGPT conversations)", rows, results, plot, notes)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
-                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, command_line, device_name, executor_device,
+                                 executor_replay_parser, pyplot, replay_window, save_figure, start_figure, write_csv,
+                                 write_report)
 from experiments.paper import (FIG18A_OVERHEAD_BAND, FIG18A_SOURCE, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE,
                                SETUP_OPT13B)
 from pagesim.plots import log_axis
@@ -41,7 +42,6 @@ REPS = {"cuda": 50, "cpu": 10}
 # (b)
 LOAD = 0.9  # fraction of the block-16 sustainable rate: loaded, so memory efficiency shows
 SUSTAIN_THRESHOLD = 1.0  # s/token, as Fig. 12
-WARMUP_S = 60.0
 SMOKE_DURATION = 5.0
 SMOKE_BLOCK_SIZES = (8, 16, 256)
 SMOKE_RATES = {"sharegpt": 4.0, "alpaca": 20.0}  # --smoke: one fixed rate, no search
@@ -173,14 +173,9 @@ def plot(path: Path, kernel_rows: list[dict], sweeps: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = replay_parser(__doc__.splitlines()[0])
-    p.add_argument("--device", default=None, help="executor device for (a) (default: cuda if present, else cpu)")
-    args = p.parse_args(argv)
+    args, timer, files = start_figure(executor_replay_parser(__doc__.splitlines()[0]), argv, STEM)
     device = executor_device(args.device)
-    duration = arrival_duration(args, SMOKE_DURATION)
-    warmup = 1.0 if args.smoke else WARMUP_S
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
+    duration, warmup = replay_window(args, SMOKE_DURATION)
     rows = []
 
     kernel_rows = measure_kernel_latency(device, SMOKE_KERNEL_SHAPES if args.smoke else KERNEL_SHAPES,

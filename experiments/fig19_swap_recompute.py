@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, device_name, executor_device,
-                                 outputs, pyplot, replay_parser, save_figure, write_csv, write_report)
+from experiments.figures import (TRACES_DIR, Row, Timer, command_line, device_name, executor_device,
+                                 executor_replay_parser, pyplot, replay_window, save_figure, start_figure, write_csv,
+                                 write_report)
 from experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
                                SETUP_OPT13B, Setup)
 from pagesim.plots import log_axis
@@ -42,7 +43,6 @@ SMOKE_BLOCK_SIZES = (1, 16)
 # (b)
 TRACE = "sharegpt"
 SUSTAIN_THRESHOLD = 1.0
-WARMUP_S = 60.0
 SMOKE_DURATION = 5.0
 SMOKE_RATE = 8.0  # --smoke: one fixed rate, no search
 COMPARABLE_TOL = 0.20  # "comparable": normalized latencies within 20% of each other
@@ -164,15 +164,10 @@ def plot(path: Path, micro: list[dict], rate: float, e2e: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = replay_parser(__doc__.splitlines()[0])
-    p.add_argument("--device", default=None, help="executor device for (a) (default: cuda if present, else cpu)")
-    args = p.parse_args(argv)
+    args, timer, files = start_figure(executor_replay_parser(__doc__.splitlines()[0]), argv, STEM)
     device = executor_device(args.device)
-    duration = arrival_duration(args, SMOKE_DURATION)
-    warmup = 1.0 if args.smoke else WARMUP_S
+    duration, warmup = replay_window(args, SMOKE_DURATION)
     block_sizes = SMOKE_BLOCK_SIZES if args.smoke else FIG19_BLOCK_SIZES
-    timer = Timer()
-    files = outputs(args.out_dir, STEM)
 
     micro = measure_swap_recompute(device, block_sizes, SMOKE_MICRO if args.smoke else None)
     rate, e2e = preemption_sweep(block_sizes, duration, warmup, args.seed, 0.08, SMOKE_RATE if args.smoke else None)

@@ -161,8 +161,26 @@ def replay_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def executor_replay_parser(description: str) -> argparse.ArgumentParser:
+    """replay_parser plus the device of the figures that also measure on the executor."""
+    p = replay_parser(description)
+    p.add_argument("--device", default=None, help="executor device for (a) (default: cuda if present, else cpu)")
+    return p
+
+
 def arrival_duration(args, smoke_duration: float) -> float:
     return args.duration or (smoke_duration if args.smoke else FULL_DURATION_S if args.full else DEFAULT_DURATION_S)
+
+
+# The rate-sweep figures (12, 18, 19) leave requests arriving in the first minute out of the
+# latency: the system starts empty, which is not the steady state the paper reports.
+WARMUP_S = 60.0
+SMOKE_WARMUP_S = 1.0
+
+
+def replay_window(args, smoke_duration: float) -> tuple[float, float]:
+    """Seconds of arrivals and of warm-up of a rate-sweep figure."""
+    return arrival_duration(args, smoke_duration), SMOKE_WARMUP_S if args.smoke else WARMUP_S
 
 
 def save_figure(fig, path) -> None:
@@ -184,6 +202,13 @@ class Timer:
     def elapsed(self) -> float:
         import time
         return time.perf_counter() - self.started
+
+
+def start_figure(parser: argparse.ArgumentParser, argv: list[str] | None, stem: str):
+    """How every figure's main begins: its arguments, a wall clock started now (for the report)
+    and its output paths (.png, .csv, .md) in a folder that exists."""
+    args = parser.parse_args(argv)
+    return args, Timer(), outputs(args.out_dir, stem)
 
 
 def sharing_ratio_band(paper_ratio: float) -> tuple[float, float]:

@@ -44,6 +44,30 @@ def load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, toks, tok_mask, dims, dim_
 
 
 @triton.jit
+def load_query_rows(q_ptr, row_offsets, row_mask, dims, dim_mask, UPCAST: tl.constexpr):
+    """The query tile [len(row_offsets), D_PAD]: row i starts at q_ptr + row_offsets[i]; masked
+    rows and padded dims read 0. Shared by the decode and prefill kernels."""
+    q = tl.load(q_ptr + row_offsets[:, None] + dims[None, :], mask=row_mask[:, None] & dim_mask[None, :], other=0.0)
+    if UPCAST:  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
+        q = q.to(tl.float32)
+    return q
+
+
+@triton.jit
+def online_softmax_step(s, v, m_i, l_i, acc):
+    """One K/V tile of the online softmax: s are the rows' masked scores against the tile (log2
+    units, -inf where not visible), v the tile's values; returns the new running max, sum and
+    unnormalised output. Shared by the decode and prefill kernels."""
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoid -inf - -inf = nan
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     part_acc_ptr, part_max_ptr, part_sum_ptr,  # used only when PARTITION_TOKENS > 0
@@ -77,10 +101,7 @@ def _decode_kernel(
     heads = kv_head * GROUP + rows
     dims = tl.arange(0, D_PAD)
     dim_mask = dims < HEAD_DIM
-    q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + dims[None, :],
-                mask=row_mask[:, None] & dim_mask[None, :], other=0.0)
-    if UPCAST:  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
-        q = q.to(tl.float32)
+    q = load_query_rows(q_ptr, seq * stride_qs + heads * stride_qh, row_mask, dims, dim_mask, UPCAST)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
@@ -95,13 +116,7 @@ def _decode_kernel(
         # Scores in log2 units; masked before the max so padding never wins it.
         s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2
         s = tl.where(tok_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoid -inf - -inf = nan
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc)
 
     out_mask = row_mask[:, None] & dim_mask[None, :]
     if PARTITION_TOKENS > 0:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from executor.kernels.paged_attention import load_kv_tile
+from executor.kernels.paged_attention import load_kv_tile, load_query_rows, online_softmax_step
 
 LOG2E = 1.4426950408889634
 
@@ -49,10 +49,7 @@ def _prefill_kernel(
     dims = tl.arange(0, D_PAD)
     dim_mask = dims < HEAD_DIM
     tok_rows = q_start + rows
-    q = tl.load(q_ptr + tok_rows[:, None] * stride_qt + head * stride_qh + dims[None, :],
-                mask=row_mask[:, None] & dim_mask[None, :], other=0.0)
-    if UPCAST:  # the interpreter's bf16 tl.dot is wrong: compute in fp32 there
-        q = q.to(tl.float32)
+    q = load_query_rows(q_ptr, tok_rows * stride_qt + head * stride_qh, row_mask, dims, dim_mask, UPCAST)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -69,13 +66,7 @@ def _prefill_kernel(
         s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2
         visible = tok_mask[None, :] & (toks[None, :] <= q_pos[:, None])
         s = tl.where(visible, s, float("-inf"))  # before the max, so padding never wins it
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoid -inf - -inf = nan
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc)
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a row that saw nothing gives zeros
     tl.store(out_ptr + tok_rows[:, None] * stride_ot + head * stride_oh + dims[None, :],

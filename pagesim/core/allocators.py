@@ -18,7 +18,39 @@ def round_up_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
-class BuddyAllocator:
+class _ContiguousAllocator:
+    """What both allocators keep alike: the live ranges, the count of free blocks and the
+    largest range one request may get."""
+
+    def __init__(self, num_blocks: int, max_chunk: int):
+        self.num_blocks = num_blocks
+        self.max_chunk = max_chunk
+        self._allocated: dict[int, int] = {}  # start -> size of an allocated range
+        self.num_free_blocks = num_blocks
+
+    def _check_size(self, num_blocks: int) -> None:
+        if num_blocks > self.max_chunk:
+            raise ValueError(f"{num_blocks} blocks exceed the largest chunk of {self.max_chunk}")
+
+    def _hand_out(self, start: int, size: int) -> tuple[int, int]:
+        self._allocated[start] = size
+        self.num_free_blocks -= size
+        return start, size
+
+    def _take_back(self, start: int) -> int:
+        """The size of the range that starts at start, now free again."""
+        try:
+            size = self._allocated.pop(start)
+        except KeyError:
+            raise DoubleFree(f"no allocated range starts at block {start} (freed twice, or never allocated)") from None
+        self.num_free_blocks += size
+        return size
+
+    def allocated_chunks(self) -> list[tuple[int, int]]:
+        return sorted(self._allocated.items())
+
+
+class BuddyAllocator(_ContiguousAllocator):
     """Binary buddy allocator. A request of n blocks takes a chunk of round_up_pow2(n) blocks
     (the rounding is what the paper's artifact did, and is external fragmentation in Fig. 2).
     Chunks are at most max_chunk blocks; a pool that is not a power of two is cut into aligned
@@ -27,11 +59,9 @@ class BuddyAllocator:
     def __init__(self, num_blocks: int, max_chunk: int):
         if max_chunk & (max_chunk - 1):
             raise ValueError(f"max_chunk must be a power of two, got {max_chunk}")
-        self.num_blocks = num_blocks
-        self.max_chunk = max_chunk
+        super().__init__(num_blocks, max_chunk)
         self._free: dict[int, set[int]] = {}  # chunk size -> start addresses of free chunks of that size
         self._free_size_at: dict[int, int] = {}  # start -> size of the free chunk starting there
-        self._allocated: dict[int, int] = {}  # start -> size of an allocated chunk
         start = 0
         size = max_chunk
         while size:
@@ -39,11 +69,9 @@ class BuddyAllocator:
                 self._insert_free(start, size)
                 start += size
             size //= 2
-        self.num_free_blocks = num_blocks
 
     def chunk_size(self, num_blocks: int) -> int:
-        if num_blocks > self.max_chunk:
-            raise ValueError(f"{num_blocks} blocks exceed the largest chunk of {self.max_chunk}")
+        self._check_size(num_blocks)
         return round_up_pow2(num_blocks)
 
     def _insert_free(self, start: int, size: int) -> None:
@@ -69,14 +97,11 @@ class BuddyAllocator:
                 while size > need:  # split, keeping the lower half
                     size //= 2
                     self._insert_free(start + size, size)
-                self._allocated[start] = need
-                self.num_free_blocks -= need
-                return start, need
+                return self._hand_out(start, need)
         raise OutOfBlocks(f"no free chunk of {need} blocks")
 
     def free(self, start: int) -> None:
-        size = _pop_allocated(self._allocated, start)
-        self.num_free_blocks += size
+        size = self._take_back(start)
         while size < self.max_chunk:
             buddy = start ^ size
             if self._free_size_at.get(buddy) != size:
@@ -88,16 +113,6 @@ class BuddyAllocator:
     def free_chunks(self) -> list[tuple[int, int]]:
         return sorted(self._free_size_at.items())
 
-    def allocated_chunks(self) -> list[tuple[int, int]]:
-        return sorted(self._allocated.items())
-
-
-def _pop_allocated(allocated: dict[int, int], start: int) -> int:
-    try:
-        return allocated.pop(start)
-    except KeyError:
-        raise DoubleFree(f"no allocated range starts at block {start} (freed twice, or never allocated)") from None
-
 
 def _sizes_from(need: int, max_chunk: int):
     size = need
@@ -106,20 +121,16 @@ def _sizes_from(need: int, max_chunk: int):
         size *= 2
 
 
-class FirstFitAllocator:
+class FirstFitAllocator(_ContiguousAllocator):
     """Exact-size contiguous ranges at the lowest address that fits; neighbours merge on free."""
 
     def __init__(self, num_blocks: int, max_chunk: int | None = None):
-        self.num_blocks = num_blocks
-        self.max_chunk = max_chunk if max_chunk is not None else num_blocks
+        super().__init__(num_blocks, max_chunk if max_chunk is not None else num_blocks)
         self._starts: list[int] = [0] if num_blocks else []  # sorted starts of free extents
         self._length: dict[int, int] = {0: num_blocks} if num_blocks else {}
-        self._allocated: dict[int, int] = {}
-        self.num_free_blocks = num_blocks
 
     def chunk_size(self, num_blocks: int) -> int:
-        if num_blocks > self.max_chunk:
-            raise ValueError(f"{num_blocks} blocks exceed the largest chunk of {self.max_chunk}")
+        self._check_size(num_blocks)
         return num_blocks
 
     def can_allocate(self, num_blocks: int) -> bool:
@@ -137,14 +148,11 @@ class FirstFitAllocator:
                 else:
                     self._starts[i] = start + num_blocks
                     self._length[start + num_blocks] = length - num_blocks
-                self._allocated[start] = num_blocks
-                self.num_free_blocks -= num_blocks
-                return start, num_blocks
+                return self._hand_out(start, num_blocks)
         raise OutOfBlocks(f"no free extent of {num_blocks} blocks")
 
     def free(self, start: int) -> None:
-        size = _pop_allocated(self._allocated, start)
-        self.num_free_blocks += size
+        size = self._take_back(start)
         i = bisect.bisect_left(self._starts, start)
         # merge with the following extent
         if i < len(self._starts) and self._starts[i] == start + size:
@@ -158,6 +166,3 @@ class FirstFitAllocator:
 
     def free_chunks(self) -> list[tuple[int, int]]:
         return [(s, self._length[s]) for s in self._starts]
-
-    def allocated_chunks(self) -> list[tuple[int, int]]:
-        return sorted(self._allocated.items())

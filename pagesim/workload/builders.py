@@ -71,6 +71,17 @@ def seeded_order(n: int, seed: int) -> list[int]:
     return sorted(range(n), key=rank)
 
 
+def seeded_sample(items: Sequence, num: int | None, seed: int, what: str) -> list:
+    """num of items (all where num is None) in seeded_order; what names the items in the error
+    when fewer than num are there."""
+    order = seeded_order(len(items), seed)
+    if num is not None:
+        if num > len(items):
+            raise ValueError(f"--num {num} is more than the {len(items)} {what}")
+        order = order[:num]
+    return [items[i] for i in order]
+
+
 def percentile(sorted_values: Sequence[int], p: float) -> int:
     """Nearest-rank percentile: an actual value of the data, no interpolation."""
     if not sorted_values:
@@ -145,8 +156,13 @@ class OptTokenizer:
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
-def _offline_tokenizer(tok_dir: Path):
-    """A transformers AutoTokenizer from a local folder, and the folder's files (for the metadata)."""
+def _offline_tokenizer(data_dir: Path, name: str, what: str, description: str, special_tokens: str,
+                       backend: str = "") -> OptTokenizer:
+    """The transformers AutoTokenizer in data_dir/tokenizers/<name>, loaded offline, with the
+    metadata every trace records about it (its files and their hash, the library versions)."""
+    import transformers
+
+    tok_dir = _require(Path(data_dir) / "tokenizers" / name, f"{what} tokenizer")
     # Offline: these machines cannot reach a hub, and a trace must not depend on one.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -156,23 +172,24 @@ def _offline_tokenizer(tok_dir: Path):
     # Nothing is truncated here; lifting the model's length limit only silences a warning that
     # long messages would be too long *for the model*.
     tok.model_max_length = 1 << 30
-    return tok, sorted(p for p in tok_dir.iterdir() if p.is_file())
+    files = sorted(p for p in tok_dir.iterdir() if p.is_file())
+    info = {
+        "name": description,
+        "files": f"tokenizers/{name} (" + ", ".join(p.name for p in files) + ")",
+        "files_sha256": sha256_of(*files),
+        "loaded_with": f"transformers {transformers.__version__} AutoTokenizer{backend}, offline",
+        "special_tokens": special_tokens,
+        "vocab_size": len(tok),
+    }
+    return OptTokenizer(tok, info)
 
 
 def load_opt_tokenizer(data_dir: Path) -> OptTokenizer:
     import tokenizers
-    import transformers
 
-    tok, files = _offline_tokenizer(_require(Path(data_dir) / "tokenizers" / "opt", "OPT tokenizer"))
-    info = {
-        "name": "OPT (GPT-2 byte-level BPE with the RoBERTa/OPT vocabulary ids)",
-        "files": "tokenizers/opt (" + ", ".join(p.name for p in files) + ")",
-        "files_sha256": sha256_of(*files),
-        "loaded_with": f"transformers {transformers.__version__} AutoTokenizer (tokenizers {tokenizers.__version__}), offline",
-        "special_tokens": "none added: add_special_tokens=False, so no BOS </s> (id 2) is counted",
-        "vocab_size": len(tok),
-    }
-    return OptTokenizer(tok, info)
+    return _offline_tokenizer(data_dir, "opt", "OPT", "OPT (GPT-2 byte-level BPE with the RoBERTa/OPT vocabulary ids)",
+                              "none added: add_special_tokens=False, so no BOS </s> (id 2) is counted",
+                              backend=f" (tokenizers {tokenizers.__version__})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,12 +218,8 @@ def build_sharegpt(data_dir: Path, num: int | None = DEFAULT_NUM["sharegpt"], se
     if nonpositive:
         raise ValueError(f"{src}: {len(nonpositive)} pairs with a length <= 0, e.g. {nonpositive[0]}")
 
-    order = seeded_order(len(pool), seed)
-    if num is not None:
-        if num > len(pool):
-            raise ValueError(f"--num {num} is more than the {len(pool)} pairs left after filtering")
-        order = order[:num]
-    requests = [TraceRequest(prompt_len=pool[i][0], output_len=pool[i][1]) for i in order]
+    requests = [TraceRequest(prompt_len=prompt, output_len=output)
+                for prompt, output in seeded_sample(pool, num, seed, "pairs left after filtering")]
 
     pool_requests = [TraceRequest(prompt_len=a, output_len=b) for a, b in pool]
     metadata = {
@@ -298,12 +311,8 @@ def build_alpaca(data_dir: Path, num: int | None = DEFAULT_NUM["alpaca"], seed: 
         else:
             kept.append((len(p), len(o)))
 
-    order = seeded_order(len(kept), seed)
-    if num is not None:
-        if num > len(kept):
-            raise ValueError(f"--num {num} is more than the {len(kept)} usable records")
-        order = order[:num]
-    requests = [TraceRequest(prompt_len=kept[i][0], output_len=kept[i][1]) for i in order]
+    requests = [TraceRequest(prompt_len=prompt, output_len=output)
+                for prompt, output in seeded_sample(kept, num, seed, "usable records")]
     stats = trace_stats(requests)
 
     metadata = {
@@ -481,12 +490,7 @@ def build_sharegpt_chat(
 
     turn_index = [chat_turns(c["conversations"]) for c in convs]
     pool = [ci for ci, turns in enumerate(turn_index) if turns]
-    order = seeded_order(len(pool), seed)
-    if num is not None:
-        if num > len(pool):
-            raise ValueError(f"--num {num} is more than the {len(pool)} conversations with a usable turn")
-        order = order[:num]
-    chosen = [pool[k] for k in order]
+    chosen = seeded_sample(pool, num, seed, "conversations with a usable turn")
 
     tok = load_opt_tokenizer(data_dir)
     headers = {s: tok.encode_many([s + ":"])[0] for s in sorted(set(ROLE_SPEAKER.values()))}
@@ -617,18 +621,8 @@ SENTENCE_WORDS = (5, 60)  # English sentences kept (words), roughly WMT news sen
 
 def load_llama_tokenizer(data_dir: Path) -> OptTokenizer:
     """The LLaMA SentencePiece tokenizer (the paper's translation workload runs LLaMA-13B)."""
-    import transformers
-
-    tok, files = _offline_tokenizer(_require(Path(data_dir) / "tokenizers" / "llama", "LLaMA tokenizer"))
-    info = {
-        "name": "LLaMA SentencePiece (32,000 tokens)",
-        "files": "tokenizers/llama (" + ", ".join(p.name for p in files) + ")",
-        "files_sha256": sha256_of(*files),
-        "loaded_with": f"transformers {transformers.__version__} AutoTokenizer, offline",
-        "special_tokens": "none added: add_special_tokens=False (no BOS)",
-        "vocab_size": len(tok),
-    }
-    return OptTokenizer(tok, info)
+    return _offline_tokenizer(data_dir, "llama", "LLaMA", "LLaMA SentencePiece (32,000 tokens)",
+                              "none added: add_special_tokens=False (no BOS)")
 
 
 def english_sentences(texts: Sequence[str]) -> list[str]:
@@ -669,14 +663,8 @@ def build_translation(data_dir: Path, num: int | None = 2000, seed: int = DEFAUL
     tok = load_llama_tokenizer(data_dir)
     encoded = tok.encode_many(sentences)
     prefix = prefix_token_ids(shots, seed, tok.info["vocab_size"])
-    order = seeded_order(len(encoded), seed)
-    if num is not None:
-        if num > len(encoded):
-            raise ValueError(f"--num {num} is more than the {len(encoded)} sentences found")
-        order = order[:num]
     requests = []
-    for i in order:
-        ids = encoded[i]
+    for ids in seeded_sample(encoded, num, seed, "sentences found"):
         requests.append(TraceRequest(prompt_len=len(prefix) + len(ids),
                                      output_len=max(1, round(TRANSLATION_OUTPUT_RATIO * len(ids))),
                                      prefix_group=0, shared_prefix_len=len(prefix), prompt_token_ids=prefix + ids))

@@ -24,6 +24,20 @@ from pagesim.core import (
 DEV, HOST = "device", "host"
 
 
+def copy_blocks(mem: dict, pairs, src_pool: str, dst_pool: str, block_size: int) -> None:
+    """Copy whole blocks (src, dst) in a shadow memory {(pool, block, offset): value}. Every source
+    is read before any target is written, as one batched swap or copy does; a slot never written
+    stays unwritten at the target."""
+    snapshot = {(src, off): mem.get((src_pool, src, off)) for src, _ in pairs for off in range(block_size)}
+    for src, dst in pairs:
+        for off in range(block_size):
+            value = snapshot[(src, off)]
+            if value is None:
+                mem.pop((dst_pool, dst, off), None)
+            else:
+                mem[(dst_pool, dst, off)] = value
+
+
 def token(request_id: int, branch: int, pos: int) -> int:
     return request_id * 1_000_000 + branch * 10_000 + pos
 
@@ -88,20 +102,10 @@ class FakeEngine:
             hashes.append(hash((prev, seq.token_ids[len(hashes)])))
         return hashes[p]
 
-    def _copy(self, pairs, src_pool, dst_pool):
-        snap = {(s, o): self.mem.get((src_pool, s, o)) for s, _ in pairs for o in range(self.bs)}
-        for s, d in pairs:
-            for o in range(self.bs):
-                v = snap[(s, o)]
-                if v is None:
-                    self.mem.pop((dst_pool, d, o), None)
-                else:
-                    self.mem[(dst_pool, d, o)] = v
-
     def execute(self, out) -> None:
-        self._copy(out.blocks_to_swap_out, DEV, HOST)
-        self._copy(out.blocks_to_swap_in, HOST, DEV)
-        self._copy(out.blocks_to_copy, DEV, DEV)
+        copy_blocks(self.mem, out.blocks_to_swap_out, DEV, HOST, self.bs)
+        copy_blocks(self.mem, out.blocks_to_swap_in, HOST, DEV, self.bs)
+        copy_blocks(self.mem, out.blocks_to_copy, DEV, DEV, self.bs)
         paged = isinstance(self.kv, PagedKVManager)
         for seq, n in zip(out.seqs, out.num_new_tokens):
             c = seq.num_computed_tokens

@@ -87,7 +87,9 @@ def check_common(alloc, model):
     assert covered == model.free, "free list does not cover exactly the free blocks"
 
 
-def run_ops(alloc, model, ops, max_size, on_alloc, after):
+def run_ops(alloc, model, ops, max_size, on_alloc, after, free_order):
+    """Apply ops to the allocator and the bitmap alike, then free what is left in a random order;
+    after() checks the two agree after every step."""
     for is_alloc, x in ops:
         if is_alloc or not model.live:
             n = 1 + x % max_size
@@ -104,6 +106,12 @@ def run_ops(alloc, model, ops, max_size, on_alloc, after):
             start = starts[x % len(starts)]
             alloc.free(start)
             model.give(start)
+        after()
+    live = sorted(model.live)
+    free_order.shuffle(live)
+    for start in live:
+        alloc.free(start)
+        model.give(start)
         after()
 
 
@@ -135,13 +143,7 @@ def test_buddy_against_bitmap(num_blocks, log_max, ops, order):
             assert any(ps <= start and start + size <= ps + psz for ps, psz in initial), "chunk crosses a piece edge"
         assert alloc.free_chunks() == canonical_free_chunks(model.free, num_blocks, max_chunk), "buddies left uncoalesced"
 
-    run_ops(alloc, model, ops, max_chunk, on_alloc, after)
-    live = sorted(model.live)
-    order.shuffle(live)
-    for start in live:
-        alloc.free(start)
-        model.give(start)
-        after()
+    run_ops(alloc, model, ops, max_chunk, on_alloc, after, order)
     assert alloc.free_chunks() == initial
     assert alloc.num_free_blocks == num_blocks
 
@@ -164,13 +166,7 @@ def test_first_fit_against_bitmap(num_blocks, max_size, ops, order):
         check_common(alloc, model)
         assert alloc.free_chunks() == model.free_runs(), "free extents are not the maximal free runs"
 
-    run_ops(alloc, model, ops, max_size, on_alloc, after)
-    live = sorted(model.live)
-    order.shuffle(live)
-    for start in live:
-        alloc.free(start)
-        model.give(start)
-        after()
+    run_ops(alloc, model, ops, max_size, on_alloc, after, order)
     assert alloc.free_chunks() == ([(0, num_blocks)] if num_blocks else [])
 
 

@@ -20,7 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from pagesim.core import OutOfBlocks, PagedKVManager, Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
 
-DEV, HOST = "device", "host"
+from .driver import DEV, HOST, copy_blocks
+
 IDX = st.integers(0, 10**6)
 
 
@@ -102,18 +103,16 @@ class PagedMachine(RuleBasedStateMachine):
                 else:
                     self.mem.pop((DEV, dst, off), None)
 
+    def _group_in(self, status, i):
+        """The i-th (mod their number) group whose sequences are in status."""
+        groups = [g for g in self.groups if g.seqs[0].status is status]
+        return groups[i % len(groups)]
+
     def _move(self, mapping, src_pool, dst_pool):
         srcs = [s for s, _ in mapping]
         dsts = [d for _, d in mapping]
         assert len(set(srcs)) == len(srcs) and len(set(dsts)) == len(dsts), mapping
-        snapshot = {(src, off): self.mem.get((src_pool, src, off)) for src in srcs for off in range(self.bs)}
-        for src, dst in mapping:
-            for off in range(self.bs):
-                v = snapshot[(src, off)]
-                if v is None:
-                    self.mem.pop((dst_pool, dst, off), None)
-                else:
-                    self.mem[(dst_pool, dst, off)] = v
+        copy_blocks(self.mem, mapping, src_pool, dst_pool, self.bs)
 
     def _compute(self, seq, n):
         """The forward pass: write n tokens' K/V at their slots, then mark them computed."""
@@ -271,8 +270,7 @@ class PagedMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._seqs(SequenceStatus.RUNNING))
     @rule(i=IDX)
     def preempt_recompute(self, i):
-        running = [g for g in self.groups if g.seqs[0].status is SequenceStatus.RUNNING]
-        group = running[i % len(running)]
+        group = self._group_in(SequenceStatus.RUNNING, i)
         for seq in group.seqs:
             self.mgr.free(seq)
             seq.status = SequenceStatus.WAITING
@@ -292,8 +290,7 @@ class PagedMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._seqs(SequenceStatus.RUNNING))
     @rule(i=IDX)
     def swap_out(self, i):
-        running = [g for g in self.groups if g.seqs[0].status is SequenceStatus.RUNNING]
-        group = running[i % len(running)]
+        group = self._group_in(SequenceStatus.RUNNING, i)
         blocks = {b for s in group.seqs for b in s.block_table}
         expected = len(blocks) <= self.mgr.host.num_free
         assert self.mgr.can_swap_out(group) == expected
@@ -308,8 +305,7 @@ class PagedMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._seqs(SequenceStatus.SWAPPED))
     @rule(i=IDX)
     def swap_in(self, i):
-        swapped = [g for g in self.groups if g.seqs[0].status is SequenceStatus.SWAPPED]
-        group = swapped[i % len(swapped)]
+        group = self._group_in(SequenceStatus.SWAPPED, i)
         blocks = {b for s in group.seqs for b in s.block_table}
         expected = self.mgr.num_free_blocks - len(blocks) - len(group.seqs) >= self.watermark_blocks
         assert self.mgr.can_swap_in(group) == expected
