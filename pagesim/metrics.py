@@ -13,8 +13,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+from array import array
 from dataclasses import asdict, dataclass, field, fields
-from itertools import chain
+from itertools import chain, repeat
+from operator import mul, truediv
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +44,20 @@ class RequestRecord:
     num_preemptions: int
     num_swaps: int
     cached_prompt_tokens: int
-    # when each output token became available (one per step that grew the longest sequence);
-    # not written to requests.csv
-    token_times: list[float] = field(default_factory=list, repr=False)
+    # when each output token became available (one per step that grew the longest sequence), as
+    # pieces: a float is one token time, a DecodeRunSteps gives one at each of its step ends (the
+    # simulator's runs are shared by every request in them, so memory stays flat); not in requests.csv
+    token_pieces: list = field(default_factory=list, repr=False)
+
+    @property
+    def token_times(self) -> list[float]:
+        times = []
+        for piece in self.token_pieces:
+            if isinstance(piece, DecodeRunSteps):
+                times.extend(piece.ends)
+            else:
+                times.append(piece)
+        return times
 
     @property
     def ttft(self) -> float | None:
@@ -78,7 +91,7 @@ class RequestRecord:
         return {name: getattr(self, name) for name in REQUEST_FIELDS}
 
     @classmethod
-    def from_group(cls, group: SequenceGroup, token_times: list[float] | None = None) -> "RequestRecord":
+    def from_group(cls, group: SequenceGroup, token_pieces: list | None = None) -> "RequestRecord":
         return cls(
             request_id=group.request_id,
             status="rejected" if group.reject_reason else "finished",
@@ -93,7 +106,7 @@ class RequestRecord:
             num_preemptions=group.num_preemptions,
             num_swaps=group.num_swaps,
             cached_prompt_tokens=group.num_cached_prompt_tokens,
-            token_times=token_times or [],
+            token_pieces=token_pieces or [],
         )
 
 
@@ -120,36 +133,130 @@ STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
 WASTE_FIELDS = ("time", "token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
 
 
+@dataclass(slots=True)
+class DecodeRunSteps:
+    """The StepRecords of a run of plain decode steps of one batch (the simulator's fast path),
+    kept as three packed columns: only the end time, the duration and the blocks in use change
+    from step to step; the queues and the shared blocks change only at the last step."""
+
+    ends: array  # 'd': when each step ended
+    durations: array  # 'd'
+    kv_blocks_used: array  # 'q': after each step
+    num_seqs: int
+    num_swapped: int
+    before: tuple[int, int]  # (running requests, waiting requests) during the run
+    after: tuple[int, int]  # ... after its last step
+    shared: tuple[int, int]  # logical minus used blocks during the run, and after its last step
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def column(self, name: str, total_blocks: int):
+        """One StepRecord field over the run's steps, as record_step would have written it."""
+        last = len(self.ends) - 1
+        if name == "time":
+            return self.ends
+        if name == "duration":
+            return self.durations
+        if name == "kv_blocks_used":
+            return self.kv_blocks_used
+        if name == "kv_blocks_logical":
+            used = self.kv_blocks_used
+            return chain(map(int.__add__, used[:last], repeat(self.shared[0])), (used[last] + self.shared[1],))
+        if name == "kv_utilization":
+            return map(truediv, self.kv_blocks_used, repeat(total_blocks)) if total_blocks else repeat(0.0, last + 1)
+        constant = {"num_scheduled_seqs": self.num_seqs, "num_prefill_tokens": 0, "num_decode_seqs": self.num_seqs,
+                    "num_swapped": self.num_swapped}.get(name)
+        if constant is not None:
+            return repeat(constant, last + 1)
+        if name == "num_running_requests":
+            return chain(repeat(self.before[0], last), (self.after[0],))
+        if name == "num_waiting":
+            return chain(repeat(self.before[1], last), (self.after[1],))
+        return repeat(0, last + 1)  # nothing preempted, swapped or copied during a run
+
+    def records(self, total_blocks: int):
+        columns = [self.column(name, total_blocks) for name in STEP_FIELDS]
+        return map(StepRecord, *columns)
+
+
+class StepLog:
+    """The per-step records of a run, in time order: StepRecords, and DecodeRunSteps that stand
+    for many. Sums over a column read it in record order (so they equal sums over the records)."""
+
+    def __init__(self, total_blocks: int):
+        self.total_blocks = total_blocks
+        self.chunks: list = []  # StepRecord | DecodeRunSteps
+        self.num_steps = 0
+
+    def append(self, chunk) -> None:
+        self.chunks.append(chunk)
+        self.num_steps += len(chunk) if isinstance(chunk, DecodeRunSteps) else 1
+
+    def column(self, name: str):
+        total = self.total_blocks
+        return chain.from_iterable(c.column(name, total) if isinstance(c, DecodeRunSteps) else (getattr(c, name),)
+                                   for c in self.chunks)
+
+    def records(self):
+        """StepRecords, built on demand."""
+        total = self.total_blocks
+        for c in self.chunks:
+            if isinstance(c, DecodeRunSteps):
+                yield from c.records(total)
+            else:
+                yield c
+
+
 @dataclass
 class MetricsRecorder:
     num_kv_blocks: int
     warmup_s: float = 0.0  # requests arriving earlier are left out of latency statistics
     requests: list[RequestRecord] = field(default_factory=list)
-    steps: list[StepRecord] = field(default_factory=list)
+    step_log: StepLog = None  # see `steps`
     waste: list[tuple] = field(default_factory=list)  # rows of WASTE_FIELDS, sampled
     # Prefix-cache lookups so far (full prompt blocks looked up / found), read from the KV
     # manager's running counters at every recorded step; 0 / 0 without prefix caching.
     prefix_blocks_queried: int = 0
     prefix_blocks_hit: int = 0
-    # output-token times of requests in flight, by request id (moved into the record on leaving)
-    token_times: dict[int, list[float]] = field(default_factory=dict, repr=False)
+    # output-token times of requests in flight, by request id (moved into the record on leaving):
+    # see RequestRecord.token_pieces
+    token_pieces: dict[int, list] = field(default_factory=dict, repr=False)
+    # output tokens recorded so far per request in flight
+    num_tokens: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.step_log is None:
+            self.step_log = StepLog(self.num_kv_blocks)
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        """Every step's record, in time order (built on demand from the step log)."""
+        return list(self.step_log.records())
+
+    @property
+    def num_steps(self) -> int:
+        return self.step_log.num_steps
 
     def record_request(self, group: SequenceGroup) -> None:
         """Call after the request's last step was recorded (its last token time is in it)."""
-        self.requests.append(RequestRecord.from_group(group, self.token_times.pop(group.request_id, None)))
+        self.num_tokens.pop(group.request_id, None)
+        self.requests.append(RequestRecord.from_group(group, self.token_pieces.pop(group.request_id, None)))
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""
-        times_of = self.token_times
+        pieces_of, count_of = self.token_pieces, self.num_tokens
         for group in out.groups:
-            times = times_of.setdefault(group.request_id, [])
-            if len(times) < _num_output_tokens(group):  # the step gave this group a token
-                times.append(now)
+            rid = group.request_id
+            count = count_of.get(rid, 0)
+            if count < _num_output_tokens(group):  # the step gave this group a token
+                pieces_of.setdefault(rid, []).append(now)
+                count_of[rid] = count + 1
         kv = scheduler.kv
         used = kv.num_used_blocks
         self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
         self.prefix_blocks_hit = getattr(kv, "prefix_hits", 0)
-        self.steps.append(StepRecord(
+        self.step_log.append(StepRecord(
             time=now, duration=duration, num_running_requests=len(scheduler.running),
             num_scheduled_seqs=len(out.seqs), num_prefill_tokens=out.num_prefill_tokens,
             num_decode_seqs=out.num_decode_seqs, num_waiting=len(scheduler.waiting), num_swapped=len(scheduler.swapped),
@@ -168,22 +275,18 @@ class MetricsRecorder:
         during the run and after its last step; the blocks a run appends are private (a run
         never copies or forks), so the difference holds until the last step's frees.
         request_ids: the running requests, each given one token at every step's end."""
-        times_of = self.token_times
+        run = DecodeRunSteps(array("d", ends), array("d", durations), array("q", kv_blocks_used), num_seqs,
+                             num_swapped, before, after, shared)
+        self.step_log.append(run)
+        pieces_of, count_of = self.token_pieces, self.num_tokens
+        steps = len(ends)
         for rid in request_ids:
-            times_of.setdefault(rid, []).extend(ends)
-        last = len(ends) - 1
-        total = self.num_kv_blocks
-        append = self.steps.append
-        running, waiting = before
-        gap = shared[0]
-        for j in range(last):
-            used = kv_blocks_used[j]
-            append(StepRecord(ends[j], durations[j], running, num_seqs, 0, num_seqs, waiting, num_swapped,
-                              used, used + gap, used / total if total else 0.0, 0, 0, 0, 0))
-        running, waiting = after
-        used = kv_blocks_used[last]
-        append(StepRecord(ends[last], durations[last], running, num_seqs, 0, num_seqs, waiting, num_swapped,
-                          used, used + shared[1], used / total if total else 0.0, 0, 0, 0, 0))
+            pieces = pieces_of.get(rid)
+            if pieces is None:
+                pieces_of[rid] = [run]
+            else:
+                pieces.append(run)
+            count_of[rid] = count_of.get(rid, 0) + steps
 
     def record_waste(self, now: float, scheduler) -> None:
         w = scheduler.kv.waste(scheduler.running)
@@ -191,26 +294,28 @@ class MetricsRecorder:
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self, **extra) -> dict:
-        steps = self.steps
-        step_time = sum(s.duration for s in steps)
+        log = self.step_log
+        col = log.column
+        step_time = sum(col("duration"))
         # memory saving: time integrals over steps (each step's state weighted by its duration)
         # of blocks saved by sharing and of blocks needed without it
-        logical_time = sum(s.kv_blocks_logical * s.duration for s in steps)
-        saved_time = logical_time - sum(s.kv_blocks_used * s.duration for s in steps)
+        logical_time = sum(map(mul, col("kv_blocks_logical"), col("duration")))
+        saved_time = logical_time - sum(map(mul, col("kv_blocks_used"), col("duration")))
         queried = self.prefix_blocks_queried
         summary = summarize_requests(self.requests, self.warmup_s)
+        running = sum(col("num_running_requests"))
         summary.update({
-            "num_steps": len(steps),
-            "mean_batched_requests": _mean([s.num_running_requests for s in steps]),
-            "mean_kv_utilization": (sum(s.kv_utilization * s.duration for s in steps) / step_time) if step_time else 0.0,
-            "peak_kv_utilization": max((s.kv_utilization for s in steps), default=0.0),
-            "num_preemptions": sum(s.num_preempted for s in steps),
-            "num_swapped_blocks": sum(s.blocks_swapped_in + s.blocks_swapped_out for s in steps),
-            "num_copied_blocks": sum(s.blocks_copied for s in steps),
+            "num_steps": log.num_steps,
+            "mean_batched_requests": running / log.num_steps if log.num_steps else None,
+            "mean_kv_utilization": (sum(map(mul, col("kv_utilization"), col("duration"))) / step_time) if step_time else 0.0,
+            "peak_kv_utilization": max(col("kv_utilization"), default=0.0),
+            "num_preemptions": sum(col("num_preempted")),
+            "num_swapped_blocks": sum(col("blocks_swapped_in")) + sum(col("blocks_swapped_out")),
+            "num_copied_blocks": sum(col("blocks_copied")),
             "memory_saving": saved_time / logical_time if logical_time else 0.0,
             # the same ratio with every step weighted alike: equal for two drivers that run the
             # same schedule, whatever their step times
-            "memory_saving_per_step": _saving_per_step(steps),
+            "memory_saving_per_step": _saving_per_step(log),
             "prefix_hit_rate": self.prefix_blocks_hit / queried if queried else None,
             "prefix_blocks_queried": queried,
         })
@@ -224,7 +329,7 @@ class MetricsRecorder:
         out.mkdir(parents=True, exist_ok=True)
         _write_csv(out / "requests.csv", REQUEST_FIELDS, (r.row() for r in self.requests))
         if steps:
-            _write_csv(out / "steps.csv", STEP_FIELDS, (asdict(s) for s in self.steps))
+            _write_csv(out / "steps.csv", STEP_FIELDS, (asdict(s) for s in self.step_log.records()))
         if self.waste:
             _write_csv(out / "waste.csv", WASTE_FIELDS, (dict(zip(WASTE_FIELDS, w)) for w in self.waste))
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -250,7 +355,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> 
     ttfts = [r.ttft for r in measured]
     tpots = [r.tpot for r in measured]  # None for one-token outputs, which vLLM leaves out too
     e2els = [r.e2e_latency for r in measured]
-    itls = _pooled_inter_token_latencies(measured)
+    itls, itl_weights = _pooled_inter_token_latencies(measured)
     normalized = _stats("normalized_latency", [r.normalized_latency for r in measured])
     # the paper's metric keeps the name every reader (figures, plan, compare) uses
     normalized["mean_normalized_latency"] = normalized.pop("normalized_latency_mean")
@@ -276,7 +381,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> 
         "output_throughput": per_second(output_tokens),
         **_vllm_stats("ttft", ttfts),
         **_vllm_stats("tpot", tpots),
-        **_vllm_stats("itl", itls),
+        **_weighted_vllm_stats("itl", itls, itl_weights),
         **_vllm_stats("e2el", e2els),
         "prefill_tokens_saved": sum(r.cached_prompt_tokens for r in requests),
         "reject_reasons": _count(r.reject_reason for r in requests if r.status == "rejected"),
@@ -299,14 +404,9 @@ def _write_csv(path: Path, columns, rows) -> None:
             writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in row.items()})
 
 
-def _saving_per_step(steps) -> float:
-    logical = sum(s.kv_blocks_logical for s in steps)
-    return (logical - sum(s.kv_blocks_used for s in steps)) / logical if logical else 0.0
-
-
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
+def _saving_per_step(log: StepLog) -> float:
+    logical = sum(log.column("kv_blocks_logical"))
+    return (logical - sum(log.column("kv_blocks_used"))) / logical if logical else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -326,15 +426,73 @@ def _stats(name: str, values) -> dict:
             f"{name}_p90": percentile(values, 90), f"{name}_p99": percentile(values, 99)}
 
 
-def _pooled_inter_token_latencies(records: list[RequestRecord]) -> np.ndarray:
-    """Every request's token-to-token gaps in one array (vLLM pools them over requests), built
-    without a Python loop over tokens: a run has ~output_len gaps per request."""
-    records = [r for r in records if r.token_times]
-    lengths = np.array([len(r.token_times) for r in records], dtype=np.int64)
-    times = np.fromiter(chain.from_iterable(r.token_times for r in records), dtype=float, count=int(lengths.sum()))
-    gaps = np.diff(times)
-    del times
-    return np.delete(gaps, np.cumsum(lengths)[:-1] - 1)  # from one request's last token to the next one's first
+def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """Every request's token-to-token gaps pooled (as vLLM pools them over requests), as distinct
+    gaps with weights, in memory that does not grow with the tokens: a decode run's gaps between
+    its step ends are shared by every request that ran through it, so each run's gaps appear
+    once, weighted by how many of the records hold the whole run."""
+    loose = []  # gaps of weight 1: into a run, out of it, and between single steps
+    run_weights: dict[int, list] = {}  # id(run) -> [run, requests holding it]
+    for r in records:
+        prev = None
+        for piece in r.token_pieces:
+            if isinstance(piece, DecodeRunSteps):
+                ends = piece.ends
+                if prev is not None:
+                    loose.append(ends[0] - prev)
+                entry = run_weights.get(id(piece))
+                if entry is None:
+                    run_weights[id(piece)] = [piece, 1]
+                else:
+                    entry[1] += 1
+                prev = ends[-1]
+            else:
+                if prev is not None:
+                    loose.append(piece - prev)
+                prev = piece
+    runs = [(np.diff(np.frombuffer(run.ends)), count) for run, count in run_weights.values() if len(run) > 1]
+    values = np.concatenate([np.array(loose, dtype=float)] + [gaps for gaps, _ in runs])
+    weights = np.concatenate([np.ones(len(loose), dtype=np.int64)] + [np.full(len(gaps), count, dtype=np.int64)
+                                                                     for gaps, count in runs])
+    return values, weights
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> list[float]:
+    """np.percentile(np.repeat(values, weights), qs) exactly (its default linear method: the
+    same two order statistics and the same interpolation arithmetic), without the repeat."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    upto = np.cumsum(weights[order])  # upto[i]: how many repeated values sort at or before ordered[i]
+    count = int(upto[-1])
+
+    def nth(k: int) -> float:  # the k-th smallest (0-based) of the repeated values
+        return ordered[np.searchsorted(upto, k, side="right")]
+
+    results = []
+    for virtual in (np.asarray(qs, dtype=float) / 100) * (count - 1):
+        if virtual >= count - 1:
+            results.append(float(ordered[-1]))
+            continue
+        lo = np.floor(virtual)
+        a, b = nth(int(lo)), nth(int(lo) + 1)
+        gamma = virtual - lo
+        diff = b - a
+        results.append(float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma))
+    return results
+
+
+def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:
+    """_vllm_stats of the values each repeated weight times: the median and p99 exactly as numpy
+    gives them on the repeated values; the mean and the std to the last few bits (a weighted sum
+    rounds differently from numpy's pairwise one)."""
+    if not values.size:
+        return _vllm_stats(name, values)
+    count = int(weights.sum())
+    mean = float(np.dot(values, weights)) / count
+    std = math.sqrt(float(np.dot((values - mean) ** 2, weights)) / count)
+    median, p99 = weighted_percentiles(values, weights, [50, 99])
+    return {f"mean_{name}_ms": mean * 1000.0, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std * 1000.0,
+            f"p99_{name}_ms": p99 * 1000.0}
 
 
 def _vllm_stats(name: str, seconds) -> dict:
