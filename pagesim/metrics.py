@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from array import array
 from dataclasses import asdict, dataclass, field, fields
 from itertools import chain, repeat
@@ -45,7 +46,7 @@ class RequestRecord:
     num_swaps: int
     cached_prompt_tokens: int
     # when each output token became available (one per step that grew the longest sequence), as
-    # pieces: a float is one token time, a DecodeRunSteps gives one at each of its step ends (the
+    # pieces: a float is one token time, a TokenRun gives one at each of its step ends (the
     # simulator's runs are shared by every request in them, so memory stays flat); not in requests.csv
     token_pieces: list = field(default_factory=list, repr=False)
 
@@ -53,7 +54,7 @@ class RequestRecord:
     def token_times(self) -> list[float]:
         times = []
         for piece in self.token_pieces:
-            if isinstance(piece, DecodeRunSteps):
+            if isinstance(piece, TokenRun):
                 times.extend(piece.ends)
             else:
                 times.append(piece)
@@ -133,79 +134,92 @@ STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
 WASTE_FIELDS = ("time", "token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
 
 
-@dataclass(slots=True)
-class DecodeRunSteps:
-    """The StepRecords of a run of plain decode steps of one batch (the simulator's fast path),
-    kept as three packed columns: only the end time, the duration and the blocks in use change
-    from step to step; the queues and the shared blocks change only at the last step."""
-
-    ends: array  # 'd': when each step ended
-    durations: array  # 'd'
-    kv_blocks_used: array  # 'q': after each step
-    num_seqs: int
-    num_swapped: int
-    before: tuple[int, int]  # (running requests, waiting requests) during the run
-    after: tuple[int, int]  # ... after its last step
-    shared: tuple[int, int]  # logical minus used blocks during the run, and after its last step
-
-    def __len__(self) -> int:
-        return len(self.ends)
-
-    def column(self, name: str, total_blocks: int):
-        """One StepRecord field over the run's steps, as record_step would have written it."""
-        last = len(self.ends) - 1
-        if name == "time":
-            return self.ends
-        if name == "duration":
-            return self.durations
-        if name == "kv_blocks_used":
-            return self.kv_blocks_used
-        if name == "kv_blocks_logical":
-            used = self.kv_blocks_used
-            return chain(map(int.__add__, used[:last], repeat(self.shared[0])), (used[last] + self.shared[1],))
-        if name == "kv_utilization":
-            return map(truediv, self.kv_blocks_used, repeat(total_blocks)) if total_blocks else repeat(0.0, last + 1)
-        constant = {"num_scheduled_seqs": self.num_seqs, "num_prefill_tokens": 0, "num_decode_seqs": self.num_seqs,
-                    "num_swapped": self.num_swapped}.get(name)
-        if constant is not None:
-            return repeat(constant, last + 1)
-        if name == "num_running_requests":
-            return chain(repeat(self.before[0], last), (self.after[0],))
-        if name == "num_waiting":
-            return chain(repeat(self.before[1], last), (self.after[1],))
-        return repeat(0, last + 1)  # nothing preempted, swapped or copied during a run
-
-    def records(self, total_blocks: int):
-        columns = [self.column(name, total_blocks) for name in STEP_FIELDS]
-        return map(StepRecord, *columns)
+# The StepRecord fields that stay the same through a run of decode steps (all but time, duration,
+# blocks used and logical, and the utilization, which is blocks used over the pool).
+HELD_FIELDS = ("num_running_requests", "num_scheduled_seqs", "num_prefill_tokens", "num_decode_seqs", "num_waiting",
+               "num_swapped", "num_preempted", "blocks_swapped_in", "blocks_swapped_out", "blocks_copied")
 
 
 class StepLog:
-    """The per-step records of a run, in time order: StepRecords, and DecodeRunSteps that stand
-    for many. Sums over a column read it in record order (so they equal sums over the records)."""
+    """Every step's StepRecord, in time order, stored as columns so that memory stays flat over a
+    long run: the four fields that change every step are packed arrays, the other ten are held
+    values (a new row of them only where they change: at every single step, twice per decode
+    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame)."""
 
     def __init__(self, total_blocks: int):
         self.total_blocks = total_blocks
-        self.chunks: list = []  # StepRecord | DecodeRunSteps
-        self.num_steps = 0
+        self.time = array("d")
+        self.duration = array("d")
+        self.kv_blocks_used = array("q")
+        self.kv_blocks_logical = array("q")
+        self.held: list[tuple[int, tuple]] = []  # (first step, HELD_FIELDS values) until the next row
 
-    def append(self, chunk) -> None:
-        self.chunks.append(chunk)
-        self.num_steps += len(chunk) if isinstance(chunk, DecodeRunSteps) else 1
+    def __len__(self) -> int:
+        return len(self.time)
 
-    def column(self, name: str):
+    def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
+        self.held.append((len(self.time), held))
+        self.time.append(time)
+        self.duration.append(duration)
+        self.kv_blocks_used.append(used)
+        self.kv_blocks_logical.append(logical)
+
+    def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
+                held: tuple, held_last: tuple) -> int:
+        """Steps of one decode run: shared is logical minus used blocks during the run and at its
+        last step; held and held_last the held values during it and at its last step. Returns the
+        index of its first step."""
+        first = len(self.time)
+        last = first + len(ends) - 1
+        if last > first:
+            self.held.append((first, held))
+        self.held.append((last, held_last))
+        self.time.extend(ends)
+        self.duration.extend(durations)
+        self.kv_blocks_used.extend(used)
+        gap = shared[0]
+        self.kv_blocks_logical.extend([u + gap for u in used])
+        self.kv_blocks_logical[last] += shared[1] - gap
+        return first
+
+    def held_column(self, name: str):
+        """One held field, step by step."""
+        i = HELD_FIELDS.index(name)
+        starts = [start for start, _ in self.held] + [len(self.time)]
+        return chain.from_iterable(repeat(values[i], starts[k + 1] - start) for k, (start, values) in enumerate(self.held))
+
+    def held_sum(self, name: str) -> int:
+        i = HELD_FIELDS.index(name)
+        total, end = 0, len(self.time)
+        for start, values in reversed(self.held):
+            total += values[i] * (end - start)
+            end = start
+        return total
+
+    def utilization(self):
         total = self.total_blocks
-        return chain.from_iterable(c.column(name, total) if isinstance(c, DecodeRunSteps) else (getattr(c, name),)
-                                   for c in self.chunks)
+        return map(truediv, self.kv_blocks_used, repeat(total)) if total else repeat(0.0, len(self.time))
 
     def records(self):
         """StepRecords, built on demand."""
-        total = self.total_blocks
-        for c in self.chunks:
-            if isinstance(c, DecodeRunSteps):
-                yield from c.records(total)
-            else:
-                yield c
+        held = zip(*(self.held_column(name) for name in HELD_FIELDS))
+        for time, duration, used, logical, util, h in zip(self.time, self.duration, self.kv_blocks_used,
+                                                          self.kv_blocks_logical, self.utilization(), held):
+            yield StepRecord(time, duration, *h[:6], used, logical, util, *h[6:])
+
+
+class TokenRun:
+    """A decode run's steps as token times: every request in the run got one token at each of
+    its step ends. One object per run, shared by those requests."""
+
+    __slots__ = ("log", "start", "stop")
+
+    def __init__(self, log: StepLog, start: int, stop: int):
+        self.log, self.start, self.stop = log, start, stop
+
+    @property
+    def ends(self) -> array:
+        return self.log.time[self.start:self.stop]
 
 
 @dataclass
@@ -213,7 +227,7 @@ class MetricsRecorder:
     num_kv_blocks: int
     warmup_s: float = 0.0  # requests arriving earlier are left out of latency statistics
     requests: list[RequestRecord] = field(default_factory=list)
-    step_log: StepLog = None  # see `steps`
+    step_log: StepLog = None  # every step (see `steps`)
     waste: list[tuple] = field(default_factory=list)  # rows of WASTE_FIELDS, sampled
     # Prefix-cache lookups so far (full prompt blocks looked up / found), read from the KV
     # manager's running counters at every recorded step; 0 / 0 without prefix caching.
@@ -236,7 +250,7 @@ class MetricsRecorder:
 
     @property
     def num_steps(self) -> int:
-        return self.step_log.num_steps
+        return len(self.step_log)
 
     def record_request(self, group: SequenceGroup) -> None:
         """Call after the request's last step was recorded (its last token time is in it)."""
@@ -256,15 +270,10 @@ class MetricsRecorder:
         used = kv.num_used_blocks
         self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
         self.prefix_blocks_hit = getattr(kv, "prefix_hits", 0)
-        self.step_log.append(StepRecord(
-            time=now, duration=duration, num_running_requests=len(scheduler.running),
-            num_scheduled_seqs=len(out.seqs), num_prefill_tokens=out.num_prefill_tokens,
-            num_decode_seqs=out.num_decode_seqs, num_waiting=len(scheduler.waiting), num_swapped=len(scheduler.swapped),
-            kv_blocks_used=used, kv_blocks_logical=kv.num_logical_blocks,
-            kv_utilization=used / self.num_kv_blocks if self.num_kv_blocks else 0.0,
-            num_preempted=len(out.preempted), blocks_swapped_in=len(out.blocks_to_swap_in),
-            blocks_swapped_out=len(out.blocks_to_swap_out), blocks_copied=len(out.blocks_to_copy),
-        ))
+        self.step_log.add_step(now, duration, used, kv.num_logical_blocks, (
+            len(scheduler.running), len(out.seqs), out.num_prefill_tokens, out.num_decode_seqs, len(scheduler.waiting),
+            len(scheduler.swapped), len(out.preempted), len(out.blocks_to_swap_in), len(out.blocks_to_swap_out),
+            len(out.blocks_to_copy)))
 
     def record_decode_run(self, ends: list[float], durations: list[float], num_seqs: int, kv_blocks_used: list[int],
                           num_swapped: int, before: tuple[int, int], after: tuple[int, int],
@@ -275,9 +284,12 @@ class MetricsRecorder:
         during the run and after its last step; the blocks a run appends are private (a run
         never copies or forks), so the difference holds until the last step's frees.
         request_ids: the running requests, each given one token at every step's end."""
-        run = DecodeRunSteps(array("d", ends), array("d", durations), array("q", kv_blocks_used), num_seqs,
-                             num_swapped, before, after, shared)
-        self.step_log.append(run)
+        (running, waiting), (running_after, waiting_after) = before, after
+        log = self.step_log
+        first = log.add_run(ends, durations, kv_blocks_used, shared,
+                            (running, num_seqs, 0, num_seqs, waiting, num_swapped, 0, 0, 0, 0),
+                            (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
+        run = TokenRun(log, first, len(log))
         pieces_of, count_of = self.token_pieces, self.num_tokens
         steps = len(ends)
         for rid in request_ids:
@@ -295,23 +307,25 @@ class MetricsRecorder:
     # -- summary ---------------------------------------------------------------------------
     def summary(self, **extra) -> dict:
         log = self.step_log
-        col = log.column
-        step_time = sum(col("duration"))
+        num_steps = len(log)
+        durations = log.duration
+        step_time = sum(durations)
         # memory saving: time integrals over steps (each step's state weighted by its duration)
         # of blocks saved by sharing and of blocks needed without it
-        logical_time = sum(map(mul, col("kv_blocks_logical"), col("duration")))
-        saved_time = logical_time - sum(map(mul, col("kv_blocks_used"), col("duration")))
+        logical_time = sum(map(mul, log.kv_blocks_logical, durations))
+        saved_time = logical_time - sum(map(mul, log.kv_blocks_used, durations))
         queried = self.prefix_blocks_queried
         summary = summarize_requests(self.requests, self.warmup_s)
-        running = sum(col("num_running_requests"))
+        total = self.num_kv_blocks
         summary.update({
-            "num_steps": log.num_steps,
-            "mean_batched_requests": running / log.num_steps if log.num_steps else None,
-            "mean_kv_utilization": (sum(map(mul, col("kv_utilization"), col("duration"))) / step_time) if step_time else 0.0,
-            "peak_kv_utilization": max(col("kv_utilization"), default=0.0),
-            "num_preemptions": sum(col("num_preempted")),
-            "num_swapped_blocks": sum(col("blocks_swapped_in")) + sum(col("blocks_swapped_out")),
-            "num_copied_blocks": sum(col("blocks_copied")),
+            "num_steps": num_steps,
+            "mean_batched_requests": log.held_sum("num_running_requests") / num_steps if num_steps else None,
+            "mean_kv_utilization": (sum(map(mul, log.utilization(), durations)) / step_time) if step_time else 0.0,
+            # dividing by the pool size keeps the order, so the peak is the peak of blocks used
+            "peak_kv_utilization": max(log.kv_blocks_used) / total if total and num_steps else 0.0,
+            "num_preemptions": log.held_sum("num_preempted"),
+            "num_swapped_blocks": log.held_sum("blocks_swapped_in") + log.held_sum("blocks_swapped_out"),
+            "num_copied_blocks": log.held_sum("blocks_copied"),
             "memory_saving": saved_time / logical_time if logical_time else 0.0,
             # the same ratio with every step weighted alike: equal for two drivers that run the
             # same schedule, whatever their step times
@@ -405,8 +419,8 @@ def _write_csv(path: Path, columns, rows) -> None:
 
 
 def _saving_per_step(log: StepLog) -> float:
-    logical = sum(log.column("kv_blocks_logical"))
-    return (logical - sum(log.column("kv_blocks_used"))) / logical if logical else 0.0
+    logical = sum(log.kv_blocks_logical)
+    return (logical - sum(log.kv_blocks_used)) / logical if logical else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -428,33 +442,39 @@ def _stats(name: str, values) -> dict:
 
 def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
     """Every request's token-to-token gaps pooled (as vLLM pools them over requests), as distinct
-    gaps with weights, in memory that does not grow with the tokens: a decode run's gaps between
-    its step ends are shared by every request that ran through it, so each run's gaps appear
-    once, weighted by how many of the records hold the whole run."""
-    loose = []  # gaps of weight 1: into a run, out of it, and between single steps
-    run_weights: dict[int, list] = {}  # id(run) -> [run, requests holding it]
+    gaps with weights, in memory that does not grow with the tokens: the gaps between a decode
+    run's step ends are shared by every request that ran through it, so each appears once,
+    weighted by how many of the records hold that run."""
+    loose = []  # gaps of weight 1: into a run, and between single steps
+    runs = []
     for r in records:
         prev = None
         for piece in r.token_pieces:
-            if isinstance(piece, DecodeRunSteps):
-                ends = piece.ends
+            if piece.__class__ is TokenRun:
+                time = piece.log.time
                 if prev is not None:
-                    loose.append(ends[0] - prev)
-                entry = run_weights.get(id(piece))
-                if entry is None:
-                    run_weights[id(piece)] = [piece, 1]
-                else:
-                    entry[1] += 1
-                prev = ends[-1]
+                    loose.append(time[piece.start] - prev)
+                runs.append(piece)
+                prev = time[piece.stop - 1]
             else:
                 if prev is not None:
                     loose.append(piece - prev)
                 prev = piece
-    runs = [(np.diff(np.frombuffer(run.ends)), count) for run, count in run_weights.values() if len(run) > 1]
-    values = np.concatenate([np.array(loose, dtype=float)] + [gaps for gaps, _ in runs])
-    weights = np.concatenate([np.ones(len(loose), dtype=np.int64)] + [np.full(len(gaps), count, dtype=np.int64)
-                                                                     for gaps, count in runs])
-    return values, weights
+    values, weights = [np.array(loose, dtype=float)], [np.ones(len(loose), dtype=np.int64)]
+    by_log: dict[int, tuple[StepLog, list]] = {}
+    for run, count in Counter(runs).items():
+        by_log.setdefault(id(run.log), (run.log, []))[1].append((run, count))
+    for log, counted in by_log.values():
+        times = np.frombuffer(log.time)
+        gaps = np.diff(times)  # gaps[j]: from step j's end to step j + 1's
+        del times  # (a view of the log's array would keep it from growing)
+        held_by = np.zeros(len(gaps), dtype=np.int64)
+        for run, count in counted:
+            held_by[run.start:run.stop - 1] = count
+        inside = held_by > 0
+        values.append(gaps[inside])
+        weights.append(held_by[inside])
+    return np.concatenate(values), np.concatenate(weights)
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> list[float]:
