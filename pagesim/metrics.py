@@ -501,15 +501,30 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: list[float
     return results
 
 
+def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
+    """sum(v * w), correctly rounded: the same float however the values are grouped or ordered
+    (one run's gaps weighted by the requests in it, or every token's gap one by one). Each value
+    is split into two halves of at most 26 and 27 significant bits (Veltkamp), so that with
+    weights below 2**26 every product is exact, and math.fsum adds the products exactly."""
+    if weights.size and int(weights.max()) >= 2**26:
+        raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
+    scaled = values * 134217729.0  # 2**27 + 1
+    high = scaled - (scaled - values)
+    low = values - high
+    w = weights.astype(float)
+    return math.fsum(np.concatenate((high * w, low * w)).tolist())
+
+
 def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:
     """_vllm_stats of the values each repeated weight times: the median and p99 exactly as numpy
-    gives them on the repeated values; the mean and the std to the last few bits (a weighted sum
-    rounds differently from numpy's pairwise one)."""
+    gives them on the repeated values; the mean and the (population) std from correctly rounded
+    sums, so equal for any grouping of the same values (numpy's pairwise sums round in an order
+    that depends on the grouping)."""
     if not values.size:
         return _vllm_stats(name, values)
     count = int(weights.sum())
-    mean = float(np.dot(values, weights)) / count
-    std = math.sqrt(float(np.dot((values - mean) ** 2, weights)) / count)
+    mean = exact_weighted_sum(values, weights) / count
+    std = math.sqrt(exact_weighted_sum((values - mean) ** 2, weights) / count)
     median, p99 = weighted_percentiles(values, weights, [50, 99])
     return {f"mean_{name}_ms": mean * 1000.0, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std * 1000.0,
             f"p99_{name}_ms": p99 * 1000.0}
