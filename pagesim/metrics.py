@@ -13,9 +13,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections import Counter
 from array import array
 from dataclasses import asdict, dataclass, field, fields
+from typing import Sequence
 from itertools import chain, repeat
 from operator import mul, truediv
 from pathlib import Path
@@ -45,20 +45,23 @@ class RequestRecord:
     num_preemptions: int
     num_swaps: int
     cached_prompt_tokens: int
-    # when each output token became available (one per step that grew the longest sequence), as
-    # pieces: a float is one token time, a TokenRun gives one at each of its step ends (the
-    # simulator's runs are shared by every request in them, so memory stays flat); not in requests.csv
-    token_pieces: list = field(default_factory=list, repr=False)
+    # when each output token became available (one per step that grew the longest sequence):
+    # step_times[a:b] for each span (a, b) in token_spans, flattened [a0, b0, a1, b1, ...]. A
+    # driver's step times are shared by all its requests, and a request that gets a token at
+    # every step from its first to its last holds one span, so memory does not grow with tokens.
+    # Not in requests.csv.
+    token_spans: list[int] = field(default_factory=list, repr=False)
+    step_times: Sequence[float] = field(default=(), repr=False)
 
     @property
     def token_times(self) -> list[float]:
-        times = []
-        for piece in self.token_pieces:
-            if isinstance(piece, TokenRun):
-                times.extend(piece.ends)
-            else:
-                times.append(piece)
-        return times
+        times, spans = self.step_times, self.token_spans
+        return [t for i in range(0, len(spans), 2) for t in times[spans[i]:spans[i + 1]]]
+
+    @classmethod
+    def spans_of(cls, times: list[float]) -> dict:
+        """token_spans / step_times keywords for a request whose token times were measured one by one."""
+        return {"token_spans": [0, len(times)] if times else [], "step_times": list(times)}
 
     @property
     def ttft(self) -> float | None:
@@ -92,7 +95,8 @@ class RequestRecord:
         return {name: getattr(self, name) for name in REQUEST_FIELDS}
 
     @classmethod
-    def from_group(cls, group: SequenceGroup, token_pieces: list | None = None) -> "RequestRecord":
+    def from_group(cls, group: SequenceGroup, token_spans: list[int] | None = None,
+                   step_times: Sequence[float] = ()) -> "RequestRecord":
         return cls(
             request_id=group.request_id,
             status="rejected" if group.reject_reason else "finished",
@@ -107,7 +111,8 @@ class RequestRecord:
             num_preemptions=group.num_preemptions,
             num_swaps=group.num_swaps,
             cached_prompt_tokens=group.num_cached_prompt_tokens,
-            token_pieces=token_pieces or [],
+            token_spans=token_spans or [],
+            step_times=step_times,
         )
 
 
@@ -208,20 +213,6 @@ class StepLog:
             yield StepRecord(time, duration, *h[:6], used, logical, util, *h[6:])
 
 
-class TokenRun:
-    """A decode run's steps as token times: every request in the run got one token at each of
-    its step ends. One object per run, shared by those requests."""
-
-    __slots__ = ("log", "start", "stop")
-
-    def __init__(self, log: StepLog, start: int, stop: int):
-        self.log, self.start, self.stop = log, start, stop
-
-    @property
-    def ends(self) -> array:
-        return self.log.time[self.start:self.stop]
-
-
 @dataclass
 class MetricsRecorder:
     num_kv_blocks: int
@@ -234,8 +225,8 @@ class MetricsRecorder:
     prefix_blocks_queried: int = 0
     prefix_blocks_hit: int = 0
     # output-token times of requests in flight, by request id (moved into the record on leaving):
-    # see RequestRecord.token_pieces
-    token_pieces: dict[int, list] = field(default_factory=dict, repr=False)
+    # see RequestRecord.token_spans
+    token_spans: dict[int, list[int]] = field(default_factory=dict, repr=False)
     # output tokens recorded so far per request in flight
     num_tokens: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -255,16 +246,18 @@ class MetricsRecorder:
     def record_request(self, group: SequenceGroup) -> None:
         """Call after the request's last step was recorded (its last token time is in it)."""
         self.num_tokens.pop(group.request_id, None)
-        self.requests.append(RequestRecord.from_group(group, self.token_pieces.pop(group.request_id, None)))
+        self.requests.append(RequestRecord.from_group(group, self.token_spans.pop(group.request_id, None),
+                                                      self.step_log.time))
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""
-        pieces_of, count_of = self.token_pieces, self.num_tokens
+        spans_of, count_of = self.token_spans, self.num_tokens
+        step = len(self.step_log)  # this step's index
         for group in out.groups:
             rid = group.request_id
             count = count_of.get(rid, 0)
             if count < _num_output_tokens(group):  # the step gave this group a token
-                pieces_of.setdefault(rid, []).append(now)
+                _add_span(spans_of, rid, step, step + 1)
                 count_of[rid] = count + 1
         kv = scheduler.kv
         used = kv.num_used_blocks
@@ -289,15 +282,11 @@ class MetricsRecorder:
         first = log.add_run(ends, durations, kv_blocks_used, shared,
                             (running, num_seqs, 0, num_seqs, waiting, num_swapped, 0, 0, 0, 0),
                             (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
-        run = TokenRun(log, first, len(log))
-        pieces_of, count_of = self.token_pieces, self.num_tokens
-        steps = len(ends)
+        stop = len(log)
+        spans_of, count_of = self.token_spans, self.num_tokens
+        steps = stop - first
         for rid in request_ids:
-            pieces = pieces_of.get(rid)
-            if pieces is None:
-                pieces_of[rid] = [run]
-            else:
-                pieces.append(run)
+            _add_span(spans_of, rid, first, stop)
             count_of[rid] = count_of.get(rid, 0) + steps
 
     def record_waste(self, now: float, scheduler) -> None:
@@ -410,6 +399,17 @@ def _num_output_tokens(group: SequenceGroup) -> int:
     return max((s.num_output_tokens for s in group.finished_seqs), default=0)
 
 
+def _add_span(spans_of: dict[int, list[int]], rid: int, start: int, stop: int) -> None:
+    """The request got a token at each of steps start..stop-1: extend its last span if it ran the step before."""
+    spans = spans_of.get(rid)
+    if spans is None:
+        spans_of[rid] = [start, stop]
+    elif spans[-1] == start:
+        spans[-1] = stop
+    else:
+        spans += (start, stop)
+
+
 def _write_csv(path: Path, columns, rows) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
@@ -442,38 +442,38 @@ def _stats(name: str, values) -> dict:
 
 def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
     """Every request's token-to-token gaps pooled (as vLLM pools them over requests), as distinct
-    gaps with weights, in memory that does not grow with the tokens: the gaps between a decode
-    run's step ends are shared by every request that ran through it, so each appears once,
-    weighted by how many of the records hold that run."""
-    loose = []  # gaps of weight 1: into a run, and between single steps
-    runs = []
+    gaps with weights, in memory that grows with steps, not tokens: a gap between a request's
+    tokens at steps k and k + 1 is the driver's gap between those steps, weighted by how many
+    requests had both; only the gaps across a break in a request's tokens (a preemption, a step
+    without it) are kept one by one."""
+    values, weights = [], []
+    by_times: dict[int, list[RequestRecord]] = {}
     for r in records:
-        prev = None
-        for piece in r.token_pieces:
-            if piece.__class__ is TokenRun:
-                time = piece.log.time
-                if prev is not None:
-                    loose.append(time[piece.start] - prev)
-                runs.append(piece)
-                prev = time[piece.stop - 1]
-            else:
-                if prev is not None:
-                    loose.append(piece - prev)
-                prev = piece
-    values, weights = [np.array(loose, dtype=float)], [np.ones(len(loose), dtype=np.int64)]
-    by_log: dict[int, tuple[StepLog, list]] = {}
-    for run, count in Counter(runs).items():
-        by_log.setdefault(id(run.log), (run.log, []))[1].append((run, count))
-    for log, counted in by_log.values():
-        times = np.frombuffer(log.time)
-        gaps = np.diff(times)  # gaps[j]: from step j's end to step j + 1's
-        del times  # (a view of the log's array would keep it from growing)
-        held_by = np.zeros(len(gaps), dtype=np.int64)
-        for run, count in counted:
-            held_by[run.start:run.stop - 1] = count
-        inside = held_by > 0
-        values.append(gaps[inside])
-        weights.append(held_by[inside])
+        if r.token_spans:
+            by_times.setdefault(id(r.step_times), []).append(r)
+    for group in by_times.values():
+        times = np.asarray(group[0].step_times, dtype=float)
+        spans = np.fromiter(chain.from_iterable(r.token_spans for r in group), dtype=np.int64)
+        starts, stops = spans[0::2], spans[1::2]
+        # held[k]: requests with tokens at steps k and k + 1 (a difference array over the spans)
+        held = np.zeros(len(times) + 1, dtype=np.int64)
+        np.add.at(held, starts, 1)
+        np.add.at(held, stops - 1, -1)
+        held = np.cumsum(held[:len(times) - 1]) if len(times) > 1 else np.zeros(0, dtype=np.int64)
+        inside = held > 0
+        values.append(np.diff(times)[inside])
+        weights.append(held[inside])
+        # a break: from a span's last step to the next span of the same request
+        counts = np.array([len(r.token_spans) // 2 for r in group], dtype=np.int64)
+        same_request = np.ones(len(starts), dtype=bool)
+        same_request[np.cumsum(counts) - 1] = False  # a request's last span has no next span
+        # (requests in the batch break together, at a prefill step: one gap per pair of steps)
+        pairs, count = np.unique((stops[:-1][same_request[:-1]] - 1) * len(times) + starts[1:][same_request[:-1]],
+                                 return_counts=True)
+        values.append(times[pairs % len(times)] - times[pairs // len(times)])
+        weights.append(count.astype(np.int64))
+    if not values:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
     return np.concatenate(values), np.concatenate(weights)
 
 
@@ -512,7 +512,9 @@ def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
     high = scaled - (scaled - values)
     low = values - high
     w = weights.astype(float)
-    return math.fsum(np.concatenate((high * w, low * w)).tolist())
+    chunk = 1 << 16  # products go to fsum as Python floats a chunk at a time, so memory stays flat
+    return math.fsum(chain.from_iterable((part[i:i + chunk] * w[i:i + chunk]).tolist()
+                                         for part in (high, low) for i in range(0, len(w), chunk)))
 
 
 def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:
