@@ -157,13 +157,17 @@ class StepLog:
         self.duration = array("d")
         self.kv_blocks_used = array("q")
         self.kv_blocks_logical = array("q")
-        self.held: list[tuple[int, tuple]] = []  # (first step, HELD_FIELDS values) until the next row
+        # rows of held values: the first step each holds from (until the next row's), and the
+        # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
+        self.held_from = array("q")
+        self.held = array("q")
 
     def __len__(self) -> int:
         return len(self.time)
 
     def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
-        self.held.append((len(self.time), held))
+        self.held_from.append(len(self.time))
+        self.held.extend(held)
         self.time.append(time)
         self.duration.append(duration)
         self.kv_blocks_used.append(used)
@@ -177,8 +181,10 @@ class StepLog:
         first = len(self.time)
         last = first + len(ends) - 1
         if last > first:
-            self.held.append((first, held))
-        self.held.append((last, held_last))
+            self.held_from.append(first)
+            self.held.extend(held)
+        self.held_from.append(last)
+        self.held.extend(held_last)
         self.time.extend(ends)
         self.duration.extend(durations)
         self.kv_blocks_used.extend(used)
@@ -187,19 +193,20 @@ class StepLog:
         self.kv_blocks_logical[last] += shared[1] - gap
         return first
 
+    def _held_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The held field's values, row by row, and how many steps each row holds for."""
+        values = np.array(self.held[HELD_FIELDS.index(name)::len(HELD_FIELDS)], dtype=np.int64)
+        lengths = np.diff(np.append(np.array(self.held_from, dtype=np.int64), len(self.time)))
+        return values, lengths
+
     def held_column(self, name: str):
         """One held field, step by step."""
-        i = HELD_FIELDS.index(name)
-        starts = [start for start, _ in self.held] + [len(self.time)]
-        return chain.from_iterable(repeat(values[i], starts[k + 1] - start) for k, (start, values) in enumerate(self.held))
+        values, lengths = self._held_rows(name)
+        return chain.from_iterable(map(repeat, values.tolist(), lengths.tolist()))
 
     def held_sum(self, name: str) -> int:
-        i = HELD_FIELDS.index(name)
-        total, end = 0, len(self.time)
-        for start, values in reversed(self.held):
-            total += values[i] * (end - start)
-            end = start
-        return total
+        values, lengths = self._held_rows(name)
+        return int(np.dot(values, lengths))
 
     def utilization(self):
         total = self.total_blocks
