@@ -234,8 +234,6 @@ class MetricsRecorder:
     # output-token times of requests in flight, by request id (moved into the record on leaving):
     # see RequestRecord.token_spans
     token_spans: dict[int, list[int]] = field(default_factory=dict, repr=False)
-    # output tokens recorded so far per request in flight
-    num_tokens: dict[int, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if self.step_log is None:
@@ -252,20 +250,18 @@ class MetricsRecorder:
 
     def record_request(self, group: SequenceGroup) -> None:
         """Call after the request's last step was recorded (its last token time is in it)."""
-        self.num_tokens.pop(group.request_id, None)
         self.requests.append(RequestRecord.from_group(group, self.token_spans.pop(group.request_id, None),
                                                       self.step_log.time))
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""
-        spans_of, count_of = self.token_spans, self.num_tokens
+        spans_of = self.token_spans
         step = len(self.step_log)  # this step's index
         for group in out.groups:
             rid = group.request_id
-            count = count_of.get(rid, 0)
-            if count < _num_output_tokens(group):  # the step gave this group a token
+            spans = spans_of.get(rid, ())
+            if sum(spans[1::2]) - sum(spans[0::2]) < _num_output_tokens(group):  # the step gave this group a token
                 _add_span(spans_of, rid, step, step + 1)
-                count_of[rid] = count + 1
         kv = scheduler.kv
         used = kv.num_used_blocks
         self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
@@ -290,11 +286,15 @@ class MetricsRecorder:
                             (running, num_seqs, 0, num_seqs, waiting, num_swapped, 0, 0, 0, 0),
                             (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
         stop = len(log)
-        spans_of, count_of = self.token_spans, self.num_tokens
-        steps = stop - first
-        for rid in request_ids:
-            _add_span(spans_of, rid, first, stop)
-            count_of[rid] = count_of.get(rid, 0) + steps
+        spans_of = self.token_spans
+        for rid in request_ids:  # _add_span inline: a run has a span per running request
+            spans = spans_of.get(rid)
+            if spans is None:
+                spans_of[rid] = [first, stop]
+            elif spans[-1] == first:
+                spans[-1] = stop
+            else:
+                spans += (first, stop)
 
     def record_waste(self, now: float, scheduler) -> None:
         w = scheduler.kv.waste(scheduler.running)

@@ -64,6 +64,8 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     kv, cfg = sched.kv, sched.config
     if kv.pending_copies:
         return None  # fork copies (reservation managers) go out with the next step
+    if _queued_group_could_start(sched):
+        return None
     check_eos = cfg.eos_token_id is not None
     room_of = kv.steps_until_new_block
     horizon = limit
@@ -97,9 +99,6 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             seqs.append(seq)
             rooms.append(room)
     num_seqs = len(seqs)
-    # (every running group has its first token, so num_seqs is the scheduler's num_running_seqs)
-    if _queued_group_could_start(sched, num_seqs):
-        return None
     # The longest run whose new blocks all fit: past it, some step would preempt.
     bs = kv.block_size
     free = kv.num_free_blocks
@@ -120,14 +119,15 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     return DecodePlan(lo, num_seqs, context, seqs, rooms) if lo else None
 
 
-def _queued_group_could_start(sched: Scheduler, num_seqs: int) -> bool:
+def _queued_group_could_start(sched: Scheduler) -> bool:
     """Could the head of the swapped or waiting queue start at the next step? Admission and
     swap-in only get harder while decoding takes memory: if they cannot start now, they cannot
-    start during a run either. num_seqs: the running sequences (Scheduler.num_running_seqs)."""
+    start during a run either."""
     cfg = sched.config
     may_admit = sched.waiting and not sched.swapped and cfg.batching == "iteration"
     if not (sched.swapped or may_admit):
         return False
+    num_seqs = sched.num_running_seqs
     budget = cfg.max_num_batched_tokens - num_seqs
     if sched.swapped and sched.can_swap_in(sched.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
         return True
