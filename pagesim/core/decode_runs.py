@@ -8,7 +8,8 @@ say in advance how many such steps follow (`plan_decode`) and take them at once
 leave: the same block ids in the same order, the same prefix-cache registrations, the same
 finishes. tests/core/test_decode_fastpath.py holds it to that, step by step.
 
-It asks the KV manager one question, `steps_until_new_block(seq)`, and takes blocks with
+It asks the KV manager one question, `steps_until_new_block(seq)` (for a whole batch at once:
+`steps_until_new_blocks`), and takes blocks with
 `append_block(seq)`; the scheduler's own rules decide whether a queued group could start.
 The executor never runs this: it samples real tokens, which may be EOS.
 """
@@ -67,11 +68,10 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     if _queued_group_could_start(sched):
         return None
     check_eos = cfg.eos_token_id is not None
-    room_of = kv.steps_until_new_block
     horizon = limit
     context = 0
-    seqs, rooms = [], []
-    opens_at = []  # per sequence that grows into new blocks: the step (from 0) taking the first
+    seqs = []
+    forked = []  # positions of sequences in groups of several: only forks share a partly filled last block
     for group in sched.running:
         sampling = group.request.sampling
         if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
@@ -81,24 +81,24 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             return None
         stop = group.stop_len
         group_seqs = group.seqs
-        forked = len(group_seqs) > 1  # only forks share a partly filled last block
+        if len(group_seqs) > 1:
+            forked.extend(range(len(seqs), len(seqs) + len(group_seqs)))
         for seq in group_seqs:
-            computed = seq.num_computed_tokens
             num_tokens = seq.num_tokens
-            if num_tokens - computed != 1:
+            if num_tokens - seq.num_computed_tokens != 1:
                 return None  # still in prefill
             context += num_tokens
             # a run may end with the step in which sequences finish, not go past it
             if stop - num_tokens < horizon:
                 horizon = stop - num_tokens
-            room = room_of(seq)
-            if forked and kv.blocks_needed(seq, 1) > (room == 0):
-                return None  # a shared last block must be copied first
-            if room != INF:
-                opens_at.append(room)
             seqs.append(seq)
-            rooms.append(room)
     num_seqs = len(seqs)
+    rooms = kv.steps_until_new_blocks(seqs)
+    for i in forked:
+        if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0):
+            return None  # a shared last block must be copied first
+    # per sequence that grows into new blocks: the step (from 0) taking the first
+    opens_at = [room for room in rooms if room != INF]
     # The longest run whose new blocks all fit: past it, some step would preempt.
     bs = kv.block_size
     free = kv.num_free_blocks
@@ -145,7 +145,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     bs = kv.block_size
     if plan is None:
         seqs = [seq for group in sched.running for seq in group.seqs]
-        rooms = [kv.steps_until_new_block(seq) for seq in seqs]
+        rooms = kv.steps_until_new_blocks(seqs)
     else:
         seqs, rooms = plan.seqs, plan.rooms
     used = kv.num_used_blocks
