@@ -232,7 +232,7 @@ class MetricsRecorder:
     prefix_blocks_queried: int = 0
     prefix_blocks_hit: int = 0
     # output-token times of requests in flight, by request id (moved into the record on leaving):
-    # see RequestRecord.token_spans
+    # [tokens so far] + RequestRecord.token_spans, by request id
     token_spans: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -250,8 +250,8 @@ class MetricsRecorder:
 
     def record_request(self, group: SequenceGroup) -> None:
         """Call after the request's last step was recorded (its last token time is in it)."""
-        self.requests.append(RequestRecord.from_group(group, self.token_spans.pop(group.request_id, None),
-                                                      self.step_log.time))
+        spans = self.token_spans.pop(group.request_id, None)
+        self.requests.append(RequestRecord.from_group(group, spans[1:] if spans else None, self.step_log.time))
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""
@@ -259,9 +259,16 @@ class MetricsRecorder:
         step = len(self.step_log)  # this step's index
         for group in out.groups:
             rid = group.request_id
-            spans = spans_of.get(rid, ())
-            if sum(spans[1::2]) - sum(spans[0::2]) < _num_output_tokens(group):  # the step gave this group a token
-                _add_span(spans_of, rid, step, step + 1)
+            spans = spans_of.get(rid)
+            if spans is None:
+                if _num_output_tokens(group):  # its first token
+                    spans_of[rid] = [1, step, step + 1]
+            elif spans[0] < _num_output_tokens(group):  # the step gave this group a token
+                spans[0] += 1
+                if spans[-1] == step:
+                    spans[-1] = step + 1
+                else:
+                    spans += (step, step + 1)
         kv = scheduler.kv
         used = kv.num_used_blocks
         self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
@@ -287,11 +294,14 @@ class MetricsRecorder:
                             (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
         stop = len(log)
         spans_of = self.token_spans
-        for rid in request_ids:  # _add_span inline: a run has a span per running request
+        steps = stop - first
+        for rid in request_ids:  # a request that got a token at the step before extends its last span
             spans = spans_of.get(rid)
             if spans is None:
-                spans_of[rid] = [first, stop]
-            elif spans[-1] == first:
+                spans_of[rid] = [steps, first, stop]
+                continue
+            spans[0] += steps
+            if spans[-1] == first:
                 spans[-1] = stop
             else:
                 spans += (first, stop)
@@ -404,17 +414,6 @@ def _num_output_tokens(group: SequenceGroup) -> int:
     if group.seqs:
         return group.seqs[0].num_output_tokens
     return max((s.num_output_tokens for s in group.finished_seqs), default=0)
-
-
-def _add_span(spans_of: dict[int, list[int]], rid: int, start: int, stop: int) -> None:
-    """The request got a token at each of steps start..stop-1: extend its last span if it ran the step before."""
-    spans = spans_of.get(rid)
-    if spans is None:
-        spans_of[rid] = [start, stop]
-    elif spans[-1] == start:
-        spans[-1] = stop
-    else:
-        spans += (start, stop)
 
 
 def _write_csv(path: Path, columns, rows) -> None:
