@@ -30,7 +30,7 @@ REQUEST_FIELDS = ("request_id", "status", "reject_reason", "arrival_time", "firs
                   "cached_prompt_tokens", "ttft", "tpot", "e2e_latency", "normalized_latency")
 
 
-@dataclass
+@dataclass(slots=True)  # (a long replay keeps one per request)
 class RequestRecord:
     request_id: int
     status: str  # "finished" | "rejected"
@@ -155,12 +155,12 @@ class StepLog:
         self.total_blocks = total_blocks
         self.time = array("d")
         self.duration = array("d")
-        self.kv_blocks_used = array("q")
-        self.kv_blocks_logical = array("q")
+        self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
+        self.kv_blocks_logical = array("i")
         # rows of held values: the first step each holds from (until the next row's), and the
         # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
         self.held_from = array("q")
-        self.held = array("q")
+        self.held = array("i")  # (counts of requests, sequences, tokens and blocks in one step)
 
     def __len__(self) -> int:
         return len(self.time)
@@ -450,8 +450,8 @@ def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndar
     """Every request's token-to-token gaps pooled (as vLLM pools them over requests), as distinct
     gaps with weights, in memory that grows with steps, not tokens: a gap between a request's
     tokens at steps k and k + 1 is the driver's gap between those steps, weighted by how many
-    requests had both; only the gaps across a break in a request's tokens (a preemption, a step
-    without it) are kept one by one."""
+    requests had both; a gap across a break in a request's tokens (a preemption, a step without
+    it) is kept once per pair of steps, weighted by the requests that broke there."""
     values, weights = [], []
     by_times: dict[int, list[RequestRecord]] = {}
     for r in records:
@@ -459,25 +459,31 @@ def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndar
             by_times.setdefault(id(r.step_times), []).append(r)
     for group in by_times.values():
         times = np.asarray(group[0].step_times, dtype=float)
-        spans = np.fromiter(chain.from_iterable(r.token_spans for r in group), dtype=np.int64)
-        starts, stops = spans[0::2], spans[1::2]
+        n = len(times)
         # held[k]: requests with tokens at steps k and k + 1 (a difference array over the spans)
-        held = np.zeros(len(times) + 1, dtype=np.int64)
-        np.add.at(held, starts, 1)
-        np.add.at(held, stops - 1, -1)
-        held = np.cumsum(held[:len(times) - 1]) if len(times) > 1 else np.zeros(0, dtype=np.int64)
+        held = np.zeros(n + 1, dtype=np.int64)
+        pairs, pair_counts = [], []
+        for i in range(0, len(group), 4096):  # a slice of the records at a time: memory stays flat
+            part = group[i:i + 4096]
+            spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
+            starts, stops = spans[0::2], spans[1::2]
+            np.add.at(held, starts, 1)
+            np.add.at(held, stops - 1, -1)
+            # a break: from a span's last step to the next span of the same request
+            same_request = np.ones(len(starts), dtype=bool)
+            same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
+            # (requests in the batch break together, at a prefill step: one gap per pair of steps)
+            unique, count = np.unique((stops[:-1][same_request[:-1]] - 1) * n + starts[1:][same_request[:-1]],
+                                      return_counts=True)
+            pairs.append(unique)
+            pair_counts.append(count)
+        held = np.cumsum(held[:n - 1]) if n > 1 else np.zeros(0, dtype=np.int64)
         inside = held > 0
         values.append(np.diff(times)[inside])
         weights.append(held[inside])
-        # a break: from a span's last step to the next span of the same request
-        counts = np.array([len(r.token_spans) // 2 for r in group], dtype=np.int64)
-        same_request = np.ones(len(starts), dtype=bool)
-        same_request[np.cumsum(counts) - 1] = False  # a request's last span has no next span
-        # (requests in the batch break together, at a prefill step: one gap per pair of steps)
-        pairs, count = np.unique((stops[:-1][same_request[:-1]] - 1) * len(times) + starts[1:][same_request[:-1]],
-                                 return_counts=True)
-        values.append(times[pairs % len(times)] - times[pairs // len(times)])
-        weights.append(count.astype(np.int64))
+        unique, where = np.unique(np.concatenate(pairs), return_inverse=True)
+        values.append(times[unique % n] - times[unique // n])
+        weights.append(np.bincount(where, weights=np.concatenate(pair_counts), minlength=len(unique)).astype(np.int64))
     if not values:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
     return np.concatenate(values), np.concatenate(weights)
@@ -487,17 +493,17 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: list[float
     """np.percentile(np.repeat(values, weights), qs) exactly (its default linear method: the
     same two order statistics and the same interpolation arithmetic), without the repeat."""
     order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    upto = np.cumsum(weights[order])  # upto[i]: how many repeated values sort at or before ordered[i]
+    upto = weights[order]
+    np.cumsum(upto, out=upto)  # upto[i]: how many repeated values sort at or before values[order[i]]
     count = int(upto[-1])
 
     def nth(k: int) -> float:  # the k-th smallest (0-based) of the repeated values
-        return ordered[np.searchsorted(upto, k, side="right")]
+        return values[order[np.searchsorted(upto, k, side="right")]]
 
     results = []
     for virtual in (np.asarray(qs, dtype=float) / 100) * (count - 1):
         if virtual >= count - 1:
-            results.append(float(ordered[-1]))
+            results.append(float(values[order[-1]]))
             continue
         lo = np.floor(virtual)
         a, b = nth(int(lo)), nth(int(lo) + 1)
@@ -514,13 +520,17 @@ def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
     weights below 2**26 every product is exact, and math.fsum adds the products exactly."""
     if weights.size and int(weights.max()) >= 2**26:
         raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
-    scaled = values * 134217729.0  # 2**27 + 1
-    high = scaled - (scaled - values)
-    low = values - high
-    w = weights.astype(float)
-    chunk = 1 << 16  # products go to fsum as Python floats a chunk at a time, so memory stays flat
-    return math.fsum(chain.from_iterable((part[i:i + chunk] * w[i:i + chunk]).tolist()
-                                         for part in (high, low) for i in range(0, len(w), chunk)))
+    chunk = 1 << 16  # a chunk at a time, to fsum as Python floats, so memory stays flat
+
+    def products():
+        for i in range(0, len(values), chunk):
+            v, w = values[i:i + chunk], weights[i:i + chunk].astype(float)
+            scaled = v * 134217729.0  # 2**27 + 1
+            high = scaled - (scaled - v)
+            yield from (high * w).tolist()
+            yield from ((v - high) * w).tolist()
+
+    return math.fsum(products())
 
 
 def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:
