@@ -159,7 +159,7 @@ class StepLog:
         self.kv_blocks_logical = array("i")
         # rows of held values: the first step each holds from (until the next row's), and the
         # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
-        self.held_from = array("q")
+        self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
         self.held = array("i")  # (counts of requests, sequences, tokens and blocks in one step)
 
     def __len__(self) -> int:
@@ -458,10 +458,12 @@ def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndar
         if r.token_spans:
             by_times.setdefault(id(r.step_times), []).append(r)
     for group in by_times.values():
-        times = np.asarray(group[0].step_times, dtype=float)
+        step_times = group[0].step_times
+        # (a view of the driver's packed array where it is one, not a copy; gone when this returns)
+        times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
         n = len(times)
         # held[k]: requests with tokens at steps k and k + 1 (a difference array over the spans)
-        held = np.zeros(n + 1, dtype=np.int64)
+        held = np.zeros(n + 1, dtype=np.int32)
         pairs, pair_counts = [], []
         for i in range(0, len(group), 4096):  # a slice of the records at a time: memory stays flat
             part = group[i:i + 4096]
@@ -477,10 +479,10 @@ def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndar
                                       return_counts=True)
             pairs.append(unique)
             pair_counts.append(count)
-        held = np.cumsum(held[:n - 1]) if n > 1 else np.zeros(0, dtype=np.int64)
+        held = np.cumsum(held[:n - 1], dtype=np.int32) if n > 1 else np.zeros(0, dtype=np.int32)
         inside = held > 0
         values.append(np.diff(times)[inside])
-        weights.append(held[inside])
+        weights.append(held[inside].astype(np.int64))
         unique, where = np.unique(np.concatenate(pairs), return_inverse=True)
         values.append(times[unique % n] - times[unique // n])
         weights.append(np.bincount(where, weights=np.concatenate(pair_counts), minlength=len(unique)).astype(np.int64))
