@@ -13,8 +13,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+from array import array
 from dataclasses import asdict, dataclass, field, fields
-from itertools import chain
+from typing import Sequence
+from itertools import chain, repeat
+from operator import mul, truediv
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +30,7 @@ REQUEST_FIELDS = ("request_id", "status", "reject_reason", "arrival_time", "firs
                   "cached_prompt_tokens", "ttft", "tpot", "e2e_latency", "normalized_latency")
 
 
-@dataclass
+@dataclass(slots=True)  # (a long replay keeps one per request)
 class RequestRecord:
     request_id: int
     status: str  # "finished" | "rejected"
@@ -42,9 +45,23 @@ class RequestRecord:
     num_preemptions: int
     num_swaps: int
     cached_prompt_tokens: int
-    # when each output token became available (one per step that grew the longest sequence);
-    # not written to requests.csv
-    token_times: list[float] = field(default_factory=list, repr=False)
+    # when each output token became available (one per step that grew the longest sequence):
+    # step_times[a:b] for each span (a, b) in token_spans, flattened [a0, b0, a1, b1, ...]. A
+    # driver's step times are shared by all its requests, and a request that gets a token at
+    # every step from its first to its last holds one span, so memory does not grow with tokens.
+    # Not in requests.csv.
+    token_spans: list[int] = field(default_factory=list, repr=False)
+    step_times: Sequence[float] = field(default=(), repr=False)
+
+    @property
+    def token_times(self) -> list[float]:
+        times, spans = self.step_times, self.token_spans
+        return [t for i in range(0, len(spans), 2) for t in times[spans[i]:spans[i + 1]]]
+
+    @classmethod
+    def spans_of(cls, times: list[float]) -> dict:
+        """token_spans / step_times keywords for a request whose token times were measured one by one."""
+        return {"token_spans": [0, len(times)] if times else [], "step_times": list(times)}
 
     @property
     def ttft(self) -> float | None:
@@ -78,7 +95,8 @@ class RequestRecord:
         return {name: getattr(self, name) for name in REQUEST_FIELDS}
 
     @classmethod
-    def from_group(cls, group: SequenceGroup, token_times: list[float] | None = None) -> "RequestRecord":
+    def from_group(cls, group: SequenceGroup, token_spans: list[int] | None = None,
+                   step_times: Sequence[float] = ()) -> "RequestRecord":
         return cls(
             request_id=group.request_id,
             status="rejected" if group.reject_reason else "finished",
@@ -93,7 +111,8 @@ class RequestRecord:
             num_preemptions=group.num_preemptions,
             num_swaps=group.num_swaps,
             cached_prompt_tokens=group.num_cached_prompt_tokens,
-            token_times=token_times or [],
+            token_spans=token_spans or [],
+            step_times=step_times,
         )
 
 
@@ -120,44 +139,144 @@ STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
 WASTE_FIELDS = ("time", "token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
 
 
+# The StepRecord fields that stay the same through a run of decode steps (all but time, duration,
+# blocks used and logical, and the utilization, which is blocks used over the pool).
+HELD_FIELDS = ("num_running_requests", "num_scheduled_seqs", "num_prefill_tokens", "num_decode_seqs", "num_waiting",
+               "num_swapped", "num_preempted", "blocks_swapped_in", "blocks_swapped_out", "blocks_copied")
+
+
+class StepLog:
+    """Every step's StepRecord, in time order, stored as columns so that memory stays flat over a
+    long run: the four fields that change every step are packed arrays, the other ten are held
+    values (a new row of them only where they change: at every single step, twice per decode
+    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame)."""
+
+    def __init__(self, total_blocks: int):
+        self.total_blocks = total_blocks
+        self.time = array("d")
+        self.duration = array("d")
+        self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
+        self.kv_blocks_logical = array("i")
+        # rows of held values: the first step each holds from (until the next row's), and the
+        # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
+        self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
+        self.held = array("i")  # (counts of requests, sequences, tokens and blocks in one step)
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+    def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
+        self.held_from.append(len(self.time))
+        self.held.extend(held)
+        self.time.append(time)
+        self.duration.append(duration)
+        self.kv_blocks_used.append(used)
+        self.kv_blocks_logical.append(logical)
+
+    def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
+                held: tuple, held_last: tuple) -> int:
+        """Steps of one decode run: shared is logical minus used blocks during the run and at its
+        last step; held and held_last the held values during it and at its last step. Returns the
+        index of its first step."""
+        first = len(self.time)
+        last = first + len(ends) - 1
+        if last > first:
+            self.held_from.append(first)
+            self.held.extend(held)
+        self.held_from.append(last)
+        self.held.extend(held_last)
+        self.time.extend(ends)
+        self.duration.extend(durations)
+        self.kv_blocks_used.extend(used)
+        gap = shared[0]
+        self.kv_blocks_logical.extend([u + gap for u in used])
+        self.kv_blocks_logical[last] += shared[1] - gap
+        return first
+
+    def _held_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The held field's values, row by row, and how many steps each row holds for."""
+        values = np.array(self.held[HELD_FIELDS.index(name)::len(HELD_FIELDS)], dtype=np.int64)
+        lengths = np.diff(np.append(np.array(self.held_from, dtype=np.int64), len(self.time)))
+        return values, lengths
+
+    def held_column(self, name: str):
+        """One held field, step by step."""
+        values, lengths = self._held_rows(name)
+        return chain.from_iterable(map(repeat, values.tolist(), lengths.tolist()))
+
+    def held_sum(self, name: str) -> int:
+        values, lengths = self._held_rows(name)
+        return int(np.dot(values, lengths))
+
+    def utilization(self):
+        total = self.total_blocks
+        return map(truediv, self.kv_blocks_used, repeat(total)) if total else repeat(0.0, len(self.time))
+
+    def records(self):
+        """StepRecords, built on demand."""
+        held = zip(*(self.held_column(name) for name in HELD_FIELDS))
+        for time, duration, used, logical, util, h in zip(self.time, self.duration, self.kv_blocks_used,
+                                                          self.kv_blocks_logical, self.utilization(), held):
+            yield StepRecord(time, duration, *h[:6], used, logical, util, *h[6:])
+
+
 @dataclass
 class MetricsRecorder:
     num_kv_blocks: int
     warmup_s: float = 0.0  # requests arriving earlier are left out of latency statistics
     requests: list[RequestRecord] = field(default_factory=list)
-    steps: list[StepRecord] = field(default_factory=list)
+    step_log: StepLog = None  # every step (see `steps`)
     waste: list[tuple] = field(default_factory=list)  # rows of WASTE_FIELDS, sampled
     # Prefix-cache lookups so far (full prompt blocks looked up / found), read from the KV
     # manager's running counters at every recorded step; 0 / 0 without prefix caching.
     prefix_blocks_queried: int = 0
     prefix_blocks_hit: int = 0
-    # output-token times of requests in flight, by request id (moved into the record on leaving)
-    token_times: dict[int, list[float]] = field(default_factory=dict, repr=False)
+    # output-token times of requests in flight, by request id (moved into the record on leaving):
+    # [tokens so far] + RequestRecord.token_spans, by request id
+    token_spans: dict[int, list[int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.step_log is None:
+            self.step_log = StepLog(self.num_kv_blocks)
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        """Every step's record, in time order (built on demand from the step log)."""
+        return list(self.step_log.records())
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.step_log)
 
     def record_request(self, group: SequenceGroup) -> None:
         """Call after the request's last step was recorded (its last token time is in it)."""
-        self.requests.append(RequestRecord.from_group(group, self.token_times.pop(group.request_id, None)))
+        spans = self.token_spans.pop(group.request_id, None)
+        self.requests.append(RequestRecord.from_group(group, spans[1:] if spans else None, self.step_log.time))
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""
-        times_of = self.token_times
+        spans_of = self.token_spans
+        step = len(self.step_log)  # this step's index
         for group in out.groups:
-            times = times_of.setdefault(group.request_id, [])
-            if len(times) < _num_output_tokens(group):  # the step gave this group a token
-                times.append(now)
+            rid = group.request_id
+            spans = spans_of.get(rid)
+            if spans is None:
+                if _num_output_tokens(group):  # its first token
+                    spans_of[rid] = [1, step, step + 1]
+            elif spans[0] < _num_output_tokens(group):  # the step gave this group a token
+                spans[0] += 1
+                if spans[-1] == step:
+                    spans[-1] = step + 1
+                else:
+                    spans += (step, step + 1)
         kv = scheduler.kv
         used = kv.num_used_blocks
         self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
         self.prefix_blocks_hit = getattr(kv, "prefix_hits", 0)
-        self.steps.append(StepRecord(
-            time=now, duration=duration, num_running_requests=len(scheduler.running),
-            num_scheduled_seqs=len(out.seqs), num_prefill_tokens=out.num_prefill_tokens,
-            num_decode_seqs=out.num_decode_seqs, num_waiting=len(scheduler.waiting), num_swapped=len(scheduler.swapped),
-            kv_blocks_used=used, kv_blocks_logical=kv.num_logical_blocks,
-            kv_utilization=used / self.num_kv_blocks if self.num_kv_blocks else 0.0,
-            num_preempted=len(out.preempted), blocks_swapped_in=len(out.blocks_to_swap_in),
-            blocks_swapped_out=len(out.blocks_to_swap_out), blocks_copied=len(out.blocks_to_copy),
-        ))
+        self.step_log.add_step(now, duration, used, kv.num_logical_blocks, (
+            len(scheduler.running), len(out.seqs), out.num_prefill_tokens, out.num_decode_seqs, len(scheduler.waiting),
+            len(scheduler.swapped), len(out.preempted), len(out.blocks_to_swap_in), len(out.blocks_to_swap_out),
+            len(out.blocks_to_copy)))
 
     def record_decode_run(self, ends: list[float], durations: list[float], num_seqs: int, kv_blocks_used: list[int],
                           num_swapped: int, before: tuple[int, int], after: tuple[int, int],
@@ -168,22 +287,24 @@ class MetricsRecorder:
         during the run and after its last step; the blocks a run appends are private (a run
         never copies or forks), so the difference holds until the last step's frees.
         request_ids: the running requests, each given one token at every step's end."""
-        times_of = self.token_times
-        for rid in request_ids:
-            times_of.setdefault(rid, []).extend(ends)
-        last = len(ends) - 1
-        total = self.num_kv_blocks
-        append = self.steps.append
-        running, waiting = before
-        gap = shared[0]
-        for j in range(last):
-            used = kv_blocks_used[j]
-            append(StepRecord(ends[j], durations[j], running, num_seqs, 0, num_seqs, waiting, num_swapped,
-                              used, used + gap, used / total if total else 0.0, 0, 0, 0, 0))
-        running, waiting = after
-        used = kv_blocks_used[last]
-        append(StepRecord(ends[last], durations[last], running, num_seqs, 0, num_seqs, waiting, num_swapped,
-                          used, used + shared[1], used / total if total else 0.0, 0, 0, 0, 0))
+        (running, waiting), (running_after, waiting_after) = before, after
+        log = self.step_log
+        first = log.add_run(ends, durations, kv_blocks_used, shared,
+                            (running, num_seqs, 0, num_seqs, waiting, num_swapped, 0, 0, 0, 0),
+                            (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
+        stop = len(log)
+        spans_of = self.token_spans
+        steps = stop - first
+        for rid in request_ids:  # a request that got a token at the step before extends its last span
+            spans = spans_of.get(rid)
+            if spans is None:
+                spans_of[rid] = [steps, first, stop]
+                continue
+            spans[0] += steps
+            if spans[-1] == first:
+                spans[-1] = stop
+            else:
+                spans += (first, stop)
 
     def record_waste(self, now: float, scheduler) -> None:
         w = scheduler.kv.waste(scheduler.running)
@@ -191,26 +312,30 @@ class MetricsRecorder:
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self, **extra) -> dict:
-        steps = self.steps
-        step_time = sum(s.duration for s in steps)
+        log = self.step_log
+        num_steps = len(log)
+        durations = log.duration
+        step_time = sum(durations)
         # memory saving: time integrals over steps (each step's state weighted by its duration)
         # of blocks saved by sharing and of blocks needed without it
-        logical_time = sum(s.kv_blocks_logical * s.duration for s in steps)
-        saved_time = logical_time - sum(s.kv_blocks_used * s.duration for s in steps)
+        logical_time = sum(map(mul, log.kv_blocks_logical, durations))
+        saved_time = logical_time - sum(map(mul, log.kv_blocks_used, durations))
         queried = self.prefix_blocks_queried
         summary = summarize_requests(self.requests, self.warmup_s)
+        total = self.num_kv_blocks
         summary.update({
-            "num_steps": len(steps),
-            "mean_batched_requests": _mean([s.num_running_requests for s in steps]),
-            "mean_kv_utilization": (sum(s.kv_utilization * s.duration for s in steps) / step_time) if step_time else 0.0,
-            "peak_kv_utilization": max((s.kv_utilization for s in steps), default=0.0),
-            "num_preemptions": sum(s.num_preempted for s in steps),
-            "num_swapped_blocks": sum(s.blocks_swapped_in + s.blocks_swapped_out for s in steps),
-            "num_copied_blocks": sum(s.blocks_copied for s in steps),
+            "num_steps": num_steps,
+            "mean_batched_requests": log.held_sum("num_running_requests") / num_steps if num_steps else None,
+            "mean_kv_utilization": (sum(map(mul, log.utilization(), durations)) / step_time) if step_time else 0.0,
+            # dividing by the pool size keeps the order, so the peak is the peak of blocks used
+            "peak_kv_utilization": max(log.kv_blocks_used) / total if total and num_steps else 0.0,
+            "num_preemptions": log.held_sum("num_preempted"),
+            "num_swapped_blocks": log.held_sum("blocks_swapped_in") + log.held_sum("blocks_swapped_out"),
+            "num_copied_blocks": log.held_sum("blocks_copied"),
             "memory_saving": saved_time / logical_time if logical_time else 0.0,
             # the same ratio with every step weighted alike: equal for two drivers that run the
             # same schedule, whatever their step times
-            "memory_saving_per_step": _saving_per_step(steps),
+            "memory_saving_per_step": _saving_per_step(log),
             "prefix_hit_rate": self.prefix_blocks_hit / queried if queried else None,
             "prefix_blocks_queried": queried,
         })
@@ -224,7 +349,7 @@ class MetricsRecorder:
         out.mkdir(parents=True, exist_ok=True)
         _write_csv(out / "requests.csv", REQUEST_FIELDS, (r.row() for r in self.requests))
         if steps:
-            _write_csv(out / "steps.csv", STEP_FIELDS, (asdict(s) for s in self.steps))
+            _write_csv(out / "steps.csv", STEP_FIELDS, (asdict(s) for s in self.step_log.records()))
         if self.waste:
             _write_csv(out / "waste.csv", WASTE_FIELDS, (dict(zip(WASTE_FIELDS, w)) for w in self.waste))
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -250,7 +375,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> 
     ttfts = [r.ttft for r in measured]
     tpots = [r.tpot for r in measured]  # None for one-token outputs, which vLLM leaves out too
     e2els = [r.e2e_latency for r in measured]
-    itls = _pooled_inter_token_latencies(measured)
+    itls, itl_weights = _pooled_inter_token_latencies(measured)
     normalized = _stats("normalized_latency", [r.normalized_latency for r in measured])
     # the paper's metric keeps the name every reader (figures, plan, compare) uses
     normalized["mean_normalized_latency"] = normalized.pop("normalized_latency_mean")
@@ -276,7 +401,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> 
         "output_throughput": per_second(output_tokens),
         **_vllm_stats("ttft", ttfts),
         **_vllm_stats("tpot", tpots),
-        **_vllm_stats("itl", itls),
+        **_weighted_vllm_stats("itl", itls, itl_weights),
         **_vllm_stats("e2el", e2els),
         "prefill_tokens_saved": sum(r.cached_prompt_tokens for r in requests),
         "reject_reasons": _count(r.reject_reason for r in requests if r.status == "rejected"),
@@ -299,14 +424,9 @@ def _write_csv(path: Path, columns, rows) -> None:
             writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in row.items()})
 
 
-def _saving_per_step(steps) -> float:
-    logical = sum(s.kv_blocks_logical for s in steps)
-    return (logical - sum(s.kv_blocks_used for s in steps)) / logical if logical else 0.0
-
-
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
+def _saving_per_step(log: StepLog) -> float:
+    logical = sum(log.kv_blocks_logical)
+    return (logical - sum(log.kv_blocks_used)) / logical if logical else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -326,15 +446,108 @@ def _stats(name: str, values) -> dict:
             f"{name}_p90": percentile(values, 90), f"{name}_p99": percentile(values, 99)}
 
 
-def _pooled_inter_token_latencies(records: list[RequestRecord]) -> np.ndarray:
-    """Every request's token-to-token gaps in one array (vLLM pools them over requests), built
-    without a Python loop over tokens: a run has ~output_len gaps per request."""
-    records = [r for r in records if r.token_times]
-    lengths = np.array([len(r.token_times) for r in records], dtype=np.int64)
-    times = np.fromiter(chain.from_iterable(r.token_times for r in records), dtype=float, count=int(lengths.sum()))
-    gaps = np.diff(times)
-    del times
-    return np.delete(gaps, np.cumsum(lengths)[:-1] - 1)  # from one request's last token to the next one's first
+def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    """Every request's token-to-token gaps pooled (as vLLM pools them over requests), as distinct
+    gaps with weights, in memory that grows with steps, not tokens: a gap between a request's
+    tokens at steps k and k + 1 is the driver's gap between those steps, weighted by how many
+    requests had both; a gap across a break in a request's tokens (a preemption, a step without
+    it) is kept once per pair of steps, weighted by the requests that broke there."""
+    values, weights = [], []
+    by_times: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.token_spans:
+            by_times.setdefault(id(r.step_times), []).append(r)
+    for group in by_times.values():
+        step_times = group[0].step_times
+        # (a view of the driver's packed array where it is one, not a copy; gone when this returns)
+        times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
+        n = len(times)
+        # held[k]: requests with tokens at steps k and k + 1 (a difference array over the spans)
+        held = np.zeros(n + 1, dtype=np.int32)
+        pairs, pair_counts = [], []
+        for i in range(0, len(group), 4096):  # a slice of the records at a time: memory stays flat
+            part = group[i:i + 4096]
+            spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
+            starts, stops = spans[0::2], spans[1::2]
+            np.add.at(held, starts, 1)
+            np.add.at(held, stops - 1, -1)
+            # a break: from a span's last step to the next span of the same request
+            same_request = np.ones(len(starts), dtype=bool)
+            same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
+            # (requests in the batch break together, at a prefill step: one gap per pair of steps)
+            unique, count = np.unique((stops[:-1][same_request[:-1]] - 1) * n + starts[1:][same_request[:-1]],
+                                      return_counts=True)
+            pairs.append(unique)
+            pair_counts.append(count)
+        held = np.cumsum(held[:n - 1], dtype=np.int32) if n > 1 else np.zeros(0, dtype=np.int32)
+        inside = held > 0
+        values.append(np.diff(times)[inside])
+        weights.append(held[inside].astype(np.int64))
+        unique, where = np.unique(np.concatenate(pairs), return_inverse=True)
+        values.append(times[unique % n] - times[unique // n])
+        weights.append(np.bincount(where, weights=np.concatenate(pair_counts), minlength=len(unique)).astype(np.int64))
+    if not values:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    return np.concatenate(values), np.concatenate(weights)
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> list[float]:
+    """np.percentile(np.repeat(values, weights), qs) exactly (its default linear method: the
+    same two order statistics and the same interpolation arithmetic), without the repeat."""
+    order = np.argsort(values, kind="stable")
+    upto = weights[order]
+    np.cumsum(upto, out=upto)  # upto[i]: how many repeated values sort at or before values[order[i]]
+    count = int(upto[-1])
+
+    def nth(k: int) -> float:  # the k-th smallest (0-based) of the repeated values
+        return values[order[np.searchsorted(upto, k, side="right")]]
+
+    results = []
+    for virtual in (np.asarray(qs, dtype=float) / 100) * (count - 1):
+        if virtual >= count - 1:
+            results.append(float(values[order[-1]]))
+            continue
+        lo = np.floor(virtual)
+        a, b = nth(int(lo)), nth(int(lo) + 1)
+        gamma = virtual - lo
+        diff = b - a
+        results.append(float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma))
+    return results
+
+
+def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
+    """sum(v * w), correctly rounded: the same float however the values are grouped or ordered
+    (one run's gaps weighted by the requests in it, or every token's gap one by one). Each value
+    is split into two halves of at most 26 and 27 significant bits (Veltkamp), so that with
+    weights below 2**26 every product is exact, and math.fsum adds the products exactly."""
+    if weights.size and int(weights.max()) >= 2**26:
+        raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
+    chunk = 1 << 16  # a chunk at a time, to fsum as Python floats, so memory stays flat
+
+    def products():
+        for i in range(0, len(values), chunk):
+            v, w = values[i:i + chunk], weights[i:i + chunk].astype(float)
+            scaled = v * 134217729.0  # 2**27 + 1
+            high = scaled - (scaled - v)
+            yield from (high * w).tolist()
+            yield from ((v - high) * w).tolist()
+
+    return math.fsum(products())
+
+
+def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:
+    """_vllm_stats of the values each repeated weight times: the median and p99 exactly as numpy
+    gives them on the repeated values; the mean and the (population) std from correctly rounded
+    sums, so equal for any grouping of the same values (numpy's pairwise sums round in an order
+    that depends on the grouping)."""
+    if not values.size:
+        return _vllm_stats(name, values)
+    count = int(weights.sum())
+    mean = exact_weighted_sum(values, weights) / count
+    std = math.sqrt(exact_weighted_sum((values - mean) ** 2, weights) / count)
+    median, p99 = weighted_percentiles(values, weights, [50, 99])
+    return {f"mean_{name}_ms": mean * 1000.0, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std * 1000.0,
+            f"p99_{name}_ms": p99 * 1000.0}
 
 
 def _vllm_stats(name: str, seconds) -> dict:

@@ -8,7 +8,8 @@ say in advance how many such steps follow (`plan_decode`) and take them at once
 leave: the same block ids in the same order, the same prefix-cache registrations, the same
 finishes. tests/core/test_decode_fastpath.py holds it to that, step by step.
 
-It asks the KV manager one question, `steps_until_new_block(seq)`, and takes blocks with
+It asks the KV manager one question, `steps_until_new_block(seq)` (for a whole batch at once:
+`steps_until_new_blocks`), and takes blocks with
 `append_block(seq)`; the scheduler's own rules decide whether a queued group could start.
 The executor never runs this: it samples real tokens, which may be EOS.
 """
@@ -16,7 +17,7 @@ The executor never runs this: it samples real tokens, which may be EOS.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pagesim.core.request import SequenceGroup
 from pagesim.core.scheduler import Scheduler
@@ -32,6 +33,10 @@ class DecodePlan:
     num_steps: int
     num_seqs: int
     context_tokens: int
+    # the running sequences in batch order, and the steps until each needs a new block (as
+    # steps_until_new_block said when planned): advance_decode takes them from here
+    seqs: list = field(default_factory=list, repr=False, compare=False)
+    rooms: list = field(default_factory=list, repr=False, compare=False)
 
 
 @dataclass
@@ -63,10 +68,10 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     if _queued_group_could_start(sched):
         return None
     check_eos = cfg.eos_token_id is not None
-    room_of = kv.steps_until_new_block
     horizon = limit
-    num_seqs = context = 0
-    opens_at = []  # per sequence that grows into new blocks: the step (from 0) taking the first
+    context = 0
+    seqs = []
+    forked = []  # positions of sequences in groups of several: only forks share a partly filled last block
     for group in sched.running:
         sampling = group.request.sampling
         if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
@@ -75,22 +80,25 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             # decode but produces the first token
             return None
         stop = group.stop_len
-        forked = len(group.seqs) > 1  # only forks share a partly filled last block
-        for seq in group.seqs:
-            computed = seq.num_computed_tokens
-            if seq.num_tokens - computed != 1:
+        group_seqs = group.seqs
+        if len(group_seqs) > 1:
+            forked.extend(range(len(seqs), len(seqs) + len(group_seqs)))
+        for seq in group_seqs:
+            num_tokens = seq.num_tokens
+            if num_tokens - seq.num_computed_tokens != 1:
                 return None  # still in prefill
-            num_seqs += 1
-            context += computed + 1
+            context += num_tokens
             # a run may end with the step in which sequences finish, not go past it
-            left = stop - seq.num_tokens
-            if left < horizon:
-                horizon = left
-            room = room_of(seq)
-            if forked and kv.blocks_needed(seq, 1) > (room == 0):
-                return None  # a shared last block must be copied first
-            if room != INF:
-                opens_at.append(room)
+            if stop - num_tokens < horizon:
+                horizon = stop - num_tokens
+            seqs.append(seq)
+    num_seqs = len(seqs)
+    rooms = kv.steps_until_new_blocks(seqs)
+    for i in forked:
+        if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0):
+            return None  # a shared last block must be copied first
+    # per sequence that grows into new blocks: the step (from 0) taking the first
+    opens_at = [room for room in rooms if room != INF]
     # The longest run whose new blocks all fit: past it, some step would preempt.
     bs = kv.block_size
     free = kv.num_free_blocks
@@ -100,7 +108,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
 
     # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
     if len(opens_at) * (horizon // bs + 1) <= free or blocks_for(horizon) <= free:
-        return DecodePlan(horizon, num_seqs, context)
+        return DecodePlan(horizon, num_seqs, context, seqs, rooms)
     lo, hi = 0, horizon
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -108,7 +116,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             lo = mid
         else:
             hi = mid - 1
-    return DecodePlan(lo, num_seqs, context) if lo else None
+    return DecodePlan(lo, num_seqs, context, seqs, rooms) if lo else None
 
 
 def _queued_group_could_start(sched: Scheduler) -> bool:
@@ -127,20 +135,24 @@ def _queued_group_could_start(sched: Scheduler) -> bool:
         sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None
 
 
-def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float) -> DecodeRun:
+def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, plan: DecodePlan | None = None) -> DecodeRun:
     """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
     sequence appending token_id each step; now is when the last step ends. New blocks are taken
     in the order single steps would take them (step by step, in running order), so block ids
-    come out the same; sequences that stop at the last step finish as update() would finish them."""
+    come out the same; sequences that stop at the last step finish as update() would finish them.
+    plan: plan_decode()'s answer for the state as it is now, if the caller has it (saves asking again)."""
     kv = sched.kv
     bs = kv.block_size
-    seqs = [seq for group in sched.running for seq in group.seqs]
+    if plan is None:
+        seqs = [seq for group in sched.running for seq in group.seqs]
+        rooms = kv.steps_until_new_blocks(seqs)
+    else:
+        seqs, rooms = plan.seqs, plan.rooms
     used = kv.num_used_blocks
     starts = []  # (step, position in batch) of each step that opens a new block
     new_tokens = [token_id] * num_steps
-    room_of = kv.steps_until_new_block
     for order, seq in enumerate(seqs):
-        first = room_of(seq)
+        first = rooms[order]
         while first < num_steps:
             starts.append((first, order))
             first += bs

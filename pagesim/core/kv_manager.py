@@ -85,6 +85,10 @@ class KVCacheManager(ABC):
         """Decode steps (one token each) seq can take in the blocks it holds: at the next one
         it needs a new block. math.inf for a manager that reserved everything at admission."""
 
+    def steps_until_new_blocks(self, seqs: list[Sequence]) -> list[float]:
+        """steps_until_new_block for each of seqs (one call per decode run; a manager may answer faster)."""
+        return [self.steps_until_new_block(seq) for seq in seqs]
+
     def append_block(self, seq: Sequence) -> None:
         """Give seq one more block at the end of its table (when steps_until_new_block says)."""
         raise NotImplementedError(f"{type(self).__name__} does not allocate on demand")

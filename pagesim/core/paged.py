@@ -243,6 +243,10 @@ class PagedKVManager(KVCacheManager):
     def steps_until_new_block(self, seq: Sequence) -> int:
         return len(seq.block_table) * self.block_size - seq.num_computed_tokens
 
+    def steps_until_new_blocks(self, seqs: list[Sequence]) -> list[int]:
+        bs = self.block_size
+        return [len(seq.block_table) * bs - seq.num_computed_tokens for seq in seqs]
+
     def append_block(self, seq: Sequence) -> None:
         seq.block_table.append(self.device.allocate())
 

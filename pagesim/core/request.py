@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SamplingParams:
     n: int = 1  # parallel samples
     beam_width: int = 1  # > 1: beam search (exclusive with n > 1)
@@ -43,7 +43,7 @@ class SamplingParams:
         return self.beam_width > 1
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """What a driver submits. prompt_token_ids may be None in the simulator (lengths only)."""
 

@@ -40,10 +40,11 @@ def simulate(cfg: ReplayConfig, trace: Trace) -> dict:
     last_arrival = max(r.arrival_time for r in requests)
     measured = sorted((r for r in requests if r.arrival_time >= start), key=lambda r: r.request_id)
     backlog = 0
-    for step in result.metrics.steps:  # in time order; the last one ending by the last arrival
-        if step.time > last_arrival:
+    log = result.metrics.step_log
+    for time, waiting, swapped in zip(log.time, log.held_column("num_waiting"), log.held_column("num_swapped")):
+        if time > last_arrival:  # in time order: the last step ending by the last arrival counts
             break
-        backlog = step.num_waiting + step.num_swapped
+        backlog = waiting + swapped
     finished = s["num_finished"]
     return {
         "rate": cfg.rate,

@@ -189,8 +189,8 @@ class Replay:
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
-        request_ids = [group.request_id for group in scheduler.running]
-        run = advance_decode(scheduler, len(ends), SIM_TOKEN, now)
+        request_ids = [group.request.request_id for group in scheduler.running]
+        run = advance_decode(scheduler, len(ends), SIM_TOKEN, now, plan)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
             yield env.timeout(delay)

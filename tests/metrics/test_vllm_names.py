@@ -80,7 +80,7 @@ def test_token_times_under_preemption_match_vllm_identities(preemption):
 def record(rid, status, arrival, times, prompt=10):
     return RequestRecord(rid, status, "" if status == "finished" else "too long", arrival, times[0] if times else None,
                          times[0] if times else None, times[-1] if times else None, prompt, len(times), 1, 0, 0, 0,
-                         token_times=list(times))
+                         **RequestRecord.spans_of(list(times)))
 
 
 def test_summary_from_records_alone():

@@ -1,0 +1,101 @@
+"""ITL statistics without per-token storage (pagesim.metrics) against the brute-force definition:
+every request's token times materialized, np.diff per request, pooled, numpy's statistics."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagesim.metrics import (RequestRecord, _pooled_inter_token_latencies, exact_weighted_sum, summarize_requests,
+                             weighted_percentiles)
+from pagesim.sim.engine import Replay, ReplayConfig
+from pagesim.workload.trace import load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_weighted_percentiles_are_numpys_on_the_repeated_values(seed):
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 40))
+    values = rng.choice([0.1, 0.2, 0.25, 1e-3, 7.0], size) + rng.random(size) * (seed % 2)  # ties in half the cases
+    weights = rng.integers(1, 6, size)
+    qs = [0, 1, 37.5, 50, 90, 99, 100]
+    expected = np.percentile(np.repeat(values, weights), qs)
+    assert weighted_percentiles(values, weights, qs) == list(expected)  # exactly, not approximately
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_exact_weighted_sum_is_the_correctly_rounded_sum(seed):
+    rng = np.random.default_rng(seed)
+    values = rng.random(200) * 10.0 ** rng.integers(-6, 3, 200)
+    weights = rng.integers(1, 2**20, 200)
+    exact = sum(Fraction(float(v)) * int(w) for v, w in zip(values, weights))
+    assert exact_weighted_sum(values, weights) == float(exact)
+    # and the same value however the repeated values are grouped
+    split = np.repeat(values[:5], weights[:5])
+    assert exact_weighted_sum(np.concatenate([split, values[5:]]),
+                              np.concatenate([np.ones(len(split), dtype=np.int64), weights[5:]])) == float(exact)
+
+
+def _records_from_times(per_request: list[list[float]]) -> list[RequestRecord]:
+    return [RequestRecord(i, "finished", "", 0.0, times[0], times[0], times[-1], 10, len(times), 1, 0, 0, 0,
+                          **RequestRecord.spans_of(times)) for i, times in enumerate(per_request)]
+
+
+def _brute_force(per_request_times: list[list[float]]) -> np.ndarray:
+    return np.concatenate([np.diff(times) for times in per_request_times])
+
+
+def test_spans_over_shared_step_times_equal_per_token_times():
+    # requests that get tokens at some steps of one driver (gaps, breaks, shared runs)
+    rng = random.Random(1)
+    step_times = [0.0]
+    for _ in range(300):
+        step_times.append(step_times[-1] + rng.choice([0.01, 0.013, 0.2]) + rng.random() * 1e-3)
+    records, brute = [], []
+    for rid in range(40):
+        steps = sorted(rng.sample(range(len(step_times)), rng.randint(1, 120)))
+        spans = []
+        for k in steps:
+            if spans and spans[-1] == k:
+                spans[-1] = k + 1
+            else:
+                spans += [k, k + 1]
+        records.append(RequestRecord(rid, "finished", "", 0.0, step_times[steps[0]], step_times[steps[0]],
+                                     step_times[steps[-1]], 10, len(steps), 1, 0, 0, 0, token_spans=spans,
+                                     step_times=step_times))
+        brute.append([step_times[k] for k in steps])
+    for r, times in zip(records, brute):
+        assert r.token_times == times
+    values, weights = _pooled_inter_token_latencies(records)
+    gaps = _brute_force(brute)
+    assert sorted(np.repeat(values, weights)) == sorted(gaps)
+    s = summarize_requests(records)
+    assert s["median_itl_ms"] == np.percentile(gaps, 50) * 1000.0
+    assert s["p99_itl_ms"] == np.percentile(gaps, 99) * 1000.0
+    assert s["mean_itl_ms"] == pytest.approx(gaps.mean() * 1000.0, rel=1e-14)
+    assert s["mean_itl_ms"] == math.fsum(gaps) / len(gaps) * 1000.0  # correctly rounded sum
+    assert s["std_itl_ms"] == pytest.approx(gaps.std() * 1000.0, rel=1e-12)
+    # the same summary from the same times held one by one
+    assert summarize_requests(_records_from_times(brute)) == s
+
+
+@pytest.mark.parametrize("changes", [dict(), dict(n=2, num_gpu_blocks=400), dict(chunked_prefill=True,
+                                                                                   max_num_batched_tokens=512)])
+def test_replay_itl_statistics_equal_the_per_token_definition(changes):
+    trace = load_trace(ROOT / "traces" / "sharegpt.json")
+    result = Replay(ReplayConfig(num_requests=150, rate=4.0, **changes), trace).run()
+    finished = [r for r in result.metrics.requests if r.status == "finished"]
+    gaps = _brute_force([r.token_times for r in finished])
+    s = result.summary
+    assert len(gaps) == sum(r.output_len - 1 for r in finished)
+    assert s["median_itl_ms"] == np.percentile(gaps, 50) * 1000.0
+    assert s["p99_itl_ms"] == np.percentile(gaps, 99) * 1000.0
+    assert s["mean_itl_ms"] == math.fsum(gaps) / len(gaps) * 1000.0
+    assert s["std_itl_ms"] == pytest.approx(gaps.std() * 1000.0, rel=1e-12)
