@@ -481,7 +481,8 @@ def kv_cache_capacity(model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
         raise CannotServe(
             f"{model.name} on {tp} x {gpu.name} leaves no KV pool: usable {usable / GiB:.1f} GiB, "
             f"weights {weights / GiB:.1f}, activations {activations / GiB:.2f}, "
-            f"reserved {reserved_bytes / GiB:.2f} GiB per GPU")
+            f"reserved {reserved_bytes / GiB:.2f} GiB per GPU (split the model over more GPUs with --tp, or pick a "
+            f"larger --gpu)")
     bytes_per_token = kv_bytes_per_token_per_gpu(model, tp) * tp
     return KVCapacity(model=model.name, gpu=gpu.name, tp=tp, bytes_per_token=bytes_per_token,
                       usable_bytes_per_gpu=usable, weight_bytes_per_gpu=weights,
