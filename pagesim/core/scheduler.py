@@ -229,12 +229,7 @@ class Scheduler:
             if not self.can_swap_in(group, num_seqs, budget):
                 break
             self.swapped.pop(0)
-            mapping = self.kv.swap_in(group)
-            out.blocks_to_swap_in.extend(mapping)
-            self.num_swapped_blocks += len(mapping)
-            for seq in group.seqs:
-                seq.status = SequenceStatus.RUNNING
-            bisect.insort(self.running, group, key=_arrival)
+            self._move(group, self.kv.swap_in, out.blocks_to_swap_in, SequenceStatus.RUNNING, self.running)
             num_seqs += len(group.seqs)
             # A group swapped out in the middle of a chunked prefill continues next step; a
             # decoding one decodes now, in the block per sequence can_swap_in kept free.
@@ -244,6 +239,16 @@ class Scheduler:
                 budget -= len(group.seqs)
                 out.add(group, [1] * len(group.seqs))
         return budget
+
+    def _move(self, group: SequenceGroup, swap, moves: list, status: SequenceStatus, queue: list) -> None:
+        """Swap a group's blocks out or in (swap: kv.swap_out / kv.swap_in): record the block moves
+        for the executor, set its sequences' status and file it in arrival order."""
+        mapping = swap(group)
+        moves.extend(mapping)
+        self.num_swapped_blocks += len(mapping)
+        for seq in group.seqs:
+            seq.status = status
+        bisect.insort(queue, group, key=_arrival)
 
     def _preemption_mode(self, group: SequenceGroup) -> str:
         mode = self.config.preemption_mode
@@ -257,12 +262,7 @@ class Scheduler:
         self.running.remove(group)
         mode = self._preemption_mode(group)
         if mode == "swap":
-            mapping = self.kv.swap_out(group)
-            out.blocks_to_swap_out.extend(mapping)
-            self.num_swapped_blocks += len(mapping)
-            for seq in group.seqs:
-                seq.status = SequenceStatus.SWAPPED
-            bisect.insort(self.swapped, group, key=_arrival)
+            self._move(group, self.kv.swap_out, out.blocks_to_swap_out, SequenceStatus.SWAPPED, self.swapped)
             group.num_swaps += 1
         else:
             for seq in group.seqs:
