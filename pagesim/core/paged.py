@@ -89,8 +89,9 @@ class FreeBlockQueue:
         return blocks
 
     def append(self, block: int) -> None:
-        self._pos[block] = len(self._order)
-        self._order.append(block)
+        order = self._order
+        self._pos[block] = len(order)
+        order.append(block)
         self.size += 1
 
     def extend(self, blocks: list[int]) -> None:
@@ -175,17 +176,19 @@ class BlockPool:
         self.num_evictions += 1
 
     def incref(self, block: int) -> None:
-        if self.refcount[block] == 0:  # a cached block revived by a prefix hit
+        count = self.refcount[block]
+        if not count:  # a cached block revived by a prefix hit
             self.free_queue.remove(block)
-        self.refcount[block] += 1
+        self.refcount[block] = count + 1
         self.num_refs += 1
 
     def decref(self, block: int) -> None:
-        if self.refcount[block] <= 0:
-            raise NegativeRefcount(f"block {block} is already free (refcount {self.refcount[block]})")
-        self.refcount[block] -= 1
+        count = self.refcount[block]
+        if count <= 0:
+            raise NegativeRefcount(f"block {block} is already free (refcount {count})")
+        self.refcount[block] = count - 1
         self.num_refs -= 1
-        if self.refcount[block] == 0:
+        if count == 1:
             self.free_queue.append(block)
 
     def release(self, blocks: list[int]) -> None:
