@@ -11,12 +11,110 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict
 from typing import Callable, Hashable
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
+
+
+class FreeBlockQueue:
+    """The free blocks of a pool in eviction order: taken from the head, returned to the tail.
+
+    A list with a moving head instead of an ordered dict, so that n blocks leave the head as one
+    slice. A cached block revived by a prefix hit leaves from the middle: its entry is only
+    marked stale (its position no longer matches) and skipped when the head reaches it.
+    """
+
+    __slots__ = ("_order", "_pos", "_head", "size", "_stale")
+
+    def __init__(self, num_blocks: int):
+        self._order = list(range(num_blocks))  # entries before _head are spent
+        # block -> index of its live entry in _order while free; below _head (taken) or -1
+        # (revived) while in use
+        self._pos = list(range(num_blocks))
+        self._head = 0
+        self.size = num_blocks
+        self._stale = 0  # stale entries at or after _head
+
+    def __len__(self) -> int:
+        return self.size  # also a plain attribute: the pool's hot paths read it without a call
+
+    def __contains__(self, block: int) -> bool:
+        return self._pos[block] >= self._head
+
+    def __iter__(self):
+        order, pos = self._order, self._pos
+        return (order[i] for i in range(self._head, len(order)) if pos[order[i]] == i)
+
+    def __copy__(self) -> FreeBlockQueue:
+        clone = FreeBlockQueue.__new__(FreeBlockQueue)
+        clone._order, clone._pos = list(self._order), list(self._pos)
+        clone._head, clone.size, clone._stale = self._head, self.size, self._stale
+        return clone
+
+    def popleft(self) -> int:
+        """The block at the head (callers check len first)."""
+        order, pos, head = self._order, self._pos, self._head
+        block = order[head]
+        while pos[block] != head:  # a stale entry
+            self._stale -= 1
+            head += 1
+            block = order[head]
+        self._head = head = head + 1
+        self.size -= 1
+        if head > len(pos):
+            self._compact()
+        return block
+
+    def popleft_n(self, n: int) -> list[int]:
+        """The n blocks at the head, in order (callers check len first)."""
+        order, head = self._order, self._head
+        if not self._stale:
+            blocks = order[head:head + n]
+            head += n
+        else:
+            pos, blocks = self._pos, []
+            while len(blocks) < n:
+                block = order[head]
+                if pos[block] == head:
+                    blocks.append(block)
+                else:
+                    self._stale -= 1
+                head += 1
+        self._head = head
+        self.size -= n
+        if head > len(self._pos):
+            self._compact()
+        return blocks
+
+    def append(self, block: int) -> None:
+        order = self._order
+        self._pos[block] = len(order)
+        order.append(block)
+        self.size += 1
+
+    def extend(self, blocks: list[int]) -> None:
+        pos = self._pos
+        for i, block in enumerate(blocks, len(self._order)):
+            pos[block] = i
+        self._order.extend(blocks)
+        self.size += len(blocks)
+
+    def remove(self, block: int) -> None:
+        self._pos[block] = -1
+        self.size -= 1
+        self._stale += 1
+        if self._stale > len(self._pos):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
+        live = list(self)
+        self._pos = pos = [-1] * len(self._pos)
+        for i, block in enumerate(live):
+            pos[block] = i
+        self._order, self._head, self._stale = live, 0, 0
 
 
 class BlockPool:
@@ -29,7 +127,7 @@ class BlockPool:
     def __init__(self, num_blocks: int, enable_caching: bool = False):
         self.num_blocks = num_blocks
         self.refcount = [0] * num_blocks
-        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.free_queue = FreeBlockQueue(num_blocks)
         self.enable_caching = enable_caching
         self.block_hash: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}  # block hash -> block id holding those tokens
@@ -40,33 +138,74 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self.free_queue)
+        return self.free_queue.size
 
     def allocate(self) -> int:
-        if not self.free_queue:
+        if not self.free_queue.size:
             raise OutOfBlocks(f"all {self.num_blocks} blocks are in use (callers check num_free first)")
-        block, _ = self.free_queue.popitem(last=False)
-        if self.block_hash[block] is not None:  # evict its cached contents
-            del self.cached[self.block_hash[block]]
-            self.block_hash[block] = None
-            self.num_evictions += 1
+        block = self.free_queue.popleft()
+        if self.block_hash[block] is not None:
+            self._evict(block)
         self.refcount[block] = 1
         self.num_refs += 1
         return block
 
+    def allocate_n(self, n: int) -> list[int]:
+        """n blocks from the head of the free queue, each with refcount 1: the same blocks, in
+        the same order, as n calls to allocate()."""
+        free = self.free_queue.size
+        if n > free:
+            state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
+            raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
+        blocks = self.free_queue.popleft_n(n)
+        refcount = self.refcount
+        for block in blocks:
+            refcount[block] = 1
+        if self.cached:
+            block_hash = self.block_hash
+            for block in blocks:
+                if block_hash[block] is not None:
+                    self._evict(block)
+        self.num_refs += n
+        return blocks
+
+    def _evict(self, block: int) -> None:
+        """Forget the cached contents of a block taken from the free queue."""
+        del self.cached[self.block_hash[block]]
+        self.block_hash[block] = None
+        self.num_evictions += 1
+
     def incref(self, block: int) -> None:
-        if self.refcount[block] == 0:  # a cached block revived by a prefix hit
-            del self.free_queue[block]
-        self.refcount[block] += 1
+        count = self.refcount[block]
+        if not count:  # a cached block revived by a prefix hit
+            self.free_queue.remove(block)
+        self.refcount[block] = count + 1
         self.num_refs += 1
 
     def decref(self, block: int) -> None:
-        if self.refcount[block] <= 0:
-            raise NegativeRefcount(f"block {block} is already free (refcount {self.refcount[block]})")
-        self.refcount[block] -= 1
+        count = self.refcount[block]
+        if count <= 0:
+            raise NegativeRefcount(f"block {block} is already free (refcount {count})")
+        self.refcount[block] = count - 1
         self.num_refs -= 1
-        if self.refcount[block] == 0:
-            self.free_queue[block] = None
+        if count == 1:
+            self.free_queue.append(block)
+
+    def release(self, blocks: list[int]) -> None:
+        """decref each block in turn; those that reach 0 join the free queue in that order, in
+        one extend instead of one queue operation per block."""
+        refcount, freed = self.refcount, []
+        for i, block in enumerate(blocks):
+            count = refcount[block]
+            if count <= 0:
+                self.free_queue.extend(freed)  # keep the pool consistent up to the bad block
+                self.num_refs -= i
+                raise NegativeRefcount(f"block {block} is already free (refcount {count})")
+            refcount[block] = count - 1
+            if count == 1:
+                freed.append(block)
+        self.num_refs -= len(blocks)
+        self.free_queue.extend(freed)
 
     def register(self, block: int, block_hash: int) -> None:
         """Record that block holds the full block of tokens identified by block_hash."""
@@ -237,8 +376,9 @@ class PagedKVManager(KVCacheManager):
                 self.device.decref(last)
                 table[-1] = copy
                 self.pending_copies.append((last, copy))
-        for _ in range(self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)):
-            table.append(self.device.allocate())
+        missing = self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(table)
+        if missing > 0:
+            table.extend(self.device.allocate_n(missing))
 
     def steps_until_new_block(self, seq: Sequence) -> int:
         return len(seq.block_table) * self.block_size - seq.num_computed_tokens
@@ -268,8 +408,7 @@ class PagedKVManager(KVCacheManager):
     def free(self, seq: Sequence) -> None:
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
         # Tail blocks go back first, so they are evicted before the prefix they extend.
-        for block in reversed(seq.block_table):
-            pool.decref(block)
+        pool.release(seq.block_table[::-1])
         seq.block_table = []
         seq.num_computed_tokens = 0
         self._prompt_hashes.pop(seq.seq_id, None)
@@ -296,18 +435,17 @@ class PagedKVManager(KVCacheManager):
     @staticmethod
     def _move(group: SequenceGroup, src: BlockPool, dst: BlockPool) -> list[tuple[int, int]]:
         """Move the group's blocks to the other pool, keeping sharing inside the group."""
-        mapping: dict[int, int] = {}
+        # dict.fromkeys keeps first appearances in order: the order one-by-one allocation took
+        unique = list(dict.fromkeys(b for seq in group.seqs for b in seq.block_table))
+        mapping = dict(zip(unique, dst.allocate_n(len(unique))))
+        seen: set[int] = set()
         for seq in group.seqs:
-            new_table = []
             for block in seq.block_table:
-                moved = mapping.get(block)
-                if moved is None:
-                    moved = mapping[block] = dst.allocate()
-                else:
-                    dst.incref(moved)
+                if block in seen:  # a block shared inside the group: one more reference
+                    dst.incref(mapping[block])
+                seen.add(block)
                 src.decref(block)
-                new_table.append(moved)
-            seq.block_table = new_table
+            seq.block_table = [mapping[b] for b in seq.block_table]
         return list(mapping.items())
 
     # -- accounting ------------------------------------------------------------------------

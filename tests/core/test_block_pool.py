@@ -1,0 +1,141 @@
+"""BlockPool's free queue and allocate_n against a plain reference: an OrderedDict free queue
+with one dict operation per block (what the pool did before allocate_n). Same operations, same
+blocks handed out in the same order, same evictions, same free queue after every step."""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagesim.core import BlockPool
+from pagesim.core.errors import NegativeRefcount, OutOfBlocks
+
+
+class ReferencePool:
+    def __init__(self, num_blocks: int):
+        self.refcount = [0] * num_blocks
+        self.free = OrderedDict.fromkeys(range(num_blocks))
+        self.block_hash: dict[int, int] = {}
+        self.cached: dict[int, int] = {}
+        self.evictions = 0
+
+    def allocate(self) -> int:
+        block, _ = self.free.popitem(last=False)
+        if block in self.block_hash:
+            del self.cached[self.block_hash.pop(block)]
+            self.evictions += 1
+        self.refcount[block] = 1
+        return block
+
+    def incref(self, block: int) -> None:
+        if self.refcount[block] == 0:
+            del self.free[block]
+        self.refcount[block] += 1
+
+    def decref(self, block: int) -> None:
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            self.free[block] = None
+
+    def register(self, block: int, h: int) -> None:
+        if block not in self.block_hash and h not in self.cached:
+            self.block_hash[block] = h
+            self.cached[h] = block
+
+
+# (kind, argument): allocate n, allocate one, decref the i-th held reference, release the last k, incref a held block, revive a
+# free cached block (a prefix hit), register a held block under a hash
+OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc1", "decref", "release", "incref", "revive", "register"]),
+                         st.integers(0, 40)),
+               max_size=200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_blocks=st.integers(1, 6), ops=OPS)
+def test_block_pool_matches_ordered_dict_reference(num_blocks, ops):
+    pool, ref = BlockPool(num_blocks, enable_caching=True), ReferencePool(num_blocks)
+    held: list[int] = []  # one entry per reference taken
+    for kind, arg in ops:
+        if kind == "alloc":
+            n = arg % (num_blocks + 2)
+            if n > len(ref.free):
+                with pytest.raises(OutOfBlocks):
+                    pool.allocate_n(n)
+                continue
+            blocks = pool.allocate_n(n)
+            assert blocks == [ref.allocate() for _ in range(n)]
+            held += blocks
+        elif kind == "alloc1" and ref.free:
+            held.append(pool.allocate())
+            assert held[-1] == ref.allocate()
+        elif kind == "release" and held:
+            # the last k references taken, newest first (a sequence freeing its table's tail first)
+            k = arg % len(held) + 1
+            blocks = held[-k:][::-1]
+            del held[-k:]
+            pool.release(blocks)
+            for block in blocks:
+                ref.decref(block)
+        elif kind == "decref" and held:
+            block = held.pop(arg % len(held))
+            pool.decref(block), ref.decref(block)
+        elif kind == "incref" and held:
+            block = held[arg % len(held)]
+            pool.incref(block), ref.incref(block)
+            held.append(block)
+        elif kind == "revive":
+            cached_free = [b for b in ref.free if b in ref.block_hash]
+            if cached_free:
+                block = cached_free[arg % len(cached_free)]
+                pool.incref(block), ref.incref(block)
+                held.append(block)
+        elif kind == "register" and held:
+            block = held[arg % len(held)]
+            pool.register(block, arg), ref.register(block, arg)
+        assert list(pool.free_queue) == list(ref.free)
+        assert pool.num_free == len(ref.free) and pool.refcount == ref.refcount
+        assert all((b in pool.free_queue) == (b in ref.free) for b in range(num_blocks))
+        assert pool.cached == ref.cached and pool.num_evictions == ref.evictions
+        assert pool.num_refs == sum(ref.refcount)
+
+
+def test_free_queue_compacts_and_copies_independently():
+    # Many allocate/free cycles and revivals: the queue's list must not grow without bound,
+    # and a copy must not share state with the original.
+    pool = BlockPool(4, enable_caching=True)
+    for i in range(1000):
+        blocks = pool.allocate_n(3)
+        pool.register(blocks[0], i)
+        for b in reversed(blocks):
+            pool.decref(b)
+        pool.incref(blocks[0]), pool.decref(blocks[0])  # revive the cached block, free it again
+    assert len(pool.free_queue._order) <= 3 * pool.num_blocks
+    clone = copy.copy(pool.free_queue)
+    order = list(pool.free_queue)
+    clone.popleft_n(2)
+    assert list(pool.free_queue) == order and len(clone) == 2
+
+
+def test_revived_block_in_the_middle_is_skipped():
+    # A prefix hit takes a cached block out of the middle of the free queue; allocating past
+    # that point must skip it and hand out the next blocks in eviction order.
+    pool = BlockPool(4, enable_caching=True)
+    a, b = pool.allocate_n(2)
+    pool.register(a, 11)
+    pool.decref(a), pool.decref(b)  # free queue: 2 3 a b
+    pool.incref(a)  # the hit revives a
+    assert list(pool.free_queue) == [2, 3, b] and a not in pool.free_queue
+    assert pool.allocate_n(3) == [2, 3, b]
+    assert pool.num_free == 0 and pool.num_evictions == 0 and pool.cached == {11: a}
+
+
+def test_release_of_a_free_block_raises_and_keeps_the_pool_consistent():
+    pool = BlockPool(3)
+    a, b = pool.allocate_n(2)
+    with pytest.raises(NegativeRefcount, match="block 2 is already free"):
+        pool.release([b, 2, a])
+    assert list(pool.free_queue) == [2, b] and pool.refcount == [1, 0, 0] and pool.num_refs == 1
