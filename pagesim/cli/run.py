@@ -49,16 +49,19 @@ def run(
     """Serve TRACE on the executor in wall-clock time, writing the simulator's metrics."""
     from rich.console import Console
 
-    from pagesim.workload.requests import build_requests
+    from dataclasses import asdict
+
+    from pagesim.workload.requests import WorkloadConfig
 
     check_arrival_flags(ctx, duration=duration)
     loaded_trace = load_trace_file(trace)
     check_run_size(rate or None, num_requests, duration)
     if duration is not None:
         num_requests = None
+    workload = WorkloadConfig(rate=rate or None, burstiness=burstiness, num_requests=num_requests, duration=duration,
+                              seed=seed, n=n, beam_width=beam_width, warmup_s=warmup)
     try:  # bad arrival settings fail here, before the model loads
-        requests, _ = build_requests(loaded_trace, rate=rate or None, burstiness=burstiness, num_requests=num_requests,
-                                     duration=duration, seed=seed, n=n, beam_width=beam_width)
+        requests, _ = workload.requests(loaded_trace)
     except ValueError as e:
         fail(str(e))
     check_workload(requests, warmup, duration)
@@ -73,8 +76,7 @@ def run(
     from executor.engine import EngineConfig
     from executor.run import RunConfig, run_trace
 
-    run_cfg = RunConfig(rate=rate or None, burstiness=burstiness, num_requests=num_requests, duration=duration,
-                        seed=seed, n=n, beam_width=beam_width, warmup_s=warmup)
+    run_cfg = RunConfig(**asdict(workload))  # the workload checked above, on the executor's clock default
     engine_cfg = EngineConfig(policy=policy.value, block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                               num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
