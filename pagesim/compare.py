@@ -243,14 +243,16 @@ def profile_round(lm, path: Path, clock: str, block_size: int, grid=None, comman
 
 
 def compare_repeated(lm, trace, specs: list[RunSpec], profile_path: str | None, repeat: int, out_dir: Path,
-                     reprofile: bool = False, profile_grid=None, run_progress=None, log=print
-                     ) -> tuple[list[RepeatedComparison], str]:
+                     reprofile: bool = False, profile_grid=None, run_progress=None, log=print,
+                     round1_profile: str | None = None) -> tuple[list[RepeatedComparison], str]:
     """`repeat` rounds; each round runs every spec once on the executor, in order (interleaved, so
     that slow drift of the machine hits every system alike). With reprofile, each round starts
     with a fresh profile (out_dir/profiles/round<r>.json) and the simulator uses the pooled one
     (pagesim.fidelity.pool_profiles: each shape's median over the rounds, out_dir/profiles/
     pooled.json), i.e. a profile measured over the same period as the runs; without, it uses
-    profile_path. run_progress(label, round) -> context manager giving a progress callback.
+    profile_path. round1_profile: with reprofile, a profile the caller has just measured (of the
+    same grid), used as round 1's instead of measuring again. run_progress(label, round) ->
+    context manager giving a progress callback.
     Returns the comparisons and the profile the simulator used."""
     from contextlib import nullcontext
 
@@ -267,7 +269,9 @@ def compare_repeated(lm, trace, specs: list[RunSpec], profile_path: str | None, 
     round_profiles = []
     settings0 = specs[0].settings
     for r in range(1, repeat + 1):
-        if reprofile:
+        if reprofile and r == 1 and round1_profile:
+            round_profiles.append(Path(round1_profile))
+        elif reprofile:
             started = time.perf_counter()
             round_profiles.append(profile_round(lm, out_dir / "profiles" / f"round{r}.json", settings0.clock,
                                                 settings0.block_size, profile_grid, command=f"compare --reprofile, round {r}"))
