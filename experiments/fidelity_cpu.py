@@ -98,11 +98,14 @@ def run_specs(trace, proto: Protocol, profile: str) -> tuple[list[RunSpec], dict
 
 
 def estimate_s(trace, specs: list[RunSpec], proto: Protocol, profile: str, profile_s: float) -> float:
-    """Seconds the protocol takes: each run's simulated busy time (the CPU clock skips idle gaps,
-    so the executor's wall time is its busy time) times the driver overhead, K times, plus a
-    profile per round."""
-    busy = sum(sum(s.duration for s in simulate(trace, spec.system, spec.settings, profile).metrics.steps)
-               for spec in specs)
+    """Seconds the protocol takes: each run's simulated time (busy time on the CPU clock, which
+    skips idle gaps; the whole run on the wall clock, which sleeps through them) times the driver
+    overhead, K times, plus a profile per round."""
+    busy = 0.0
+    for spec in specs:
+        result = simulate(trace, spec.system, spec.settings, profile)
+        busy += (sum(s.duration for s in result.metrics.steps) if spec.settings.clock == "cpu"
+                 else result.summary["duration_s"])
     return proto.repeat * (busy * DRIVER_OVERHEAD + (profile_s if proto.reprofile else 0)) + (
         0 if proto.reprofile else profile_s) + FIXED_S
 
