@@ -172,3 +172,26 @@ def test_compare_repeated_interleaves_rounds_and_pools_profiles(tiny_profile, tm
         assert tp["low"] <= tp["mean"] <= tp["high"]
         assert all(run["speed_vs_profile"] > 0 and run["speed_vs_round_profile"] > 0 for run in r.runs)
         assert (tmp_path / r.label / "executor" / "run2" / "step_shapes.csv").exists()
+
+
+def test_compare_cli_repeat_writes_bands(tiny_profile, tmp_path):
+    from typer.testing import CliRunner
+
+    from pagesim.cli import app
+
+    _, path, _ = tiny_profile
+    out = tmp_path / "rep"
+    args = ["compare", "traces/sharegpt.json", "--profile", str(path), "--model", "random:llama-tiny",
+            "--length-scale", "32", "--num-requests", "5", "--rate", "100", "--num-gpu-blocks", "10",
+            "--max-num-seqs", "8", "--system", "paged-recompute-chunked", "--n", "2", "--repeat", "2"]
+    result = CliRunner().invoke(app, args + ["--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "compare.json").read_text())
+    entry = data["systems"]["paged-recompute-chunked"]
+    assert [run["summary"]["run"]["n"] for run in entry["runs"]] == [2, 2]
+    assert all(run["summary"]["engine"]["chunked_prefill"] for run in entry["runs"])
+    assert entry["simulator"]["cost_model"]["profile"] == str(path)  # no --reprofile: the profile given
+    assert "95 % band" in (out / "compare.md").read_text() and "paged-recompute-chunked: headline metrics" in result.output
+    for extra, message in ((["--endpoint", "http://x"], "--endpoint"), ([], "need --out")):
+        bad = CliRunner().invoke(app, args + extra)
+        assert bad.exit_code == 2 and message in bad.output
