@@ -149,6 +149,11 @@ def compare(
                     "model": model, "device": device, "settings": vars(settings), **meta}
             write_results(results, staging, meta)
     print_table(results, Console(), title)
+    with_steps = [(r.system, r.step_fidelity) for r in results if r.step_fidelity]
+    if with_steps:
+        from pagesim.compare import step_fidelity_table
+
+        typer.echo(step_fidelity_table(with_steps))
     for r in results:
         ok = r.headline_within(tolerance)
         Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %")
