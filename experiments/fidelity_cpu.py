@@ -124,6 +124,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.repeat < 2:
         ap.error("--repeat must be at least 2 (a band needs two runs)")
+    if args.num_requests < 4:
+        ap.error("--num-requests must be at least 4 (the n=4 run gets half)")
     proto = Protocol.smoke() if args.smoke else Protocol.real(args.num_requests, args.repeat, not args.no_reprofile)
     command = "python experiments/fidelity_cpu.py" + (" " + shlex.join(argv) if argv else "")
     trace = scaled_trace(load_trace(ROOT / proto.trace), proto.length_scale)

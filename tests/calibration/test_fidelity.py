@@ -7,8 +7,9 @@ import pytest
 
 from pagesim.compare import CHUNKED_SYSTEMS, CompareSettings
 from pagesim.core.step import BatchShape
-from pagesim.fidelity import (SHAPE_COLUMNS, STEP_KINDS, T_975, band_row, mean_interval, pool_profiles,
-                              read_step_shapes, speed_vs_profile, step_errors, step_kind, write_step_shapes)
+from pagesim.fidelity import (SHAPE_COLUMNS, STEP_KINDS, band_row, mean_interval, pool_profiles,
+                              read_step_shapes, speed_vs_profile, step_errors, step_kind, t_quantile_975,
+                              write_step_shapes)
 from pagesim.sim.cost import ConstantCostModel
 
 PREFILL = BatchShape(num_prefill_tokens=8, num_prefill_seqs=1, prefill_attn_pairs=36)
@@ -92,9 +93,9 @@ def _t_cdf(x: float, df: int, n: int = 20000) -> float:
     return 0.5 + s * h / 3
 
 
-@pytest.mark.parametrize("df", [1, 2, 4, 9, 30])
+@pytest.mark.parametrize("df", [1, 2, 4, 9, 30, 31, 60, 200])
 def test_t_table_is_the_975_quantile(df):
-    assert _t_cdf(T_975[df - 1], df) == pytest.approx(0.975, abs=2e-5)
+    assert _t_cdf(t_quantile_975(df), df) == pytest.approx(0.975, abs=2e-5)
 
 
 def test_mean_interval_and_band_rows():
