@@ -301,6 +301,8 @@ def compare_repeated(lm, trace, specs: list[RunSpec], profile_path: str | None, 
     for spec in specs:
         cost = sim_cost_model(spec.settings, used)
         sim = simulate(trace, spec.system, spec.settings, used)
+        if reprofile:  # name the pooled profile relative to the results, not where they were staged
+            sim.summary["cost_model"]["profile"] = str(Path(used).relative_to(out_dir))
         sim.metrics.write(out_dir / spec.label / "simulator", sim.summary)
         for run, step_log in zip(runs[spec.label], shapes[spec.label]):
             run["speed_vs_profile"] = speed_vs_profile(step_log, cost)

@@ -165,7 +165,7 @@ def test_compare_repeated_interleaves_rounds_and_pools_profiles(tiny_profile, tm
     for r in results:
         assert [run["round"] for run in r.runs] == [1, 2]
         assert r.step_fidelity["all"]["count"] == sum(run["summary"]["num_steps"] for run in r.runs)
-        assert r.simulator["cost_model"]["profile"] == used
+        assert r.simulator["cost_model"]["profile"] == "profiles/pooled.json"
         tp = next(b for b in r.bands if b["key"] == "request_throughput")
         values = [run["summary"]["request_throughput"] for run in r.runs]
         assert tp["executor_values"] == values and tp["mean"] == pytest.approx(sum(values) / 2)
