@@ -117,8 +117,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="executor runs per system (K, >= 2)")
     ap.add_argument("--num-requests", type=int, default=80, help="requests per run")
     ap.add_argument("--no-reprofile", action="store_true", help="profile once before the rounds, not before each")
-    ap.add_argument("--estimate", action="store_true", help="print the estimated time (from the committed profile) "
-                    "and exit")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated time and exit (no executor runs)")
+    ap.add_argument("--estimate-profile", default=str(COMMITTED_PROFILE), help="with --estimate: the profile that "
+                    "times the runs (a fresh `pagesim profile` of this machine estimates best)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "fidelity_cpu.md"))
     ap.add_argument("--data-dir", default=str(ROOT / "reports" / "fidelity"))
     args = ap.parse_args(argv)
@@ -131,11 +132,12 @@ def main(argv=None) -> int:
     trace = scaled_trace(load_trace(ROOT / proto.trace), proto.length_scale)
 
     if args.estimate:
-        specs, _ = run_specs(trace, proto, str(COMMITTED_PROFILE))
-        prof_s = json.loads(COMMITTED_PROFILE.read_text())["profile_wall_s"]
-        est = estimate_s(trace, specs, proto, str(COMMITTED_PROFILE), prof_s)
+        profile = Path(args.estimate_profile)
+        specs, _ = run_specs(trace, proto, str(profile))
+        prof_s = json.loads(profile.read_text())["profile_wall_s"]
+        est = estimate_s(trace, specs, proto, str(profile), prof_s)
         print(f"estimate: {est / 60:.1f} min for K={proto.repeat} x {len(specs)} runs of {proto.num_requests} requests"
-              f"{' with a profile per round' if proto.reprofile else ''} (from {COMMITTED_PROFILE.name})")
+              f"{' with a profile per round' if proto.reprofile else ''} (timed by {profile})")
         return 0
     return run(proto, args, command, trace)
 
