@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny random model, K=2, 6 requests (seconds; tests)")
     ap.add_argument("--repeat", type=int, default=5, help="executor runs per system (K, >= 2)")
-    ap.add_argument("--num-requests", type=int, default=80, help="requests per run")
+    ap.add_argument("--num-requests", type=int, default=120, help="requests per run (the n=4 run: half)")
     ap.add_argument("--no-reprofile", action="store_true", help="profile once before the rounds, not before each")
     ap.add_argument("--estimate", action="store_true", help="print the estimated time and exit (no executor runs)")
     ap.add_argument("--estimate-profile", default=str(COMMITTED_PROFILE), help="with --estimate: the profile that "
