@@ -53,6 +53,8 @@ COMMITTED_PROFILE = ROOT / "reports" / "profiles" / "smollm2_cpu.json"  # for --
 # report's 200-request runs took 2.4 min of wall time for 130 s of step time: 1.11)
 DRIVER_OVERHEAD = 1.15
 FIXED_S = 60  # model load, the simulations, the fits
+# a profile's wall time beyond its "profile_wall_s" (engine set-up, warm-up; measured: 85 s for 64 s)
+PROFILE_EXTRA_S = 20
 
 
 @dataclass
@@ -134,7 +136,7 @@ def main(argv=None) -> int:
     if args.estimate:
         profile = Path(args.estimate_profile)
         specs, _ = run_specs(trace, proto, str(profile))
-        prof_s = json.loads(profile.read_text())["profile_wall_s"]
+        prof_s = json.loads(profile.read_text())["profile_wall_s"] + PROFILE_EXTRA_S
         est = estimate_s(trace, specs, proto, str(profile), prof_s)
         print(f"estimate: {est / 60:.1f} min for K={proto.repeat} x {len(specs)} runs of {proto.num_requests} requests"
               f"{' with a profile per round' if proto.reprofile else ''} (timed by {profile})")
