@@ -43,7 +43,7 @@ def compare(
     n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples of every request (default: "
                                     "the trace's own)"),
     repeat: int = typer.Option(1, parser=POSITIVE_INT, help="executor runs per system, in rounds (round r runs every "
-                               "system once); with 2 or more, the report gives the executor's mean and 95 %% band"),
+                               "system once); with 2 or more, the report gives the executor's mean and 95 % band"),
     reprofile: bool = typer.Option(False, help="profile the executor again before each round; the simulator then uses "
                                    "the rounds' pooled profile (written to OUT/profiles/)"),
     profile_grid: str = typer.Option("default", help="with --reprofile: the profile grid, default or tiny (tests)"),
