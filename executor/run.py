@@ -54,8 +54,10 @@ def trace_requests(trace: Trace, run_cfg: RunConfig) -> tuple[list[Request], lis
     return run_cfg.requests(trace)
 
 
-def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: RunConfig, progress=None):
-    """Returns (summary dict, MetricsRecorder)."""
+def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: RunConfig, progress=None,
+              step_shapes: list | None = None):
+    """Returns (summary dict, MetricsRecorder). With step_shapes (a list), appends each step's
+    (BatchShape, measured seconds) to it: the step log a cost model is checked against."""
     requests, notes = trace_requests(trace, run_cfg)
     engine = LLMEngine(lm, engine_cfg)
     metrics = MetricsRecorder(engine_cfg.num_gpu_blocks, run_cfg.warmup_s)
@@ -91,6 +93,8 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
         stats = engine.step(clock)
         ended = clock()
         metrics.record_step(stats.out, ended, ended - began, engine.scheduler)  # first: it holds their last token times
+        if step_shapes is not None:
+            step_shapes.append((stats.shape, ended - began))
         for group in stats.finished:
             record(group)
     summary = metrics.summary(

@@ -13,9 +13,10 @@ Writes the markdown report and a .json beside it (same stem) with the raw number
   2. bandwidth    device-copy ceiling, paged decode vs. SDPA on gathered K/V, cache ops.
   3. end_to_end   LLMEngine on ShareGPT requests vs. transformers generate() on the same weights.
   4. profile      engine step times on a small grid of iteration shapes.
-  5. calibration  executor/profiler.py's grid -> a profile file beside the report -> the simulator's
-                  `profiled` cost model -> `pagesim compare` (pagesim.compare) on ShareGPT for paged +
-                  recompute, paged + swap and Orca (Oracle): relative errors and a figure.
+  5. calibration  experiments/fidelity_cpu.py's protocol with a smaller K: executor/profiler.py's grid
+                  -> the simulator's `profiled` cost model -> pagesim.compare.compare_repeated on ShareGPT
+                  for paged + recompute, paged + swap, Orca (Oracle), chunked prefill and n=4, in
+                  interleaved re-profiled rounds: step-level error and the executor's 95 % bands.
 
 Each section is caught on its own: a failure is recorded (with its traceback) and the next one
 runs. The report is rewritten after every section, so a run killed from outside still leaves what
@@ -89,9 +90,9 @@ def shapes(mode: str) -> dict:
                     cb_layers=32, cb_pairs=256, warmup=3, reps=10),
             model="llama-2-7b", num_requests=500, length_scale=1, hf_batch=32, max_num_seqs=256,
             profile=dict(prefill=[128, 512, 2048], decode_batch=[1, 16, 64], decode_ctx=512, reps=5),
-            calibration=dict(grid="gpu", clock="wall", sim_model="llama-2-7b", length_scale=1, num_requests=200,
+            calibration=dict(grid="gpu", clock="wall", sim_model="llama-2-7b", length_scale=1, num_requests=100,
                              num_gpu_blocks=1024, num_cpu_blocks=2048, max_num_seqs=256, max_num_batched_tokens=2560,
-                             max_model_len=2048, load=0.9),
+                             max_model_len=2048, repeat=3),
             budget_s=590, engine_cap_s=200, hf_cap_s=100,
         )
     if mode == "cpu":
@@ -110,7 +111,7 @@ def shapes(mode: str) -> dict:
             profile=dict(prefill=[128, 512, 2048], decode_batch=[1, 16, 64], decode_ctx=512, reps=2),
             calibration=dict(grid="tiny", clock="cpu", sim_model="smollm2-135m", length_scale=16, num_requests=24,
                              num_gpu_blocks=24, num_cpu_blocks=64, max_num_seqs=16, max_num_batched_tokens=512,
-                             max_model_len=512, load=0.9),
+                             max_model_len=512, repeat=2),
             budget_s=360, engine_cap_s=60, hf_cap_s=60,
         )
     # cpu-tiny
@@ -124,7 +125,7 @@ def shapes(mode: str) -> dict:
         profile=dict(prefill=[128, 512, 2048], decode_batch=[1, 16, 64], decode_ctx=128, reps=2),
         calibration=dict(grid="tiny", clock="cpu", sim_model="smollm2-135m", length_scale=32, num_requests=8,
                          num_gpu_blocks=12, num_cpu_blocks=32, max_num_seqs=8, max_num_batched_tokens=256,
-                         max_model_len=256, load=0.9),
+                         max_model_len=256, repeat=2),
         budget_s=150, engine_cap_s=20, hf_cap_s=20,
     )
 
@@ -768,12 +769,17 @@ def section_profile(ctx: Ctx, sec: dict) -> None:
 # ------------------------------------------------------------------------------------- 5. calibration
 
 def section_calibration(ctx: Ctx, sec: dict) -> None:
-    """The calibration pipeline of docs/calibration.md on this device: profile the section 3 model
-    (executor.profiler), fit the `profiled` cost model, then serve the same ShareGPT requests on the
-    executor and in the simulator (pagesim.compare) at a rate near the simulated capacity."""
-    from executor.profiler import ProfileGrid, profile_engine
-    from pagesim.compare import CompareSettings, compare as compare_runs, plot, scaled_trace, simulate
-    from pagesim.sim.cost.profiled import ProfiledCostModel, load_profile
+    """The fidelity protocol of experiments/fidelity_cpu.py on this device, with a smaller K: profile
+    the section 3 model (executor.profiler), the five runs (paged + recompute, paged + swap, Orca
+    (Oracle), chunked prefill, n=4) near the simulated capacity, K interleaved rounds (re-profiled),
+    the simulator on the pooled profile; step-level error and the executor's 95 % bands. K shrinks
+    (to 2 at least) to fit the time left, from the simulated run times."""
+    from dataclasses import replace
+
+    from executor.profiler import ProfileGrid
+    from experiments.fidelity_cpu import Protocol, estimate_s, run_specs
+    from pagesim.compare import CompareSettings, compare_repeated, profile_round, scaled_trace, write_repeated_results
+    from pagesim.sim.cost.profiled import ProfiledCostModel
     from pagesim.workload.trace import load_trace
 
     if ctx.lm is None:
@@ -781,43 +787,59 @@ def section_calibration(ctx: Ctx, sec: dict) -> None:
     C = ctx.S["calibration"]
     grid = {"gpu": ProfileGrid.gpu, "tiny": ProfileGrid.tiny, "default": ProfileGrid}[C["grid"]]()
     out = ctx.report.md_path
-    profile_path = out.with_name(out.stem + "_profile.json")
-    data = profile_engine(ctx.lm, grid, clock=C["clock"], model_spec=ctx.S["model"], command=ctx.report.meta["command"])
-    profile_path.write_text(json.dumps(data, indent=1) + "\n")
-    fit = ProfiledCostModel.from_profile(load_profile(profile_path)).describe()
-    sec["data"]["profile"] = str(profile_path)
+    data_dir = out.with_name(out.stem + "_fidelity")
+    started = time.perf_counter()
+    first = profile_round(ctx.lm, data_dir / "profiles" / "round1.json", C["clock"], 16, grid,
+                          command=ctx.report.meta["command"])
+    profile_s = time.perf_counter() - started
+    fit = ProfiledCostModel.from_profile(first).describe()
+    sec["data"]["profile"] = str(first)
     sec["data"]["fit"] = {k: fit[k] for k in ("coefficients", "train_error", "held_out_error", "swap_error", "copy_error")}
     held = fit["held_out_error"]
-    sec["notes"].append(f"profile: {len(data['steps'])} step shapes ({C['clock']} clock), {data['profile_wall_s']} s, "
-                        f"written to {profile_path.name}; fit error on held-out shapes: mean "
-                        f"{held['mean_abs'] * 100:.1f} %, max {held['max_abs'] * 100:.1f} %.")
+    sec["notes"].append(f"profile: {C['clock']} clock, {profile_s:.0f} s, written to {data_dir.name}/profiles/; fit "
+                        f"error on held-out shapes: mean {held['mean_abs'] * 100:.1f} %, max {held['max_abs'] * 100:.1f} %.")
     trace = scaled_trace(load_trace(ROOT / "traces" / "sharegpt.json"), C["length_scale"])
-    settings = CompareSettings(rate=1000.0, num_requests=C["num_requests"], num_gpu_blocks=C["num_gpu_blocks"],
-                               num_cpu_blocks=C["num_cpu_blocks"], max_num_seqs=C["max_num_seqs"],
-                               max_num_batched_tokens=C["max_num_batched_tokens"], max_model_len=C["max_model_len"],
-                               clock=C["clock"], sim_model=C["sim_model"])
-    # near saturation: a fraction of the simulated capacity of paged + recompute (all requests at once)
-    capacity = simulate(trace, "paged-recompute", settings, str(profile_path)).summary["request_throughput"]
-    settings.rate = round(C["load"] * capacity, 3)
-    sec["notes"].append(f"{C['num_requests']} ShareGPT requests (lengths / {C['length_scale']}), Poisson at "
-                        f"{settings.rate} req/s = {C['load']} x the simulated capacity ({capacity:.3f} req/s); pool "
-                        f"{C['num_gpu_blocks']} blocks, host {C['num_cpu_blocks']}, max_num_seqs {C['max_num_seqs']}.")
-    rows, results = [], []
-    for system in ("paged-recompute", "paged-swap", "orca-oracle"):
-        if ctx.deadline.remaining() < 5:
-            sec["notes"].append(f"{system}: skipped, out of time")
-            continue
-        r = compare_runs(ctx.lm, trace, system, settings, str(profile_path))
-        results.append(r)
-        for row in r.rows:
-            rows.append(dict(system=system, metric=row["label"], executor=row["executor"], simulator=row["simulator"],
-                             rel_error="-" if row["rel_error"] is None else f"{row['rel_error'] * 100:+.1f} %"))
-        sec["data"][system] = {"rows": r.rows}
-    if results:
-        fig = out.with_name(out.stem + "_compare.png")
-        plot(results, fig, f"{ctx.S['model']} on {ctx.report.meta['device_name']}")
-        sec["notes"].append(f"figure: {fig.name} (running requests and KV usage over time, both drivers).")
-    sec["tables"].append(dict(title=None, columns=["system", "metric", "executor", "simulator", "rel_error"], rows=rows))
+    proto = Protocol(ctx.S["model"], "traces/sharegpt.json", C["length_scale"], C["num_requests"], C["repeat"], True,
+                     C["grid"], CompareSettings(num_requests=C["num_requests"], num_gpu_blocks=C["num_gpu_blocks"],
+                                                num_cpu_blocks=C["num_cpu_blocks"], max_num_seqs=C["max_num_seqs"],
+                                                max_num_batched_tokens=C["max_num_batched_tokens"],
+                                                max_model_len=C["max_model_len"], clock=C["clock"],
+                                                sim_model=C["sim_model"]))
+    specs, caps = run_specs(trace, proto, str(first))
+    repeat = C["repeat"]
+    while repeat > 2 and estimate_s(trace, specs, replace(proto, repeat=repeat), str(first), profile_s) > \
+            ctx.deadline.remaining():
+        repeat -= 1
+    estimate = estimate_s(trace, specs, replace(proto, repeat=repeat), str(first), profile_s)
+    sec["data"].update(repeat=repeat, estimate_s=round(estimate, 1), capacities=caps)
+    sec["notes"].append(f"{C['num_requests']} ShareGPT requests (lengths / {C['length_scale']}; the n=4 run "
+                        f"{specs[-1].settings.num_requests}), Poisson at 0.9 x the simulated capacity: "
+                        + ", ".join(f"{sp.label} {sp.settings.rate} req/s" for sp in specs)
+                        + f"; pool {C['num_gpu_blocks']} blocks, host {C['num_cpu_blocks']}; K = {repeat} rounds "
+                        f"(asked {C['repeat']}), estimated {estimate:.0f} s.")
+    if estimate > ctx.deadline.remaining():
+        sec["notes"].append(f"skipped: K = 2 needs about {estimate:.0f} s, {ctx.deadline.remaining():.0f} s left")
+        return
+    results, used = compare_repeated(ctx.lm, trace, specs, None, repeat, data_dir, reprofile=True, profile_grid=grid,
+                                     round1_profile=str(first), log=lambda msg: print(f"[gpu_check] {msg}", flush=True))
+    write_repeated_results(results, data_dir, {"command": ctx.report.meta["command"], "capacities": caps,
+                                               "simulator_profile": used, "repeat": repeat})
+    sec["notes"].append(f"data: {data_dir.name}/ (compare.json, compare.md, every run's step_shapes.csv); the simulator "
+                        "used the rounds' pooled profile.")
+    step_rows, band_rows = [], []
+    for r in results:
+        for kind, e in r.step_fidelity.items():
+            step_rows.append(dict(system=r.label, step_kind=kind, steps=e["count"],
+                                  median_abs=e["median_abs"], p90_abs=e["p90_abs"], bias=e["bias"]))
+        for b in r.bands:
+            band_rows.append(dict(system=r.label, metric=b["label"], executor_mean=b["mean"], low=b["low"],
+                                  high=b["high"], simulator=b["simulator"],
+                                  target="-" if b["target_met"] is None else ("met" if b["target_met"] else "missed")))
+        sec["data"][r.label] = {"bands": r.bands, "step_fidelity": r.step_fidelity,
+                                "speed_vs_profile": [run["speed_vs_profile"] for run in r.runs]}
+    sec["tables"].append(dict(title="step-level error (all runs pooled)", columns=list(step_rows[0]), rows=step_rows))
+    sec["tables"].append(dict(title="executor mean and 95 % band vs simulator", columns=list(band_rows[0]),
+                              rows=band_rows))
 
 
 # ------------------------------------------------------------------------------------- paper figures

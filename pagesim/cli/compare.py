@@ -37,8 +37,16 @@ def compare(
     dtype: Optional[str] = typer.Option(None, parser=dtype_name, help="float32, float16 or bfloat16 (default: the loader's)"),
     policy: Policy = typer.Option(Policy.paged, help="KV cache system (when --system is not given)"),
     preemption: Preemption = typer.Option(Preemption.recompute, help="preemption mode (when --system is not given)"),
-    system: Optional[List[str]] = typer.Option(None, help="repeatable: paged-recompute, paged-swap, paged-auto, "
-                                               "orca-oracle, orca-pow2, orca-max, static (one model load for all)"),
+    system: Optional[List[str]] = typer.Option(None, help="repeatable: paged-recompute, paged-recompute-chunked "
+                                               "(chunked prefill), paged-swap, paged-auto, orca-oracle, orca-pow2, "
+                                               "orca-max, static (one model load for all)"),
+    n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples of every request (default: "
+                                    "the trace's own)"),
+    repeat: int = typer.Option(1, parser=POSITIVE_INT, help="executor runs per system, in rounds (round r runs every "
+                               "system once); with 2 or more, the report gives the executor's mean and 95 % band"),
+    reprofile: bool = typer.Option(False, help="profile the executor again before each round; the simulator then uses "
+                                   "the rounds' pooled profile (written to OUT/profiles/)"),
+    profile_grid: str = typer.Option("default", help="with --reprofile: the profile grid, default or tiny (tests)"),
     rate: float = typer.Option(1.0, parser=POSITIVE, help="Poisson arrival rate in req/s"),
     length_scale: float = typer.Option(1.0, parser=POSITIVE, help="divide every prompt and output length by this "
                                        "(CPU-sized runs)"),
@@ -67,14 +75,23 @@ def compare(
     if system:
         systems = list(system)
     else:
-        named = [n for n, pp in _systems().items() if pp == (policy.value, preemption.value)]
+        from pagesim.compare import CHUNKED_SYSTEMS
+
+        named = [name for name, pp in _systems().items()
+                 if pp == (policy.value, preemption.value) and name not in CHUNKED_SYSTEMS]
         if not named:
             fail(f"--policy {policy.value} has no preemption mode {preemption.value!r} here (the Orca baselines and "
                  "static recompute); use --system")
         systems = named
     clock = clock or ("wall" if device.startswith("cuda") else "cpu")
-    if profile is None and endpoint is None:
-        fail("--profile is required (or --endpoint, to compare with a running server)")
+    if profile is None and endpoint is None and not reprofile:
+        fail("--profile is required (or --reprofile, or --endpoint to compare with a running server)")
+    if endpoint is not None and (repeat > 1 or reprofile):
+        fail("--repeat and --reprofile measure the in-process executor; they do not apply with --endpoint")
+    if (repeat > 1 or reprofile) and out is None:
+        fail("--repeat and --reprofile need --out (each run's metrics and step log are written there)")
+    if profile_grid not in ("default", "tiny"):
+        fail(f"--profile-grid must be default or tiny, got {profile_grid!r}")
     try:
         for name in systems:
             parse_system(name)
@@ -90,9 +107,13 @@ def compare(
     settings = CompareSettings(rate=rate, num_requests=num_requests, seed=seed, block_size=block_size,
                                num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, clock=clock,
-                               sim_model=sim_model, gpu=gpu,
-                               cost_model=cost_model or ("profiled" if profile is not None else "roofline"))
+                               sim_model=sim_model, gpu=gpu, n=n,
+                               cost_model=cost_model or ("profiled" if profile is not None or reprofile else "roofline"))
     console = Console(stderr=True)
+    if repeat > 1 or reprofile:
+        _repeated(model, device, dtype, loaded_trace, settings, systems, profile, repeat, reprofile, profile_grid,
+                  length_scale, out, console, tolerance)
+        return
     if endpoint is not None:  # the measured side is a running server, reached over HTTP
         from pagesim.bench.client import BenchError
         from pagesim.compare import compare_served
@@ -128,6 +149,11 @@ def compare(
                     "model": model, "device": device, "settings": vars(settings), **meta}
             write_results(results, staging, meta)
     print_table(results, Console(), title)
+    with_steps = [(r.system, r.step_fidelity) for r in results if r.step_fidelity]
+    if with_steps:
+        from pagesim.compare import step_fidelity_table
+
+        typer.echo(step_fidelity_table(with_steps))
     for r in results:
         ok = r.headline_within(tolerance)
         Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %")
@@ -160,3 +186,43 @@ def _systems() -> dict:
     from pagesim.compare import SYSTEMS
 
     return SYSTEMS
+
+
+def _repeated(model, device, dtype, loaded_trace, settings, systems, profile, repeat, reprofile, profile_grid,
+              length_scale, out, console, tolerance) -> None:
+    """--repeat K / --reprofile: K interleaved rounds of executor runs, one model load."""
+    from rich.console import Console
+
+    from pagesim.compare import RunSpec, compare_repeated, repeated_markdown, write_repeated_results
+    from pagesim.results import results_folder
+    from pagesim.sim.cost.profiled import ProfileError
+
+    lm = load_executor_model(model, device, dtype, console, one_thread=True)  # one thread, as the profile was measured
+    check_cache_fits(lm, settings.block_size, settings.num_gpu_blocks, settings.num_cpu_blocks)
+    specs = [RunSpec(name, name, settings) for name in systems]
+    grid = None
+    if profile_grid == "tiny":
+        from executor.profiler import ProfileGrid
+
+        grid = ProfileGrid.tiny()
+
+    def run_progress(label, rnd):
+        return progress_bar(f"{label} {rnd}/{repeat}", "requests", settings.num_requests, console)
+
+    with results_folder(out) as staging:
+        try:
+            results, used = compare_repeated(lm, loaded_trace, specs, str(profile) if profile else None, repeat, staging,
+                                             reprofile=reprofile, profile_grid=grid, run_progress=run_progress,
+                                             log=lambda msg: console.print(msg))
+        except (ValueError, ProfileError) as e:
+            fail(str(e))
+        meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "profile": str(profile) if profile else None,
+                "simulator_profile": str(Path(out) / Path(used).relative_to(staging)) if reprofile else used,
+                "model": model, "device": device, "repeat": repeat, "reprofile": reprofile,
+                "length_scale": length_scale, "settings": vars(settings)}
+        write_repeated_results(results, staging, meta)
+    typer.echo(repeated_markdown(results))
+    for r in results:
+        Console().print(f"{r.label}: headline metrics {'meet' if r.headline_met() else 'do NOT meet'} the target "
+                        f"(inside the executor's 95 % band or within {tolerance * 100:.0f} % of its mean)")
+    Console().print(f"wrote {out}/compare.json, compare.md")

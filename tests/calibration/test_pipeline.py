@@ -98,7 +98,9 @@ def test_compare_cli_writes_table_json_and_figure(tiny_profile, tmp_path):
     data = json.loads((out / "compare.json").read_text())
     assert set(data["systems"]) == {"paged-recompute", "orca-oracle"}
     table = (out / "compare.md").read_text()
-    assert table.count("| paged-recompute |") == len(METRICS) and "**request throughput" in table
+    # the metrics' rows, then the step-level error by kind (5 kinds and "all")
+    assert table.count("| paged-recompute |") == len(METRICS) + 6 and "**request throughput" in table
+    assert "| paged-recompute | with swap |" in table and data["systems"]["orca-oracle"]["step_fidelity"]["all"]["count"]
     assert (out / "compare.png").stat().st_size > 10_000
     bad = CliRunner().invoke(app, ["compare", "traces/alpaca.json", "--profile", str(tmp_path / "none.json")])
     assert bad.exit_code == 2 and "no such profile" in bad.output
@@ -114,3 +116,82 @@ def test_cpu_clock_skips_idle_gaps_and_counts_work():
     assert clock() > t
     with pytest.raises(ValueError, match="clock"):
         RunClock("sundial")
+
+
+def test_compare_writes_the_step_log_the_metrics_saw(tiny_profile, tmp_path):
+    from pagesim.fidelity import read_step_shapes
+    from pagesim.workload.trace import load_trace
+
+    lm, path, _ = tiny_profile
+    settings = CompareSettings(rate=200.0, num_requests=8, num_gpu_blocks=12, num_cpu_blocks=32, max_num_seqs=8,
+                               max_num_batched_tokens=256, max_model_len=256, clock="cpu", n=2)
+    result = compare(lm, load_trace("traces/alpaca.json"), "paged-swap", settings, str(path), out_dir=tmp_path)
+    shapes = read_step_shapes(tmp_path / "paged-swap" / "executor" / "step_shapes.csv")
+    with open(tmp_path / "paged-swap" / "executor" / "steps.csv") as f:
+        steps = list(csv.DictReader(f))
+    # one row per recorded step, with the same duration and token counts as the metrics' steps.csv
+    assert len(shapes) == len(steps) == result.executor["num_steps"] > 0
+    for (shape, seconds), step in zip(shapes, steps):
+        assert seconds == float(step["duration"])
+        assert shape.num_prefill_tokens == int(step["num_prefill_tokens"])
+        assert shape.num_decode_seqs == int(step["num_decode_seqs"])
+        assert shape.num_copy_blocks == int(step["blocks_copied"])
+        assert shape.num_swap_blocks == int(step["blocks_swapped_in"]) + int(step["blocks_swapped_out"])
+    assert result.step_fidelity["all"]["count"] == len(shapes)
+    assert any(s.num_copy_blocks for s, _ in shapes)  # n=2 reached the executor: forks copy on write
+
+
+def test_compare_repeated_interleaves_rounds_and_pools_profiles(tiny_profile, tmp_path):
+    from executor.profiler import ProfileGrid
+    from pagesim.compare import RunSpec, compare_repeated
+    from pagesim.workload.trace import load_trace
+
+    lm, _, _ = tiny_profile
+    settings = CompareSettings(rate=200.0, num_requests=5, num_gpu_blocks=12, num_cpu_blocks=32, max_num_seqs=8,
+                               max_num_batched_tokens=256, max_model_len=256, clock="cpu")
+    specs = [RunSpec("a", "paged-recompute", settings), RunSpec("b", "orca-oracle", settings)]
+    grid = ProfileGrid.tiny()
+    grid.prefill, grid.decode = grid.prefill[:6], grid.decode[:8]  # the fit's minimum: faster
+    messages = []
+    results, used = compare_repeated(lm, load_trace("traces/alpaca.json"), specs, None, 2, tmp_path, reprofile=True,
+                                     profile_grid=grid, log=messages.append)
+    order = [m.split(" in ")[0] for m in messages]
+    assert order == ["round 1: profiled", "round 1: a", "round 1: b", "round 2: profiled", "round 2: a", "round 2: b"]
+    assert used == str(tmp_path / "profiles" / "pooled.json")
+    pooled = json.loads((tmp_path / "profiles" / "pooled.json").read_text())
+    rounds = [json.loads((tmp_path / "profiles" / f"round{r}.json").read_text()) for r in (1, 2)]
+    for i, rec in enumerate(pooled["steps"]):  # the median of two is their mean
+        assert rec["seconds"] == pytest.approx((rounds[0]["steps"][i]["seconds"] + rounds[1]["steps"][i]["seconds"]) / 2)
+    for r in results:
+        assert [run["round"] for run in r.runs] == [1, 2]
+        assert r.step_fidelity["all"]["count"] == sum(run["summary"]["num_steps"] for run in r.runs)
+        assert r.simulator["cost_model"]["profile"] == "profiles/pooled.json"
+        tp = next(b for b in r.bands if b["key"] == "request_throughput")
+        values = [run["summary"]["request_throughput"] for run in r.runs]
+        assert tp["executor_values"] == values and tp["mean"] == pytest.approx(sum(values) / 2)
+        assert tp["low"] <= tp["mean"] <= tp["high"]
+        assert all(run["speed_vs_profile"] > 0 and run["speed_vs_round_profile"] > 0 for run in r.runs)
+        assert (tmp_path / r.label / "executor" / "run2" / "step_shapes.csv").exists()
+
+
+def test_compare_cli_repeat_writes_bands(tiny_profile, tmp_path):
+    from typer.testing import CliRunner
+
+    from pagesim.cli import app
+
+    _, path, _ = tiny_profile
+    out = tmp_path / "rep"
+    args = ["compare", "traces/sharegpt.json", "--profile", str(path), "--model", "random:llama-tiny",
+            "--length-scale", "32", "--num-requests", "5", "--rate", "100", "--num-gpu-blocks", "10",
+            "--max-num-seqs", "8", "--system", "paged-recompute-chunked", "--n", "2", "--repeat", "2"]
+    result = CliRunner().invoke(app, args + ["--out", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "compare.json").read_text())
+    entry = data["systems"]["paged-recompute-chunked"]
+    assert [run["summary"]["run"]["n"] for run in entry["runs"]] == [2, 2]
+    assert all(run["summary"]["engine"]["chunked_prefill"] for run in entry["runs"])
+    assert entry["simulator"]["cost_model"]["profile"] == str(path)  # no --reprofile: the profile given
+    assert "95 % band" in (out / "compare.md").read_text() and "paged-recompute-chunked: headline metrics" in result.output
+    for extra, message in ((["--endpoint", "http://x"], "--endpoint"), ([], "need --out")):
+        bad = CliRunner().invoke(app, args + extra)
+        assert bad.exit_code == 2 and message in bad.output

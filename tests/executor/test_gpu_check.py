@@ -109,3 +109,17 @@ def test_profile_numbers(run):
         ("prefill", 128), ("prefill", 512), ("prefill", 2048), ("decode", 1), ("decode", 16), ("decode", 64)]
     for s in shapes:
         assert _positive(s["median_ms"]) and s["step_s"] and all(_positive(t) for t in s["step_s"]), s
+
+
+def test_calibration_runs_the_repeated_protocol(run):
+    from experiments.fidelity_cpu import RUNS
+
+    _, out, data = run
+    cal = data["sections"]["calibration"]["data"]
+    assert cal["repeat"] == 2
+    for label, _, _ in RUNS:
+        assert len(cal[label]["speed_vs_profile"]) == 2
+        assert [b["runs"] for b in cal[label]["bands"]] == [2] * len(cal[label]["bands"])
+        assert cal[label]["step_fidelity"]["all"]["count"] > 0
+    saved = json.loads((out.with_name(out.stem + "_fidelity") / "compare.json").read_text())
+    assert sorted(saved["systems"]) == sorted(label for label, _, _ in RUNS)
