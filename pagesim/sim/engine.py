@@ -139,7 +139,7 @@ class Replay:
                 yield self.idle
                 continue
             plan = plan_decode(scheduler, MAX_DECODE_RUN) if self.fast_forward else None
-            if plan is not None and plan.num_steps >= 2:
+            if plan is not None:
                 yield from self._decode_run(env, plan)
                 continue
             out = scheduler.schedule(env.now)
@@ -189,7 +189,6 @@ class Replay:
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
-        request_ids = [group.request.request_id for group in scheduler.running]
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, now, plan)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
@@ -200,7 +199,7 @@ class Replay:
         # queues change only at the run's last step (an arrival during it, or a finish)
         self.metrics.record_decode_run(ends, durations, num_seqs, run.kv_blocks_used, swapped,
                                        (running, waiting_before), (len(scheduler.running), len(scheduler.waiting)),
-                                       (shared_before, kv.num_logical_blocks - kv.num_used_blocks), request_ids)
+                                       (shared_before, kv.num_logical_blocks - kv.num_used_blocks), plan.request_ids)
         for group in run.finished:
             self._done(group)
         self._maybe_sample_waste(env.now)
