@@ -212,6 +212,11 @@ class StepLog:
         total = self.total_blocks
         return map(truediv, self.kv_blocks_used, repeat(total)) if total else repeat(0.0, len(self.time))
 
+    def utilization_array(self) -> np.ndarray:
+        """utilization() as an array: the same quotients (blocks and pool size are exact in float64)."""
+        used = np.frombuffer(self.kv_blocks_used, dtype=np.int32)
+        return used / self.total_blocks if self.total_blocks else np.zeros(len(used))
+
     def records(self):
         """StepRecords, built on demand."""
         held = zip(*(self.held_column(name) for name in HELD_FIELDS))
@@ -318,15 +323,15 @@ class MetricsRecorder:
         step_time = sum(durations)
         # memory saving: time integrals over steps (each step's state weighted by its duration)
         # of blocks saved by sharing and of blocks needed without it
-        logical_time = sum(map(mul, log.kv_blocks_logical, durations))
-        saved_time = logical_time - sum(map(mul, log.kv_blocks_used, durations))
+        logical_time = _sum_of_products(log.kv_blocks_logical, durations)
+        saved_time = logical_time - _sum_of_products(log.kv_blocks_used, durations)
         queried = self.prefix_blocks_queried
         summary = summarize_requests(self.requests, self.warmup_s)
         total = self.num_kv_blocks
         summary.update({
             "num_steps": num_steps,
             "mean_batched_requests": log.held_sum("num_running_requests") / num_steps if num_steps else None,
-            "mean_kv_utilization": (sum(map(mul, log.utilization(), durations)) / step_time) if step_time else 0.0,
+            "mean_kv_utilization": (_sum_of_products(log.utilization_array(), durations) / step_time) if step_time else 0.0,
             # dividing by the pool size keeps the order, so the peak is the peak of blocks used
             "peak_kv_utilization": max(log.kv_blocks_used) / total if total and num_steps else 0.0,
             "num_preemptions": log.held_sum("num_preempted"),
@@ -424,6 +429,13 @@ def _write_csv(path: Path, columns, rows) -> None:
             writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in row.items()})
 
 
+def _sum_of_products(a, b) -> float:
+    """sum(map(mul, a, b)) for float b, exactly: numpy forms the same IEEE products, and Python's
+    sum adds them one by one in step order (a numpy sum would add pairwise, to other floats)."""
+    a = a if isinstance(a, np.ndarray) else np.frombuffer(a, dtype=np.int32 if a.typecode == "i" else np.float64)
+    return sum((a * np.frombuffer(b, dtype=np.float64)).tolist())
+
+
 def _saving_per_step(log: StepLog) -> float:
     logical = sum(log.kv_blocks_logical)
     return (logical - sum(log.kv_blocks_used)) / logical if logical else 0.0
@@ -469,8 +481,8 @@ def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndar
             part = group[i:i + 4096]
             spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
             starts, stops = spans[0::2], spans[1::2]
-            np.add.at(held, starts, 1)
-            np.add.at(held, stops - 1, -1)
+            held += np.bincount(starts, minlength=n + 1).astype(np.int32)
+            held -= np.bincount(stops - 1, minlength=n + 1).astype(np.int32)
             # a break: from a span's last step to the next span of the same request
             same_request = np.ones(len(starts), dtype=bool)
             same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
@@ -524,15 +536,15 @@ def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
         raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
     chunk = 1 << 16  # a chunk at a time, to fsum as Python floats, so memory stays flat
 
-    def products():
+    def products():  # lists of exact products, a chunk at a time
         for i in range(0, len(values), chunk):
             v, w = values[i:i + chunk], weights[i:i + chunk].astype(float)
             scaled = v * 134217729.0  # 2**27 + 1
             high = scaled - (scaled - v)
-            yield from (high * w).tolist()
-            yield from ((v - high) * w).tolist()
+            yield (high * w).tolist()
+            yield ((v - high) * w).tolist()
 
-    return math.fsum(products())
+    return math.fsum(chain.from_iterable(products()))
 
 
 def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:
