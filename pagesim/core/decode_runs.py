@@ -26,7 +26,7 @@ from pagesim.core.scheduler import Scheduler
 INF = math.inf  # what steps_until_new_block says for a manager that reserved everything
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # (one per event: a frozen dataclass costs a setattr call per field)
 class DecodePlan:
     """The next num_steps steps are plain decode steps of num_seqs sequences; the first reads
     context_tokens tokens of context, and each step one more per sequence."""
@@ -44,7 +44,7 @@ class DecodePlan:
     request_ids: list = field(default_factory=list, repr=False, compare=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class DecodeRun:
     """What advance_decode() did: num_steps decode steps of the same batch (what they read is
     the DecodePlan's)."""
