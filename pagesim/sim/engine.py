@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
+from itertools import accumulate
 from dataclasses import asdict, dataclass, field, replace
 
 import simpy
@@ -174,18 +176,9 @@ class Replay:
         the step during which the next request arrives (or the next waste sample is due).
         Times, metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
-        until = min(self._next_arrival_time(), self.next_waste)
         num_seqs = plan.num_seqs
-        now = env.now
-        ends, durations = [], []
-        times = self.cost.decode_run_times(num_seqs, plan.context_tokens, self.cfg.block_size)
-        for _ in range(plan.num_steps):
-            duration = next(times)
-            now = now + duration  # accumulated exactly as successive timeouts would
-            ends.append(now)
-            durations.append(duration)
-            if now >= until:
-                break
+        durations, ends = self._run_times(plan, env.now, min(self._next_arrival_time(), self.next_waste))
+        now = ends[-1]
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
@@ -203,6 +196,30 @@ class Replay:
         for group in run.finished:
             self._done(group)
         self._maybe_sample_waste(env.now)
+
+    def _run_times(self, plan: DecodePlan, now: float, until: float) -> tuple[list[float], list[float]]:
+        """Durations and end times of the plan's steps up to the one that ends at or after until
+        (or to its last step). Ends accumulate one duration at a time from now, exactly as
+        successive timeouts would; they are computed in chunks, since until usually cuts a run
+        far short of its plan."""
+        durations, ends = [], []
+        chunk = 16
+        while len(ends) < plan.num_steps:
+            count = min(chunk, plan.num_steps - len(ends))
+            part = self.cost.decode_run_durations(plan.num_seqs, plan.context_tokens + len(ends) * plan.num_seqs, count,
+                                                  self.cfg.block_size)
+            part_ends = list(accumulate(part, initial=now))[1:]
+            # (durations are positive, so ends increase: the first end at or after until)
+            cut = bisect_left(part_ends, until) + 1
+            if cut <= count:
+                durations += part[:cut]
+                ends += part_ends[:cut]
+                break
+            durations += part
+            ends += part_ends
+            now = part_ends[-1]
+            chunk *= 4
+        return durations, ends
 
     def _next_arrival_time(self) -> float:
         i = self.num_submitted
