@@ -149,10 +149,15 @@ class StepLog:
     """Every step's StepRecord, in time order, stored as columns so that memory stays flat over a
     long run: the four fields that change every step are packed arrays, the other ten are held
     values (a new row of them only where they change: at every single step, twice per decode
-    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame)."""
+    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame).
 
-    def __init__(self, total_blocks: int):
+    What the summary needs is summed as steps arrive, in step order (the same floats as summing
+    the columns afterwards), so a run that writes no steps.csv (keep_steps=False) keeps only the
+    step end times, which the requests' output-token times point into."""
+
+    def __init__(self, total_blocks: int, keep_steps: bool = True):
         self.total_blocks = total_blocks
+        self.keep_steps = keep_steps
         self.time = array("d")
         self.duration = array("d")
         self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
@@ -161,17 +166,28 @@ class StepLog:
         # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
         self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
         self.held = array("i")  # (counts of requests, sequences, tokens and blocks in one step)
+        # running totals over the steps so far (time-weighted ones: value x duration)
+        self.duration_sum = 0.0
+        self.used_time = 0.0
+        self.logical_time = 0.0
+        self.utilization_time = 0.0
+        self.used_sum = 0
+        self.logical_sum = 0
+        self.peak_used = 0
+        self.held_sums = [0] * len(HELD_FIELDS)
 
     def __len__(self) -> int:
         return len(self.time)
 
     def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
-        self.held_from.append(len(self.time))
-        self.held.extend(held)
         self.time.append(time)
-        self.duration.append(duration)
-        self.kv_blocks_used.append(used)
-        self.kv_blocks_logical.append(logical)
+        self._add_totals([duration], [used], [logical], held, held, 1)
+        if self.keep_steps:
+            self.held_from.append(len(self.time) - 1)
+            self.held.extend(held)
+            self.duration.append(duration)
+            self.kv_blocks_used.append(used)
+            self.kv_blocks_logical.append(logical)
 
     def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
                 held: tuple, held_last: tuple) -> int:
@@ -180,21 +196,46 @@ class StepLog:
         index of its first step."""
         first = len(self.time)
         last = first + len(ends) - 1
-        if last > first:
-            self.held_from.append(first)
-            self.held.extend(held)
-        self.held_from.append(last)
-        self.held.extend(held_last)
         self.time.extend(ends)
-        self.duration.extend(durations)
-        self.kv_blocks_used.extend(used)
         gap = shared[0]
-        self.kv_blocks_logical.extend([u + gap for u in used])
-        self.kv_blocks_logical[last] += shared[1] - gap
+        logical = [u + gap for u in used]
+        logical[-1] += shared[1] - gap
+        self._add_totals(durations, used, logical, held, held_last, len(ends))
+        if self.keep_steps:
+            if last > first:
+                self.held_from.append(first)
+                self.held.extend(held)
+            self.held_from.append(last)
+            self.held.extend(held_last)
+            self.duration.extend(durations)
+            self.kv_blocks_used.extend(used)
+            self.kv_blocks_logical.extend(logical)
         return first
+
+    def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
+                    num_steps: int) -> None:
+        # sum(values, start) adds one value at a time to start: step order, as one sum over the
+        # whole column would
+        self.duration_sum = sum(durations, self.duration_sum)
+        self.used_time = sum(map(mul, used, durations), self.used_time)
+        self.logical_time = sum(map(mul, logical, durations), self.logical_time)
+        if self.total_blocks:
+            self.utilization_time = sum(map(mul, map(truediv, used, repeat(self.total_blocks)), durations),
+                                        self.utilization_time)
+        self.used_sum += sum(used)
+        self.logical_sum += sum(logical)
+        self.peak_used = max(self.peak_used, max(used))
+        sums = self.held_sums
+        for i, (value, value_last) in enumerate(zip(held, held_last)):
+            sums[i] += value * (num_steps - 1) + value_last
+
+    def _check_kept(self) -> None:
+        if not self.keep_steps:
+            raise ValueError("this run kept no per-step records (keep_steps=False): replay it with them to get steps")
 
     def _held_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The held field's values, row by row, and how many steps each row holds for."""
+        self._check_kept()
         values = np.array(self.held[HELD_FIELDS.index(name)::len(HELD_FIELDS)], dtype=np.int64)
         lengths = np.diff(np.append(np.array(self.held_from, dtype=np.int64), len(self.time)))
         return values, lengths
@@ -205,20 +246,15 @@ class StepLog:
         return chain.from_iterable(map(repeat, values.tolist(), lengths.tolist()))
 
     def held_sum(self, name: str) -> int:
-        values, lengths = self._held_rows(name)
-        return int(np.dot(values, lengths))
+        return self.held_sums[HELD_FIELDS.index(name)]
 
     def utilization(self):
         total = self.total_blocks
         return map(truediv, self.kv_blocks_used, repeat(total)) if total else repeat(0.0, len(self.time))
 
-    def utilization_array(self) -> np.ndarray:
-        """utilization() as an array: the same quotients (blocks and pool size are exact in float64)."""
-        used = np.frombuffer(self.kv_blocks_used, dtype=np.int32)
-        return used / self.total_blocks if self.total_blocks else np.zeros(len(used))
-
     def records(self):
         """StepRecords, built on demand."""
+        self._check_kept()
         held = zip(*(self.held_column(name) for name in HELD_FIELDS))
         for time, duration, used, logical, util, h in zip(self.time, self.duration, self.kv_blocks_used,
                                                           self.kv_blocks_logical, self.utilization(), held):
@@ -239,10 +275,11 @@ class MetricsRecorder:
     # output-token times of requests in flight, by request id (moved into the record on leaving):
     # [tokens so far] + RequestRecord.token_spans, by request id
     token_spans: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    keep_steps: bool = True  # False: no per-step records (no steps.csv), only the summary's totals
 
     def __post_init__(self):
         if self.step_log is None:
-            self.step_log = StepLog(self.num_kv_blocks)
+            self.step_log = StepLog(self.num_kv_blocks, self.keep_steps)
 
     @property
     def steps(self) -> list[StepRecord]:
@@ -319,21 +356,20 @@ class MetricsRecorder:
     def summary(self, **extra) -> dict:
         log = self.step_log
         num_steps = len(log)
-        durations = log.duration
-        step_time = sum(durations)
+        step_time = log.duration_sum
         # memory saving: time integrals over steps (each step's state weighted by its duration)
         # of blocks saved by sharing and of blocks needed without it
-        logical_time = _sum_of_products(log.kv_blocks_logical, durations)
-        saved_time = logical_time - _sum_of_products(log.kv_blocks_used, durations)
+        logical_time = log.logical_time
+        saved_time = logical_time - log.used_time
         queried = self.prefix_blocks_queried
         summary = summarize_requests(self.requests, self.warmup_s)
         total = self.num_kv_blocks
         summary.update({
             "num_steps": num_steps,
             "mean_batched_requests": log.held_sum("num_running_requests") / num_steps if num_steps else None,
-            "mean_kv_utilization": (_sum_of_products(log.utilization_array(), durations) / step_time) if step_time else 0.0,
+            "mean_kv_utilization": (log.utilization_time / step_time) if step_time else 0.0,
             # dividing by the pool size keeps the order, so the peak is the peak of blocks used
-            "peak_kv_utilization": max(log.kv_blocks_used) / total if total and num_steps else 0.0,
+            "peak_kv_utilization": log.peak_used / total if total and num_steps else 0.0,
             "num_preemptions": log.held_sum("num_preempted"),
             "num_swapped_blocks": log.held_sum("blocks_swapped_in") + log.held_sum("blocks_swapped_out"),
             "num_copied_blocks": log.held_sum("blocks_copied"),
@@ -429,16 +465,9 @@ def _write_csv(path: Path, columns, rows) -> None:
             writer.writerow({k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in row.items()})
 
 
-def _sum_of_products(a, b) -> float:
-    """sum(map(mul, a, b)) for float b, exactly: numpy forms the same IEEE products, and Python's
-    sum adds them one by one in step order (a numpy sum would add pairwise, to other floats)."""
-    a = a if isinstance(a, np.ndarray) else np.frombuffer(a, dtype=np.int32 if a.typecode == "i" else np.float64)
-    return sum((a * np.frombuffer(b, dtype=np.float64)).tolist())
-
-
 def _saving_per_step(log: StepLog) -> float:
-    logical = sum(log.kv_blocks_logical)
-    return (logical - sum(log.kv_blocks_used)) / logical if logical else 0.0
+    logical = log.logical_sum
+    return (logical - log.used_sum) / logical if logical else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:

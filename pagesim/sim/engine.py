@@ -62,7 +62,9 @@ class ReplayResult:
 class Replay:
     """One simulated run. Build with a config and a trace, then call run()."""
 
-    def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True):
+    def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True,
+                 keep_steps: bool = True):
+        """keep_steps=False: keep no per-step records (no steps.csv; the summary is the same)."""
         model = get_model(cfg.model)
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
@@ -96,7 +98,7 @@ class Replay:
                 self.beam.check_width(width)
             self.notes.append(f"beam ancestry drawn from {self.beam.source} (widths {self.beam.widths})")
         self._beam_rngs: dict[int, random.Random] = {}
-        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s)
+        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps)
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0
         self.fast_forward = fast_forward
