@@ -70,6 +70,8 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     kv, cfg = sched.kv, sched.config
     if kv.pending_copies:
         return None  # fork copies (reservation managers) go out with the next step
+    if _queued_group_could_start(sched):  # (first: before a prefill step it is the one that says no)
+        return None
     check_eos = cfg.eos_token_id is not None
     to_finish = INF
     context = 0
@@ -98,9 +100,6 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
                 to_finish = stop - num_tokens
             seqs.append(seq)
     num_seqs = len(seqs)
-    # (with every group decoding, num_seqs is what scheduler.num_running_seqs would count)
-    if _queued_group_could_start(sched, num_seqs):
-        return None
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     rooms = kv.steps_until_new_blocks(seqs)
     for i in forked:
@@ -128,14 +127,15 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     return DecodePlan(lo, num_seqs, context, seqs, rooms, to_finish, request_ids) if lo else None
 
 
-def _queued_group_could_start(sched: Scheduler, num_seqs: int) -> bool:
-    """Could the head of the swapped or waiting queue start at the next step, with num_seqs
-    sequences running? Admission and swap-in only get harder while decoding takes memory: if they
-    cannot start now, they cannot start during a run either."""
+def _queued_group_could_start(sched: Scheduler) -> bool:
+    """Could the head of the swapped or waiting queue start at the next step? Admission and
+    swap-in only get harder while decoding takes memory: if they cannot start now, they cannot
+    start during a run either."""
     cfg = sched.config
     may_admit = sched.waiting and not sched.swapped and cfg.batching == "iteration"
     if not (sched.swapped or may_admit):
         return False
+    num_seqs = sched.num_running_seqs
     budget = cfg.max_num_batched_tokens - num_seqs
     if sched.swapped and sched.can_swap_in(sched.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
         return True
