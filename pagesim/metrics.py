@@ -17,7 +17,7 @@ from array import array
 from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 from itertools import chain, repeat
-from operator import mul, truediv
+from operator import add, mul, truediv
 from pathlib import Path
 
 import numpy as np
@@ -225,9 +225,9 @@ class StepLog:
         self.used_sum += sum(used)
         self.logical_sum += sum(logical)
         self.peak_used = max(self.peak_used, max(used))
-        sums = self.held_sums
-        for i, (value, value_last) in enumerate(zip(held, held_last)):
-            sums[i] += value * (num_steps - 1) + value_last
+        self.held_sums = list(map(add, self.held_sums, held_last))
+        if num_steps > 1:
+            self.held_sums = list(map(add, self.held_sums, [value * (num_steps - 1) for value in held]))
 
     def _check_kept(self) -> None:
         if not self.keep_steps:

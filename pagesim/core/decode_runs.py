@@ -165,10 +165,10 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     stop = num_steps * num_seqs
     stride = bs * num_seqs
     new_tokens = [token_id] * num_steps
-    for order, seq in enumerate(seqs):
-        first = rooms[order]
+    for order, first in enumerate(rooms):
         if first < num_steps:
             opens.extend(range(first * num_seqs + order, stop, stride))
+    for seq in seqs:
         seq.num_computed_tokens += num_steps
         seq.token_ids.extend(new_tokens)
         seq.num_tokens += num_steps
