@@ -55,12 +55,13 @@ def replay_config(**options) -> ReplayConfig:
     return ReplayConfig(**values)
 
 
-def prepare_replay(trace: TraceLike, **options) -> Replay:
-    """The simulation `replay` runs, built but not started (the CLI attaches a progress bar)."""
+def prepare_replay(trace: TraceLike, keep_steps: bool = True, **options) -> Replay:
+    """The simulation `replay` runs, built but not started (the CLI attaches a progress bar).
+    keep_steps=False: no per-step records (nothing will write steps.csv)."""
     from pagesim.sim.engine import Replay
 
     loaded = trace if isinstance(trace, Trace) else load_trace(trace)
-    return Replay(replay_config(**options), loaded)
+    return Replay(replay_config(**options), loaded, keep_steps=keep_steps)
 
 
 @dataclass

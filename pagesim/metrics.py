@@ -17,7 +17,7 @@ from array import array
 from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 from itertools import chain, repeat
-from operator import mul, truediv
+from operator import add, mul, truediv
 from pathlib import Path
 
 import numpy as np
@@ -149,10 +149,15 @@ class StepLog:
     """Every step's StepRecord, in time order, stored as columns so that memory stays flat over a
     long run: the four fields that change every step are packed arrays, the other ten are held
     values (a new row of them only where they change: at every single step, twice per decode
-    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame)."""
+    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame).
 
-    def __init__(self, total_blocks: int):
+    What the summary needs is summed as steps arrive, in step order (the same floats as summing
+    the columns afterwards), so a run that writes no steps.csv (keep_steps=False) keeps only the
+    step end times, which the requests' output-token times point into."""
+
+    def __init__(self, total_blocks: int, keep_steps: bool = True):
         self.total_blocks = total_blocks
+        self.keep_steps = keep_steps
         self.time = array("d")
         self.duration = array("d")
         self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
@@ -161,17 +166,28 @@ class StepLog:
         # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
         self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
         self.held = array("i")  # (counts of requests, sequences, tokens and blocks in one step)
+        # running totals over the steps so far (time-weighted ones: value x duration)
+        self.duration_sum = 0.0
+        self.used_time = 0.0
+        self.logical_time = 0.0
+        self.utilization_time = 0.0
+        self.used_sum = 0
+        self.logical_sum = 0
+        self.peak_used = 0
+        self.held_sums = [0] * len(HELD_FIELDS)
 
     def __len__(self) -> int:
         return len(self.time)
 
     def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
-        self.held_from.append(len(self.time))
-        self.held.extend(held)
         self.time.append(time)
-        self.duration.append(duration)
-        self.kv_blocks_used.append(used)
-        self.kv_blocks_logical.append(logical)
+        self._add_totals([duration], [used], [logical], held, held, 1)
+        if self.keep_steps:
+            self.held_from.append(len(self.time) - 1)
+            self.held.extend(held)
+            self.duration.append(duration)
+            self.kv_blocks_used.append(used)
+            self.kv_blocks_logical.append(logical)
 
     def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
                 held: tuple, held_last: tuple) -> int:
@@ -180,21 +196,46 @@ class StepLog:
         index of its first step."""
         first = len(self.time)
         last = first + len(ends) - 1
-        if last > first:
-            self.held_from.append(first)
-            self.held.extend(held)
-        self.held_from.append(last)
-        self.held.extend(held_last)
         self.time.extend(ends)
-        self.duration.extend(durations)
-        self.kv_blocks_used.extend(used)
         gap = shared[0]
-        self.kv_blocks_logical.extend([u + gap for u in used])
-        self.kv_blocks_logical[last] += shared[1] - gap
+        logical = [u + gap for u in used]
+        logical[-1] += shared[1] - gap
+        self._add_totals(durations, used, logical, held, held_last, len(ends))
+        if self.keep_steps:
+            if last > first:
+                self.held_from.append(first)
+                self.held.extend(held)
+            self.held_from.append(last)
+            self.held.extend(held_last)
+            self.duration.extend(durations)
+            self.kv_blocks_used.extend(used)
+            self.kv_blocks_logical.extend(logical)
         return first
+
+    def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
+                    num_steps: int) -> None:
+        # sum(values, start) adds one value at a time to start: step order, as one sum over the
+        # whole column would
+        self.duration_sum = sum(durations, self.duration_sum)
+        self.used_time = sum(map(mul, used, durations), self.used_time)
+        self.logical_time = sum(map(mul, logical, durations), self.logical_time)
+        if self.total_blocks:
+            self.utilization_time = sum(map(mul, map(truediv, used, repeat(self.total_blocks)), durations),
+                                        self.utilization_time)
+        self.used_sum += sum(used)
+        self.logical_sum += sum(logical)
+        self.peak_used = max(self.peak_used, max(used))
+        self.held_sums = list(map(add, self.held_sums, held_last))
+        if num_steps > 1:
+            self.held_sums = list(map(add, self.held_sums, [value * (num_steps - 1) for value in held]))
+
+    def _check_kept(self) -> None:
+        if not self.keep_steps:
+            raise ValueError("this run kept no per-step records (keep_steps=False): replay it with them to get steps")
 
     def _held_rows(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """The held field's values, row by row, and how many steps each row holds for."""
+        self._check_kept()
         values = np.array(self.held[HELD_FIELDS.index(name)::len(HELD_FIELDS)], dtype=np.int64)
         lengths = np.diff(np.append(np.array(self.held_from, dtype=np.int64), len(self.time)))
         return values, lengths
@@ -205,8 +246,7 @@ class StepLog:
         return chain.from_iterable(map(repeat, values.tolist(), lengths.tolist()))
 
     def held_sum(self, name: str) -> int:
-        values, lengths = self._held_rows(name)
-        return int(np.dot(values, lengths))
+        return self.held_sums[HELD_FIELDS.index(name)]
 
     def utilization(self):
         total = self.total_blocks
@@ -214,6 +254,7 @@ class StepLog:
 
     def records(self):
         """StepRecords, built on demand."""
+        self._check_kept()
         held = zip(*(self.held_column(name) for name in HELD_FIELDS))
         for time, duration, used, logical, util, h in zip(self.time, self.duration, self.kv_blocks_used,
                                                           self.kv_blocks_logical, self.utilization(), held):
@@ -234,10 +275,11 @@ class MetricsRecorder:
     # output-token times of requests in flight, by request id (moved into the record on leaving):
     # [tokens so far] + RequestRecord.token_spans, by request id
     token_spans: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    keep_steps: bool = True  # False: no per-step records (no steps.csv), only the summary's totals
 
     def __post_init__(self):
         if self.step_log is None:
-            self.step_log = StepLog(self.num_kv_blocks)
+            self.step_log = StepLog(self.num_kv_blocks, self.keep_steps)
 
     @property
     def steps(self) -> list[StepRecord]:
@@ -314,21 +356,20 @@ class MetricsRecorder:
     def summary(self, **extra) -> dict:
         log = self.step_log
         num_steps = len(log)
-        durations = log.duration
-        step_time = sum(durations)
+        step_time = log.duration_sum
         # memory saving: time integrals over steps (each step's state weighted by its duration)
         # of blocks saved by sharing and of blocks needed without it
-        logical_time = sum(map(mul, log.kv_blocks_logical, durations))
-        saved_time = logical_time - sum(map(mul, log.kv_blocks_used, durations))
+        logical_time = log.logical_time
+        saved_time = logical_time - log.used_time
         queried = self.prefix_blocks_queried
         summary = summarize_requests(self.requests, self.warmup_s)
         total = self.num_kv_blocks
         summary.update({
             "num_steps": num_steps,
             "mean_batched_requests": log.held_sum("num_running_requests") / num_steps if num_steps else None,
-            "mean_kv_utilization": (sum(map(mul, log.utilization(), durations)) / step_time) if step_time else 0.0,
+            "mean_kv_utilization": (log.utilization_time / step_time) if step_time else 0.0,
             # dividing by the pool size keeps the order, so the peak is the peak of blocks used
-            "peak_kv_utilization": max(log.kv_blocks_used) / total if total and num_steps else 0.0,
+            "peak_kv_utilization": log.peak_used / total if total and num_steps else 0.0,
             "num_preemptions": log.held_sum("num_preempted"),
             "num_swapped_blocks": log.held_sum("blocks_swapped_in") + log.held_sum("blocks_swapped_out"),
             "num_copied_blocks": log.held_sum("blocks_copied"),
@@ -425,8 +466,8 @@ def _write_csv(path: Path, columns, rows) -> None:
 
 
 def _saving_per_step(log: StepLog) -> float:
-    logical = sum(log.kv_blocks_logical)
-    return (logical - sum(log.kv_blocks_used)) / logical if logical else 0.0
+    logical = log.logical_sum
+    return (logical - log.used_sum) / logical if logical else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -469,8 +510,8 @@ def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndar
             part = group[i:i + 4096]
             spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
             starts, stops = spans[0::2], spans[1::2]
-            np.add.at(held, starts, 1)
-            np.add.at(held, stops - 1, -1)
+            held += np.bincount(starts, minlength=n + 1).astype(np.int32)
+            held -= np.bincount(stops - 1, minlength=n + 1).astype(np.int32)
             # a break: from a span's last step to the next span of the same request
             same_request = np.ones(len(starts), dtype=bool)
             same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
@@ -524,15 +565,15 @@ def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
         raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
     chunk = 1 << 16  # a chunk at a time, to fsum as Python floats, so memory stays flat
 
-    def products():
+    def products():  # lists of exact products, a chunk at a time
         for i in range(0, len(values), chunk):
             v, w = values[i:i + chunk], weights[i:i + chunk].astype(float)
             scaled = v * 134217729.0  # 2**27 + 1
             high = scaled - (scaled - v)
-            yield from (high * w).tolist()
-            yield from ((v - high) * w).tolist()
+            yield (high * w).tolist()
+            yield ((v - high) * w).tolist()
 
-    return math.fsum(products())
+    return math.fsum(chain.from_iterable(products()))
 
 
 def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:

@@ -78,7 +78,7 @@ def replay(
                    chunked_prefill=chunked_prefill, n=n, beam_width=beam_width, beam_ancestry=beam_ancestry,
                    cost_model=cost_model, profile=profile, seed=seed, warmup=warmup)
     try:
-        sim = prepare_replay(loaded, **options)
+        sim = prepare_replay(loaded, keep_steps=out is not None, **options)  # steps only for steps.csv
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(sim.requests, warmup, duration)

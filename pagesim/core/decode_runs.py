@@ -9,14 +9,15 @@ leave: the same block ids in the same order, the same prefix-cache registrations
 finishes. tests/core/test_decode_fastpath.py holds it to that, step by step.
 
 It asks the KV manager one question, `steps_until_new_block(seq)` (for a whole batch at once:
-`steps_until_new_blocks`), and takes blocks with
-`append_block(seq)`; the scheduler's own rules decide whether a queued group could start.
+`steps_until_new_blocks`), and takes a run's new blocks in one `append_blocks(seqs)`; the
+scheduler's own rules decide whether a queued group could start.
 The executor never runs this: it samples real tokens, which may be EOS.
 """
 
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from dataclasses import dataclass, field
 
 from pagesim.core.request import SequenceGroup
@@ -25,7 +26,7 @@ from pagesim.core.scheduler import Scheduler
 INF = math.inf  # what steps_until_new_block says for a manager that reserved everything
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # (one per event: a frozen dataclass costs a setattr call per field)
 class DecodePlan:
     """The next num_steps steps are plain decode steps of num_seqs sequences; the first reads
     context_tokens tokens of context, and each step one more per sequence."""
@@ -37,9 +38,13 @@ class DecodePlan:
     # steps_until_new_block said when planned): advance_decode takes them from here
     seqs: list = field(default_factory=list, repr=False, compare=False)
     rooms: list = field(default_factory=list, repr=False, compare=False)
+    # steps until the first sequence stops (a run shorter than that finishes nobody), and the
+    # running requests' ids in order
+    steps_to_first_finish: float = field(default=INF, repr=False, compare=False)
+    request_ids: list = field(default_factory=list, repr=False, compare=False)
 
 
-@dataclass
+@dataclass(slots=True)
 class DecodeRun:
     """What advance_decode() did: num_steps decode steps of the same batch (what they read is
     the DecodePlan's)."""
@@ -65,20 +70,23 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     kv, cfg = sched.kv, sched.config
     if kv.pending_copies:
         return None  # fork copies (reservation managers) go out with the next step
-    if _queued_group_could_start(sched):
+    if _queued_group_could_start(sched):  # (first: before a prefill step it is the one that says no)
         return None
     check_eos = cfg.eos_token_id is not None
-    horizon = limit
+    to_finish = INF
     context = 0
     seqs = []
+    request_ids = []
     forked = []  # positions of sequences in groups of several: only forks share a partly filled last block
     for group in sched.running:
-        sampling = group.request.sampling
+        request = group.request
+        sampling = request.sampling
         if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
             # EOS could stop a sequence early; beams fork and drop every step; parallel samples
             # fork at their first token, and a last prefill chunk of one token looks like a
             # decode but produces the first token
             return None
+        request_ids.append(request.request_id)
         stop = group.stop_len
         group_seqs = group.seqs
         if len(group_seqs) > 1:
@@ -88,11 +96,11 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             if num_tokens - seq.num_computed_tokens != 1:
                 return None  # still in prefill
             context += num_tokens
-            # a run may end with the step in which sequences finish, not go past it
-            if stop - num_tokens < horizon:
-                horizon = stop - num_tokens
+            if stop - num_tokens < to_finish:
+                to_finish = stop - num_tokens
             seqs.append(seq)
     num_seqs = len(seqs)
+    horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     rooms = kv.steps_until_new_blocks(seqs)
     for i in forked:
         if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0):
@@ -108,7 +116,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
 
     # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
     if len(opens_at) * (horizon // bs + 1) <= free or blocks_for(horizon) <= free:
-        return DecodePlan(horizon, num_seqs, context, seqs, rooms)
+        return DecodePlan(horizon, num_seqs, context, seqs, rooms, to_finish, request_ids)
     lo, hi = 0, horizon
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -116,7 +124,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             lo = mid
         else:
             hi = mid - 1
-    return DecodePlan(lo, num_seqs, context, seqs, rooms) if lo else None
+    return DecodePlan(lo, num_seqs, context, seqs, rooms, to_finish, request_ids) if lo else None
 
 
 def _queued_group_could_start(sched: Scheduler) -> bool:
@@ -146,36 +154,43 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     if plan is None:
         seqs = [seq for group in sched.running for seq in group.seqs]
         rooms = kv.steps_until_new_blocks(seqs)
+        to_finish = 0  # unknown: look for finished groups
     else:
-        seqs, rooms = plan.seqs, plan.rooms
+        seqs, rooms, to_finish = plan.seqs, plan.rooms, plan.steps_to_first_finish
     used = kv.num_used_blocks
-    starts = []  # (step, position in batch) of each step that opens a new block
+    num_seqs = len(seqs)
+    # Each new block as step * num_seqs + position in the batch: sorted, that is the order single
+    # steps take them in (step by step, in running order).
+    opens = []
+    stop = num_steps * num_seqs
+    stride = bs * num_seqs
     new_tokens = [token_id] * num_steps
-    for order, seq in enumerate(seqs):
-        first = rooms[order]
-        while first < num_steps:
-            starts.append((first, order))
-            first += bs
+    for order, first in enumerate(rooms):
+        if first < num_steps:
+            opens.extend(range(first * num_seqs + order, stop, stride))
+    for seq in seqs:
         seq.num_computed_tokens += num_steps
         seq.token_ids.extend(new_tokens)
         seq.num_tokens += num_steps
-    new_blocks_at = [0] * num_steps
-    starts.sort()
-    for step, order in starts:
-        kv.append_block(seqs[order])
-        new_blocks_at[step] += 1
-    blocks_used = []
-    for n in new_blocks_at:
-        used += n
-        blocks_used.append(used)
+    opened = [0] * num_steps  # new blocks taken at each step
+    if opens:
+        opens.sort()
+        takers = []
+        for at in opens:
+            step, order = divmod(at, num_seqs)
+            opened[step] += 1
+            takers.append(seqs[order])
+        kv.append_blocks(takers)
+    blocks_used = list(accumulate(opened, initial=used))[1:]
     if kv.tracks_computed:
         # update() calls on_computed after every step: a prompt block whose cached twin was
         # evicted during the run gets registered, as single steps would have done
         for seq in seqs:
             kv.on_computed(seq)
     finished = []
-    for group in [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
-        sched.retire_stopped(group)
-        sched.finish_if_done(group, now, finished)
+    if num_steps >= to_finish:
+        for group in [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
+            sched.retire_stopped(group)
+            sched.finish_if_done(group, now, finished)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
     return DecodeRun(num_steps, len(seqs), blocks_used, finished)

@@ -93,6 +93,12 @@ class KVCacheManager(ABC):
         """Give seq one more block at the end of its table (when steps_until_new_block says)."""
         raise NotImplementedError(f"{type(self).__name__} does not allocate on demand")
 
+    def append_blocks(self, seqs: list[Sequence]) -> None:
+        """append_block for each of seqs in turn (a sequence may appear more than once): one call
+        per decode run; a manager may take the blocks at once."""
+        for seq in seqs:
+            self.append_block(seq)
+
     @abstractmethod
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """child continues from parent's tokens (parallel sampling, beam search)."""

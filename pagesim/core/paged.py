@@ -390,6 +390,11 @@ class PagedKVManager(KVCacheManager):
     def append_block(self, seq: Sequence) -> None:
         seq.block_table.append(self.device.allocate())
 
+    def append_blocks(self, seqs: list[Sequence]) -> None:
+        # allocate_n hands out the blocks n calls to allocate() would, in the same order
+        for seq, block in zip(seqs, self.device.allocate_n(len(seqs))):
+            seq.block_table.append(block)
+
     def on_computed(self, seq: Sequence) -> None:
         if not self.enable_prefix_caching or not seq.has_token_ids:
             return

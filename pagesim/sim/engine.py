@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
+from itertools import accumulate
 from dataclasses import asdict, dataclass, field, replace
 
 import simpy
@@ -60,7 +62,9 @@ class ReplayResult:
 class Replay:
     """One simulated run. Build with a config and a trace, then call run()."""
 
-    def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True):
+    def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True,
+                 keep_steps: bool = True):
+        """keep_steps=False: keep no per-step records (no steps.csv; the summary is the same)."""
         model = get_model(cfg.model)
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
@@ -94,7 +98,7 @@ class Replay:
                 self.beam.check_width(width)
             self.notes.append(f"beam ancestry drawn from {self.beam.source} (widths {self.beam.widths})")
         self._beam_rngs: dict[int, random.Random] = {}
-        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s)
+        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps)
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0
         self.fast_forward = fast_forward
@@ -139,7 +143,7 @@ class Replay:
                 yield self.idle
                 continue
             plan = plan_decode(scheduler, MAX_DECODE_RUN) if self.fast_forward else None
-            if plan is not None and plan.num_steps >= 2:
+            if plan is not None:
                 yield from self._decode_run(env, plan)
                 continue
             out = scheduler.schedule(env.now)
@@ -174,22 +178,12 @@ class Replay:
         the step during which the next request arrives (or the next waste sample is due).
         Times, metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
-        until = min(self._next_arrival_time(), self.next_waste)
         num_seqs = plan.num_seqs
-        now = env.now
-        ends, durations = [], []
-        times = self.cost.decode_run_times(num_seqs, plan.context_tokens, self.cfg.block_size)
-        for _ in range(plan.num_steps):
-            duration = next(times)
-            now = now + duration  # accumulated exactly as successive timeouts would
-            ends.append(now)
-            durations.append(duration)
-            if now >= until:
-                break
+        durations, ends = self._run_times(plan, env.now, min(self._next_arrival_time(), self.next_waste))
+        now = ends[-1]
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
-        request_ids = [group.request.request_id for group in scheduler.running]
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, now, plan)
         delay = _delay_to(env.now, now)
         if env.now + delay == now:
@@ -200,10 +194,34 @@ class Replay:
         # queues change only at the run's last step (an arrival during it, or a finish)
         self.metrics.record_decode_run(ends, durations, num_seqs, run.kv_blocks_used, swapped,
                                        (running, waiting_before), (len(scheduler.running), len(scheduler.waiting)),
-                                       (shared_before, kv.num_logical_blocks - kv.num_used_blocks), request_ids)
+                                       (shared_before, kv.num_logical_blocks - kv.num_used_blocks), plan.request_ids)
         for group in run.finished:
             self._done(group)
         self._maybe_sample_waste(env.now)
+
+    def _run_times(self, plan: DecodePlan, now: float, until: float) -> tuple[list[float], list[float]]:
+        """Durations and end times of the plan's steps up to the one that ends at or after until
+        (or to its last step). Ends accumulate one duration at a time from now, exactly as
+        successive timeouts would; they are computed in chunks, since until usually cuts a run
+        far short of its plan."""
+        durations, ends = [], []
+        chunk = 16
+        while len(ends) < plan.num_steps:
+            count = min(chunk, plan.num_steps - len(ends))
+            part = self.cost.decode_run_durations(plan.num_seqs, plan.context_tokens + len(ends) * plan.num_seqs, count,
+                                                  self.cfg.block_size)
+            part_ends = list(accumulate(part, initial=now))[1:]
+            # (durations are positive, so ends increase: the first end at or after until)
+            cut = bisect_left(part_ends, until) + 1
+            if cut <= count:
+                durations += part[:cut]
+                ends += part_ends[:cut]
+                break
+            durations += part
+            ends += part_ends
+            now = part_ends[-1]
+            chunk *= 4
+        return durations, ends
 
     def _next_arrival_time(self) -> float:
         i = self.num_submitted

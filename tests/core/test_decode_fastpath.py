@@ -117,8 +117,9 @@ class Driver:
         return [s.seq_id for g in self.s.running for s in g.seqs]
 
 
-def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT) -> dict:
-    """Run the fast and the reference scheduler side by side, checking as described above.
+def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run: int = 2) -> dict:
+    """Run the fast and the reference scheduler side by side, checking as described above
+    (runs of min_run steps or more; the simulator takes runs of one step too).
     Returns counts of what happened (runs, steps skipped, preemptions, ...)."""
     fast = Driver(make(), [(t, _copy(r)) for t, r in requests])
     ref = Driver(make(), [(t, _copy(r)) for t, r in requests])
@@ -138,7 +139,7 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT) -> dict
         steps = horizon if to_arrival is None else min(horizon, to_arrival)
         # a run the horizon itself ends (not the next arrival, not the limit)
         by_horizon = horizon < limit and (to_arrival is None or horizon < to_arrival)
-        if steps >= 2:
+        if steps >= min_run:
             assert not expect_not_plain, f"t={fast.t}: a run right after a run the horizon ended: not tight"
             batch = fast.batch()
             run = advance_decode(fast.s, steps, TOKEN, float(fast.t + steps))
@@ -261,6 +262,15 @@ def test_fast_path_matches_single_steps(name, seed):
 def test_small_run_limit_matches_single_steps():
     stats = drive(maker(preemption="swap"), workload(3, 40, max_len=160), limit=3)
     assert stats["runs"] > 10
+
+
+@pytest.mark.parametrize("name", ["paged-swap", "paged-prefix-swap", "paged-chunked", "orca-pow2"])
+def test_runs_of_one_step_match_single_steps(name):
+    make, kwargs, must = CASES[name]
+    stats = drive(make, workload(4, 60, max_len=make().config.max_model_len, **kwargs), min_run=1)
+    assert stats["runs"] >= 15 and stats["finished"] == 60, stats
+    for key in must:
+        assert stats[key] > 0, (key, stats)
 
 
 # -- decode_horizon in named situations ---------------------------------------------------------

@@ -30,14 +30,20 @@ class CostModel(ABC):
         """Parameters worth writing next to results (reports, calibration)."""
         return {"name": self.name}
 
+    def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
+        """Durations of num_steps consecutive plain decode steps of one batch, whose context
+        grows by num_seqs tokens a step (the simulator's runs). An override may be faster but must
+        give exactly the floats iteration_time gives."""
+        return [self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size,
+                                               decode_context_tokens=context_tokens + step * num_seqs))
+                for step in range(num_steps)]
+
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
-        """Durations of consecutive plain decode steps of one batch, whose context grows by
-        num_seqs tokens a step (the simulator's runs). An override may be faster but must give
-        exactly the floats iteration_time gives."""
+        """decode_run_durations without an end."""
+        chunk = 64
         while True:
-            yield self.iteration_time(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens,
-                                                 block_size=block_size))
-            context_tokens += num_seqs
+            yield from self.decode_run_durations(num_seqs, context_tokens, chunk, block_size)
+            context_tokens += chunk * num_seqs
 
 
 class ConstantCostModel(CostModel):
@@ -57,10 +63,8 @@ class ConstantCostModel(CostModel):
         return {"name": self.name, "seconds": self.seconds}
 
 
-def linear_context_run(base: float, per_ctx: float, num_seqs: int, context_tokens: int) -> Iterator[float]:
-    """Decode run times for a model whose plain decode step is `base + context_tokens * per_ctx`
-    (`decode_run_times` of the roofline, calibrated and profiled models). The model's
+def linear_context_durations(base: float, per_ctx: float, num_seqs: int, context_tokens: int, num_steps: int) -> list[float]:
+    """Decode run durations for a model whose plain decode step is `base + context_tokens * per_ctx`
+    (`decode_run_durations` of the roofline, calibrated and profiled models). The model's
     iteration_time must add that context term last, to the same base, so the floats are equal."""
-    while True:
-        yield base + context_tokens * per_ctx
-        context_tokens += num_seqs
+    return [base + context * per_ctx for context in range(context_tokens, context_tokens + num_steps * num_seqs, num_seqs)]

@@ -53,9 +53,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
-from typing import Iterator
 
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
@@ -368,10 +367,10 @@ class CalibratedCostModel(CostModel):
         (for reports; iteration_time adds the same three terms inline)."""
         return self._dec_floor + num_seqs * self._dec_per_seq + context_tokens * self._dec_per_ctx
 
-    def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
+    def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # the base is iteration_time's sum before its last term, so every float equals it
         base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
-        return linear_context_run(base, self._dec_per_ctx, num_seqs, context_tokens)
+        return linear_context_durations(base, self._dec_per_ctx, num_seqs, context_tokens, num_steps)
 
     def describe(self) -> dict:
         return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,

@@ -36,9 +36,8 @@ import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterator
 
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations
 from pagesim.sim.cost.lsq import fit_relative
 
 PROFILE_FORMAT = "pagesim-profile/1"
@@ -246,10 +245,10 @@ class ProfiledCostModel(CostModel):
             t += self._copy_call + self._copy_block * shape.num_copy_blocks
         return t
 
-    def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
+    def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # the base is iteration_time's sum before its last term, so every float equals it
         base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
-        return linear_context_run(base, self._c_ctx, num_seqs, context_tokens)
+        return linear_context_durations(base, self._c_ctx, num_seqs, context_tokens, num_steps)
 
     def describe(self) -> dict:
         return {"name": self.name, **self.info, "coefficients": self.coefficients}

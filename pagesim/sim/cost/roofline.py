@@ -7,9 +7,8 @@ roofline stays selectable (``--cost-model roofline``) and is the baseline its er
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_run
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
 
@@ -159,10 +158,11 @@ class RooflineCostModel(CostModel):
             t += self._cow_launch_s + shape.num_copy_blocks * shape.block_size * self._cow_s_per_token
         return t
 
-    def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
+    def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # iteration_time's sum in its own order, with the one term that changes (the context
         # read) added last, so every float is the one iteration_time returns
-        return linear_context_run(self._decode_base(num_seqs), self._decode_attn_s_per_ctx, num_seqs, context_tokens)
+        return linear_context_durations(self._decode_base(num_seqs), self._decode_attn_s_per_ctx, num_seqs,
+                                        context_tokens, num_steps)
 
     def _decode_base(self, n_dec: int) -> float:
         t = self._step_s + self._per_seq_s * n_dec

@@ -1,0 +1,64 @@
+"""The summary's per-step statistics come from totals the step log keeps as steps arrive; here
+they are recomputed from the StepRecords one step at a time (the definitions, in step order), and
+a run that keeps no per-step records (keep_steps=False, as `replay --json` without `--out`) must
+give the same summary to the bit."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pagesim.sim.engine import Replay, ReplayConfig
+from pagesim.workload.trace import Trace, load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAREGPT = load_trace(ROOT / "traces" / "sharegpt.json")
+CHAT = load_trace(ROOT / "traces" / "sharegpt_chat.json")
+BASE = ReplayConfig(num_requests=120, rate=4.0, seed=1)
+
+CASES = {
+    "swap": (dict(preemption="swap", num_gpu_blocks=150), SHAREGPT),
+    "parallel-n2": (dict(n=2, num_gpu_blocks=300, num_requests=60), SHAREGPT),
+    "prefix-caching": (dict(prefix_caching=True, num_gpu_blocks=200), CHAT),
+    "orca-max": (dict(policy="orca-max", num_requests=60), SHAREGPT),
+}
+
+
+def _by_definition(steps, num_kv_blocks: int) -> dict:
+    duration = logical_time = used_time = util_time = 0.0
+    for s in steps:
+        duration += s.duration
+        logical_time += s.kv_blocks_logical * s.duration
+        used_time += s.kv_blocks_used * s.duration
+        util_time += s.kv_utilization * s.duration
+    logical = sum(s.kv_blocks_logical for s in steps)
+    return {
+        "num_steps": len(steps),
+        "mean_batched_requests": sum(s.num_running_requests for s in steps) / len(steps),
+        "mean_kv_utilization": util_time / duration,
+        "peak_kv_utilization": max(s.kv_blocks_used for s in steps) / num_kv_blocks,
+        "num_preemptions": sum(s.num_preempted for s in steps),
+        "num_swapped_blocks": sum(s.blocks_swapped_in + s.blocks_swapped_out for s in steps),
+        "num_copied_blocks": sum(s.blocks_copied for s in steps),
+        "memory_saving": (logical_time - used_time) / logical_time,
+        "memory_saving_per_step": (logical - sum(s.kv_blocks_used for s in steps)) / logical,
+    }
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_step_totals_equal_the_definitions_and_need_no_step_records(name):
+    changes, trace = CASES[name]
+    cfg = dataclasses.replace(BASE, **changes)
+    kept = Replay(cfg, trace).run()
+    lean = Replay(cfg, trace, keep_steps=False).run()
+    steps = kept.metrics.steps
+    expected = _by_definition(steps, kept.summary["num_kv_blocks"])
+    assert {key: kept.summary[key] for key in expected} == expected
+    assert lean.summary == kept.summary
+    # the lean run kept the step end times (output-token times point into them), nothing else
+    assert list(lean.metrics.step_log.time) == [s.time for s in steps]
+    assert len(lean.metrics.step_log.duration) == 0 and len(lean.metrics.step_log.held) == 0
+    with pytest.raises(ValueError, match="keep_steps=False"):
+        lean.metrics.steps
