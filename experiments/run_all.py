@@ -204,8 +204,9 @@ def main(argv: list[str] | None = None) -> Path:
         figures = discover(args.only)
     except ValueError as e:
         p.error(str(e))
+    started = time.perf_counter()
     path = run(figures, args.jobs, args.full, args.smoke, args.out_dir, args.paper_md, progress=not args.no_progress)
-    print(f"wrote {path}")
+    print(f"wrote {path}: {len(figures)} figure scripts, {args.jobs} at a time, {time.perf_counter() - started:.0f} s wall in all")
     return path
 
 
