@@ -1,5 +1,6 @@
-"""pagesim.cli.coercion against typer's own (pydantic) coercion, parameter by parameter, and the
-start-up it buys: a short replay loads neither pydantic nor rich."""
+"""Start-up: pagesim.cli.coercion against typer's own (pydantic) coercion, parameter by parameter;
+a short replay loads neither pydantic nor rich, nor any other command's module; the command tree
+seen through `app` is whole."""
 
 import json
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 import typer
 import typer.main
 
-from pagesim.cli import app
+from pagesim.cli import COMMAND_MODULES, _command_module, app
 from pagesim.cli.coercion import LightCoercion, handles
 
 typer_coercion = pytest.importorskip("typer._coercion", reason="a typer without pydantic coercion")
@@ -57,11 +58,35 @@ def test_every_handled_parameter_coerces_as_typer_does():
     assert checked > 1000  # every command's parameters, not a handful
 
 
-def test_short_replay_loads_neither_pydantic_nor_rich():
+def test_short_replay_loads_only_what_it_uses():
     code = ("import sys; from pagesim.cli import main\n"
-            "sys.argv = ['pagesim', 'replay', 'traces/sharegpt.json', '--num-requests', '10', '--json']\n"
+            "sys.argv = ['pagesim', '--debug', 'replay', 'traces/sharegpt.json', '--num-requests', '10', '--json']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('pydantic', 'rich', 'typer._adapters') if m in sys.modules), file=sys.stderr)")
+            "print(sorted(m for m in sys.modules if m in ('pydantic', 'rich', 'typer._adapters')\n"
+            "             or m.startswith('pagesim.cli.') and m.split('.')[2] in " + repr(COMMAND_MODULES) + "), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout)["num_finished"] == 10
-    assert done.stderr.strip().splitlines()[-1] == "[]"
+    assert done.stderr.strip().splitlines()[-1] == "['pagesim.cli.replay']"
+
+
+@pytest.mark.parametrize("argv, modules", [
+    (["replay", "t.json"], ("replay",)), (["--debug", "plan", "--help"], ("plan",)), (["trace", "build"], ("trace",)),
+    ([], None), (["--help"], None), (["--version"], None), (["replya"], None)])
+def test_the_command_named_is_the_module_loaded(argv, modules):
+    # None: every module (the root's help and its "no such command" list them all)
+    assert _command_module(argv) == modules
+
+
+def test_app_holds_every_command():
+    root = typer.main.get_command(app)
+    assert set(root.commands) == set(COMMAND_MODULES)
+
+
+def test_after_main_the_app_is_whole_again(monkeypatch):
+    from pagesim.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["pagesim", "replay", "--help"])
+    with pytest.raises(SystemExit):
+        main()
+    assert app._modules is None
+    assert set(typer.main.get_command(app).commands) == set(COMMAND_MODULES)
