@@ -38,23 +38,19 @@ class _CommandsOnDemand(typer.Typer):
         finally:
             self._loading = False
 
-    @property
-    def registered_commands(self):
-        self._load()
-        return self._commands
+    def _loaded(attr: str):  # noqa: N805 - builds the two properties below
+        """A property over typer's list `attr` that loads the command modules before it is read."""
+        stored = f"_{attr}"
 
-    @registered_commands.setter
-    def registered_commands(self, value):
-        self._commands = value
+        def read(self):
+            self._load()
+            return getattr(self, stored)
 
-    @property
-    def registered_groups(self):
-        self._load()
-        return self._groups
+        return property(read, lambda self, value: setattr(self, stored, value))
 
-    @registered_groups.setter
-    def registered_groups(self, value):
-        self._groups = value
+    registered_commands = _loaded("registered_commands")
+    registered_groups = _loaded("registered_groups")
+    del _loaded
 
 
 app = _CommandsOnDemand(cls=PagesimGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
