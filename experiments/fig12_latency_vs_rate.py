@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, command_line, pyplot, rate_axes, replay_parser, replay_window,
+from experiments.figures import (Row, named_trace, Timer, command_line, pyplot, rate_axes, replay_parser, replay_window,
                                  save_figure, start_figure, write_csv, write_report)
 from experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS,
                                FIG12_SHAREGPT_RATIO_BANDS, FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS,
@@ -109,10 +109,8 @@ def sustainable_rate(search: Search, run, threshold: float, start: float, resolu
 
 def run_search(task) -> Search:
     """One (setup, trace, system): the sustainable rate at every threshold (a process-pool task)."""
-    from pagesim.workload.trace import load_trace
-
     setup, trace_name, system, duration, warmup, seed, thresholds, start, resolution, verbose = task
-    trace = load_trace(TRACES_DIR / f"{trace_name}.json")
+    trace = named_trace(trace_name)
     search = Search(setup, trace_name, system)
 
     def run(rate: float) -> dict:

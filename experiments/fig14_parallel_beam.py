@@ -27,7 +27,7 @@ from pathlib import Path
 
 from experiments.fig12_latency_vs_rate import (ABORT_FACTOR, PROBE_COLUMNS, THRESHOLDS, Search, probe,
                                                sustainable_rate)
-from experiments.figures import (TRACES_DIR, Row, base_parser, command_line, pyplot, rate_axes, save_figure,
+from experiments.figures import (Row, named_trace, base_parser, command_line, pyplot, rate_axes, save_figure,
                                  sharing_ratio_band, start_figure, write_csv, write_report)
 from experiments.paper import (FIG14_RATIO_OVER_ORACLE, FIG14_SETUP, FIG14_SOURCE, FIG14_TRACE, FIG14_WIDTHS,
                                POLICY_LABELS, Setup)
@@ -111,9 +111,7 @@ class CaseResult:
 
 def run_case_search(task: CaseTask) -> CaseResult:
     """fig12's search (same probe, stop rule and bisection) with the task's extra ReplayConfig fields."""
-    from pagesim.workload.trace import load_trace
-
-    trace = load_trace(TRACES_DIR / f"{task.trace}.json")
+    trace = named_trace(task.trace)
     search = Search(task.setup, task.trace, task.system)
     extra = dict(task.extra)
 

@@ -21,7 +21,7 @@ from experiments.fig12_latency_vs_rate import THRESHOLDS
 from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
                                              plot_curves, ratio, run_cases, search_note, sharing_parser, smoke_max_rate,
                                              window)
-from experiments.figures import (TRACES_DIR, Row, outputs, pyplot, save_figure, sharing_ratio_band, start_figure)
+from experiments.figures import (Row, named_trace, outputs, pyplot, save_figure, sharing_ratio_band, start_figure)
 from experiments.paper import FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, Setup
 
 STEM = "fig16_shared_prefix"
@@ -44,9 +44,7 @@ def extra_for(system: str) -> tuple:
 
 
 def mean_lengths(trace_name: str) -> str:
-    from pagesim.workload.trace import load_trace
-
-    reqs = load_trace(TRACES_DIR / f"{trace_name}.json").requests
+    reqs = named_trace(trace_name).requests
     return (f"{sum(r.prompt_len for r in reqs) / len(reqs):.0f} prompt and {sum(r.output_len for r in reqs) / len(reqs):.0f} "
             "output tokens on average")
 

@@ -21,7 +21,7 @@ from experiments.fig12_latency_vs_rate import THRESHOLDS
 from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
                                              plot_curves, ratio, run_cases, search_note, sharing_parser, smoke_max_rate,
                                              window)
-from experiments.figures import (TRACES_DIR, Row, pyplot, save_figure, sharing_ratio_band, start_figure)
+from experiments.figures import (Row, named_trace, pyplot, save_figure, sharing_ratio_band, start_figure)
 from experiments.paper import FIG17_RATIO_OVER_ORCA, FIG17_SETUP, FIG17_SOURCE, FIG17_TRACE, POLICY_LABELS, Setup
 
 STEM = "fig17_chatbot"
@@ -94,9 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = [CaseTask(SETTING, 1, setup, FIG17_TRACE, system, (), duration, warmup, args.seed, START_RATE, resolution,
                       THRESHOLDS, args.verbose, smoke_max_rate(args, START_RATE)) for system in systems]
     results = run_cases(tasks, args.jobs)
-    from pagesim.workload.trace import load_trace
-
-    rows = build_rows(results, THRESHOLDS, prompt_stats(load_trace(TRACES_DIR / f"{FIG17_TRACE}.json")))
+    rows = build_rows(results, THRESHOLDS, prompt_stats(named_trace(FIG17_TRACE)))
     notes = [
         f"- Simulated: OPT-13B on 1 x A100-40GB, calibrated cost model, traces/sharegpt_chat.json in its order, Poisson "
         f"arrivals for {duration:g} s (seed {args.seed}), normalized latency over requests arriving after {warmup:g} s; "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, command_line, device_name, executor_device,
+from experiments.figures import (Row, Timer, named_trace, command_line, device_name, executor_device,
                                  executor_replay_parser, pyplot, replay_window, save_figure, start_figure, write_csv,
                                  write_report)
 from experiments.paper import (FIG18A_OVERHEAD_BAND, FIG18A_SOURCE, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE,
@@ -105,16 +105,19 @@ def block_size_sweep(trace_name: str, block_sizes, duration: float, warmup: floa
     from experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
     from experiments.paper import Setup
 
-    from pagesim.sim.engine import ReplayConfig, replay
-    from pagesim.workload.trace import load_trace
+    from pagesim.sim.engine import Replay, ReplayConfig
+    from pagesim.sim.rate_search import run_unless_over
 
-    trace = load_trace(TRACES_DIR / f"{trace_name}.json")
+    trace = named_trace(trace_name)
 
-    def run(block_size: int, rate: float) -> dict:
+    def run(block_size: int, rate: float, stop_over: float | None = None) -> dict:
+        """One replay; with stop_over, stopped once its mean is certain to end above it (the search
+        keeps only the verdict, which is the full run's)."""
         timer = Timer()
         cfg = ReplayConfig(**SETUP_OPT13B, policy="paged", block_size=block_size, rate=rate, num_requests=None,
                            duration=duration, seed=seed, warmup_s=warmup)
-        s = replay(cfg, trace).summary
+        sim = Replay(cfg, trace)
+        s = sim.run().summary if stop_over is None else run_unless_over(sim, stop_over)[0]
         return {"part": "b", "trace": trace_name, "block_size": block_size, "rate": rate,
                 "mean_normalized_latency": s["mean_normalized_latency"], "mean_batched_requests": s["mean_batched_requests"],
                 "num_preemptions": s["num_preemptions"], "request_throughput": s["request_throughput"],
@@ -122,7 +125,8 @@ def block_size_sweep(trace_name: str, block_sizes, duration: float, warmup: floa
 
     if rate is None:
         search = Search(Setup(**SETUP_OPT13B, label="OPT-13B"), trace_name, "paged")
-        sustained, _ = sustainable_rate(search, lambda r: run(16, r), SUSTAIN_THRESHOLD, START_RATES[trace_name], resolution)
+        sustained, _ = sustainable_rate(search, lambda r: run(16, r, SUSTAIN_THRESHOLD), SUSTAIN_THRESHOLD,
+                                        START_RATES[trace_name], resolution)
         rate = LOAD * sustained
     return rate, [run(b, rate) for b in block_sizes]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, command_line, device_name, executor_device,
+from experiments.figures import (Row, Timer, named_trace, command_line, device_name, executor_device,
                                  executor_replay_parser, pyplot, replay_window, save_figure, start_figure, write_csv,
                                  write_report)
 from experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
@@ -104,26 +104,32 @@ def preemption_sweep(block_sizes, duration: float, warmup: float, seed: int, res
     """Both preemption modes at every block size, at `rate` or (None) at the block-16 sustainable rate."""
     from experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
 
-    from pagesim.sim.engine import ReplayConfig, replay
-    from pagesim.workload.trace import load_trace
+    from pagesim.sim.engine import Replay, ReplayConfig
+    from pagesim.sim.rate_search import run_unless_over
 
-    trace = load_trace(TRACES_DIR / f"{TRACE}.json")
+    trace = named_trace(TRACE)
 
-    def run(block_size: int, preemption: str, rate: float) -> dict:
+    def run(block_size: int, preemption: str, rate: float, stop_over: float | None = None) -> dict:
+        """One replay; with stop_over, stopped once its mean is certain to end above it (the search
+        keeps only the verdict, which is the full run's)."""
         timer = Timer()
         cfg = ReplayConfig(**SETUP_OPT13B, policy="paged", block_size=block_size, preemption=preemption, rate=rate,
                            num_requests=None, duration=duration, seed=seed, warmup_s=warmup)
-        s = replay(cfg, trace).summary
+        sim = Replay(cfg, trace)
+        s = sim.run().summary if stop_over is None else run_unless_over(sim, stop_over)[0]
         return {"part": "b", "block_size": block_size, "preemption": preemption, "rate": rate,
                 "mean_normalized_latency": s["mean_normalized_latency"], "num_preemptions": s["num_preemptions"],
                 "num_swapped_blocks": s["num_swapped_blocks"], "request_throughput": s["request_throughput"],
                 "wall_s": timer.elapsed()}
 
+    searched = {}
     if rate is None:
         search = Search(Setup(**SETUP_OPT13B, label="OPT-13B"), TRACE, "paged")
-        rate, _ = sustainable_rate(search, lambda r: run(16, "recompute", r), SUSTAIN_THRESHOLD, START_RATES[TRACE],
-                                   resolution)
-    return rate, [run(b, mode, rate) for b in block_sizes for mode in ("recompute", "swap")]
+        rate, _ = sustainable_rate(search, lambda r: run(16, "recompute", r, SUSTAIN_THRESHOLD), SUSTAIN_THRESHOLD,
+                                   START_RATES[TRACE], resolution)
+        # the search ran block 16 with recompute at this rate in full (it passed): not again
+        searched[(16, "recompute")] = search.probes.get(rate)
+    return rate, [searched.get((b, mode)) or run(b, mode, rate) for b in block_sizes for mode in ("recompute", "swap")]
 
 
 # -- figure ---------------------------------------------------------------------------------------

@@ -9,12 +9,22 @@ import csv
 import shlex
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from experiments.paper import ARXIV, SHARING_RATIO_REL_TOL
 
 DEFAULT_OUT_DIR = Path(__file__).resolve().parent.parent / "reports" / "figures"
 TRACES_DIR = Path(__file__).resolve().parent.parent / "traces"
+
+
+@lru_cache(maxsize=None)
+def named_trace(name: str):
+    """traces/<name>.json, loaded once per process: every search and probe of a figure (and
+    every task a process-pool worker takes) shares it. Replays only read a trace."""
+    from pagesim.workload.trace import load_trace
+
+    return load_trace(TRACES_DIR / f"{name}.json")
 
 
 @dataclass

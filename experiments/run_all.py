@@ -32,9 +32,11 @@ from experiments.figures import DEFAULT_OUT_DIR, read_verdicts
 from experiments.paper import ARXIV
 
 SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
-# Measured wall times at the default settings (s), to start the slowest first; unknown ones go first.
-EXPECTED_S = {"fig12": 900, "fig18": 240, "fig19": 200, "fig14": 175, "fig16": 160, "fig13": 60, "fig15": 60,
-              "fig02": 40, "fig17": 20, "fig11": 10}
+# Measured wall times at the default settings (s), to start the slowest first (on two slots the
+# longest-first order ends the run close to half the total); unknown ones go first. From one run of
+# `pagesim figures --jobs 2` pinned to one shared core (issue 19): only the order matters here.
+EXPECTED_S = {"fig18": 340, "fig14": 335, "fig12": 243, "fig16": 220, "fig15": 94, "fig13": 85, "fig19": 54,
+              "fig02": 17, "fig17": 15, "fig11": 5}
 TITLES = {"fig02": "KV cache slot usage", "fig11": "Input and output lengths", "fig12": "Latency vs request rate",
           "fig13": "Mean batched requests", "fig14": "Parallel sampling and beam search",
           "fig15": "Memory saved by sharing", "fig16": "Shared prefix", "fig17": "Chatbot",
@@ -204,8 +206,9 @@ def main(argv: list[str] | None = None) -> Path:
         figures = discover(args.only)
     except ValueError as e:
         p.error(str(e))
+    started = time.perf_counter()
     path = run(figures, args.jobs, args.full, args.smoke, args.out_dir, args.paper_md, progress=not args.no_progress)
-    print(f"wrote {path}")
+    print(f"wrote {path}: {len(figures)} figure scripts, {args.jobs} at a time, {time.perf_counter() - started:.0f} s wall in all")
     return path
 
 

@@ -198,15 +198,21 @@ def load_trace_file(path: Path):
 
 
 @contextmanager
-def progress_bar(label: str, unit: str, total: int | None, console, quiet: bool = False) -> Iterator[Callable]:
-    """A progress bar with elapsed time and ETA on stderr (off when quiet or not a terminal).
-    Yields update(done, total=None)."""
+def progress_bar(label: str, unit: str, total: int | None, console=None, quiet: bool = False) -> Iterator[Callable]:
+    """A progress bar with elapsed time and ETA on `console` (default: a rich Console on stderr),
+    off when quiet or not a terminal. Yields update(done, total=None). Quiet, it loads no rich."""
+    if quiet:
+        yield lambda done, new_total=None: None
+        return
+    from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
 
+    console = console or Console(stderr=True)
+
     columns = [TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True, disable=quiet or not console.is_terminal) as bar:
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(label, total=total)
         every = max(1, (total or 0) // 200)  # about 200 redraws a run, not one per request
 
@@ -234,7 +240,10 @@ class PagesimGroup(TyperGroup):
     (typer.testing.CliRunner) alike."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        from pagesim.cli.coercion import install
+
         debug["on"] = bool(os.environ.get("PAGESIM_DEBUG"))
+        install()  # parameter values without pydantic's start-up cost (see pagesim.cli.coercion)
         code = 0
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)

@@ -3,6 +3,7 @@ reports/paper.md. The work is experiments/run_all.py's; this is its CLI face."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -36,8 +37,11 @@ def figures(
     except ValueError as e:
         fail(str(e))
     out = out_dir or run_all.DEFAULT_OUT_DIR
+    started = time.perf_counter()
     paper_md = run_all.run(figs, jobs=jobs, full=full, smoke=smoke, out_dir=out, progress=Console().is_terminal)
-    table = Table(title=f"wrote {paper_md}", title_justify="left")
+    wall_s = time.perf_counter() - started
+    table = Table(title=f"wrote {paper_md}", title_justify="left",
+                  caption=f"{len(figs)} figure scripts, {jobs} at a time: {wall_s:.0f} s wall in all", caption_justify="left")
     for col in ("figure", "run", "verdict"):
         table.add_column(col)
     for f in sorted(figs, key=lambda f: f.key):

@@ -60,8 +60,6 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
-    from rich.console import Console
-
     from pagesim.api import finish_replay, prepare_replay
 
     check_arrival_flags(ctx, duration=duration)
@@ -83,8 +81,7 @@ def replay(
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(sim.requests, warmup, duration)
 
-    console = Console(stderr=True)
-    with progress_bar("replay", "requests", len(sim.requests), console, quiet=as_json) as advance:
+    with progress_bar("replay", "requests", len(sim.requests), quiet=as_json) as advance:
         sim.on_progress = advance
         result = finish_replay(sim, trace)
     cfg = sim.cfg
@@ -95,16 +92,16 @@ def replay(
 def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str) -> None:
     """What `replay` and `run` do with a finished run: write the results folder (atomically),
     then print the summary as JSON or as a table."""
-    from rich.console import Console
-
-    from pagesim.results import results_folder
-
     if out is not None:
+        from pagesim.results import results_folder
+
         with results_folder(out) as folder:
             metrics.write(folder, summary)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
     else:
+        from rich.console import Console
+
         print_summary(summary, Console(), title)
         if out is not None:
             Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json")

@@ -44,8 +44,13 @@ def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: 
     import multiprocessing
 
     # spawn, not fork: the parent may hold threads (rich's progress refresh) that fork would copy mid-lock.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(plan_config, job): i for i, job in enumerate(jobs)}
+    # Every job searches the same trace: it goes to each worker once, as it starts, not with every job.
+    trace = jobs[0].trace
+    shared = all(job.trace is trace for job in jobs)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_keep_trace if shared else None, initargs=(trace,) if shared else ()) as pool:
+        futures = {pool.submit(_plan_with_kept_trace, _without_trace(job)) if shared else pool.submit(plan_config, job): i
+                   for i, job in enumerate(jobs)}
         for future in as_completed(futures):
             i = futures[future]
             results[i] = future.result()
@@ -86,6 +91,18 @@ def run_ray(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Pr
     finally:
         if started:
             ray.shutdown()
+
+
+_worker_trace = None  # a local worker's copy of the plan's trace (_keep_trace)
+
+
+def _keep_trace(trace) -> None:
+    global _worker_trace
+    _worker_trace = trace
+
+
+def _plan_with_kept_trace(job: ConfigJob) -> ConfigResult:
+    return plan_config(replace(job, trace=_worker_trace))
 
 
 def _without_trace(job: ConfigJob) -> ConfigJob:

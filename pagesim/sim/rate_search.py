@@ -11,6 +11,8 @@ judged (another threshold's probes, say) bracket the search before anything new 
 
 `run_unless_hopeless` runs one simulation, stopping it early once its measured requests show it
 cannot come under a latency bound: an overloaded run is the slow one, and its verdict is clear.
+`run_unless_over` stops only where that is certain, not just clear (for searches that keep only
+the verdict, so the verdict must be the full run's).
 """
 
 from __future__ import annotations
@@ -105,8 +107,36 @@ def run_unless_hopeless(sim, stop_above: float | None, min_measured: int) -> tup
         if stop_above is not None and measured["n"] >= min_measured and measured["sum"] / measured["n"] > stop_above:
             raise _Hopeless
 
+    return _run_checked(sim, check)
+
+
+def run_unless_over(sim, threshold: float) -> tuple[dict, bool]:
+    """Run a Replay; returns (summary, stopped early). It stops once its mean normalized latency
+    is certain to end above `threshold`: the run's mean is the sum over the measured requests
+    that finish divided by their number, which is at most the number of requests arriving after
+    the warm-up (known before the run), and every term is >= 0; so once the finished ones' sum
+    exceeds threshold x that number, the mean ends above threshold whatever the rest do. A
+    stopped run's summary is partial (its mean a lower bound); the verdict "mean < threshold" is
+    exactly the full run's."""
+    warmup = sim.cfg.warmup_s
+    limit = threshold * sum(1 for r in sim.requests if r.arrival_time >= warmup)
+    total = {"sum": 0.0}
+
+    def check(_done: int) -> None:
+        rec = sim.metrics.requests[-1]
+        nl = rec.normalized_latency
+        if nl is None or rec.arrival_time < warmup:
+            return
+        total["sum"] += nl
+        if total["sum"] > limit:
+            raise _Hopeless
+
+    return _run_checked(sim, check)
+
+
+def _run_checked(sim, check: Callable[[int], None]) -> tuple[dict, bool]:
     sim.on_progress = check
     try:
         return sim.run().summary, False
     except _Hopeless:
-        return sim.metrics.summary(), True
+        return sim.summary(), True  # the partial run's, with the same keys as a whole run's

@@ -9,7 +9,7 @@ import pytest
 
 from pagesim.sim.cost import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
-from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate, run_unless_hopeless
+from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate, run_unless_hopeless, run_unless_over
 from pagesim.workload.trace import Trace, TraceRequest
 
 
@@ -75,3 +75,22 @@ def test_hopeless_run_stops_early_with_a_lower_bound():
     # the same run under a bound it never crosses goes to the end, unchanged
     whole, stopped = run_unless_hopeless(Replay(cfg, trace, cost_model=ConstantCostModel(0.01)), 1e9, 30)
     assert not stopped and whole == full
+
+
+def test_run_stops_only_when_its_verdict_is_certain():
+    # the overloaded engine above: the full run's mean is the truth every stopped run must agree with
+    trace = Trace({}, [TraceRequest(prompt_len=20, output_len=50)])
+    cfg = ReplayConfig(rate=20.0, num_requests=400, max_num_seqs=1, num_gpu_blocks=64, warmup_s=1.0, seed=1)
+    full = Replay(cfg, trace, cost_model=ConstantCostModel(0.01)).run().summary
+    mean = full["mean_normalized_latency"]
+    stops = []
+    for threshold in (0.05, 0.2, mean * 0.5, mean * 0.99, mean, mean * 1.01, 10 * mean):
+        summary, stopped = run_unless_over(Replay(cfg, trace, cost_model=ConstantCostModel(0.01)), threshold)
+        stops.append(stopped)
+        if stopped:  # certain: the whole run ends above the threshold, and the partial run said so
+            assert mean > threshold and summary["num_finished"] < full["num_finished"]
+            assert summary.keys() == full.keys()
+        else:  # ran to the end, unchanged
+            assert summary == full
+    # far below the mean it stops early; at or above the mean it cannot
+    assert stops[:2] == [True, True] and stops[-3:] == [False, False, False]

@@ -90,7 +90,7 @@ def test_token_ids_length_mismatch(tmp_path):
     expect_error(path, 1, "prompt_token_ids", "has 2 ids but prompt_len is 3")
 
 
-@pytest.mark.parametrize("bad", [-1, 2.5, "7", None])
+@pytest.mark.parametrize("bad", [-1, 2.5, "7", None, True, [3]])
 def test_token_ids_bad_element(tmp_path, bad):
     path = write_doc(tmp_path, [{"prompt_len": 3, "output_len": 1, "prompt_token_ids": [5, bad, 6]}])
     expect_error(path, 0, "prompt_token_ids", "element 1")
