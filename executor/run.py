@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from executor.engine import EngineConfig, LLMEngine
 from executor.models.loader import LoadedModel
+from executor.noise import NoiseControl
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder
 from pagesim.workload.requests import WorkloadConfig, synthetic_prompt
@@ -23,6 +24,13 @@ class RunConfig(WorkloadConfig):
 
     num_requests: int | None = 16  # real forward passes: a CPU-sized default
     clock: str = "wall"  # wall | cpu (see RunClock)
+    # noise control on the step clock (executor.noise.NoiseControl; the profiler applies the same)
+    pin_cpu: int | None = None
+    gc_during_steps: bool = False
+    warmup_steps: int = 4
+
+    def noise_control(self) -> NoiseControl:
+        return NoiseControl(pin_cpu=self.pin_cpu, gc_during_steps=self.gc_during_steps, warmup_steps=self.warmup_steps)
 
 
 class RunClock:
@@ -59,6 +67,9 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
     """Returns (summary dict, MetricsRecorder). With step_shapes (a list), appends each step's
     (BatchShape, measured seconds) to it: the step log a cost model is checked against."""
     requests, notes = trace_requests(trace, run_cfg)
+    noise = run_cfg.noise_control()
+    noise.apply()
+    noise.warm_up(lm, engine_cfg.block_size)
     engine = LLMEngine(lm, engine_cfg)
     metrics = MetricsRecorder(engine_cfg.num_gpu_blocks, run_cfg.warmup_s)
     done = 0
@@ -89,9 +100,10 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
             if pending:
                 clock.wait_until(pending[0].arrival_time)
             continue
-        began = clock()
-        stats = engine.step(clock)
-        ended = clock()
+        with noise.step():
+            began = clock()
+            stats = engine.step(clock)
+            ended = clock()
         metrics.record_step(stats.out, ended, ended - began, engine.scheduler)  # first: it holds their last token times
         if step_shapes is not None:
             step_shapes.append((stats.shape, ended - began))

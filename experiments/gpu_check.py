@@ -741,7 +741,7 @@ def section_profile(ctx: Ctx, sec: dict) -> None:
         raise RuntimeError("no model: building it failed (see section 3)")
     device, P = ctx.device, ctx.S["profile"]
     grid = ProfileGrid(prefill=[(1, n) for n in P["prefill"]], decode=[(b, P["decode_ctx"]) for b in P["decode_batch"]],
-                       swap_blocks=[], copy_blocks=[], reps=P["reps"])
+                       mixed=[], swap_blocks=[], copy_blocks=[], reps=P["reps"], max_reps=P["reps"])
     data = profile_engine(ctx.lm, grid, clock="wall", model_spec=ctx.S["model"])
     raw = []
     for step in data["steps"]:
@@ -753,8 +753,8 @@ def section_profile(ctx: Ctx, sec: dict) -> None:
                         median_ms=step["seconds"] * 1e3, min_ms=min(times) * 1e3, reps=len(times), step_s=times))
     rows = [{k: v for k, v in r.items() if k != "step_s"} for r in raw]
     sec["notes"].append(f"LLMEngine.step() wall time (schedule + forward + sampling; synchronised on CUDA) on the "
-                        f"section 3 model ({ctx.S['model']}), block 16, measured by executor.profiler (one warmup "
-                        f"generate first; {P['reps']} steps per shape, median): one sequence per prefill shape; decode "
+                        f"section 3 model ({ctx.S['model']}), block 16, measured by executor.profiler (untimed warm-up "
+                        f"steps first; {P['reps']} steps per shape, median): one sequence per prefill shape; decode "
                         f"batches after prompts of {P['decode_ctx'] - 1} tokens (context = the middle timed step's, "
                         "per sequence).")
     sec["tables"].append(dict(title=None, columns=["kind", "num_seqs", "prefill_tokens", "decode_seqs", "context",

@@ -81,3 +81,20 @@ def check_cache_fits(lm, block_size: int, num_gpu_blocks: int, num_cpu_blocks: i
         if wanted > free:
             fail(f"{flags}: {blocks:,} blocks of {block_size} tokens need {wanted / 2**30:,.1f} GiB of KV cache, "
                  f"more than the {free / 2**30:,.1f} GiB of {where} free")
+
+
+# The executor clock's noise control (executor.noise.NoiseControl), one set of flags for `run`,
+# `profile` and `compare`, so that a profile and the runs compared against it are measured alike.
+PIN_CPU_OPTION = typer.Option(None, "--pin-cpu", help="bind the executor to this CPU (os.sched_setaffinity; default: "
+                              "leave the affinity alone)", min=0)
+WARMUP_STEPS_OPTION = typer.Option(4, "--warmup-steps", help="untimed engine steps before anything is measured", min=0)
+GC_DURING_STEPS_OPTION = typer.Option(False, "--gc-during-steps/--no-gc-during-steps",
+                                      help="let Python's garbage collector run inside timed steps (default: it waits "
+                                      "until a step is over)")
+
+
+def noise_settings(pin_cpu: int | None, warmup_steps: int, gc_during_steps: bool) -> dict:
+    """The flags above as NoiseControl / RunConfig fields, checked (a CPU this process may not use fails here)."""
+    if pin_cpu is not None and pin_cpu not in os.sched_getaffinity(0):
+        fail(f"--pin-cpu {pin_cpu}: this process may run on CPUs {sorted(os.sched_getaffinity(0))} only")
+    return {"pin_cpu": pin_cpu, "warmup_steps": warmup_steps, "gc_during_steps": gc_during_steps}

@@ -10,7 +10,8 @@ import typer
 from pagesim.cli import app
 from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
                                 check_workload, fail, load_trace_file, progress_bar, warn)
-from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
+from pagesim.cli.executor_model import (GC_DURING_STEPS_OPTION, PIN_CPU_OPTION, WARMUP_STEPS_OPTION, check_cache_fits,
+                                        dtype_name, load_executor_model, noise_settings)
 from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption, emit_results
 
 
@@ -45,6 +46,9 @@ def run(
     seed: int = typer.Option(0, parser=COUNT, help="seed of arrivals and synthetic prompts"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    pin_cpu: Optional[int] = PIN_CPU_OPTION,
+    warmup_steps: int = WARMUP_STEPS_OPTION,
+    gc_during_steps: bool = GC_DURING_STEPS_OPTION,
 ) -> None:
     """Serve TRACE on the executor in wall-clock time, writing the simulator's metrics."""
     from rich.console import Console
@@ -54,6 +58,7 @@ def run(
     from pagesim.workload.requests import WorkloadConfig
 
     check_arrival_flags(ctx, duration=duration)
+    noise = noise_settings(pin_cpu, warmup_steps, gc_during_steps)
     loaded_trace = load_trace_file(trace)
     check_run_size(rate or None, num_requests, duration)
     if duration is not None:
@@ -76,7 +81,7 @@ def run(
     from executor.engine import EngineConfig
     from executor.run import RunConfig, run_trace
 
-    run_cfg = RunConfig(**asdict(workload))  # the workload checked above, on the executor's clock default
+    run_cfg = RunConfig(**asdict(workload), **noise)  # the workload checked above, on the executor's clock default
     engine_cfg = EngineConfig(policy=policy.value, block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                               num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,

@@ -45,6 +45,14 @@ class BatchShape:
     def num_seqs(self) -> int:
         return self.num_prefill_seqs + self.num_decode_seqs
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds a step counts under where errors are split by kind: prefill, decode or mixed
+        (idle when it computes nothing), then swap and copy when it moves blocks."""
+        compute = ("mixed" if self.num_decode_seqs else "prefill") if self.num_prefill_seqs else (
+            "decode" if self.num_decode_seqs else "idle")
+        return (compute,) + (("swap",) if self.num_swap_blocks else ()) + (("copy",) if self.num_copy_blocks else ())
+
 
 @dataclass
 class SchedulerOutput:

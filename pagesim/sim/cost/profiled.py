@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -138,12 +139,6 @@ def step_features(s: BatchShape) -> list[float]:
             s.decode_context_tokens] + [min(tokens, k) for k in TOKEN_KNOTS]
 
 
-def step_features(s: BatchShape) -> list[float]:
-    tokens = s.num_prefill_tokens + s.num_decode_seqs
-    return [1.0, s.num_prefill_tokens, s.prefill_attn_pairs, s.num_prefill_seqs, s.num_decode_seqs,
-            s.decode_context_tokens] + [min(tokens, k) for k in TOKEN_KNOTS]
-
-
 def _block_move_fit(moves: list[Measurement], field: str) -> tuple[float, float]:
     """(seconds per call, seconds per block) from timed swaps or copies; zeros when none."""
     if not moves:
@@ -160,11 +155,31 @@ def _rel_errors(predict, ms: list[Measurement]) -> list[float]:
     return [predict(m.shape) / m.seconds - 1.0 for m in ms if m.seconds > 0]
 
 
+def _by_kind(predict, ms: list[Measurement]) -> dict[str, list[float]]:
+    errors: dict[str, list[float]] = {}
+    for m in ms:
+        if m.seconds > 0:
+            for kind in m.shape.kinds:
+                errors.setdefault(kind, []).append(predict(m.shape) / m.seconds - 1.0)
+    return errors
+
+
+def _fold(steps: list[Measurement], held: int) -> tuple[list[Measurement], list[Measurement]]:
+    """(training, held-out) for fold `held` of HOLDOUT_EVERY: every HOLDOUT_EVERY-th shape from `held`."""
+    return ([m for i, m in enumerate(steps) if i % HOLDOUT_EVERY != held],
+            [m for i, m in enumerate(steps) if i % HOLDOUT_EVERY == held])
+
+
+def _fit_steps(train: list[Measurement]):
+    return fit_relative([step_features(m.shape) for m in train], [m.seconds for m in train])
+
+
 def _error_stats(errors: list[float]) -> dict:
     if not errors:
-        return {"count": 0, "mean_abs": None, "max_abs": None}
-    a = [abs(e) for e in errors]
-    return {"count": len(a), "mean_abs": sum(a) / len(a), "max_abs": max(a)}
+        return {"count": 0, "mean_abs": None, "median_abs": None, "p90_abs": None, "max_abs": None}
+    a = sorted(abs(e) for e in errors)
+    return {"count": len(a), "mean_abs": sum(a) / len(a), "median_abs": statistics.median(a),
+            "p90_abs": a[math.ceil(0.9 * len(a)) - 1], "max_abs": a[-1]}  # p90: nearest rank
 
 
 # ----------------------------------------------------------------------------- the model
@@ -190,11 +205,31 @@ class ProfiledCostModel(CostModel):
     @classmethod
     def from_profile(cls, profile: Profile | str | Path) -> "ProfiledCostModel":
         p = profile if isinstance(profile, Profile) else load_profile(profile)
-        train = [m for i, m in enumerate(p.steps) if i % HOLDOUT_EVERY != HOLDOUT_EVERY - 1]
-        held_out = [m for i, m in enumerate(p.steps) if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1]
-        coef = fit_relative([step_features(m.shape) for m in train], [m.seconds for m in train])
-        model = cls(coef, _block_move_fit(p.swaps, "num_swap_blocks"), _block_move_fit(p.copies, "num_copy_blocks"),
-                    p.block_size)
+        train, held_out = _fold(p.steps, HOLDOUT_EVERY - 1)
+        moves = _block_move_fit(p.swaps, "num_swap_blocks"), _block_move_fit(p.copies, "num_copy_blocks")
+        model = cls(_fit_steps(train), *moves, p.block_size)
+        # cross-validated: every shape predicted by the fit that left its fold out (the last
+        # fold's fit is the model in use), so each kind has a held-out error for all its shapes
+        cross: dict[str, list[float]] = {}
+        for held in range(HOLDOUT_EVERY):
+            fold_train, fold_held = _fold(p.steps, held)
+            fold_model = model if held == HOLDOUT_EVERY - 1 else cls(_fit_steps(fold_train), *moves, p.block_size)
+            for kind, errs in _by_kind(fold_model.iteration_time, fold_held).items():
+                cross.setdefault(kind, []).extend(errs)
+        # block moves were timed alone: compared with the move term alone
+        move_errors = {"swap": _rel_errors(model.block_move_time, p.swaps),
+                       "copy": _rel_errors(model.block_move_time, p.copies)}
+        train_kinds, held_kinds = _by_kind(model.iteration_time, train), _by_kind(model.iteration_time, held_out)
+        by_kind = {}
+        for kind in ("prefill", "decode", "mixed", "swap", "copy"):
+            if kind in move_errors:
+                stats = _error_stats(move_errors[kind])
+                by_kind[kind] = {"train": stats, "held_out": stats, "cross_validated": stats,
+                                 "note": "the block-move term against block moves timed alone"}
+            else:
+                by_kind[kind] = {"train": _error_stats(train_kinds.get(kind, [])),
+                                 "held_out": _error_stats(held_kinds.get(kind, [])),
+                                 "cross_validated": _error_stats(cross.get(kind, []))}
         model.info = {
             "profile": p.path,
             "model": p.meta.get("model", {}),
@@ -205,9 +240,9 @@ class ProfiledCostModel(CostModel):
                    f"{HOLDOUT_EVERY}th step shape held out",
             "train_error": _error_stats(_rel_errors(model.iteration_time, train)),
             "held_out_error": _error_stats(_rel_errors(model.iteration_time, held_out)),
-            # block moves were timed alone: compared with the move term alone
-            "swap_error": _error_stats(_rel_errors(model.block_move_time, p.swaps)),
-            "copy_error": _error_stats(_rel_errors(model.block_move_time, p.copies)),
+            "swap_error": _error_stats(move_errors["swap"]),
+            "copy_error": _error_stats(move_errors["copy"]),
+            "error_by_kind": by_kind,
         }
         return model
 
