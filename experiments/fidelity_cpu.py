@@ -48,6 +48,11 @@ LOAD = 0.9  # fraction of the simulated capacity: near saturation, as in the pap
 RUNS = (("paged-recompute", "paged-recompute", None), ("paged-swap", "paged-swap", None),
         ("orca-oracle", "orca-oracle", None), ("paged-recompute-chunked", "paged-recompute-chunked", None),
         ("paged-auto-n4", "paged-auto", 4))  # n=4: auto swaps multi-sequence groups, the paper's setting
+# KV pool of the real runs: at 120 requests the simulator preempts 0 times with 32-48 blocks (so
+# paged + swap and paged + recompute would run one schedule) and 3-9 times with 24 blocks
+KV_BLOCKS = 24
+# seconds of extra profile shapes taken from the pilot run's step log (pagesim.sim.cost.step_shapes)
+VISITED_BUDGET_S = 30.0
 COMMITTED_PROFILE = ROOT / "reports" / "profiles" / "smollm2_cpu.json"  # for --estimate only
 # wall time per second of simulated busy time (the driver's own work between steps; the last
 # report's 200-request runs took 2.4 min of wall time for 130 s of step time: 1.11)
@@ -66,17 +71,18 @@ class Protocol:
     repeat: int
     reprofile: bool
     grid: str  # executor.profiler.ProfileGrid: default or tiny
+    pilot: bool  # one untimed-for-the-report executor run whose visited shapes extend the profile grid
     settings: CompareSettings
 
     @classmethod
     def real(cls, num_requests: int, repeat: int, reprofile: bool) -> "Protocol":
-        return cls("smollm2", "traces/sharegpt.json", 16, num_requests, repeat, reprofile, "default",
-                   CompareSettings(num_requests=num_requests, num_gpu_blocks=48, num_cpu_blocks=256, max_num_seqs=32,
+        return cls("smollm2", "traces/sharegpt.json", 16, num_requests, repeat, reprofile, "default", True,
+                   CompareSettings(num_requests=num_requests, num_gpu_blocks=KV_BLOCKS, num_cpu_blocks=256, max_num_seqs=32,
                                    max_num_batched_tokens=1024, max_model_len=1024, clock="cpu"))
 
     @classmethod
     def smoke(cls) -> "Protocol":
-        return cls("random:llama-tiny", "traces/sharegpt.json", 32, 6, 2, True, "tiny",
+        return cls("random:llama-tiny", "traces/sharegpt.json", 32, 6, 2, True, "tiny", True,
                    CompareSettings(num_requests=6, num_gpu_blocks=16, num_cpu_blocks=64, max_num_seqs=8,
                                    max_num_batched_tokens=256, max_model_len=256, clock="cpu"))
 
@@ -160,16 +166,22 @@ def run(proto: Protocol, args, command: str, trace) -> int:
     out_md, data_dir = Path(args.out), Path(args.data_dir)
     with results_folder(data_dir) as staging:
         t = time.perf_counter()
-        first = profile_round(lm, staging / "profiles" / "round1.json", proto.settings.clock, proto.settings.block_size,
+        first = profile_round(lm, staging / "profiles" / "round0.json", proto.settings.clock, proto.settings.block_size,
                               grid, command=command)
         profile_s = time.perf_counter() - t
         specs, caps = run_specs(trace, proto, str(first))
-        est = estimate_s(trace, specs, proto, str(first), profile_s) - (profile_s if proto.reprofile else 0)
+        if proto.pilot:
+            grid = pilot_grid(lm, trace, specs[0], grid, staging / "pilot")
+            if not proto.reprofile:  # the one profile the simulator uses must cover the visited shapes
+                first = profile_round(lm, staging / "profiles" / "visited.json", proto.settings.clock,
+                                      proto.settings.block_size, grid, command=command)
+        est = estimate_s(trace, specs, proto, str(first), profile_s)
         print(f"[fidelity] profiled in {profile_s:.0f} s; rates {', '.join(f'{s.label} {s.settings.rate}' for s in specs)}"
-              f" req/s; estimate for the rest: {est / 60:.1f} min", flush=True)
+              f" req/s; grid {len(grid.prefill)} prefill / {len(grid.decode)} decode cells; "
+              f"estimate for the rest: {est / 60:.1f} min", flush=True)
         results, used = compare_repeated(
             lm, trace, specs, None if proto.reprofile else str(first), proto.repeat, staging, reprofile=proto.reprofile,
-            profile_grid=grid, round1_profile=str(first) if proto.reprofile else None,
+            profile_grid=grid, round1_profile=str(first) if proto.reprofile and not proto.pilot else None,
             log=lambda msg: print(f"[fidelity] {msg}", flush=True))
         fit = ProfiledCostModel.from_profile(used).describe()
         wall = time.perf_counter() - started
@@ -184,6 +196,24 @@ def run(proto: Protocol, args, command: str, trace) -> int:
     out_md.write_text(md)
     print(f"[fidelity] wrote {out_md} and {data_dir}/ in {wall / 60:.1f} min (estimated {meta['estimate_s'] / 60:.1f})")
     return 0
+
+
+def pilot_grid(lm, trace, spec: RunSpec, grid, out_dir: Path):
+    """The profile grid extended by the shapes a replay visits: one executor run of `spec` (its step
+    log is kept as out_dir/step_shapes.csv, not reported), reduced by visited_grid to the most
+    visited prefill and decode cells that fit VISITED_BUDGET_S of measuring."""
+    from pagesim.compare import execute
+    from pagesim.fidelity import write_step_shapes
+    from pagesim.sim.cost.step_shapes import LoggedStep, visited_grid
+
+    shapes: list = []
+    execute(lm, trace, spec.system, spec.settings, step_shapes=shapes)
+    write_step_shapes(out_dir / "step_shapes.csv", shapes)
+    prefill, decode = visited_grid([LoggedStep(shape, seconds) for shape, seconds in shapes], VISITED_BUDGET_S,
+                                   grid.reps, max_prompt_tokens=spec.settings.max_model_len)
+    print(f"[fidelity] pilot run ({spec.label}): {len(shapes)} steps -> {len(prefill)} prefill and "
+          f"{len(decode)} decode cells added to the profile grid", flush=True)
+    return grid.merged(prefill, decode)
 
 
 def _rel(path: Path, start: Path) -> str:
@@ -233,6 +263,9 @@ def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir:
         f"max_model_len {s.max_model_len} |",
         f"| repeats | K = {proto.repeat} rounds, each runs every system once in the order above"
         + ("; a fresh profile before each round" if proto.reprofile else "; one profile before the rounds") + " |",
+        f"| profile grid | the default grid" + (f" plus the prefill and decode cells most visited by a pilot run of "
+        f"{specs[0].label} (its step log: pilot/step_shapes.csv; about {VISITED_BUDGET_S:g} s of extra measuring, "
+        f"pagesim.sim.cost.step_shapes.visited_grid)" if proto.pilot else "") + " |",
         f"| simulator's profile | {meta['simulator_profile']}"
         + (" (pooled: each shape's median over the rounds' profiles)" if proto.reprofile else "")
         + f"; held-out fit error mean {held['mean_abs'] * 100:.1f} %, max {held['max_abs'] * 100:.1f} % |",
