@@ -31,6 +31,7 @@ from executor.models.loader import LoadedModel
 from executor.noise import NoiseControl
 from executor.run import RunClock
 from pagesim.core import SamplingParams
+from pagesim.metrics import t_quantile_975
 
 PROFILE_FORMAT = "pagesim-profile/1"  # the same string pagesim.sim.cost.profiled reads
 
@@ -78,18 +79,13 @@ class ProfileGrid:
         return n >= max(self.reps, 1) and (n >= self.max_reps or ci95_rel(times) <= self.target_ci)
 
 
-# Student's t, 97.5 % quantile, by degrees of freedom (1.96 beyond the table)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
-
-
 def ci95_rel(times: list[float]) -> float:
     """Half-width of the 95 % t-interval of the samples' mean, relative to their median (the value
     kept); infinite for fewer than two samples."""
     n = len(times)
     if n < 2:
         return math.inf
-    t = _T975[n - 2] if n - 2 < len(_T975) else 1.96
-    return t * statistics.stdev(times) / math.sqrt(n) / statistics.median(times)
+    return t_quantile_975(n - 1) * statistics.stdev(times) / math.sqrt(n) / statistics.median(times)
 
 
 def hardware_info(lm: LoadedModel) -> dict:

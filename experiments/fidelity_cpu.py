@@ -71,20 +71,20 @@ class Protocol:
     repeat: int
     reprofile: bool
     grid: str  # executor.profiler.ProfileGrid: default or tiny
-    pilot: bool  # one untimed-for-the-report executor run whose visited shapes extend the profile grid
     settings: CompareSettings
+    pilot: bool = False  # a first executor run (not reported) whose visited shapes extend the profile grid
 
     @classmethod
     def real(cls, num_requests: int, repeat: int, reprofile: bool) -> "Protocol":
-        return cls("smollm2", "traces/sharegpt.json", 16, num_requests, repeat, reprofile, "default", True,
+        return cls("smollm2", "traces/sharegpt.json", 16, num_requests, repeat, reprofile, "default",
                    CompareSettings(num_requests=num_requests, num_gpu_blocks=KV_BLOCKS, num_cpu_blocks=256, max_num_seqs=32,
-                                   max_num_batched_tokens=1024, max_model_len=1024, clock="cpu"))
+                                   max_num_batched_tokens=1024, max_model_len=1024, clock="cpu"), pilot=True)
 
     @classmethod
     def smoke(cls) -> "Protocol":
-        return cls("random:llama-tiny", "traces/sharegpt.json", 32, 6, 2, True, "tiny", True,
+        return cls("random:llama-tiny", "traces/sharegpt.json", 32, 6, 2, True, "tiny",
                    CompareSettings(num_requests=6, num_gpu_blocks=16, num_cpu_blocks=64, max_num_seqs=8,
-                                   max_num_batched_tokens=256, max_model_len=256, clock="cpu"))
+                                   max_num_batched_tokens=256, max_model_len=256, clock="cpu"), pilot=True)
 
 
 def capacity(trace, system: str, settings: CompareSettings, profile: str) -> float:
@@ -203,8 +203,7 @@ def pilot_grid(lm, trace, spec: RunSpec, grid, out_dir: Path):
     log is kept as out_dir/step_shapes.csv, not reported), reduced by visited_grid to the most
     visited prefill and decode cells that fit VISITED_BUDGET_S of measuring."""
     from pagesim.compare import execute
-    from pagesim.fidelity import write_step_shapes
-    from pagesim.sim.cost.step_shapes import LoggedStep, visited_grid
+    from pagesim.sim.cost.step_shapes import LoggedStep, visited_grid, write_step_shapes
 
     shapes: list = []
     execute(lm, trace, spec.system, spec.settings, step_shapes=shapes)

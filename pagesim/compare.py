@@ -169,7 +169,8 @@ def compare(lm, trace, system: str, settings: CompareSettings, profile_path: str
             out_dir: Path | None = None) -> Comparison:
     """Run `system` on both drivers; with out_dir, write each run's metrics under out_dir/system/
     (the executor's step log as executor/step_shapes.csv)."""
-    from pagesim.fidelity import step_errors, write_step_shapes
+    from pagesim.fidelity import step_errors
+    from pagesim.sim.cost.step_shapes import write_step_shapes
 
     sim_result = simulate(trace, system, settings, profile_path)  # first: a bad profile fails fast
     shapes = []
@@ -256,7 +257,8 @@ def compare_repeated(lm, trace, specs: list[RunSpec], profile_path: str | None, 
     Returns the comparisons and the profile the simulator used."""
     from contextlib import nullcontext
 
-    from pagesim.fidelity import band_row, pool_profiles, speed_vs_profile, step_errors, write_step_shapes
+    from pagesim.fidelity import band_row, pool_profiles, speed_vs_profile, step_errors
+    from pagesim.sim.cost.step_shapes import write_step_shapes
     from pagesim.sim.cost.profiled import ProfiledCostModel
 
     if repeat < 1:
@@ -403,7 +405,7 @@ STEP_TARGET = (0.05, 0.10)  # the issue's step-level targets: median and p90 of 
 def step_fidelity_table(rows: list[tuple[str, dict]]) -> str:
     """Markdown: the cost model's error on the executor's own steps, by step kind, per system
     (rows of (label, pagesim.fidelity.step_errors))."""
-    from pagesim.fidelity import STEP_KINDS
+    from pagesim.core.step import STEP_KINDS
 
     lines = ["Step-level error of the cost model on the executor's own steps, (predicted - measured) / measured; "
              "a step that swaps counts as *with swap* whatever else it computes, one that copies (and does not "

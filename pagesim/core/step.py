@@ -46,12 +46,20 @@ class BatchShape:
         return self.num_prefill_seqs + self.num_decode_seqs
 
     @property
-    def kinds(self) -> tuple[str, ...]:
-        """The kinds a step counts under where errors are split by kind: prefill, decode or mixed
-        (idle when it computes nothing), then swap and copy when it moves blocks."""
-        compute = ("mixed" if self.num_decode_seqs else "prefill") if self.num_prefill_seqs else (
-            "decode" if self.num_decode_seqs else "idle")
-        return (compute,) + (("swap",) if self.num_swap_blocks else ()) + (("copy",) if self.num_copy_blocks else ())
+    def kind(self) -> str:
+        """The one kind (STEP_KINDS) a step counts under where errors are split by kind: a step
+        that swaps is "with swap" whatever else it computes, else one that copies blocks "with
+        copy", else "mixed" (prefill and decode in one step), "prefill", "decode", or "idle"."""
+        if self.num_swap_blocks:
+            return "with swap"
+        if self.num_copy_blocks:
+            return "with copy"
+        if self.num_prefill_tokens:
+            return "mixed" if self.num_decode_seqs else "prefill"
+        return "decode" if self.num_decode_seqs else "idle"
+
+
+STEP_KINDS = ("prefill", "decode", "mixed", "with swap", "with copy")  # BatchShape.kind, less "idle"
 
 
 @dataclass

@@ -7,9 +7,11 @@ import pytest
 
 from pagesim.compare import CHUNKED_SYSTEMS, CompareSettings
 from pagesim.core.step import BatchShape
-from pagesim.fidelity import (SHAPE_COLUMNS, STEP_KINDS, band_row, mean_interval, pool_profiles,
-                              read_step_shapes, speed_vs_profile, step_errors, step_kind, t_quantile_975,
-                              write_step_shapes)
+from pagesim.core.step import STEP_KINDS
+from pagesim.fidelity import band_row, pool_profiles, speed_vs_profile, step_errors
+from pagesim.metrics import mean_interval, t_quantile_975
+from pagesim.sim.cost.step_shapes import COLUMNS as SHAPE_COLUMNS
+from pagesim.sim.cost.step_shapes import read_step_shapes, write_step_shapes
 from pagesim.sim.cost import ConstantCostModel
 
 PREFILL = BatchShape(num_prefill_tokens=8, num_prefill_seqs=1, prefill_attn_pairs=36)
@@ -22,7 +24,7 @@ COPY_DECODE = BatchShape(num_decode_seqs=2, decode_context_tokens=20, num_copy_b
 
 
 def test_step_kind_swap_wins_then_copy():
-    assert [step_kind(s) for s in (PREFILL, DECODE, MIXED, SWAP_MIXED, COPY_DECODE)] == \
+    assert [s.kind for s in (PREFILL, DECODE, MIXED, SWAP_MIXED, COPY_DECODE)] == \
         ["prefill", "decode", "mixed", "with swap", "with copy"]
 
 
@@ -74,10 +76,10 @@ def test_step_shapes_csv_round_trip_and_bad_input(tmp_path):
     assert read_step_shapes(path) == steps
     bad = tmp_path / "bad.csv"
     bad.write_text(",".join(SHAPE_COLUMNS) + "\n1,1,1,0,0,0,0,16,fast\n")
-    with pytest.raises(ValueError, match=r"bad.csv: line 2"):
+    with pytest.raises(ValueError, match=r"bad.csv: row 2, field seconds"):
         read_step_shapes(bad)
     bad.write_text("a,b\n")
-    with pytest.raises(ValueError, match=r"bad.csv: header"):
+    with pytest.raises(ValueError, match=r"bad.csv: row 1 \(header\)"):
         read_step_shapes(bad)
 
 

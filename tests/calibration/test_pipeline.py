@@ -119,7 +119,7 @@ def test_cpu_clock_skips_idle_gaps_and_counts_work():
 
 
 def test_compare_writes_the_step_log_the_metrics_saw(tiny_profile, tmp_path):
-    from pagesim.fidelity import read_step_shapes
+    from pagesim.sim.cost.step_shapes import read_step_shapes
     from pagesim.workload.trace import load_trace
 
     lm, path, _ = tiny_profile

@@ -31,12 +31,11 @@ def mixed(n, t, b, c):
 
 
 def test_kinds():
-    assert prefill(2, 8).kinds == ("prefill",)
-    assert decode(3, 9).kinds == ("decode",)
-    assert mixed(1, 4, 2, 9).kinds == ("mixed",)
-    assert BatchShape(num_decode_seqs=2, decode_context_tokens=8, num_swap_blocks=3, num_copy_blocks=1).kinds == (
-        "decode", "swap", "copy")
-    assert BatchShape(num_swap_blocks=1).kinds == ("idle", "swap")
+    assert prefill(2, 8).kind == "prefill"
+    assert decode(3, 9).kind == "decode"
+    assert mixed(1, 4, 2, 9).kind == "mixed"
+    assert BatchShape(num_swap_blocks=1).kind == "with swap"  # a swap-only step: moves, computes nothing
+    assert BatchShape().kind == "idle"
 
 
 def truth(s: BatchShape) -> float:  # a linear model the fit can represent exactly
@@ -51,7 +50,7 @@ SHAPES = ([prefill(n, t) for n, t in [(1, 8), (1, 64), (2, 32), (4, 16), (1, 200
 
 
 def write_profile(path, shapes, seconds):
-    recs = [{"kind": s.kinds[0], "shape": asdict(s), "seconds": t} for s, t in zip(shapes, seconds)]
+    recs = [{"kind": s.kind, "shape": asdict(s), "seconds": t} for s, t in zip(shapes, seconds)]
     swaps = [{"shape": {"num_swap_blocks": k}, "seconds": 2e-3 + 3e-4 * k} for k in (1, 2, 4, 8, 16, 32, 48)]
     copies = [{"shape": {"num_copy_blocks": k}, "seconds": 5e-5 + 1e-5 * k} for k in (1, 4, 16)]
     path.write_text(json.dumps({"format": PROFILE_FORMAT, "block_size": 16, "clock": "cpu", "steps": recs,
@@ -64,8 +63,8 @@ def test_per_kind_error_is_zero_on_a_linear_truth_and_counts_every_shape(tmp_pat
     model = ProfiledCostModel.from_profile(path)
     by_kind = model.describe()["error_by_kind"]
     for kind in ("prefill", "decode", "mixed"):
-        expected = sum(1 for s in SHAPES if s.kinds[0] == kind)
-        held = sum(1 for i, s in enumerate(SHAPES) if s.kinds[0] == kind and i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1)
+        expected = sum(1 for s in SHAPES if s.kind == kind)
+        held = sum(1 for i, s in enumerate(SHAPES) if s.kind == kind and i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1)
         e = by_kind[kind]
         assert e["cross_validated"]["count"] == expected and e["held_out"]["count"] == held
         assert e["train"]["count"] + held == expected
@@ -79,7 +78,7 @@ def test_per_kind_error_is_zero_on_a_linear_truth_and_counts_every_shape(tmp_pat
 def test_per_kind_error_points_at_the_kind_that_is_off(tmp_path):
     """Mixed steps 20 % slower than the truth, everything else exact: the split must show it there."""
     path = tmp_path / "p.json"
-    write_profile(path, SHAPES, [truth(s) * (1.2 if s.kinds[0] == "mixed" else 1.0) for s in SHAPES])
+    write_profile(path, SHAPES, [truth(s) * (1.2 if s.kind == "mixed" else 1.0) for s in SHAPES])
     by_kind = ProfiledCostModel.from_profile(path).describe()["error_by_kind"]
     # the fit spreads some of the mixed error over the others, but the mixed shapes keep most of it
     m = by_kind["mixed"]["cross_validated"]["median_abs"]

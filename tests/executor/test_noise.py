@@ -28,12 +28,13 @@ def lm():
 
 @pytest.fixture
 def step_log(monkeypatch):
-    """Every LLMEngine.step call: (engine id, was the collector enabled inside it)."""
+    """Every LLMEngine.step call: (engine, was the collector enabled inside it). The engine itself,
+    not its id: a freed warm-up engine's id can be reused by the run's engine."""
     calls = []
     real = LLMEngine.step
 
     def step(self, clock):
-        calls.append((id(self), gc.isenabled()))
+        calls.append((self, gc.isenabled()))
         return real(self, clock)
 
     monkeypatch.setattr(LLMEngine, "step", step)

@@ -159,8 +159,7 @@ def _by_kind(predict, ms: list[Measurement]) -> dict[str, list[float]]:
     errors: dict[str, list[float]] = {}
     for m in ms:
         if m.seconds > 0:
-            for kind in m.shape.kinds:
-                errors.setdefault(kind, []).append(predict(m.shape) / m.seconds - 1.0)
+            errors.setdefault(m.shape.kind, []).append(predict(m.shape) / m.seconds - 1.0)
     return errors
 
 

@@ -1,6 +1,6 @@
 """The shapes a replay visits, from an executor step log, reduced to a grid a profile can measure.
 
-The log (`step_shapes.csv`, written by the executor's trace run): a header of the BatchShape
+The log (`step_shapes.csv`, written by `pagesim compare` for each executor run, write_step_shapes): a header of the BatchShape
 field names in dataclass order followed by `seconds`, then one row per executor step.
 `visited_grid` buckets the prefill-only steps by (prompts, tokens per prompt) and the decode-only
 steps by (batch, context per sequence) on geometric ladders, and keeps the most visited cells,
@@ -14,7 +14,9 @@ import csv
 import math
 import statistics
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import astuple, fields
+from pathlib import Path
+from typing import Iterable, NamedTuple
 
 from pagesim.core.step import BatchShape
 
@@ -26,13 +28,23 @@ class StepShapesError(ValueError):
     """A step-shape file that cannot be used; the message names the file, row and field."""
 
 
-@dataclass(frozen=True)
-class LoggedStep:
+class LoggedStep(NamedTuple):
     shape: BatchShape
     seconds: float
 
 
-def read_step_shapes(path: str) -> list[LoggedStep]:
+def write_step_shapes(path: str | Path, steps: Iterable[tuple[BatchShape, float]]) -> None:
+    """One row per executor step: its BatchShape fields (dataclass order) and its measured seconds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        for shape, seconds in steps:
+            w.writerow((*astuple(shape), repr(float(seconds))))
+
+
+def read_step_shapes(path: str | Path) -> list[LoggedStep]:
     try:
         f = open(path, newline="")
     except OSError as e:
