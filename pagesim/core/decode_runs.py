@@ -151,6 +151,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     plan: plan_decode()'s answer for the state as it is now, if the caller has it (saves asking again)."""
     kv = sched.kv
     bs = kv.block_size
+    sched.last_admission = None  # the run takes blocks and frees the finished groups'
     if plan is None:
         seqs = [seq for group in sched.running for seq in group.seqs]
         rooms = kv.steps_until_new_blocks(seqs)

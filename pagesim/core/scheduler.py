@@ -53,6 +53,18 @@ class SchedulerConfig:
                              "--max-model-len), or turn on --chunked-prefill")
 
 
+@dataclass(slots=True)
+class AdmissionAnswer:
+    """What admission() last said about a group: kept until the scheduler's state changes, so
+    that the step that follows the decode fast path's question (could the waiting head start
+    now?) does not work the answer out again."""
+
+    group: SequenceGroup
+    budget: float
+    num_seqs: int  # running sequences when asked
+    counts: list[int] | None
+
+
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
         self.config = config
@@ -69,6 +81,7 @@ class Scheduler:
         self._arrivals = itertools.count()
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # blocks moved either way
+        self.last_admission: AdmissionAnswer | None = None  # dropped by every change of state
 
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
@@ -95,6 +108,7 @@ class Scheduler:
     def abort(self, group: SequenceGroup, now: float) -> bool:
         """Stop a group wherever it is (waiting, running or swapped) and free all of its blocks;
         its live sequences end ABORTED. Call between steps. False if it had already left."""
+        self.last_admission = None
         for queue in (self.running, self.swapped, self.waiting):
             if group in queue:
                 queue.remove(group)
@@ -135,6 +149,7 @@ class Scheduler:
             if not out.preempted:
                 self._swap_in(out)
         else:
+            self.last_admission = None  # the running groups take their blocks first
             budget = self._schedule_running(out)
             if not out.preempted:
                 budget = self._swap_in(out, budget)
@@ -143,6 +158,7 @@ class Scheduler:
         return self._finish(out)
 
     def _finish(self, out: SchedulerOutput) -> SchedulerOutput:
+        self.last_admission = None
         if self.kv.pending_copies:
             out.blocks_to_copy = self.kv.pending_copies
             self.kv.pending_copies = []
@@ -151,6 +167,13 @@ class Scheduler:
     def admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
         """Tokens each sequence of a waiting group would compute if it started now, or None if
         it cannot start (token budget, sequence limit or memory)."""
+        last = self.last_admission
+        if last is not None and last.group is group and last.budget == budget and last.num_seqs == num_seqs:
+            return last.counts
+        self.last_admission = AdmissionAnswer(group, budget, num_seqs, self._admission(group, budget, num_seqs))
+        return self.last_admission.counts
+
+    def _admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
         counts = [seq.num_tokens - hit for seq, hit in zip(group.seqs, self.kv.admission_hits(group))]
         if self.config.chunked_prefill:
             counts = _cap(counts, budget)
@@ -165,7 +188,8 @@ class Scheduler:
     def _admit_waiting(self, out: SchedulerOutput, now: float, budget: float) -> float:
         if not self.waiting:
             return budget
-        num_seqs = self.num_running_seqs
+        last = self.last_admission  # (if there is one, nothing has changed since it was given)
+        num_seqs = last.num_seqs if last is not None and last.group is self.waiting[0] else self.num_running_seqs
         while self.waiting and budget > 0:
             group = self.waiting[0]
             counts = self.admission(group, budget, num_seqs)
@@ -277,6 +301,7 @@ class Scheduler:
     # -- after the step --------------------------------------------------------------------
     def update(self, out: SchedulerOutput, result: StepResult, now: float) -> list[SequenceGroup]:
         """Record what the step computed and produced; returns the groups that finished."""
+        self.last_admission = None
         kv = self.kv
         track_computed = kv.tracks_computed
         new_tokens = out.num_new_tokens

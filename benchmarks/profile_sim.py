@@ -1,0 +1,115 @@
+"""Where a replay's wall time goes, per event: the simulator's inner loop, function by function.
+
+Usage:  python benchmarks/profile_sim.py --out reports/profile_sim.md
+
+Replays the issue-19 workload in-process (trace loaded and Replay built beforehand): once as is,
+for the plain replay time, then with a perf_counter wrapper around each of the inner loop's
+functions (the wrappers add about a microsecond a call, so the shares are of the wrapped run).
+Indented rows are inside the row above them. cProfile would multiply the cost of every Python
+call several times over, which is exactly what this loop is made of, so it is not used here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import platform
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pagesim.core import decode_runs  # noqa: E402
+from pagesim.core.scheduler import Scheduler  # noqa: E402
+from pagesim.metrics import MetricsRecorder  # noqa: E402
+from pagesim.sim import engine  # noqa: E402
+from pagesim.workload.trace import load_trace  # noqa: E402
+
+# (label, owner, attribute, depth): depth 1 rows are called from the depth 0 row above them
+TIMED = [
+    ("plan_decode", engine, "plan_decode", 0),
+    ("  _queued_group_could_start", decode_runs, "_queued_group_could_start", 1),
+    ("advance_decode", engine, "advance_decode", 0),
+    ("Replay._run_times", engine.Replay, "_run_times", 0),
+    ("MetricsRecorder.record_decode_run", MetricsRecorder, "record_decode_run", 0),
+    ("Scheduler.schedule", Scheduler, "schedule", 0),
+    ("Scheduler.update", Scheduler, "update", 0),
+    ("MetricsRecorder.record_step", MetricsRecorder, "record_step", 0),
+    ("Replay._done (request records)", engine.Replay, "_done", 0),
+]
+
+
+def _wrap(owner, name: str, label: str, total: Counter, calls: Counter) -> None:
+    func = getattr(owner, name)
+
+    @functools.wraps(func)
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        result = func(*args, **kwargs)
+        total[label] += time.perf_counter() - start
+        calls[label] += 1
+        return result
+
+    setattr(owner, name, timed)
+
+
+def _replay(trace, num_requests: int, rate: float):
+    sim = engine.Replay(engine.ReplayConfig(num_requests=num_requests, rate=rate), trace, keep_steps=False)
+    start = time.perf_counter()
+    result = sim.run()
+    return time.perf_counter() - start, result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "profile_sim.md")
+    ap.add_argument("--num-requests", type=int, default=10_000)
+    ap.add_argument("--rate", type=float, default=2.0)
+    args = ap.parse_args()
+
+    trace = load_trace(ROOT / "traces" / "sharegpt.json")
+    plain, _ = _replay(trace, args.num_requests, args.rate)
+    total, calls = Counter(), Counter()
+    for label, owner, name, _depth in TIMED:
+        _wrap(owner, name, label, total, calls)
+    wrapped, result = _replay(trace, args.num_requests, args.rate)
+
+    # events: the engine's trips round its loop (a prefill or other single step, or a decode run)
+    events = calls["Scheduler.schedule"] + calls["advance_decode"]
+    outside = wrapped - sum(total[label] for label, _, _, depth in TIMED if depth == 0)
+    command = f"python benchmarks/profile_sim.py --num-requests {args.num_requests} --rate {args.rate}"
+    lines = [
+        "# Where the replay's time goes (benchmarks/profile_sim.py)",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}; load average at "
+        f"the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min): a shared machine inflates every row alike.",
+        "",
+        f"ShareGPT, {args.num_requests:,} requests at {args.rate} req/s, OPT-13B on A100-40GB, paged, calibrated cost model, "
+        f"no step records: {result.summary['num_steps']:,} iterations in {events:,} events "
+        f"({calls['Scheduler.schedule']:,} single steps, {calls['advance_decode']:,} decode runs).",
+        "",
+        f"Replay time {plain:.3f} s unwrapped ({plain / events * 1e6:.1f} us per event); {wrapped:.3f} s with the "
+        "wrappers below.",
+        "",
+        "| function | calls | total (s) | per call (us) | share of the wrapped run |",
+        "|---|---|---|---|---|",
+    ]
+    for label, _, _, _ in TIMED:
+        t, n = total[label], calls[label]
+        lines.append(f"| `{label}` | {n:,} | {t:.3f} | {t / n * 1e6 if n else 0:.1f} | {t / wrapped:.0%} |")
+    lines.append(f"| everything else (engine loop, SimPy events, arrivals, cost model for single steps) | | "
+                 f"{outside:.3f} | {outside / events * 1e6:.1f} per event | {outside / wrapped:.0%} |")
+    text = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
