@@ -64,24 +64,36 @@ def band_row(label: str, key: str, executor_values: list, simulated, tolerance: 
     return row
 
 
+# what identifies a profile record's grid cell: its sequence counts and block moves, not its
+# token counts (a decode record's shape is its middle measured step, whose context depends on how
+# many repetitions the shape took, so two profiles of one grid differ there by a few tokens)
+CELL_FIELDS = ("num_prefill_seqs", "num_decode_seqs", "num_swap_blocks", "num_copy_blocks")
+
+
 def pool_profiles(profiles: list[dict]) -> dict:
-    """Profiles of the same grid measured at different times, as one: each shape's seconds is the
-    median of its per-profile medians (a profile that ran slow or fast moves it least), samples
-    are concatenated. The shapes must match record by record (same grid, same model)."""
+    """Profiles of the same grid measured at different times, as one: for each grid cell the record
+    whose seconds is the median over the profiles (median_low for an even count: a measured
+    record, with its own shape, rather than an average of slightly different shapes), so a
+    profile that ran slow or fast moves it least; samples are concatenated. The records must
+    match cell by cell (same grid, same model)."""
     if not profiles:
         raise ValueError("no profiles to pool")
     first = profiles[0]
     pooled = {**first, "pooled_from": [p.get("created") for p in profiles], "command": "pooled: "
               + "; ".join(str(p.get("command", "")) for p in profiles)}
+
+    def cell(rec: dict) -> tuple:
+        return (rec["kind"], *(rec["shape"].get(f, 0) for f in CELL_FIELDS))
+
     for section in ("steps", "swaps", "copies"):
+        if any(len(p.get(section, [])) != len(first.get(section, [])) for p in profiles):
+            raise ValueError(f"profiles differ in their number of {section}: pooling needs the same grid")
         records = []
         for i, rec in enumerate(first.get(section, [])):
-            same = [p[section][i] for p in profiles if i < len(p.get(section, []))]
-            if len(same) != len(profiles) or any(r["kind"] != rec["kind"] or r["shape"] != rec["shape"] for r in same):
+            same = [p[section][i] for p in profiles]
+            if any(cell(r) != cell(rec) for r in same):
                 raise ValueError(f"profiles differ at {section}[{i}]: pooling needs the same grid in every profile")
-            records.append({**rec, "seconds": statistics.median(r["seconds"] for r in same),
-                            "samples": [x for r in same for x in r.get("samples", [r["seconds"]])]})
-        if any(len(p.get(section, [])) != len(records) for p in profiles):
-            raise ValueError(f"profiles differ in their number of {section}: pooling needs the same grid")
+            median = sorted(same, key=lambda r: r["seconds"])[(len(same) - 1) // 2]
+            records.append({**median, "samples": [x for r in same for x in r.get("samples", [r["seconds"]])]})
         pooled[section] = records
     return pooled

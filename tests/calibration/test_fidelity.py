@@ -129,10 +129,26 @@ def test_pool_profiles_takes_each_shapes_median():
     assert pooled["swaps"][0]["seconds"] == pytest.approx(0.01)
     assert sorted(pooled["steps"][0]["samples"]) == pytest.approx([0.09, 0.1, 0.15])
     assert pooled["pooled_from"] == ["a", "b", "c"]
+    # an even count: the lower median, a measured record with its own shape
+    assert pool_profiles([_profile(1.0, "a"), _profile(1.5, "b")])["steps"][0]["seconds"] == pytest.approx(0.1)
     other = _profile(1.0, "d")
     other["steps"][0]["shape"] = {"num_decode_seqs": 3, "decode_context_tokens": 30, "block_size": 16}
     with pytest.raises(ValueError, match=r"steps\[0\]"):
         pool_profiles([_profile(1.0, "a"), other])
+
+
+def test_pool_profiles_same_cell_with_other_contexts():
+    """Adaptive repetitions move a decode record's middle step: same cell, a context a few tokens
+    longer. Pooled, each cell is the median record with its own shape (not a mix of the two)."""
+    profiles = [_profile(f, c) for f, c in ((1.0, "a"), (1.2, "b"), (0.8, "c"))]
+    profiles[1]["steps"][0]["shape"] = {"num_decode_seqs": 2, "decode_context_tokens": 24, "block_size": 16}
+    profiles[0]["steps"][0]["shape"] = {"num_decode_seqs": 2, "decode_context_tokens": 22, "block_size": 16}
+    pooled = pool_profiles(profiles)
+    assert pooled["steps"][0]["seconds"] == pytest.approx(0.1)
+    assert pooled["steps"][0]["shape"]["decode_context_tokens"] == 22  # profile "a"'s, whose time is the median
+    profiles[2]["swaps"] = []
+    with pytest.raises(ValueError, match="number of swaps"):
+        pool_profiles(profiles)
 
 
 def test_settings_for_chunked_prefill_and_parallel_sampling():
