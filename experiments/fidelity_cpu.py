@@ -130,7 +130,13 @@ def main(argv=None) -> int:
                     "times the runs (a fresh `pagesim profile` of this machine estimates best)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "fidelity_cpu.md"))
     ap.add_argument("--data-dir", default=str(ROOT / "reports" / "fidelity"))
+    ap.add_argument("--figure", help="the band figure (default: figures/<report name>.png beside --out)")
+    ap.add_argument("--plot-only", action="store_true", help="only redraw --figure from DATA_DIR/compare.json")
     args = ap.parse_args(argv)
+    args.figure = args.figure or str(Path(args.out).parent / "figures" / (Path(args.out).stem + ".png"))
+    if args.plot_only:
+        plot_bands(Path(args.data_dir) / "compare.json", Path(args.figure))
+        return 0
     if args.repeat < 2:
         ap.error("--repeat must be at least 2 (a band needs two runs)")
     if args.num_requests < 4:
@@ -191,9 +197,10 @@ def run(proto: Protocol, args, command: str, trace) -> int:
                 "estimate_s": round(est + profile_s, 1), "profile_hardware": fit.get("hardware"),
                 "fit": {k: fit[k] for k in ("coefficients", "train_error", "held_out_error", "swap_error", "copy_error")}}
         write_repeated_results(results, staging, meta)
-        md = report(results, meta, proto, specs, data_dir, out_md)
+        md = report(results, meta, proto, specs, data_dir, out_md, Path(args.figure))
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(md)
+    plot_bands(data_dir / "compare.json", Path(args.figure))
     print(f"[fidelity] wrote {out_md} and {data_dir}/ in {wall / 60:.1f} min (estimated {meta['estimate_s'] / 60:.1f})")
     return 0
 
@@ -215,11 +222,49 @@ def pilot_grid(lm, trace, spec: RunSpec, grid, out_dir: Path):
     return grid.merged(prefill, decode)
 
 
+def plot_bands(compare_json: Path, path: Path) -> None:
+    """One panel per headline metric: each run's executor values (dots), their mean and 95 % band
+    (bar), and the simulator's point (cross), relative to the executor's mean, from compare.json."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pagesim.compare import HEADLINE
+
+    systems = json.loads(Path(compare_json).read_text())["systems"]
+    labels = list(systems)
+    fig, axes = plt.subplots(1, len(HEADLINE), figsize=(4.2 * len(HEADLINE), 3.6), sharey=True)
+    for ax, key in zip(axes, HEADLINE):
+        for i, label in enumerate(labels):
+            band = next(b for b in systems[label]["bands"] if b["key"] == key)
+            if band["mean"] is None:
+                continue
+            mean = band["mean"]
+            ax.plot([(v / mean - 1) * 100 for v in band["executor_values"]], [i] * len(band["executor_values"]), "o",
+                    color="0.6", ms=4, label="executor runs" if i == 0 else None)
+            ax.plot([(band["low"] / mean - 1) * 100, (band["high"] / mean - 1) * 100], [i, i], "-", color="C0", lw=4,
+                    alpha=0.6, label="executor 95 % band" if i == 0 else None)
+            ax.plot([(band["simulator"] / mean - 1) * 100], [i], "x", color="C3", ms=9, mew=2,
+                    label="simulator" if i == 0 else None)
+        ax.axvspan(-5, 5, color="0.92", zorder=0)
+        ax.axvline(0, color="0.5", lw=0.8)
+        ax.set_title(next(b["label"] for b in systems[labels[0]]["bands"] if b["key"] == key), fontsize=9)
+        ax.set_xlabel("% from the executor's mean (grey: +-5 %)")
+    axes[0].set_yticks(range(len(labels)), labels)
+    axes[0].invert_yaxis()
+    axes[0].legend(loc="lower left", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _rel(path: Path, start: Path) -> str:
     return os.path.relpath(path, start)
 
 
-def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir: Path, out_md: Path) -> str:
+def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir: Path, out_md: Path, figure: Path) -> str:
     from pagesim.compare import HEADLINE, repeated_markdown
 
     s = proto.settings
@@ -272,6 +317,9 @@ def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir:
         "",
         f"Data: `{_rel(data_dir, out_md.parent)}/` (compare.json: every run's summary, bands, step-level errors; "
         "`<run>/executor/run<r>/` each run's requests.csv, steps.csv, step_shapes.csv; `profiles/`).",
+        "",
+        f"![executor runs, their 95 % band and the simulator, per run and headline metric]"
+        f"({_rel(figure, out_md.parent)})",
         "",
         repeated_markdown(results),
         "Speed vs profile: the median, over a run's plain decode steps, of measured / predicted time (> 1: the "

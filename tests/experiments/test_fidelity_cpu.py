@@ -44,3 +44,8 @@ def test_fidelity_report_smoke(tmp_path):
     n4 = runs["paged-auto-n4"]["runs"][0]["summary"]
     assert n4["run"]["n"] == 4 and n4["engine"]["preemption"] == "auto" and n4["num_requests"] == 3
     assert (data_dir / "profiles" / "pooled.json").exists() and (data_dir / "profiles" / "round2.json").exists()
+    figure = tmp_path / "figures" / "fidelity_cpu.png"  # beside the report, linked from it
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "](figures/fidelity_cpu.png)" in md
+    figure.unlink()
+    assert fidelity_cpu.main(["--plot-only", "--out", str(out), "--data-dir", str(data_dir)]) == 0
+    assert figure.stat().st_size > 10_000
