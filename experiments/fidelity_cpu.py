@@ -132,6 +132,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=str(ROOT / "reports" / "fidelity"))
     ap.add_argument("--figure", help="the band figure (default: figures/<report name>.png beside --out)")
     ap.add_argument("--plot-only", action="store_true", help="only redraw --figure from DATA_DIR/compare.json")
+    ap.add_argument("--speed-check", action="store_true", help="only print the speed-corrected simulation of "
+                    "DATA_DIR's runs (cost-model bias apart from queueing)")
     args = ap.parse_args(argv)
     args.figure = args.figure or str(Path(args.out).parent / "figures" / (Path(args.out).stem + ".png"))
     if args.plot_only:
@@ -144,6 +146,9 @@ def main(argv=None) -> int:
     proto = Protocol.smoke() if args.smoke else Protocol.real(args.num_requests, args.repeat, not args.no_reprofile)
     command = "python experiments/fidelity_cpu.py" + (" " + shlex.join(argv) if argv else "")
     trace = scaled_trace(load_trace(ROOT / proto.trace), proto.length_scale)
+    if args.speed_check:
+        print(speed_corrected(Path(args.data_dir), trace), end="")
+        return 0
 
     if args.estimate:
         profile = Path(args.estimate_profile)
@@ -197,7 +202,7 @@ def run(proto: Protocol, args, command: str, trace) -> int:
                 "estimate_s": round(est + profile_s, 1), "profile_hardware": fit.get("hardware"),
                 "fit": {k: fit[k] for k in ("coefficients", "train_error", "held_out_error", "swap_error", "copy_error")}}
         write_repeated_results(results, staging, meta)
-        md = report(results, meta, proto, specs, data_dir, out_md, Path(args.figure))
+        md = report(results, meta, proto, specs, data_dir, out_md, Path(args.figure), staging, trace)
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(md)
     plot_bands(data_dir / "compare.json", Path(args.figure))
@@ -220,6 +225,41 @@ def pilot_grid(lm, trace, spec: RunSpec, grid, out_dir: Path):
     print(f"[fidelity] pilot run ({spec.label}): {len(shapes)} steps -> {len(prefill)} prefill and "
           f"{len(decode)} decode cells added to the profile grid", flush=True)
     return grid.merged(prefill, decode)
+
+
+def speed_corrected(data_dir: Path, trace) -> str:
+    """Cost-model bias apart from queueing: each run re-simulated with the pooled profile's step
+    times scaled by the executor's measured speed (the median over its K runs of measured /
+    predicted decode-step time; block moves unscaled). If the end-to-end gap closes, the miss was
+    a per-step bias that the queue amplified, not the scheduling. A markdown table."""
+    import copy
+    import statistics
+    import tempfile
+
+    from pagesim.compare import HEADLINE, METRICS
+
+    data = json.loads((data_dir / "compare.json").read_text())
+    pooled = json.loads((data_dir / "profiles" / "pooled.json").read_text())
+    names = dict((key, label) for label, key in METRICS)
+    lines = ["| system | speed (x profile) | metric | executor mean [95 % band] | simulator | simulator, profile x speed |",
+             "|---|---:|---|---|---:|---:|"]
+    for label, entry in data["systems"].items():
+        speed = statistics.median(run["speed_vs_profile"] for run in entry["runs"])
+        scaled = copy.deepcopy(pooled)
+        for rec in scaled["steps"]:
+            rec["seconds"] *= speed
+            rec["samples"] = [x * speed for x in rec.get("samples", [])]
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(scaled, f)
+            f.flush()
+            summary = simulate(trace, entry["system"], CompareSettings(**entry["settings"]), f.name).summary
+        for key in HEADLINE:
+            b = next(b for b in entry["bands"] if b["key"] == key)
+            inside = "in band" if b["low"] <= summary[key] <= b["high"] else "out"
+            lines.append(f"| {label} | {speed:.3f} | {names[key]} | {b['mean']:.4g} [{b['low']:.4g}, {b['high']:.4g}] | "
+                         f"{b['simulator']:.4g} ({(b['simulator'] / b['mean'] - 1) * 100:+.1f} %) | "
+                         f"{summary[key]:.4g} ({(summary[key] / b['mean'] - 1) * 100:+.1f} %, {inside}) |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_bands(compare_json: Path, path: Path) -> None:
@@ -264,7 +304,8 @@ def _rel(path: Path, start: Path) -> str:
     return os.path.relpath(path, start)
 
 
-def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir: Path, out_md: Path, figure: Path) -> str:
+def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir: Path, out_md: Path, figure: Path,
+           staging: Path, trace) -> str:
     from pagesim.compare import HEADLINE, repeated_markdown
 
     s = proto.settings
@@ -327,6 +368,13 @@ def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir:
         + ("; vs its round's profile: the same against the profile measured just before that round." if proto.reprofile
            else "."),
         "",
+        "## The same runs with the cost model's bias removed",
+        "",
+        "Each system re-simulated with the profile's step times multiplied by the executor's measured speed "
+        "(the median over its runs of *speed vs profile used* above): what is left is the queueing and the "
+        "scheduling, with the per-step bias taken out (`python experiments/fidelity_cpu.py --speed-check`).",
+        "",
+        speed_corrected(staging, trace),
     ]
     return "\n".join(lines)
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 
-def test_fidelity_report_smoke(tmp_path):
+def test_fidelity_report_smoke(tmp_path, capsys):
     from experiments import fidelity_cpu
 
     out, data_dir = tmp_path / "fidelity_cpu.md", tmp_path / "fidelity"
@@ -26,7 +26,8 @@ def test_fidelity_report_smoke(tmp_path):
     from pagesim.compare import METRICS
 
     for label in labels:
-        assert md.count(f"| {label} | ") == len(METRICS) + 6 + 2  # band rows, step kinds + all, one drift row a round
+        # band rows, step kinds + all, one drift row a round, the three headline rows of the speed check
+        assert md.count(f"| {label} | ") == len(METRICS) + 6 + 2 + 3
     data = json.loads((data_dir / "compare.json").read_text())
     assert sorted(data["systems"]) == sorted(labels)
     for label, entry in data["systems"].items():
@@ -47,5 +48,11 @@ def test_fidelity_report_smoke(tmp_path):
     figure = tmp_path / "figures" / "fidelity_cpu.png"  # beside the report, linked from it
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "](figures/fidelity_cpu.png)" in md
     figure.unlink()
+    assert "## The same runs with the cost model's bias removed" in md
+    capsys.readouterr()
+    assert fidelity_cpu.main(["--speed-check", "--smoke", "--data-dir", str(data_dir)]) == 0
+    check = capsys.readouterr().out
+    for label in labels:  # one row per headline metric; a speed of 1 would reproduce the simulator's point
+        assert check.count(f"| {label} | ") == 3
     assert fidelity_cpu.main(["--plot-only", "--out", str(out), "--data-dir", str(data_dir)]) == 0
     assert figure.stat().st_size > 10_000
