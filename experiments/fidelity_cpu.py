@@ -175,7 +175,7 @@ def run(proto: Protocol, args, command: str, trace) -> int:
     lm = load_model(proto.model, seed=0)
     grid = ProfileGrid.tiny() if proto.grid == "tiny" else ProfileGrid()
     out_md, data_dir = Path(args.out), Path(args.data_dir)
-    with results_folder(data_dir) as staging:
+    with results_folder(data_dir, keep_on_error=True) as staging:  # half an hour of runs: never thrown away
         t = time.perf_counter()
         first = profile_round(lm, staging / "profiles" / "round0.json", proto.settings.clock, proto.settings.block_size,
                               grid, command=command)

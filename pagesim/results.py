@@ -25,16 +25,23 @@ INCOMPLETE = "INCOMPLETE"
 
 
 @contextmanager
-def results_folder(target: str | os.PathLike) -> Iterator[Path]:
+def results_folder(target: str | os.PathLike, keep_on_error: bool = False) -> Iterator[Path]:
     """Yields a staging folder to write into; on a normal exit its contents replace the
     same-named entries of `target` (created if needed). On an exception nothing in `target`
-    changes and the staging folder is removed."""
+    changes and the staging folder is removed, or, with keep_on_error (for results that took
+    long to measure), left beside it as `.<name>.failed-...`, named in a note on the exception."""
     target = Path(target).absolute()  # "--out ." names the current folder: stage beside it
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.writing-", dir=target.parent))
     try:
         yield staging
         _move_into(staging, target)
+    except BaseException as e:
+        if keep_on_error and any(staging.iterdir()):
+            kept = staging.with_name(staging.name.replace(".writing-", ".failed-"))
+            staging.rename(kept)
+            e.add_note(f"the partial results are kept in {kept}")
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -209,7 +209,7 @@ def _repeated(model, device, dtype, loaded_trace, settings, systems, profile, re
     def run_progress(label, rnd):
         return progress_bar(f"{label} {rnd}/{repeat}", "requests", settings.num_requests, console)
 
-    with results_folder(out) as staging:
+    with results_folder(out, keep_on_error=True) as staging:  # K executor runs: kept if a later step fails
         try:
             results, used = compare_repeated(lm, loaded_trace, specs, str(profile) if profile else None, repeat, staging,
                                              reprofile=reprofile, profile_grid=grid, run_progress=run_progress,

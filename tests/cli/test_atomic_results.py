@@ -85,6 +85,23 @@ def test_interrupt_while_moving_into_place_marks_the_folder_incomplete(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_keep_on_error_keeps_long_measured_results_beside_the_target(tmp_path):
+    out = tmp_path / "fidelity"
+    with pytest.raises(ValueError) as failure:
+        with results_folder(out, keep_on_error=True) as staging:
+            (staging / "run1").mkdir()
+            (staging / "run1" / "steps.csv").write_text("measured for half an hour")
+            raise ValueError("pooling failed")
+    assert not out.exists()  # the target is untouched, as without keep_on_error
+    (kept,) = [p for p in tmp_path.iterdir() if p.name.startswith(".fidelity.failed-")]
+    assert (kept / "run1" / "steps.csv").read_text() == "measured for half an hour"
+    assert f"the partial results are kept in {kept}" in failure.value.__notes__
+    with pytest.raises(ValueError):  # nothing written: nothing kept
+        with results_folder(tmp_path / "empty", keep_on_error=True):
+            raise ValueError("failed at once")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]
+
+
 def test_unwritable_out_fails_before_the_run(tmp_path, monkeypatch):
     from pagesim.sim import engine
 
