@@ -9,6 +9,7 @@ measured, `emb` excluded: it runs once per step, not per layer), overall and by 
 
 from __future__ import annotations
 
+from pagesim.metrics import percentile
 from pagesim.sim.cost.base import BatchShape
 from pagesim.sim.cost.calibrated import LAYER_OPERATORS, STEP_OPERATORS, Calibration
 from pagesim.sim.cost.measurements import OperatorRow
@@ -18,20 +19,11 @@ from pagesim.sim.specs import GPUSpec
 TOKEN_BUCKETS = ((1, 64), (65, 512), (513, 4096))
 
 
-def quantile(values: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    v = sorted(values)
-    pos = (len(v) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
-
-
 def error_summary(errors: list[float]) -> dict:
     if not errors:
         return {"rows": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None}
-    return {"rows": len(errors), "median_abs_rel_error": quantile(errors, 0.5),
-            "p90_abs_rel_error": quantile(errors, 0.9)}
+    return {"rows": len(errors), "median_abs_rel_error": percentile(errors, 50),
+            "p90_abs_rel_error": percentile(errors, 90)}
 
 
 def predicted_layer_seconds(cal: Calibration, row: OperatorRow) -> float:
