@@ -278,6 +278,7 @@ def compare_repeated(lm, trace, specs: list[RunSpec], profile_path: str | None, 
             round_profiles.append(profile_round(lm, out_dir / "profiles" / f"round{r}.json", settings0.clock,
                                                 settings0.block_size, profile_grid, command=f"compare --reprofile, round {r}"))
             log(f"round {r}: profiled in {time.perf_counter() - started:.0f} s")
+        round_model = ProfiledCostModel.from_profile(round_profiles[-1]) if reprofile else None  # fitted once a round
         for spec in specs:
             step_log = []
             started = time.perf_counter()
@@ -287,7 +288,7 @@ def compare_repeated(lm, trace, specs: list[RunSpec], profile_path: str | None, 
             run_dir = out_dir / spec.label / "executor" / f"run{r}"
             metrics.write(run_dir, summary)
             write_step_shapes(run_dir / "step_shapes.csv", step_log)
-            own = speed_vs_profile(step_log, ProfiledCostModel.from_profile(round_profiles[-1])) if reprofile else None
+            own = speed_vs_profile(step_log, round_model) if reprofile else None
             runs[spec.label].append({"round": r, "wall_s": round(wall, 2), "summary": summary,
                                      "speed_vs_round_profile": own})
             shapes[spec.label].append(step_log)
