@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, NoReturn
@@ -108,8 +109,11 @@ def writable_problem(path: Path, folder: bool) -> str | None:
     parent = _nearest_existing(path.absolute().parent)
     if not parent.is_dir():
         return f"{parent} is not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"cannot write in {parent} (permission denied)"
+    # try it: os.access answers yes for root, also on /proc or a read-only mount
+    try:
+        tempfile.TemporaryDirectory(prefix=".pagesim-probe-", dir=parent).cleanup()
+    except OSError as e:
+        return f"cannot write in {parent} ({(e.strerror or str(e)).lower()})"
     return None
 
 
