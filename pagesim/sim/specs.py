@@ -1,11 +1,7 @@
-"""Model and GPU catalog, and KV-pool sizing as the paper (vLLM, SOSP'23) sizes it.
+"""GPU catalog, and KV-pool sizing as the paper (vLLM, SOSP'23) sizes it. The model catalog and
+ModelSpec live in pagesim.models; their names are re-exported here for existing callers.
 
-Model numbers come from each model's Hugging Face ``config.json`` (OPT-175B, which has no public
-HF checkpoint, from Table 1 of the OPT paper, Zhang et al. 2022). ``num_params`` is the exact count
-implied by those shapes (embeddings + layers + norms); tests cross-check it against a count made
-independently from the same fields and against the published totals.
-
-GPU numbers come from NVIDIA's datasheets (SXM parts): memory as the nominal capacity in GiB
+GPU numbers come from NVIDIA's datasheets (SXM parts where there are several): memory as the nominal capacity in GiB
 (HBM stacks are binary-sized; ``nvidia-smi`` reports 40960 MiB for an A100-40GB), FP16 dense
 tensor-core peak (without sparsity), NVLink and PCIe bandwidth per direction (the datasheets quote
 the bidirectional sum).
@@ -21,155 +17,19 @@ holds that is neither weights, activations nor KV (``RUNTIME_RESERVED_BYTES``).
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pagesim.core.errors import CannotServe
 # The paper's max batched tokens; also the size of vLLM's profiling forward pass.
 from pagesim.core.config import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from pagesim.models import (ARCHITECTURES, LLAMA_FAMILY, MODEL_ALIASES, MODELS, SERVING_DTYPE_BYTES,  # noqa: F401
+                            ModelConfigError, ModelSpec, get_model, is_config_path, load_model_config, lookup,
+                            model_from_config, normalize_name, with_kv_cache_dtype)
 
 GiB = 1 << 30
 GB = 10**9
 TB = 10**12
 
-# --------------------------------------------------------------------------------------------
-# Models
-# --------------------------------------------------------------------------------------------
-
-ARCHITECTURES = ("opt", "llama")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """A decoder-only transformer, as far as memory and FLOP counting needs it.
-
-    ``architecture`` "opt": MLP of 2 matrices (fc1, fc2), learned positions, tied LM head.
-    ``architecture`` "llama": gated MLP of 3 matrices (gate, up, down), GQA allowed.
-    """
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    ffn_size: int
-    vocab_size: int
-    num_params: int
-    max_model_len: int
-    dtype_bytes: int = 2
-    architecture: str = "opt"
-
-    def __post_init__(self) -> None:
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"{self.name}: architecture must be one of {ARCHITECTURES}")
-        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                  "ffn_size", "vocab_size", "num_params", "max_model_len", "dtype_bytes"):
-            if getattr(self, f) <= 0:
-                raise ValueError(f"{self.name}: {f} must be positive")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"{self.name}: num_heads must be a multiple of num_kv_heads")
-
-    # -- shapes ----------------------------------------------------------------------------
-    @property
-    def q_size(self) -> int:
-        """Width of the query projection (num_heads * head_dim)."""
-        return self.num_heads * self.head_dim
-
-    @property
-    def kv_size(self) -> int:
-        """Width of one of the K or V projections (num_kv_heads * head_dim)."""
-        return self.num_kv_heads * self.head_dim
-
-    @property
-    def gated_mlp(self) -> bool:
-        return self.architecture == "llama"
-
-    @property
-    def mlp_matrices(self) -> int:
-        return 3 if self.gated_mlp else 2
-
-    # -- memory ----------------------------------------------------------------------------
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers (whole model, all TP shards together)."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token_per_layer(self) -> int:
-        return self.kv_bytes_per_token // self.num_layers
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
-
-    # -- FLOP counting -----------------------------------------------------------------------
-    @property
-    def linear_params_per_layer(self) -> int:
-        """Weights of one layer's matmuls (QKV, output projection, MLP); norms and biases excluded."""
-        attn = self.hidden_size * (self.q_size + 2 * self.kv_size) + self.q_size * self.hidden_size
-        mlp = self.mlp_matrices * self.hidden_size * self.ffn_size
-        return attn + mlp
-
-    @property
-    def linear_params(self) -> int:
-        """Matmul weights of all layers; each token costs 2 FLOPs per weight."""
-        return self.num_layers * self.linear_params_per_layer
-
-    @property
-    def lm_head_params(self) -> int:
-        """The vocabulary projection (tied to the embedding in OPT, but still read for logits)."""
-        return self.vocab_size * self.hidden_size
-
-    @property
-    def attention_flops_per_pair(self) -> int:
-        """FLOPs of one (query, key) pair over all layers: QK^T and PV, 2 FLOPs per MAC each."""
-        return 4 * self.q_size * self.num_layers
-
-
-def _opt(name, layers, hidden, heads, ffn, num_params) -> ModelSpec:
-    # OPT: MHA (kv heads = heads), head_dim = hidden / heads, vocab 50272, 2048 positions.
-    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
-                     num_kv_heads=heads, head_dim=hidden // heads, ffn_size=ffn,
-                     vocab_size=50272, num_params=num_params, max_model_len=2048,
-                     architecture="opt")
-
-
-MODELS: dict[str, ModelSpec] = {
-    # facebook/opt-125m config.json: 12 layers, hidden 768, 12 heads, ffn_dim 3072.
-    "opt-125m": _opt("opt-125m", 12, 768, 12, 3072, 125_239_296),
-    # facebook/opt-13b config.json: 40 layers, hidden 5120, 40 heads, ffn_dim 20480.
-    "opt-13b": _opt("opt-13b", 40, 5120, 40, 20480, 12_853_473_280),
-    # facebook/opt-66b config.json: 64 layers, hidden 9216, 72 heads, ffn_dim 36864.
-    "opt-66b": _opt("opt-66b", 64, 9216, 72, 36864, 65_719_701_504),
-    # OPT paper (Zhang et al. 2022) Table 1: 96 layers, 96 heads, d_model 12288; ffn = 4 * d.
-    "opt-175b": _opt("opt-175b", 96, 12288, 96, 49152, 174_604_468_224),
-    # huggyllama/llama-13b config.json: 40 layers, hidden 5120, 40 heads, intermediate 13824,
-    # vocab 32000, max_position_embeddings 2048, untied LM head.
-    "llama-13b": ModelSpec("llama-13b", 40, 5120, 40, 40, 128, 13824, 32000,
-                           13_015_864_320, 2048, architecture="llama"),
-    # meta-llama/Llama-2-7b-hf config.json: 32 layers, hidden 4096, 32 heads (MHA),
-    # intermediate 11008, vocab 32000, max_position_embeddings 4096.
-    "llama-2-7b": ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000,
-                            6_738_415_616, 4096, architecture="llama"),
-    # Qwen/Qwen2.5-72B config.json: 80 layers, hidden 8192, 64 heads, 8 KV heads, intermediate
-    # 29568, vocab 152064, max_position_embeddings 32768, QKV bias, untied LM head
-    # (model card: 72.7B parameters). Qwen2 is llama-shaped (gated MLP, GQA, RMSNorm).
-    "qwen2.5-72b": ModelSpec("qwen2.5-72b", 80, 8192, 64, 8, 128, 29568, 152064,
-                             72_706_203_648, 32768, architecture="llama"),
-    # HuggingFaceTB/SmolLM2-135M config.json: 30 layers, hidden 576, 9 heads, 3 KV heads,
-    # intermediate 1536, vocab 49152, max_position_embeddings 8192, tied embeddings.
-    "smollm2-135m": ModelSpec("smollm2-135m", 30, 576, 9, 3, 64, 1536, 49152,
-                              134_515_008, 8192, architecture="llama"),
-}
-
-MODEL_ALIASES: dict[str, str] = {
-    "llama-2-7b-hf": "llama-2-7b",
-    "llama2-7b": "llama-2-7b",
-    "qwen2.5-72b-instruct": "qwen2.5-72b",
-}
 
 # --------------------------------------------------------------------------------------------
 # GPUs
@@ -178,9 +38,11 @@ MODEL_ALIASES: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class GPUSpec:
-    """One accelerator. Bandwidths in bytes/s, compute in FLOP/s.
+    """One accelerator. Bandwidths in bytes/s, compute in FLOP/s (dense, without sparsity).
 
-    ``interconnect_bandwidth`` and ``pcie_bandwidth`` are per direction, per GPU.
+    ``interconnect_bandwidth`` and ``pcie_bandwidth`` are per direction, per GPU; a GPU without
+    NVLink has its PCIe bandwidth as interconnect. ``fp8_flops``: FP8 tensor-core peak, 0 where
+    the GPU has no FP8 tensor cores (Ampere): FP8 weights then compute at the FP16 rate.
     """
 
     name: str
@@ -189,27 +51,51 @@ class GPUSpec:
     fp16_flops: float
     interconnect_bandwidth: float
     pcie_bandwidth: float
+    fp8_flops: float = 0.0
 
     @property
     def memory_gib(self) -> float:
         return self.memory_bytes / GiB
 
+    @property
+    def has_fp8(self) -> bool:
+        return self.fp8_flops > 0
+
 
 GPUS: dict[str, GPUSpec] = {
     # NVIDIA A100 datasheet (SXM4 40GB): HBM2 40GB, 1,555 GB/s; FP16 tensor 312 TFLOPS dense;
     # NVLink 600 GB/s (bidirectional) -> 300 per direction; PCIe Gen4 64 GB/s -> 32 per direction.
+    # No FP8 tensor cores (Ampere).
     "a100-40gb": GPUSpec("a100-40gb", 40 * GiB, 1555 * GB, 312 * TB, 300 * GB, 32 * GB),
     # NVIDIA A100 datasheet (SXM4 80GB): HBM2e 80GB, 2,039 GB/s; otherwise as above.
     "a100-80gb": GPUSpec("a100-80gb", 80 * GiB, 2039 * GB, 312 * TB, 300 * GB, 32 * GB),
     # NVIDIA H100 datasheet (SXM5): HBM3 80GB, 3.35 TB/s; FP16 tensor 1,979 TFLOPS with
-    # sparsity -> 989.5 dense; NVLink 900 GB/s -> 450 per direction; PCIe Gen5 128 -> 64.
-    "h100-80gb": GPUSpec("h100-80gb", 80 * GiB, 3350 * GB, 989.5 * TB, 450 * GB, 64 * GB),
+    # sparsity -> 989.5 dense; FP8 3,958 with sparsity -> 1,979 dense; NVLink 900 GB/s -> 450 per
+    # direction; PCIe Gen5 128 -> 64.
+    "h100-80gb": GPUSpec("h100-80gb", 80 * GiB, 3350 * GB, 989.5 * TB, 450 * GB, 64 * GB, 1979 * TB),
     # NVIDIA H200 datasheet (SXM): HBM3e 141GB, 4.8 TB/s; compute and links as H100 SXM.
     # (nvidia-smi reports 143771 MiB = 140.4 GiB, so the 141 is GiB less a driver reserve.)
-    "h200-141gb": GPUSpec("h200-141gb", 141 * GiB, 4800 * GB, 989.5 * TB, 450 * GB, 64 * GB),
+    "h200-141gb": GPUSpec("h200-141gb", 141 * GiB, 4800 * GB, 989.5 * TB, 450 * GB, 64 * GB, 1979 * TB),
     # NVIDIA A40 datasheet: 48 GB GDDR6, 696 GB/s; FP16 tensor 299.4 TFLOPS with sparsity ->
     # 149.7 dense; NVLink bridge 112.5 GB/s (bidirectional, pairs) -> 56.25; PCIe Gen4 64 -> 32.
     "a40-48gb": GPUSpec("a40-48gb", 48 * GiB, 696 * GB, 149.7 * TB, 56.25 * GB, 32 * GB),
+    # NVIDIA L40S datasheet: 48 GB GDDR6 with ECC, 864 GB/s; BF16/FP16 tensor 362.05 TFLOPS
+    # dense (733 with sparsity); FP8 733 dense (1,466 with sparsity); no NVLink, PCIe Gen4 x16
+    # 64 GB/s bidirectional -> 32 per direction, which is also its GPU-to-GPU link.
+    "l40s-48gb": GPUSpec("l40s-48gb", 48 * GiB, 864 * GB, 362.05 * TB, 32 * GB, 32 * GB, 733 * TB),
+    # NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet: 96 GB GDDR7 with ECC, 1,597 GB/s
+    # (the Workstation Edition clocks its memory to 1,792 GB/s; the shared real runs' own
+    # description, LLMServingSim's RTXPRO6000 config, gives 1,597); FP4 tensor 4 PFLOPS with
+    # sparsity. Dense FP16/BF16 (FP32 accumulate) 503.8 and FP8 1,007.6 TFLOPS are half and a
+    # quarter of the FP4 dense rate, as tabulated by third-party spec databases from NVIDIA's RTX
+    # Blackwell architecture whitepaper: less certain than the memory figures. No NVLink; PCIe
+    # Gen5 x16 128 GB/s bidirectional -> 64 per direction.
+    "rtx-pro-6000-96gb": GPUSpec("rtx-pro-6000-96gb", 96 * GiB, 1597 * GB, 503.8 * TB, 64 * GB, 64 * GB, 1007.6 * TB),
+    # NVIDIA Ada GPU architecture whitepaper, appendix (GeForce RTX 4090): 24 GB GDDR6X,
+    # 1,008 GB/s; FP16/BF16 tensor with FP32 accumulate (what bf16 GEMMs use) 165.2 TFLOPS dense
+    # (GeForce runs FP32 accumulation at half the FP16-accumulate 330.3); FP8 with FP32
+    # accumulate 330.3 dense. No NVLink; PCIe Gen4 x16 -> 32 GB/s per direction.
+    "rtx-4090-24gb": GPUSpec("rtx-4090-24gb", 24 * GiB, 1008 * GB, 165.2 * TB, 32 * GB, 32 * GB, 330.3 * TB),
 }
 
 GPU_ALIASES: dict[str, str] = {
@@ -221,130 +107,20 @@ GPU_ALIASES: dict[str, str] = {
     "h200-141g": "h200-141gb",
     "a40": "a40-48gb",
     "a40-48g": "a40-48gb",
+    "l40s": "l40s-48gb",
+    "rtx-pro-6000": "rtx-pro-6000-96gb",
+    "rtxpro6000": "rtx-pro-6000-96gb",
+    "rtx-pro-6000-blackwell": "rtx-pro-6000-96gb",
+    "rtx-4090": "rtx-4090-24gb",
+    "rtx4090": "rtx-4090-24gb",
 }
-
-
-def _normalize(name: str) -> str:
-    # Accept HF repo ids ("facebook/opt-13b"), any case, and underscores.
-    return name.strip().rsplit("/", 1)[-1].lower().replace("_", "-")
-
-
-def _lookup(kind: str, name: str, table: dict, aliases: dict[str, str]):
-    key = _normalize(name)
-    key = aliases.get(key, key)
-    try:
-        return table[key]
-    except KeyError:
-        known = ", ".join(sorted(table)) + "; aliases: " + ", ".join(sorted(aliases))
-        raise KeyError(f"unknown {kind} {name!r}; known: {known}") from None
-
-
-def get_model(name: str | Path | ModelSpec) -> ModelSpec:
-    """The one model resolver every command uses: a catalog id (``opt-13b``,
-    ``facebook/opt-13b``, ...), a path to a Hugging Face ``config.json`` (or to the directory
-    holding one), or a ModelSpec, which passes through."""
-    if isinstance(name, ModelSpec):
-        return name
-    if is_config_path(name):
-        return load_model_config(name)
-    return _lookup("model", str(name), MODELS, MODEL_ALIASES)
-
-
-def is_config_path(name: str | Path) -> bool:
-    """Whether a --model value names a config.json (or its directory) rather than a catalog id."""
-    text = str(name)
-    return text.endswith(".json") or (os.sep in text and Path(text).is_dir())
-
-
-# --------------------------------------------------------------------------------------------
-# Models from a Hugging Face config.json
-# --------------------------------------------------------------------------------------------
-
-LLAMA_FAMILY = ("llama", "mistral", "qwen2")  # gated MLP, rotary, GQA, RMSNorm
-SERVING_DTYPE_BYTES = 2  # fp16/bf16 serving, as the paper; a config's torch_dtype is not used
-
-
-class ModelConfigError(ValueError):
-    """A config.json that cannot be turned into a ModelSpec; the message names the file and field."""
-
-
-def load_model_config(path: str | Path) -> ModelSpec:
-    """A ModelSpec from a Hugging Face config.json (LLaMA family or OPT)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    try:
-        config = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ModelConfigError(f"{p}: no such config file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelConfigError(f"{p}: not JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise ModelConfigError(f"{p}: expected a JSON object at the top level")
-    name = str(config.get("_name_or_path") or p.parent.name or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()
-    return model_from_config(config, name, str(p))
-
-
-def model_from_config(config: dict, name: str, where: str = "config.json") -> ModelSpec:
-    """ModelSpec from the fields of a config.json; num_params is the exact count its shapes imply
-    (embeddings, every layer's weights and biases, norms; an untied LM head counted apart)."""
-
-    def field_(key: str, default=None, kind=int):
-        value = config.get(key, default)
-        if value is None:
-            raise ModelConfigError(f"{where}: missing field {key!r}")
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ModelConfigError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
-        if kind is bool and not isinstance(value, bool):
-            raise ModelConfigError(f"{where}: field {key!r} must be true or false, got {value!r}")
-        return value
-
-    model_type = config.get("model_type")
-    h = field_("hidden_size")
-    layers = field_("num_hidden_layers")
-    heads = field_("num_attention_heads")
-    vocab = field_("vocab_size")
-    max_len = field_("max_position_embeddings")
-    if h % heads:
-        raise ModelConfigError(f"{where}: field 'hidden_size' {h} is not a multiple of 'num_attention_heads' {heads}")
-    if model_type == "opt":
-        ffn = field_("ffn_dim")
-        if field_("word_embed_proj_dim", h) != h:
-            raise ModelConfigError(f"{where}: field 'word_embed_proj_dim' differs from 'hidden_size' (OPT-350m's "
-                                   "projections are not supported)")
-        head_dim = h // heads
-        qkv = 3 * h
-        layer = (h * qkv + qkv) + (h * h + h) + (h * ffn + ffn) + (ffn * h + h) + 4 * h  # biases, 2 LayerNorms
-        final_norm = 2 * h if field_("do_layer_norm_before", True, bool) else 0
-        # learned positions carry 2 extra rows (OPT's offset); the LM head is tied to the embedding
-        params = layers * layer + vocab * h + (max_len + 2) * h + final_norm
-        return ModelSpec(name, layers, h, heads, heads, head_dim, ffn, vocab, params, max_len,
-                         SERVING_DTYPE_BYTES, architecture="opt")
-    if model_type in LLAMA_FAMILY:
-        kv_heads = field_("num_key_value_heads", heads)
-        head_dim = field_("head_dim", h // heads)
-        ffn = field_("intermediate_size")
-        q, kv = heads * head_dim, kv_heads * head_dim
-        if heads % kv_heads:
-            raise ModelConfigError(f"{where}: field 'num_attention_heads' {heads} is not a multiple of "
-                                   f"'num_key_value_heads' {kv_heads}")
-        # Qwen2 always has QKV biases; llama's attention_bias adds them and the output bias
-        attn_bias = model_type == "qwen2" or field_("attention_bias", False, bool)
-        bias = ((q + 2 * kv) + (h if model_type != "qwen2" else 0)) if attn_bias else 0
-        bias += (2 * ffn + h) if field_("mlp_bias", False, bool) else 0
-        layer = h * (q + 2 * kv) + q * h + 3 * h * ffn + 2 * h + bias  # 2 RMSNorms
-        tied = field_("tie_word_embeddings", False, bool)
-        params = layers * layer + vocab * h * (1 if tied else 2) + h
-        return ModelSpec(name, layers, h, heads, kv_heads, head_dim, ffn, vocab, params, max_len,
-                         SERVING_DTYPE_BYTES, architecture="llama")
-    raise ModelConfigError(f"{where}: field 'model_type' is {model_type!r}; supported: opt, {', '.join(LLAMA_FAMILY)}")
 
 
 def get_gpu(name: str | GPUSpec) -> GPUSpec:
     """A catalog GPU by id (``a100-40gb``, ``h200``, ...); a GPUSpec passes through."""
     if isinstance(name, GPUSpec):
         return name
-    return _lookup("GPU", name, GPUS, GPU_ALIASES)
+    return lookup("GPU", name, GPUS, GPU_ALIASES)
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,6 +169,11 @@ def profile_activation_bytes(model: ModelSpec, tp: int = 1,
     attn = t * (model.q_size + 2 * model.kv_size + model.q_size) // tp * d
     # OPT: fc1 output and its activation; llama: gate, up and act(gate) * up.
     mlp = t * model.mlp_matrices * model.ffn_size // tp * d
+    if model.moe is not None:
+        # vLLM's fused MoE keeps, per routed (token, expert) pair, the gate+up output, the
+        # activation and the down output (its intermediate caches 1-3), experts split over TP
+        k, ffe = model.moe.experts_per_token, model.moe.expert_ffn_size
+        mlp = max(mlp, t * k * (3 * ffe // tp + model.hidden_size) * d)
     logits = seqs * model.vocab_size * (d + 4 * LOGITS_FP32_COPIES)
     return residual + max(attn, mlp, logits)
 
@@ -443,14 +224,9 @@ class KVCapacity:
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int = 1) -> int:
-    """One token's K and V (all layers) on one GPU of a TP group.
-
-    KV heads split over TP; with more GPUs than KV heads vLLM replicates heads, so each GPU still
-    stores one head's K/V.
-    """
-    if model.num_kv_heads % tp and tp % model.num_kv_heads:
-        raise CannotServe(f"{model.name}: {model.num_kv_heads} KV heads cannot be split over tp={tp}")
-    return model.kv_bytes_per_token // min(tp, model.num_kv_heads)
+    """One token's cache (all layers) on one GPU of a TP group (ModelSpec.kv_bytes_per_token_per_gpu:
+    KV heads split over TP, replicated past one per GPU; MLA's latent kept whole on every rank)."""
+    return model.kv_bytes_per_token_per_gpu(tp)
 
 
 def block_bytes_per_gpu(kv_bytes_per_token: int, tp: int, block_size: int) -> int:

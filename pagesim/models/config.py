@@ -1,0 +1,114 @@
+"""A ModelSpec from a Hugging Face config.json: read the file, pick the family by `model_type`,
+and let the family's module (pagesim/models/families/) turn the fields into a spec.
+
+Every error is one line naming the file and the field (ModelConfigError)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pagesim.models.spec import ModelSpec
+
+SERVING_DTYPE_BYTES = 2  # fp16/bf16 serving, as the paper; a config's torch_dtype is not used
+_MISSING = object()
+
+
+class ModelConfigError(ValueError):
+    """A config.json that cannot be turned into a ModelSpec; the message names the file and field."""
+
+
+class ConfigFields:
+    """Typed reads of a config.json's fields, each failing with the file and the field."""
+
+    def __init__(self, config: dict, where: str) -> None:
+        self.config, self.where = config, where
+
+    def error(self, key: str, problem: str) -> ModelConfigError:
+        return ModelConfigError(f"{self.where}: field {key!r} {problem}")
+
+    def has(self, key: str) -> bool:
+        return self.config.get(key) is not None
+
+    def get(self, key: str, default=None):
+        value = self.config.get(key)
+        return default if value is None else value
+
+    def int(self, key: str, default=_MISSING) -> int:
+        """A positive integer; `default` where the field is absent or null."""
+        value = self.config.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise ModelConfigError(f"{self.where}: missing field {key!r}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self.error(key, f"must be a positive integer, got {value!r}")
+        return value
+
+    def count(self, key: str, default: int = 0) -> int:
+        """A non-negative integer (0 allowed: no shared experts, no dense layers)."""
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.error(key, f"must be a non-negative integer, got {value!r}")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {value!r}")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        value = self.config.get(key) or []
+        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise self.error(key, f"must be a list of layer indices, got {value!r}")
+        return value
+
+    def str_list(self, key: str) -> list[str] | None:
+        value = self.config.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or any(not isinstance(v, str) for v in value):
+            raise self.error(key, f"must be a list of strings, got {value!r}")
+        return value
+
+
+def load_model_config(path: str | Path) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (or the directory holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        config = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ModelConfigError(f"{p}: no such config file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelConfigError(f"{p}: not JSON ({e})") from None
+    except OSError as e:
+        raise ModelConfigError(f"{p}: cannot read ({e.strerror})") from None
+    if not isinstance(config, dict):
+        raise ModelConfigError(f"{p}: expected a JSON object at the top level")
+    name = str(config.get("_name_or_path") or p.parent.name or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()
+    return model_from_config(config, name, str(p))
+
+
+def model_from_config(config: dict, name: str, where: str = "config.json") -> ModelSpec:
+    """ModelSpec from the fields of a config.json; num_params is the exact count its shapes imply
+    (embeddings, every layer's weights and biases, norms; an untied LM head counted apart)."""
+    from pagesim.models.families import FAMILIES
+    from pagesim.models.quant import weight_quant
+
+    text = config.get("text_config")
+    # Gemma 3 (and other multimodal configs) nest the language model's fields under text_config;
+    # the quantization_config stays at the top level.
+    fields = ConfigFields({**text, "quantization_config": config.get("quantization_config")}
+                          if isinstance(text, dict) else config, where)
+    model_type = config.get("model_type")
+    build = FAMILIES.get(model_type)
+    if build is None:
+        raise ModelConfigError(f"{where}: field 'model_type' is {model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
+    return build(fields, name, weight_quant(fields))

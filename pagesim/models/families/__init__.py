@@ -1,0 +1,24 @@
+"""One module per model family; FAMILIES maps a config.json's `model_type` to its builder,
+`build(fields, name, quant) -> ModelSpec`."""
+
+from __future__ import annotations
+
+from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
+                                     qwen3_moe)
+
+FAMILIES = {
+    "opt": opt.build,
+    "llama": llama.build,
+    "mistral": mistral.build,
+    "mixtral": mixtral.build,
+    "qwen2": qwen2.build,
+    "qwen2_moe": qwen2_moe.build,
+    "qwen3": qwen3.build,
+    "qwen3_moe": qwen3_moe.build,
+    "deepseek_v2": deepseek.build,
+    "deepseek_v3": deepseek.build,
+    "gemma2": gemma.build_gemma2,
+    "gemma3": gemma.build_gemma3,
+    "gemma3_text": gemma.build_gemma3,
+    "phi3": phi3.build,
+}

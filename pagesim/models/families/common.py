@@ -1,0 +1,80 @@
+"""What every llama-shaped family shares: the attention shape, the sliding-window layout, the
+MoE block, and the exact parameter count of the result.
+
+A family module reads its own fields and calls `llama_shaped`; the count is then one rule for all
+of them: the decoder's matmul weights (ModelSpec's own properties, so counts and FLOPs cannot
+disagree) + biases + norms per layer + embedding, LM head (unless tied) and the final norm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pagesim.models.config import SERVING_DTYPE_BYTES, ConfigFields, ModelConfigError
+from pagesim.models.spec import MLASpec, MoESpec, ModelSpec, WeightQuant
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Parameters outside the matmuls, per layer and once per model."""
+
+    norms_per_layer: int = 2          # RMSNorms of width hidden (input, post-attention; Gemma: 4)
+    layer_bias: int = 0               # attention and MLP biases of one layer
+    layer_other: int = 0              # q/k norms, MLA's latent norms, ...
+    moe_layer_other: int = 0          # per MoE layer besides weights (DeepSeek-V3's router bias)
+    tied_embeddings: bool = False
+
+
+def attention_heads(f: ConfigFields) -> tuple[int, int, int, int]:
+    """(hidden, heads, kv heads, head dim), checked against each other."""
+    h, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    kv_heads = f.int("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise f.error("num_key_value_heads", f"{kv_heads} does not divide 'num_attention_heads' {heads}")
+    if not f.has("head_dim") and h % heads:
+        raise f.error("hidden_size", f"{h} is not a multiple of 'num_attention_heads' {heads}")
+    return h, heads, kv_heads, f.int("head_dim", h // heads)
+
+
+def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern) -> tuple[int | None, int]:
+    """(window, number of sliding layers). `layer_types` (newer transformers) wins where present;
+    otherwise `default_pattern(layer_index) -> bool` says which layers slide, given a window."""
+    types = f.str_list("layer_types")
+    window = f.int("sliding_window", None) if f.has("sliding_window") else None
+    if types is not None:
+        if len(types) != layers:
+            raise f.error("layer_types", f"lists {len(types)} layers, 'num_hidden_layers' is {layers}")
+        unknown = set(types) - {SLIDING, FULL}
+        if unknown:
+            raise f.error("layer_types", f"has unknown kinds {sorted(unknown)}")
+        count = types.count(SLIDING)
+    else:
+        count = sum(1 for i in range(layers) if default_pattern(i)) if window else 0
+    if not count:
+        return None, 0
+    if window is None:
+        raise ModelConfigError(f"{f.where}: missing field 'sliding_window' (layers of kind {SLIDING!r} need one)")
+    if window > max_len:
+        raise f.error("sliding_window", f"{window} is larger than the max length 'max_position_embeddings' {max_len}")
+    return window, count
+
+
+def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extras: Extras,
+                 ffn_size: int, moe: MoESpec | None = None, mla: MLASpec | None = None,
+                 window: int | None = None, num_sliding: int = 0, qk_norm: bool = False,
+                 heads: tuple[int, int, int, int] | None = None) -> ModelSpec:
+    """The spec of a llama-shaped model, with num_params (and, for MoE, num_active_params)
+    counted from its shapes and `extras`."""
+    h, n_heads, kv_heads, head_dim = heads or attention_heads(f)
+    layers, vocab, max_len = f.int("num_hidden_layers"), f.int("vocab_size"), f.int("max_position_embeddings")
+    spec = ModelSpec(name, layers, h, n_heads, kv_heads, head_dim, ffn_size, vocab, 1, max_len,
+                     SERVING_DTYPE_BYTES, architecture="llama", moe=moe, mla=mla, sliding_window=window,
+                     num_sliding_layers=num_sliding, qk_norm=qk_norm, quant=quant)
+    per_layer = extras.norms_per_layer * h + extras.layer_bias + extras.layer_other
+    moe_other = spec.moe.num_moe_layers * extras.moe_layer_other if moe else 0
+    outside = layers * per_layer + moe_other + vocab * h * (1 if extras.tied_embeddings else 2) + h
+    total = spec.linear_params_total + outside
+    active = spec.linear_params + outside if moe else None
+    return replace(spec, num_params=total, num_active_params=active)

@@ -1,0 +1,334 @@
+"""ModelSpec: a decoder-only transformer as far as memory and FLOP counting needs it.
+
+The dense fields (layers, hidden, heads, KV heads, head size, MLP width, vocabulary, parameters,
+max length, dtype, architecture) keep the meaning they always had; what modern models add is
+optional and off by default, so a dense spec counts exactly as before:
+
+- ``moe``: a mixture-of-experts MLP on ``moe.num_moe_layers`` of the layers (the others keep the
+  dense ``ffn_size`` MLP): ``num_experts`` routed experts of width ``expert_ffn_size``, each token
+  goes to ``experts_per_token`` of them, plus ``num_shared_experts`` always-on experts of total
+  width ``shared_expert_ffn_size``.
+- ``mla``: multi-head latent attention (DeepSeek-V2/V3) on every layer: queries through an
+  optional low-rank ``q_lora_rank``, keys and values through a latent of ``kv_lora_rank`` plus a
+  shared rotary key of ``qk_rope_head_dim``; the cache keeps only that latent and rotary key.
+- ``sliding_window`` / ``num_sliding_layers``: that many layers attend to the last W tokens only
+  (Mistral v0.1: all; Gemma 2: every other; Gemma 3: five of six).
+- ``qk_norm``: per-head RMSNorm of q and k (Qwen3, Gemma 3).
+- ``quant``: weight-only or W8A8 quantization of the decoder's linear layers (fp8, int4 AWQ/GPTQ).
+- ``kv_dtype_bytes``: the KV cache's element size (``--kv-cache-dtype fp8``: 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pagesim.core.errors import CannotServe
+from pagesim.core.kv_groups import KVGroupSpec
+
+ARCHITECTURES = ("opt", "llama")
+KV_CACHE_DTYPES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class MoESpec:
+    """The routed (and shared) experts of a mixture-of-experts MLP."""
+
+    num_experts: int
+    experts_per_token: int
+    expert_ffn_size: int
+    num_moe_layers: int
+    num_shared_experts: int = 0
+    shared_expert_ffn_size: int = 0  # all shared experts together (DeepSeek: n_shared * expert width)
+    shared_expert_gate: bool = False  # Qwen2-MoE scales the shared expert by a sigmoid gate (h -> 1)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.experts_per_token <= self.num_experts:
+            raise ValueError(f"experts_per_token must be in 1..num_experts ({self.num_experts}), "
+                             f"got {self.experts_per_token}")
+
+    def expected_experts_touched(self, tokens: float) -> float:
+        """Expected distinct experts a batch of `tokens` tokens routes to, each token choosing
+        `experts_per_token` of `num_experts` uniformly: E (1 - (1 - k/E)^B). Exact under uniform
+        independent routing: an expert is missed by one token with probability 1 - k/E, by all
+        B tokens with that to the B (linearity of expectation over the E experts)."""
+        e, k = self.num_experts, self.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** tokens) if tokens > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MLASpec:
+    """Multi-head latent attention's ranks and head sizes (DeepSeek-V2/V3 config fields)."""
+
+    q_lora_rank: int | None  # None: a plain q_proj (DeepSeek-V2-Lite)
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_size(self) -> int:
+        """Elements cached per token per layer: the KV latent and the shared rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True, slots=True)
+class WeightQuant:
+    """How the decoder's linear weights are stored. `bytes_per_weight` includes the scales (and
+    zero points) of group quantization; `fp8_compute`: activations are quantized too (W8A8), so
+    the GEMMs can run at an FP8 tensor-core rate where the GPU has one."""
+
+    method: str              # "fp8", "awq", "gptq"
+    bits: int
+    group_size: int | None   # weights per scale (None: per tensor or per channel)
+    bytes_per_weight: float
+    fp8_compute: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer (see the module docstring for the optional parts).
+
+    ``architecture`` "opt": MLP of 2 matrices (fc1, fc2), learned positions, tied LM head.
+    ``architecture`` "llama": gated MLP of 3 matrices (gate, up, down), rotary, GQA allowed; every
+    modern family (Mistral, Qwen, DeepSeek, Gemma, Phi-3) is llama-shaped in these terms.
+    ``num_params`` is the exact total; ``num_active_params`` those one token runs through (None:
+    all of them, a dense model).
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_size: int
+    vocab_size: int
+    num_params: int
+    max_model_len: int
+    dtype_bytes: int = 2
+    architecture: str = "opt"
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    sliding_window: int | None = None
+    num_sliding_layers: int = 0
+    qk_norm: bool = False
+    quant: WeightQuant | None = None
+    kv_dtype_bytes: int | None = None  # None: dtype_bytes
+    num_active_params: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"{self.name}: architecture must be one of {ARCHITECTURES}")
+        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                  "ffn_size", "vocab_size", "num_params", "max_model_len", "dtype_bytes"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"{self.name}: {f} must be positive")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"{self.name}: num_heads must be a multiple of num_kv_heads")
+        if (self.sliding_window is None) != (self.num_sliding_layers == 0):
+            raise ValueError(f"{self.name}: sliding_window and num_sliding_layers go together")
+        if not 0 <= self.num_sliding_layers <= self.num_layers:
+            raise ValueError(f"{self.name}: num_sliding_layers must be in 0..num_layers")
+        if self.mla is not None and self.num_sliding_layers:
+            raise ValueError(f"{self.name}: MLA with sliding-window layers is not modelled")
+        if self.moe is not None and not 0 < self.moe.num_moe_layers <= self.num_layers:
+            raise ValueError(f"{self.name}: moe.num_moe_layers must be in 1..num_layers")
+
+    # -- shapes ----------------------------------------------------------------------------
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection (num_heads * head_dim; MLA: its q/k head size)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of one of the K or V projections (num_kv_heads * head_dim)."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.architecture == "llama"
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers with the dense ffn_size MLP (all of them unless MoE)."""
+        return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
+
+    @property
+    def params_total(self) -> int:
+        return self.num_params
+
+    @property
+    def params_active(self) -> int:
+        """Parameters one token runs through (embedding row and LM head included, as model cards count)."""
+        return self.num_params if self.num_active_params is None else self.num_active_params
+
+    # -- KV cache --------------------------------------------------------------------------
+    @property
+    def kv_element_bytes(self) -> int:
+        return self.kv_dtype_bytes or self.dtype_bytes
+
+    @property
+    def kv_groups(self) -> tuple[KVGroupSpec, ...]:
+        """Layers by attention kind, as the core's KV cache groups take them."""
+        if self.mla is not None:
+            return (KVGroupSpec("mla", self.num_layers),)
+        groups = []
+        if self.num_layers > self.num_sliding_layers:
+            groups.append(KVGroupSpec("full", self.num_layers - self.num_sliding_layers))
+        if self.num_sliding_layers:
+            groups.append(KVGroupSpec("sliding", self.num_sliding_layers, self.sliding_window))
+        return tuple(groups)
+
+    def kv_bytes_per_token_per_layer_of(self, kind: str) -> int:
+        """One token's cache in one layer of `kind`: K and V of the KV heads (full, sliding), or
+        MLA's latent and rotary key. Whole model, all TP shards together."""
+        if kind == "mla":
+            if self.mla is None:
+                raise ValueError(f"{self.name} has no MLA layers")
+            return self.mla.latent_size * self.kv_element_bytes
+        return 2 * self.num_kv_heads * self.head_dim * self.kv_element_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """One token's cache over all layers (whole model, all TP shards together). A token in a
+        sliding-window layer takes the same bytes while it is inside the window."""
+        return sum(g.num_layers * self.kv_bytes_per_token_per_layer_of(g.kind) for g in self.kv_groups)
+
+    @property
+    def kv_bytes_per_token_per_layer(self) -> int:
+        return self.kv_bytes_per_token // self.num_layers
+
+    @property
+    def kv_bytes_per_token_full_layers(self) -> int:
+        """What a token costs once its sequence is longer than every sliding window: the layers
+        that keep every token (full attention and MLA)."""
+        return sum(g.num_layers * self.kv_bytes_per_token_per_layer_of(g.kind)
+                   for g in self.kv_groups if g.kind != "sliding")
+
+    def kv_bytes_per_token_per_gpu(self, tp: int = 1) -> int:
+        """One token's cache (all layers) on one GPU of a TP group. KV heads split over TP (with
+        more GPUs than KV heads vLLM replicates heads, so each GPU keeps one); MLA's latent is one
+        vector shared by all heads, so vLLM keeps all of it on every TP rank."""
+        if self.mla is not None:
+            return self.kv_bytes_per_token
+        if self.num_kv_heads % tp and tp % self.num_kv_heads:
+            raise CannotServe(f"{self.name}: {self.num_kv_heads} KV heads cannot be split over tp={tp}")
+        return self.kv_bytes_per_token // min(tp, self.num_kv_heads)
+
+    # -- weights ---------------------------------------------------------------------------
+    @property
+    def attention_linear_params_per_layer(self) -> int:
+        """Matmul weights of one layer's attention (projections in and out)."""
+        h = self.hidden_size
+        if self.mla is not None:
+            m, heads = self.mla, self.num_heads
+            q = (h * m.q_lora_rank + m.q_lora_rank * heads * m.qk_head_dim) if m.q_lora_rank else h * heads * m.qk_head_dim
+            kv = h * m.latent_size + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+            return q + kv + heads * m.v_head_dim * h
+        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self.mlp_matrices * self.hidden_size * self.ffn_size
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert's weights (gated MLP of expert_ffn_size)."""
+        return 3 * self.hidden_size * self.moe.expert_ffn_size if self.moe else 0
+
+    @property
+    def moe_always_on_params(self) -> int:
+        """Weights every token of a MoE layer runs through besides its routed experts: the router
+        (h -> E), the shared experts and their gate."""
+        if not self.moe:
+            return 0
+        m, h = self.moe, self.hidden_size
+        return h * m.num_experts + 3 * h * m.shared_expert_ffn_size + (h if m.shared_expert_gate else 0)
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights of one dense layer's matmuls (QKV, output projection, MLP); norms and biases excluded."""
+        return self.attention_linear_params_per_layer + self.dense_mlp_params
+
+    @property
+    def linear_params(self) -> int:
+        """Matmul weights one token runs through over all layers (routed experts: its top-k);
+        each token costs 2 FLOPs per weight."""
+        dense = self.num_layers * self.attention_linear_params_per_layer + self.num_dense_layers * self.dense_mlp_params
+        if not self.moe:
+            return dense
+        return dense + self.moe.num_moe_layers * (self.moe_always_on_params
+                                                  + self.moe.experts_per_token * self.expert_params)
+
+    @property
+    def linear_params_total(self) -> int:
+        """Every matmul weight of the decoder layers (all experts)."""
+        dense = self.num_layers * self.attention_linear_params_per_layer + self.num_dense_layers * self.dense_mlp_params
+        if not self.moe:
+            return dense
+        return dense + self.moe.num_moe_layers * (self.moe_always_on_params + self.moe.num_experts * self.expert_params)
+
+    @property
+    def quantized_params(self) -> int:
+        """Weights a quantization_config quantizes: the decoder's linear layers except the
+        router (vLLM builds the MoE gate unquantized); embeddings, LM head, norms and biases stay
+        in the serving dtype."""
+        if self.quant is None:
+            return 0
+        router = self.moe.num_moe_layers * self.hidden_size * self.moe.num_experts if self.moe else 0
+        return self.linear_params_total - router
+
+    @property
+    def weight_bytes(self) -> int:
+        if self.quant is None:
+            return self.num_params * self.dtype_bytes
+        q = self.quantized_params
+        return (self.num_params - q) * self.dtype_bytes + round(q * self.quant.bytes_per_weight)
+
+    @property
+    def weight_element_bytes(self) -> float:
+        """Bytes per weight of the quantized linear layers (serving dtype when unquantized)."""
+        return self.quant.bytes_per_weight if self.quant else self.dtype_bytes
+
+    # -- FLOP counting -----------------------------------------------------------------------
+    @property
+    def lm_head_params(self) -> int:
+        """The vocabulary projection (tied to the embedding in OPT, but still read for logits)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """FLOPs of one (query, key) pair over all layers, QK^T and PV, 2 FLOPs per MAC each, as
+        a dense attention computes them (MLA prefill: q/k heads of qk_head_dim, v of v_head_dim)."""
+        return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * self.num_layers
+
+    @property
+    def mla_decode_flops_per_pair(self) -> int:
+        """MLA decode in the latent space (vLLM absorbs the up-projections into q and the output):
+        per head, q.k over latent + rotary key, then p.v over the latent; all layers."""
+        if self.mla is None:
+            return self.attention_flops_per_pair
+        m = self.mla
+        return 2 * self.num_heads * (m.latent_size + m.kv_lora_rank) * self.num_layers
+
+
+def with_kv_cache_dtype(model: ModelSpec, kv_cache_dtype: str | None) -> ModelSpec:
+    """The spec with vLLM's --kv-cache-dtype applied ("auto": the model's dtype; "fp8": 1 byte)."""
+    key = (kv_cache_dtype or "auto").lower()
+    if key not in KV_CACHE_DTYPES:
+        raise ValueError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
+    size = KV_CACHE_DTYPES[key]
+    return model if size is None or size == model.kv_element_bytes else replace(model, kv_dtype_bytes=size)
