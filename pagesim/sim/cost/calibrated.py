@@ -54,7 +54,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
+from pagesim.sim.cost.layer_ops import Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape re-exported)
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
@@ -70,78 +71,6 @@ ELEMENTWISE_KIND = {"input_layernorm": "norm", "post_attention_layernorm": "norm
 RESIDUAL_ADDS_PER_LAYER = 2  # after attention and after the MLP
 # Measured GPUs and what the others are scaled from.
 MEASURED_GPUS = ("a100-80gb", "h100-80gb", "a40-48gb")
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """What the operator terms need: a model's layer, split over `tp` GPUs, and whether it has a
-    rotary kernel (the llama family; OPT has learned positions)."""
-
-    model: ModelSpec
-    tp: int = 1
-    rotary: bool = True
-
-    @classmethod
-    def of(cls, model: ModelSpec, tp: int) -> "LayerShape":
-        return cls(model, tp, rotary=model.architecture == "llama")
-
-    @property
-    def hidden_size(self) -> int:
-        return self.model.hidden_size
-
-    @property
-    def ffn_size(self) -> int:
-        return self.model.ffn_size
-
-    @property
-    def gated_mlp(self) -> bool:
-        return self.model.gated_mlp
-
-    @property
-    def dtype_bytes(self) -> int:
-        return self.model.dtype_bytes
-
-    @property
-    def q_per_gpu(self) -> int:
-        return self.model.q_size // self.tp
-
-    @property
-    def kv_per_gpu(self) -> int:
-        # with more GPUs than KV heads, heads are replicated: each GPU keeps one
-        return max(self.model.num_kv_heads // self.tp, 1) * self.model.head_dim
-
-    @property
-    def attention_token_bytes(self) -> int:
-        """Bytes prompt attention moves per new token, besides its pairs: Q read and O written
-        (this GPU's query heads)."""
-        return 2 * self.q_per_gpu * self.dtype_bytes
-
-    def gemm_dims(self, op: str) -> tuple[int, int]:
-        """(K, N) of a layer GEMM on one GPU."""
-        h = self.hidden_size
-        if op == "attn_pre_proj":
-            return h, self.q_per_gpu + 2 * self.kv_per_gpu
-        if op == "attn_post_proj":
-            return self.q_per_gpu, h
-        if op == "mlp_up_proj":
-            return h, (2 if self.gated_mlp else 1) * self.ffn_size // self.tp
-        if op == "mlp_down_proj":
-            return self.ffn_size // self.tp, h
-        raise KeyError(op)
-
-    def elementwise_bytes(self, op: str, tokens: int) -> int:
-        """Bytes one elementwise operator reads and writes for `tokens` tokens on one GPU."""
-        d, h = self.dtype_bytes, self.hidden_size
-        if op in ("input_layernorm", "post_attention_layernorm", "emb"):
-            return 2 * tokens * h * d                      # read + write the hidden state
-        if op == "add":
-            return 3 * tokens * h * d                      # two inputs, one output
-        if op == "attn_rope":
-            return 2 * tokens * (self.q_per_gpu + self.kv_per_gpu) * d if self.rotary else 0
-        if op == "mlp_act":
-            # gated: read gate and up, write act(gate) * up; plain: read and write
-            return (3 if self.gated_mlp else 2) * tokens * self.ffn_size // self.tp * d
-        raise KeyError(op)
 
 
 # ----------------------------------------------------------------------------- coefficients
@@ -161,6 +90,17 @@ class GemmCurve:
         comp = 2 * (-(-m // self.tile) * self.tile) * k * n * self.s_per_flop
         p = self.sharpness
         return self.floor_s + (mem ** p + comp ** p) ** (1.0 / p)
+
+    def grouped_seconds(self, g: Gemm, dtype_bytes: int, flop_scale: float) -> float:
+        """`g.count` GEMMs of one shape in one launch (a fused MoE kernel): one floor, each
+        matrix's smooth maximum of its own memory and compute. Weights of g.weight_bytes; the
+        compute at `flop_scale` times the FP16 time (FP8 tensor cores: fp16 / fp8 FLOP/s)."""
+        if g.m <= 0 or g.count <= 0:
+            return 0.0
+        mem = (g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes) * self.s_per_byte
+        comp = 2 * (-(-g.m // self.tile) * self.tile) * g.k * g.n * self.s_per_flop * flop_scale
+        p = self.sharpness
+        return self.floor_s + g.count * (mem ** p + comp ** p) ** (1.0 / p)
 
 
 @dataclass(frozen=True)
@@ -220,6 +160,13 @@ class Calibration:
         if op == "attn_rope" and not shape.rotary:
             return 0.0
         return self.elementwise[ELEMENTWISE_KIND[op]].seconds(shape.elementwise_bytes(op, tokens))
+
+    def gemm_seconds(self, g: Gemm, dtype_bytes: int, fp8_flop_scale: float) -> float:
+        """One entry of a layer's GEMM list: an ordinary fp16 GEMM through the fitted curve as
+        measured; any other (experts, quantized weights, FP8) through `grouped_seconds`."""
+        if g.count == 1 and g.weight_bytes == dtype_bytes and not g.fp8:
+            return self.gemm.seconds(g.m, g.k, g.n, dtype_bytes)
+        return self.gemm.grouped_seconds(g, dtype_bytes, fp8_flop_scale if g.fp8 else 1.0)
 
     def all_reduce_seconds(self, workers: int, nbytes: float) -> float:
         if workers <= 1:
@@ -301,23 +248,38 @@ class CalibratedCostModel(CostModel):
     name = "calibrated"
 
     def __init__(self, model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
-                 calibration: Calibration | None = None) -> None:
+                 calibration: Calibration | None = None, ep: int = 1) -> None:
         model, gpu = get_model(model), get_gpu(gpu)
         if tp <= 0:
             raise ValueError("tp must be positive")
-        self.model, self.gpu, self.tp = model, gpu, tp
+        check_parallelism(model, tp, ep)
+        self.model, self.gpu, self.tp, self.ep = model, gpu, tp, ep
         self.calibration = cal = calibration or shipped_calibration(gpu)
         self.shape = shape = LayerShape.of(model, tp)
         d = model.dtype_bytes
         layers = model.num_layers
         a = cal.attention
-        kv_token_layer = kv_bytes_per_token_per_gpu(model, tp) // layers  # this GPU's K+V of one token
-        flops_pair_layer = 4 * shape.q_per_gpu
+        # W8A8 FP8 GEMMs: the fitted FP16 compute term times fp16 / fp8 FLOP/s of this GPU
+        self._fp8_flop_scale = gpu.fp16_flops / gpu.fp8_flops if gpu.has_fp8 else 1.0
+        kv_token_layer = kv_bytes_per_token_per_gpu(model, tp) // layers  # this GPU's K+V (or latent) of one token
+        # FLOPs of one (query, key) pair in one layer on this GPU, prefill (MHA with the model's
+        # q/k and v head sizes) and decode (MLA: in the latent space)
+        flops_pair_layer = 4 * shape.q_per_gpu if model.mla is None else model.attention_flops_per_pair // layers // tp
+        # full-attention (and MLA) layers read every context token; sliding layers at most the
+        # window per sequence, so their share is kept apart (iteration_time bounds it)
+        full, sliding = layers - model.num_sliding_layers, model.num_sliding_layers
+        self._window = model.sliding_window or 0
+        ctx_layer = a.decode_s_per_kv_byte * kv_token_layer
+        if model.mla is not None:  # the latent read or the heads' FLOPs over it, whichever is longer
+            ctx_layer = max(ctx_layer, a.prefill_s_per_flop * (model.mla_decode_flops_per_pair // layers // tp))
         self._dec_floor = layers * a.decode_floor_s
         self._dec_per_seq = layers * a.decode_s_per_seq
-        self._dec_per_ctx = layers * a.decode_s_per_kv_byte * kv_token_layer
+        self._dec_per_ctx = (layers * a.decode_s_per_kv_byte * kv_token_layer if model.mla is None and not sliding
+                             else full * ctx_layer)
+        self._dec_per_window_ctx = sliding * ctx_layer
         self._pre_floor = layers * a.prefill_floor_s
-        self._pre_per_pair = layers * a.prefill_s_per_flop * flops_pair_layer
+        self._pre_per_pair = full * a.prefill_s_per_flop * flops_pair_layer
+        self._pre_per_window_pair = sliding * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_token = layers * a.prefill_s_per_token_byte * shape.attention_token_bytes
         self._allreduce_bytes_per_token = model.hidden_size * d
         self._token_cache: dict[int, float] = {}
@@ -325,13 +287,27 @@ class CalibratedCostModel(CostModel):
         # swap and copy-on-write moves are not measured: the roofline's terms
         self._block_moves = RooflineCostModel(model, gpu, tp).block_move_time
 
+    def layer_seconds(self, tokens: int) -> list[tuple[int, float]]:
+        """(layers, seconds of one of them) per group of equal layers (layer_ops.layer_groups):
+        GEMMs, elementwise kernels and the TP all-reduces (and a MoE layer's EP exchange)."""
+        cal, d = self.calibration, self.model.dtype_bytes
+        allreduce = 2 * cal.all_reduce_seconds(self.tp, tokens * self._allreduce_bytes_per_token)
+        out = []
+        for group in layer_groups(self.model, tokens, self.tp, self.ep):
+            s = group.shape
+            layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale) for g in group.gemms]
+                        + [cal.operator_seconds(op, s, tokens) for op in ELEMENTWISE_OPERATORS])
+            layer += (RESIDUAL_ADDS_PER_LAYER - 1) * cal.operator_seconds("add", s, tokens)
+            exchange = cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes) if group.ep_exchange_bytes else 0.0
+            out.append((group.num_layers, layer + allreduce + exchange if exchange else layer + allreduce))
+        return out
+
     def tokens_seconds(self, tokens: int) -> float:
         """GEMMs and elementwise kernels of every layer, the embedding and TP all-reduces."""
-        cal, s = self.calibration, self.shape
-        layer = sum(cal.operator_seconds(op, s, tokens) for op in LAYER_OPERATORS)
-        layer += (RESIDUAL_ADDS_PER_LAYER - 1) * cal.operator_seconds("add", s, tokens)
-        allreduce = 2 * cal.all_reduce_seconds(self.tp, tokens * self._allreduce_bytes_per_token)
-        return self.model.num_layers * (layer + allreduce) + cal.operator_seconds("emb", s, tokens)
+        total = 0.0
+        for layers, seconds in self.layer_seconds(tokens):
+            total += layers * seconds
+        return total + self.calibration.operator_seconds("emb", self.shape, tokens)
 
     def seqs_seconds(self, seqs: int) -> float:
         """LM head over the sampled rows (vocabulary split over TP) and host-side work."""
@@ -355,23 +331,34 @@ class CalibratedCostModel(CostModel):
         if shape.num_prefill_tokens:
             t += (self._pre_floor + shape.prefill_attn_pairs * self._pre_per_pair
                   + shape.num_prefill_tokens * self._pre_per_token)
+            if self._window:  # sliding layers: each new token attends to at most the window
+                t += min(shape.prefill_attn_pairs, shape.num_prefill_tokens * self._window) * self._pre_per_window_pair
         if shape.num_swap_blocks or shape.num_copy_blocks:
             t += self._block_moves(shape)
         if n_dec:
             t += self._dec_floor + n_dec * self._dec_per_seq
+            if self._window:  # base.windowed_context_durations: the same two terms, in this order
+                t += shape.decode_context_tokens * self._dec_per_ctx
+                cap = n_dec * self._window
+                return t + (shape.decode_context_tokens if shape.decode_context_tokens < cap else cap) * self._dec_per_window_ctx
             return t + shape.decode_context_tokens * self._dec_per_ctx
         return t
 
     def decode_attention_seconds(self, num_seqs: int, context_tokens: int) -> float:
         """Decode attention of all layers for `num_seqs` sequences holding `context_tokens` in all
-        (for reports; iteration_time adds the same three terms inline)."""
-        return self._dec_floor + num_seqs * self._dec_per_seq + context_tokens * self._dec_per_ctx
+        (for reports; iteration_time adds the same terms inline)."""
+        t = self._dec_floor + num_seqs * self._dec_per_seq + context_tokens * self._dec_per_ctx
+        return t + min(context_tokens, num_seqs * self._window) * self._dec_per_window_ctx if self._window else t
 
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
-        # the base is iteration_time's sum before its last term, so every float equals it
+        # the base is iteration_time's sum before its context terms, so every float equals it
         base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
+        if self._window:
+            return windowed_context_durations(base, self._dec_per_ctx, self._dec_per_window_ctx, self._window, num_seqs,
+                                              context_tokens, num_steps)
         return linear_context_durations(base, self._dec_per_ctx, num_seqs, context_tokens, num_steps)
 
     def describe(self) -> dict:
-        return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
+        ep = {"ep": self.ep} if self.ep > 1 else {}
+        return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp, **ep,
                 "calibration_source": self.calibration.source or {"fitted": self.calibration.gpu}}

@@ -18,13 +18,13 @@ CostModelFactory = Callable[..., CostModel]
 
 
 def _make_roofline(model, gpu, tp, profile_path=None,
-                   constants: RooflineConstants = DEFAULT_ROOFLINE_CONSTANTS, **overrides) -> CostModel:
+                   constants: RooflineConstants = DEFAULT_ROOFLINE_CONSTANTS, ep: int = 1, **overrides) -> CostModel:
     # Overrides name RooflineConstants fields, e.g. make_cost_model(..., hbm_efficiency=0.8).
-    return RooflineCostModel(model, gpu, tp, replace(constants, **overrides))
+    return RooflineCostModel(model, gpu, tp, replace(constants, **overrides), ep=ep)
 
 
-def _make_calibrated(model, gpu, tp, profile_path=None, calibration=None) -> CostModel:
-    return CalibratedCostModel(model, gpu, tp, calibration)
+def _make_calibrated(model, gpu, tp, profile_path=None, calibration=None, ep: int = 1) -> CostModel:
+    return CalibratedCostModel(model, gpu, tp, calibration, ep=ep)
 
 
 def _make_constant(model, gpu, tp, profile_path=None, seconds: float = 0.01) -> CostModel:
@@ -53,7 +53,8 @@ def register_cost_model(name: str, factory: CostModelFactory) -> None:
 
 def make_cost_model(name: str, model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
                     profile_path: str | None = None, **kwargs) -> CostModel:
-    """Build a cost model by name ('calibrated', 'roofline', 'constant', 'profiled'); extra kwargs go to it."""
+    """Build a cost model by name ('calibrated', 'roofline', 'constant', 'profiled'); extra kwargs go to it
+    (the calibrated and roofline models take ep=N, expert parallelism over N GPUs)."""
     try:
         factory = COST_MODELS[name.lower()]
     except KeyError:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations
+from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
+from pagesim.sim.cost.layer_ops import check_parallelism
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
 
@@ -72,11 +73,12 @@ class RooflineCostModel(CostModel):
     name = "roofline"
 
     def __init__(self, model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
-                 constants: RooflineConstants = DEFAULT_ROOFLINE_CONSTANTS) -> None:
+                 constants: RooflineConstants = DEFAULT_ROOFLINE_CONSTANTS, ep: int = 1) -> None:
         model, gpu = get_model(model), get_gpu(gpu)
         if tp <= 0:
             raise ValueError("tp must be positive")
-        self.model, self.gpu, self.tp, self.constants = model, gpu, tp, constants
+        check_parallelism(model, tp, ep)
+        self.model, self.gpu, self.tp, self.ep, self.constants = model, gpu, tp, ep, constants
         c = constants
         d = model.dtype_bytes
         flops = gpu.fp16_flops * c.matmul_efficiency
@@ -85,23 +87,49 @@ class RooflineCostModel(CostModel):
         kv_bw = gpu.hbm_bandwidth * c.kv_read_efficiency
         kv_token = kv_bytes_per_token_per_gpu(model, tp)  # this GPU's share of one token's KV
 
-        # Linear layers: compute grows with tokens, the weight read is paid once per step.
-        self._linear_s_per_token = 2 * model.linear_params / tp / flops
-        self._linear_weight_s = model.linear_params * d / tp / hbm
+        # Linear layers: compute grows with tokens, the weight read is paid once per step. W8A8
+        # FP8 weights compute at the FP8 rate where the GPU has one; quantized weights are smaller.
+        fp8 = model.quant is not None and model.quant.fp8_compute and gpu.has_fp8
+        lin_flops = gpu.fp8_flops * c.matmul_efficiency if fp8 else flops
+        wb = model.weight_element_bytes
+        # a MoE's routed experts are priced per step by the experts the step touches (_moe_terms)
+        dense_params = model.linear_params - (model.moe.num_moe_layers * model.moe.experts_per_token
+                                              * model.expert_params if model.moe else 0)
+        self._linear_s_per_token = 2 * dense_params / tp / lin_flops
+        self._linear_weight_s = dense_params * wb / tp / hbm
+        self._moe_cache: dict[int, tuple[float, float, float]] | None = {} if model.moe else None
+        self._lin_flops, self._hbm = lin_flops, hbm
         # LM head (vocab split over TP).
         self._lm_s_per_seq = 2 * model.lm_head_params / tp / flops
         self._lm_weight_s = model.lm_head_params * d / tp / hbm
         # Elementwise traffic per token (hidden is replicated over TP, the MLP is split).
         ffn_passes = c.elementwise_ffn_passes + (1 if model.gated_mlp else 0)
-        elem_bytes = model.num_layers * d * (c.elementwise_hidden_passes * model.hidden_size
-                                             + ffn_passes * model.ffn_size // tp)
+        if model.moe is None:
+            elem_bytes = model.num_layers * d * (c.elementwise_hidden_passes * model.hidden_size
+                                                 + ffn_passes * model.ffn_size // tp)
+        else:  # a MoE layer's activation runs over each token's k experts and the shared ones
+            moe_width = model.moe.experts_per_token * model.moe.expert_ffn_size + model.moe.shared_expert_ffn_size
+            elem_bytes = d * sum(n * (c.elementwise_hidden_passes * model.hidden_size + ffn_passes * width // tp)
+                                 for n, width in ((model.num_dense_layers, model.ffn_size),
+                                                  (model.moe.num_moe_layers, moe_width)))
         self._elementwise_s_per_token = elem_bytes / hbm
         # Prompt attention: FLOPs per causal pair vs writing and reading each new token's KV once.
         self._prefill_attn_s_per_pair = model.attention_flops_per_pair / tp / attn_flops
         self._prefill_kv_s_per_token = 2 * kv_token / kv_bw
-        # Decode attention: both FLOPs and KV bytes grow with context; the larger factor wins.
+        # Decode attention: both FLOPs and KV bytes grow with context; the larger factor wins
+        # (MLA decodes in the latent space: few bytes, many FLOPs per pair).
         self._decode_attn_s_per_ctx = max(kv_token / kv_bw,
-                                          model.attention_flops_per_pair / tp / attn_flops)
+                                          model.mla_decode_flops_per_pair / tp / attn_flops)
+        # Sliding-window layers read at most the window per sequence: their share of the
+        # per-context and per-pair terms is kept apart and bounded (base.windowed_context_durations).
+        self._window = model.sliding_window or 0
+        self._window_ctx_s = self._window_pair_s = 0.0
+        if self._window:
+            share = model.num_sliding_layers / model.num_layers
+            self._window_ctx_s = self._decode_attn_s_per_ctx * share
+            self._window_pair_s = self._prefill_attn_s_per_pair * share
+            self._decode_attn_s_per_ctx -= self._window_ctx_s
+            self._prefill_attn_s_per_pair -= self._window_pair_s
         # TP all-reduce: 2 per layer over tokens * hidden, ring moves 2 (tp-1)/tp of the data.
         if tp > 1:
             ring = 2 * (tp - 1) / tp
@@ -130,8 +158,7 @@ class RooflineCostModel(CostModel):
         seqs = n_pre + n_dec
         t = self._step_s + self._per_seq_s * seqs
         if tokens:
-            lin = tokens * self._linear_s_per_token
-            t += lin if lin > self._linear_weight_s else self._linear_weight_s
+            t += self._linear_time(tokens)
             t += tokens * (self._elementwise_s_per_token + self._allreduce_s_per_token)
             t += self._allreduce_fixed_s
         if seqs:
@@ -139,13 +166,47 @@ class RooflineCostModel(CostModel):
             t += lm if lm > self._lm_weight_s else self._lm_weight_s
         if shape.num_prefill_tokens:
             a = shape.prefill_attn_pairs * self._prefill_attn_s_per_pair
+            if self._window:
+                a += min(shape.prefill_attn_pairs, shape.num_prefill_tokens * self._window) * self._window_pair_s
             b = shape.num_prefill_tokens * self._prefill_kv_s_per_token
             t += a if a > b else b
         if n_dec:
             t += shape.decode_context_tokens * self._decode_attn_s_per_ctx
+            if self._window:
+                t += min(shape.decode_context_tokens, n_dec * self._window) * self._window_ctx_s
         if shape.num_swap_blocks or shape.num_copy_blocks:
             t += self.block_move_time(shape)
         return t
+
+    def _linear_time(self, tokens: int) -> float:
+        """max(compute, weight read) of every matmul of the layers for a step of `tokens`."""
+        lin = tokens * self._linear_s_per_token
+        weights = self._linear_weight_s
+        if self._moe_cache is not None:
+            terms = self._moe_cache.get(tokens)
+            if terms is None:
+                terms = self._moe_cache[tokens] = self._moe_terms(tokens)
+            lin += terms[0]
+            weights += terms[1]
+            return (lin if lin > weights else weights) + terms[2]
+        return lin if lin > weights else weights
+
+    def _moe_terms(self, tokens: int) -> tuple[float, float, float]:
+        """Routed experts of all MoE layers on one GPU: (compute, weight read, EP exchange) seconds
+        (the rules in pagesim/sim/cost/layer_ops.py: touched experts, EP ranks)."""
+        m, moe = self.model, self.model.moe
+        ranks = self.ep // self.tp if self.ep > 1 else 1
+        routed = tokens * ranks
+        split = self.ep if self.ep > 1 else self.tp  # experts over EP, or each expert over TP
+        compute = 2 * routed * moe.experts_per_token * m.expert_params / split / self._lin_flops
+        weights = moe.expected_experts_touched(routed) * m.expert_params * m.weight_element_bytes / split / self._hbm
+        exchange = 0.0
+        if ranks > 1:  # all-gather before, reduce-scatter after: each moves (ranks-1)/ranks of the buffer
+            ic = self.gpu.interconnect_bandwidth * self.constants.interconnect_efficiency
+            buffer = routed * m.hidden_size * m.dtype_bytes
+            exchange = 2 * (buffer * (ranks - 1) / ranks / ic + self.constants.allreduce_latency_s)
+        n = moe.num_moe_layers
+        return n * compute, n * weights, n * exchange
 
     def block_move_time(self, shape: BatchShape) -> float:
         """Swap over PCIe and copy-on-write in HBM (also the calibrated model's, which has no
@@ -161,13 +222,15 @@ class RooflineCostModel(CostModel):
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # iteration_time's sum in its own order, with the one term that changes (the context
         # read) added last, so every float is the one iteration_time returns
+        if self._window:
+            return windowed_context_durations(self._decode_base(num_seqs), self._decode_attn_s_per_ctx,
+                                              self._window_ctx_s, self._window, num_seqs, context_tokens, num_steps)
         return linear_context_durations(self._decode_base(num_seqs), self._decode_attn_s_per_ctx, num_seqs,
                                         context_tokens, num_steps)
 
     def _decode_base(self, n_dec: int) -> float:
         t = self._step_s + self._per_seq_s * n_dec
-        lin = n_dec * self._linear_s_per_token
-        t += lin if lin > self._linear_weight_s else self._linear_weight_s
+        t += self._linear_time(n_dec)
         t += n_dec * (self._elementwise_s_per_token + self._allreduce_s_per_token)
         t += self._allreduce_fixed_s
         lm = n_dec * self._lm_s_per_seq
@@ -179,15 +242,18 @@ class RooflineCostModel(CostModel):
         tokens, seqs = shape.num_tokens, shape.num_seqs
         parts = {
             "overhead": self._step_s + self._per_seq_s * seqs,
-            "linear": max(tokens * self._linear_s_per_token, self._linear_weight_s) if tokens else 0.0,
+            "linear": self._linear_time(tokens) if tokens else 0.0,
             "elementwise": tokens * self._elementwise_s_per_token,
             "allreduce": (tokens * self._allreduce_s_per_token + self._allreduce_fixed_s)
             if tokens else 0.0,
             "lm_head": max(seqs * self._lm_s_per_seq, self._lm_weight_s) if seqs else 0.0,
-            "prefill_attention": max(shape.prefill_attn_pairs * self._prefill_attn_s_per_pair,
+            "prefill_attention": max(shape.prefill_attn_pairs * self._prefill_attn_s_per_pair
+                                     + min(shape.prefill_attn_pairs, shape.num_prefill_tokens * self._window)
+                                     * self._window_pair_s,
                                      shape.num_prefill_tokens * self._prefill_kv_s_per_token)
             if shape.num_prefill_tokens else 0.0,
             "decode_attention": shape.decode_context_tokens * self._decode_attn_s_per_ctx
+            + min(shape.decode_context_tokens, shape.num_decode_seqs * self._window) * self._window_ctx_s
             if shape.num_decode_seqs else 0.0,
             "swap": shape.num_swap_blocks * self._swap_copies_per_block * (
                 self._swap_latency_s + shape.block_size * self._swap_s_per_token_copy),
@@ -203,5 +269,6 @@ class RooflineCostModel(CostModel):
         return swap / block_bytes
 
     def describe(self) -> dict:
-        return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp,
+        ep = {"ep": self.ep} if self.ep > 1 else {}
+        return {"name": self.name, "model": self.model.name, "gpu": self.gpu.name, "tp": self.tp, **ep,
                 **asdict(self.constants)}

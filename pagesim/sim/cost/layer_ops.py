@@ -1,0 +1,196 @@
+"""The matrix products of a step, layer by layer, on one GPU: what the cost models price.
+
+`layer_groups(model, tokens, tp, ep)` lists the model's layers in groups of equal shape (dense
+layers; MoE layers) with each group's GEMMs for a step of `tokens` tokens. A dense model is one
+group of the four GEMMs the measurement files name (attn_pre_proj, attn_post_proj, mlp_up_proj,
+mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
+
+- MLA (DeepSeek): the attention GEMMs are q_a / q_b (or one q_proj), kv_a (hidden -> latent +
+  rotary key, replicated over TP as vLLM's ReplicatedLinear), kv_b (latent -> heads x (nope + v)),
+  and the output projection. In decode vLLM absorbs kv_b into the query and the output (W_UK,
+  W_UV): the same weights and FLOPs per new token, so one list serves both.
+- MoE layers: the router (hidden -> experts, replicated), the shared experts as a dense MLP split
+  over TP, and the routed experts as one fused kernel (vLLM's fused_moe is one grouped-GEMM
+  launch per projection, so one launch floor) over the experts the step touches. With B tokens
+  routed top-k of E, the expected distinct experts touched is E (1 - (1 - k/E)^B)
+  (MoESpec.expected_experts_touched) and each touched expert multiplies B k / touched rows.
+- Expert parallelism (ep > 1, vLLM's --enable-expert-parallel with data-parallel attention): the
+  E experts are split whole over ep GPUs; the ep / tp data-parallel ranks each bring a batch like
+  this one (assumed symmetric), so an expert GEMM sees the tokens of all ranks, and each MoE
+  layer exchanges hidden states by an all-gather before and a reduce-scatter after the experts
+  (vLLM's default all2all backend, allgather_reducescatter).
+- Weights of a quantized model's linear layers (not the router) take `ModelSpec.weight_element_bytes`;
+  W8A8 FP8 GEMMs are flagged `fp8` (priced at the GPU's FP8 rate where it has one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pagesim.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What the operator terms need: a model's layer, split over `tp` GPUs, and whether it has a
+    rotary kernel (the llama family; OPT has learned positions). `mlp_width` overrides the MLP
+    width the elementwise activation sees (a MoE layer: the experts a token runs through)."""
+
+    model: ModelSpec
+    tp: int = 1
+    rotary: bool = True
+    mlp_width: int | None = None
+
+    @classmethod
+    def of(cls, model: ModelSpec, tp: int) -> "LayerShape":
+        return cls(model, tp, rotary=model.architecture == "llama")
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.hidden_size
+
+    @property
+    def ffn_size(self) -> int:
+        return self.model.ffn_size if self.mlp_width is None else self.mlp_width
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.model.gated_mlp
+
+    @property
+    def dtype_bytes(self) -> int:
+        return self.model.dtype_bytes
+
+    @property
+    def q_per_gpu(self) -> int:
+        return self.model.q_size // self.tp
+
+    @property
+    def kv_per_gpu(self) -> int:
+        # with more GPUs than KV heads, heads are replicated: each GPU keeps one
+        return max(self.model.num_kv_heads // self.tp, 1) * self.model.head_dim
+
+    @property
+    def attention_token_bytes(self) -> int:
+        """Bytes prompt attention moves per new token, besides its pairs: Q read and O written
+        (this GPU's query heads)."""
+        return 2 * self.q_per_gpu * self.dtype_bytes
+
+    def gemm_dims(self, op: str) -> tuple[int, int]:
+        """(K, N) of a dense layer's GEMM on one GPU."""
+        h = self.hidden_size
+        if op == "attn_pre_proj":
+            return h, self.q_per_gpu + 2 * self.kv_per_gpu
+        if op == "attn_post_proj":
+            return self.q_per_gpu, h
+        if op == "mlp_up_proj":
+            return h, (2 if self.gated_mlp else 1) * self.ffn_size // self.tp
+        if op == "mlp_down_proj":
+            return self.ffn_size // self.tp, h
+        raise KeyError(op)
+
+    def elementwise_bytes(self, op: str, tokens: int) -> int:
+        """Bytes one elementwise operator reads and writes for `tokens` tokens on one GPU."""
+        d, h = self.dtype_bytes, self.hidden_size
+        if op in ("input_layernorm", "post_attention_layernorm", "emb"):
+            return 2 * tokens * h * d                      # read + write the hidden state
+        if op == "add":
+            return 3 * tokens * h * d                      # two inputs, one output
+        if op == "attn_rope":
+            return 2 * tokens * (self.q_per_gpu + self.kv_per_gpu) * d if self.rotary else 0
+        if op == "mlp_act":
+            # gated: read gate and up, write act(gate) * up; plain: read and write
+            return (3 if self.gated_mlp else 2) * tokens * self.ffn_size // self.tp * d
+        raise KeyError(op)
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """`count` products of (m x k) by (k x n) in one kernel launch, on one GPU."""
+
+    op: str
+    m: float                  # rows: tokens, or tokens per touched expert (an expectation)
+    k: int
+    n: int
+    count: float = 1          # matrices (touched experts); 1 for an ordinary GEMM
+    weight_bytes: float = 2   # bytes per weight element
+    fp8: bool = False         # W8A8: FP8 tensor cores where the GPU has them
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """`num_layers` layers of one shape: their GEMMs, the elementwise shape, and the bytes each
+    GPU exchanges per layer for expert parallelism (0 without)."""
+
+    num_layers: int
+    gemms: tuple[Gemm, ...]
+    shape: LayerShape
+    ep_exchange_bytes: float = 0.0
+    ep_ranks: int = 1
+
+
+def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
+    if ep <= 0 or tp <= 0:
+        raise ValueError("tp and ep must be positive")
+    if ep == 1:
+        return
+    if model.moe is None:
+        raise ValueError(f"{model.name}: ep={ep} needs a mixture-of-experts model")
+    if ep % tp:
+        raise ValueError(f"ep={ep} must be a multiple of tp={tp} (the data-parallel ranks are ep / tp)")
+    if model.moe.num_experts % ep:
+        raise ValueError(f"{model.name}: {model.moe.num_experts} experts do not split over ep={ep}")
+
+
+def attention_gemms(model: ModelSpec, tokens: int, tp: int, shape: LayerShape) -> list[Gemm]:
+    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    if model.mla is None:
+        return [Gemm(op, tokens, *shape.gemm_dims(op), weight_bytes=wb, fp8=fp8)
+                for op in ("attn_pre_proj", "attn_post_proj")]
+    m, h, heads = model.mla, model.hidden_size, model.num_heads // tp
+    q = ([Gemm("mla_q_a", tokens, h, m.q_lora_rank, weight_bytes=wb, fp8=fp8),
+          Gemm("mla_q_b", tokens, m.q_lora_rank, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8)]
+         if m.q_lora_rank else [Gemm("mla_q", tokens, h, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8)])
+    return q + [Gemm("mla_kv_a", tokens, h, m.latent_size, weight_bytes=wb, fp8=fp8),
+                Gemm("mla_kv_b", tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim),
+                     weight_bytes=wb, fp8=fp8),
+                Gemm("attn_post_proj", tokens, heads * m.v_head_dim, h, weight_bytes=wb, fp8=fp8)]
+
+
+def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gemm], float, int]:
+    """A MoE layer's GEMMs, the bytes one GPU sends for the EP exchange, and the EP ranks."""
+    moe, h, d = model.moe, model.hidden_size, model.dtype_bytes
+    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    ranks = ep // tp if ep > 1 else 1              # data-parallel ranks feeding the experts
+    routed = tokens * ranks                        # tokens the experts see
+    width = moe.expert_ffn_size if ep > 1 else moe.expert_ffn_size // tp  # EP keeps experts whole
+    touched = moe.expected_experts_touched(routed) / ep    # this GPU's share
+    rows = routed * moe.experts_per_token / ep / touched if touched else 0.0  # per touched expert
+    router_n = moe.num_experts + (1 if moe.shared_expert_gate else 0)
+    gemms = [Gemm("moe_router", tokens, h, router_n, weight_bytes=d)]
+    if moe.shared_expert_ffn_size:
+        gemms += [Gemm("moe_shared_up", tokens, h, 2 * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
+                  Gemm("moe_shared_down", tokens, moe.shared_expert_ffn_size // tp, h, weight_bytes=wb, fp8=fp8)]
+    gemms += [Gemm("moe_experts_up", rows, h, 2 * width, count=touched, weight_bytes=wb, fp8=fp8),
+              Gemm("moe_experts_down", rows, width, h, count=touched, weight_bytes=wb, fp8=fp8)]
+    exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
+    return gemms, exchange, ranks
+
+
+def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:
+    """The model's layers in groups of one shape, with their GEMMs for a step of `tokens` tokens."""
+    base = LayerShape.of(model, tp)
+    attention = attention_gemms(model, tokens, tp, base)
+    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    groups = []
+    if model.num_dense_layers:
+        mlp = [Gemm(op, tokens, *base.gemm_dims(op), weight_bytes=wb, fp8=fp8) for op in ("mlp_up_proj", "mlp_down_proj")]
+        groups.append(LayerGroup(model.num_dense_layers, tuple(attention + mlp), base))
+    if model.moe is not None:
+        gemms, exchange, ranks = moe_gemms(model, tokens, tp, ep)
+        moe = model.moe
+        # the activation runs over each token's k experts (and the shared ones), split over TP
+        shape = LayerShape(model, tp, base.rotary, mlp_width=moe.experts_per_token * moe.expert_ffn_size
+                           + moe.shared_expert_ffn_size)
+        groups.append(LayerGroup(moe.num_moe_layers, tuple(attention + gemms), shape, exchange, ranks))
+    return tuple(groups)
