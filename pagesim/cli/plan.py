@@ -38,7 +38,8 @@ def _names(option: str, text: str) -> list[str]:
 
 @app.command()
 def plan(
-    model: str = typer.Option(..., help="model from the catalog (pagesim.sim.specs), e.g. llama-2-7b, or a Hugging Face config.json"),
+    model: str = typer.Option(..., help="model from the catalog (pagesim model list), e.g. llama-2-7b, or a Hugging Face config.json"),
+    kv_cache_dtype: str = typer.Option("auto", help="KV cache element type: auto (the model's dtype) or fp8 (1 byte)"),
     trace: Path = typer.Option(..., help="trace file (see docs/traces.md)"),
     target_rate: float = typer.Option(..., parser=POSITIVE, help="total request rate to serve, req/s"),
     slo: str = typer.Option(..., help="SLOs, e.g. ttft_p99=2.0,tpot_p99=0.1,goodput=0.9 (seconds; see docs/plan.md)"),
@@ -79,7 +80,7 @@ def plan(
     from pagesim.results import results_folder
     from pagesim.plan.search import SearchSettings
     from pagesim.plan.slo import SLOError, parse_slos
-    from pagesim.sim.specs import get_model, is_config_path
+    from pagesim.sim.specs import get_model, is_config_path, with_kv_cache_dtype
     from pagesim.workload.trace import TraceError, load_trace
 
     if backend not in BACKENDS:
@@ -92,7 +93,8 @@ def plan(
                            _names("--preemption", preemption),
                            _ints("--max-num-seqs", max_num_seqs))
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
-                               profile=str(profile) if profile else None, seed=seed)
+                               profile=str(profile) if profile else None, seed=seed, kv_cache_dtype=kv_cache_dtype)
+        with_kv_cache_dtype(spec, kv_cache_dtype)  # checks the name
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         price_table = load_prices(prices)
         loaded = load_trace(input_file(trace, "trace file"))

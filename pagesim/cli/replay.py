@@ -19,6 +19,7 @@ from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).
 Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
 Preemption = enum.Enum("Preemption", {name: name for name in CHOICES["preemption"]}, type=str)
+KVCacheDtype = enum.Enum("KVCacheDtype", {name: name for name in ("auto", "fp8")}, type=str)
 BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, the model's max length))"
 
 
@@ -26,9 +27,13 @@ BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, 
 def replay(
     ctx: typer.Context,
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
-    model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs) or a Hugging Face config.json"),
+    model: str = typer.Option("opt-13b", help="model from the catalog (pagesim model list) or a Hugging Face config.json"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
     tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
+    ep: int = typer.Option(1, parser=POSITIVE_INT, help="expert parallelism of a MoE: experts split over this many GPUs "
+                           "(ep / tp data-parallel attention ranks, as vLLM's --enable-expert-parallel)"),
+    kv_cache_dtype: KVCacheDtype = typer.Option("auto", help="KV cache element type: auto (the model's dtype) or fp8 "
+                                                "(1 byte, as vLLM's --kv-cache-dtype fp8)"),
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
     block_size: int = typer.Option(DEFAULTS.block_size, parser=POSITIVE_INT, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
@@ -69,7 +74,7 @@ def replay(
     if prefix_caching and not any(r.prompt_token_ids for r in loaded.requests):
         warn(f"--prefix-caching: {trace} has no prompt_token_ids, so no prefix can be recognised and nothing is cached")
     check_run_size(rate or None, num_requests, duration)
-    options = dict(model=model, gpu=gpu, tp=tp, policy=policy, block_size=block_size, preemption=preemption, rate=rate,
+    options = dict(model=model, gpu=gpu, tp=tp, ep=ep, kv_cache_dtype=kv_cache_dtype.value, policy=policy, block_size=block_size, preemption=preemption, rate=rate,
                    burstiness=burstiness, num_requests=None if duration is not None else num_requests,
                    duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                    swap_space=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,

@@ -299,6 +299,21 @@ class ModelSpec:
         return (self.num_params - q) * self.dtype_bytes + round(q * self.quant.bytes_per_weight)
 
     @property
+    def routed_expert_weight_bytes(self) -> int:
+        """Bytes of all routed experts (what expert parallelism splits over GPUs)."""
+        if self.moe is None:
+            return 0
+        return round(self.moe.num_moe_layers * self.moe.num_experts * self.expert_params * self.weight_element_bytes)
+
+    def weight_bytes_per_gpu(self, tp: int = 1, ep: int = 1) -> int:
+        """Weights on one GPU: vLLM shards every matmul and the vocabulary over TP; with expert
+        parallelism the routed experts are split whole over the ep GPUs instead."""
+        if ep == 1:
+            return -(-self.weight_bytes // tp)
+        experts = self.routed_expert_weight_bytes
+        return -(-(self.weight_bytes - experts) // tp) + -(-experts // ep)
+
+    @property
     def weight_element_bytes(self) -> float:
         """Bytes per weight of the quantized linear layers (serving dtype when unquantized)."""
         return self.quant.bytes_per_weight if self.quant else self.dtype_bytes

@@ -48,6 +48,7 @@ class RunSettings:
     cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
     seed: int = 0
+    kv_cache_dtype: str = "auto"  # "fp8": 1-byte KV cache (vLLM's --kv-cache-dtype)
 
     def __post_init__(self) -> None:
         if self.num_requests < 10:
@@ -72,7 +73,7 @@ class RunSettings:
             preemption=point.preemption, rate=rate, num_requests=n,
             max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
             swap_space_gib=self.swap_space_gib, cost_model=self.cost_model, profile=self.profile,
-            seed=self.seed, warmup_s=self.warmup_fraction * n / rate,
+            seed=self.seed, warmup_s=self.warmup_fraction * n / rate, kv_cache_dtype=self.kv_cache_dtype,
         )
 
 

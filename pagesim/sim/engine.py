@@ -21,7 +21,7 @@ from pagesim.core.errors import SchedulerStalled
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
-from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
+from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_bytes_per_token_per_gpu, kv_cache_capacity, with_kv_cache_dtype
 from pagesim.workload.requests import WorkloadConfig
 from pagesim.workload.trace import Trace
 
@@ -42,6 +42,8 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
     model: str = "opt-13b"
     gpu: str = "a100-40gb"
     tp: int = 1
+    ep: int = 1  # expert parallelism: a MoE's experts split over this many GPUs (ep / tp data-parallel ranks)
+    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: "auto" (the model's dtype) or "fp8" (1 byte)
     swap_space_gib: float = DEFAULT_SWAP_GIB  # host memory per GPU for swapped blocks
     gpu_memory_utilization: float | None = None  # default: the paper's (see specs)
     num_gpu_blocks: int | None = None  # override the pool size
@@ -65,17 +67,17 @@ class Replay:
     def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True,
                  keep_steps: bool = True):
         """keep_steps=False: keep no per-step records (no steps.csv; the summary is the same)."""
-        model = get_model(cfg.model)
+        model = with_kv_cache_dtype(get_model(cfg.model), cfg.kv_cache_dtype)
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
         self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len))
         if cfg.num_gpu_blocks is not None:
             num_blocks, self.capacity = cfg.num_gpu_blocks, None
-            host_blocks = int(cfg.swap_space_gib * 2**30) // (model.kv_bytes_per_token * cfg.block_size // cfg.tp)
+            host_blocks = int(cfg.swap_space_gib * 2**30) // (kv_bytes_per_token_per_gpu(model, cfg.tp) * cfg.block_size)
         else:
             kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
             self.capacity = kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                              max_num_seqs=cfg.max_num_seqs, **kwargs)
+                                              max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
             num_blocks = self.capacity.num_blocks(cfg.block_size)
             host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
         for what, blocks in (("num_gpu_blocks", num_blocks), ("swap_space_gib", host_blocks)):
@@ -84,7 +86,8 @@ class Replay:
                                  "simulator keeps track of")
         self.pool = cfg.pool(num_blocks, host_blocks)
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
-        self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
+        ep = {"ep": cfg.ep} if cfg.ep != 1 else {}  # only the models that price expert parallelism take it
+        self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile, **ep)
         self.requests, self.notes = cfg.requests(trace)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured

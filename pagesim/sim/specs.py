@@ -242,15 +242,16 @@ def kv_cache_capacity(model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
                       gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
                       max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
                       max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-                      reserved_bytes: int = RUNTIME_RESERVED_BYTES) -> KVCapacity:
-    """Size the KV pool as the paper does (see module docstring). Raises if the model does not fit."""
+                      reserved_bytes: int = RUNTIME_RESERVED_BYTES, ep: int = 1) -> KVCapacity:
+    """Size the KV pool as the paper does (see module docstring). Raises if the model does not fit.
+    `ep` > 1: a MoE's routed experts split over ep GPUs (ModelSpec.weight_bytes_per_gpu)."""
     model, gpu = get_model(model), get_gpu(gpu)
     if tp <= 0:
         raise ValueError("tp must be positive")
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ValueError("gpu_memory_utilization must be in (0, 1]")
     usable = int(gpu_memory_utilization * gpu.memory_bytes)
-    weights = -(-model.weight_bytes // tp)  # vLLM shards every matmul and the vocab over TP
+    weights = model.weight_bytes_per_gpu(tp, ep)
     activations = profile_activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     pool = usable - weights - activations - reserved_bytes
     if pool <= 0:

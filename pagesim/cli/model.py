@@ -1,0 +1,111 @@
+"""`pagesim model`: what the simulator knows about a model.
+
+    pagesim model list                                   the catalog
+    pagesim model inspect MODEL [--tp N] [--gpu GPU] [--kv-cache-dtype auto|fp8] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from pagesim.cli import app
+from pagesim.cli.checks import POSITIVE_INT, fail
+
+model_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Model descriptions: parameters, weight and KV bytes, the KV pool on a GPU.")
+app.add_typer(model_app, name="model")
+
+POOL_COUNTING = ("tokens held in every layer: a token in a sliding-window layer takes that layer's bytes while it is "
+                 "in the window, so sequences longer than the window fit more tokens than this")
+
+
+@model_app.command("list")
+def list_models(as_json: bool = typer.Option(False, "--json", help="print the catalog as JSON")) -> None:
+    """The catalog's models, with their parameters and KV bytes per token."""
+    from pagesim.models import MODELS
+
+    rows = [{"model": name, "params_total": m.params_total, "params_active": m.params_active,
+             "kv_bytes_per_token": m.kv_bytes_per_token, "attention": "+".join(g.kind for g in m.kv_groups)}
+            for name, m in MODELS.items()]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("model", "params (B)", "active (B)", "KV B/token", "attention", title="model catalog")
+    for r in rows:
+        table.add_row(r["model"], f"{r['params_total'] / 1e9:.2f}", f"{r['params_active'] / 1e9:.2f}",
+                      f"{r['kv_bytes_per_token']:,}", r["attention"])
+    Console().print(table)
+
+
+@model_app.command()
+def inspect(
+    model: str = typer.Argument(..., help="catalog name (pagesim model list) or a Hugging Face config.json"),
+    tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
+    gpu: Optional[str] = typer.Option(None, help="GPU from the catalog: also size the KV pool in tokens"),
+    kv_cache_dtype: str = typer.Option("auto", help="KV cache element type: auto (the model's dtype) or fp8"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
+) -> None:
+    """Parameters (total, active per token), weight bytes, KV bytes per token per attention kind
+    and in all; with --gpu, the KV pool in tokens as the simulator sizes it."""
+    from pagesim.core.errors import CannotServe
+    from pagesim.models.describe import describe_model
+    from pagesim.sim.specs import get_gpu, get_model, kv_cache_capacity, with_kv_cache_dtype
+
+    try:
+        spec = with_kv_cache_dtype(get_model(model), kv_cache_dtype)
+        info = describe_model(spec, tp)
+        if gpu is not None:
+            cap = kv_cache_capacity(spec, get_gpu(gpu), tp)
+            info["gpu"] = cap.gpu
+            info["kv_pool"] = {"pool_bytes_per_gpu": cap.pool_bytes_per_gpu, "weight_bytes_per_gpu": cap.weight_bytes_per_gpu,
+                               "token_slots": cap.token_slots, "num_blocks_16": cap.num_blocks(16),
+                               "counting": POOL_COUNTING if spec.num_sliding_layers else "tokens held in every layer"}
+    except KeyError as e:
+        fail(e.args[0])
+    except (ValueError, CannotServe) as e:
+        fail(str(e))
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2, allow_nan=False) + "\n")
+        return
+    _print(info)
+
+
+def _print(info: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{info['model']} · tp {info['tp']}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    q = info["weight_quantization"]
+    rows = [("parameters, total", f"{info['params_total'] / 1e9:,.3f} B"),
+            ("parameters, active per token", f"{info['params_active'] / 1e9:,.3f} B"),
+            ("weight bytes", f"{info['weight_bytes'] / 1e9:,.2f} GB" + (f" ({q['method']}, {q['bits']}-bit)" if q else ""))]
+    if info["moe"]:
+        m = info["moe"]
+        rows.append(("experts", f"{m['experts_per_token']} of {m['num_experts']} on {m['num_moe_layers']} layers"
+                     + (f", {m['num_shared_experts']} shared" if m["num_shared_experts"] else "")))
+    for g in info["kv_groups"]:
+        kind = f"{g['kind']} (window {g['sliding_window']:,})" if g["sliding_window"] else g["kind"]
+        rows.append((f"KV bytes/token, {kind} x {g['num_layers']} layers", f"{g['kv_bytes_per_token']:,}"))
+    rows.append(("KV bytes/token, all layers", f"{info['kv_bytes_per_token']:,}"))
+    if info["kv_bytes_per_token_past_windows"] != info["kv_bytes_per_token"]:
+        rows.append(("KV bytes/token past the windows", f"{info['kv_bytes_per_token_past_windows']:,}"))
+    rows.append(("KV bytes/token per GPU", f"{info['kv_bytes_per_token_per_gpu']:,}"))
+    if "kv_pool" in info:
+        pool = info["kv_pool"]
+        rows.append((f"KV pool on {info['tp']} x {info['gpu']}", f"{pool['token_slots']:,} tokens "
+                     f"({pool['pool_bytes_per_gpu'] / 2**30:,.1f} GiB per GPU)"))
+    for row in rows:
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    if "kv_pool" in info and info["kv_groups"] and any(g["sliding_window"] for g in info["kv_groups"]):
+        console.print(f"note: the pool counts {info['kv_pool']['counting']}")

@@ -1,0 +1,36 @@
+"""A model's size facts as one dict: what `pagesim model inspect` prints (and --json writes)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from pagesim.models.spec import ModelSpec
+
+
+def describe_model(model: ModelSpec, tp: int = 1) -> dict:
+    """Parameters (total, active per token), weight bytes and KV bytes per token, per attention
+    kind and in all; per GPU of a `tp` group where that differs."""
+    groups = [{"kind": g.kind, "num_layers": g.num_layers, "sliding_window": g.sliding_window,
+               "kv_bytes_per_token_per_layer": model.kv_bytes_per_token_per_layer_of(g.kind),
+               "kv_bytes_per_token": g.num_layers * model.kv_bytes_per_token_per_layer_of(g.kind)}
+              for g in model.kv_groups]
+    return {
+        "model": model.name,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "params_total": model.params_total,
+        "params_active": model.params_active,
+        "params_embedding": model.vocab_size * model.hidden_size,
+        "weight_bytes": model.weight_bytes,
+        "weight_quantization": asdict(model.quant) if model.quant else None,
+        "moe": asdict(model.moe) if model.moe else None,
+        "mla": asdict(model.mla) if model.mla else None,
+        "kv_element_bytes": model.kv_element_bytes,
+        "kv_groups": groups,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        # once a sequence is past every window, a further token costs only the layers that keep all
+        "kv_bytes_per_token_past_windows": model.kv_bytes_per_token_full_layers,
+        "tp": tp,
+        "kv_bytes_per_token_per_gpu": model.kv_bytes_per_token_per_gpu(tp),
+        "max_model_len": model.max_model_len,
+    }
