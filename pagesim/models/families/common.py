@@ -42,7 +42,8 @@ def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern) 
     """(window, number of sliding layers). `layer_types` (newer transformers) wins where present;
     otherwise `default_pattern(layer_index) -> bool` says which layers slide, given a window."""
     types = f.str_list("layer_types")
-    window = f.int("sliding_window", None) if f.has("sliding_window") else None
+    # transformers writes 0 (Qwen2-MoE) or null for "no window"
+    window = f.int("sliding_window", None) if f.get("sliding_window", 0) != 0 else None
     if types is not None:
         if len(types) != layers:
             raise f.error("layer_types", f"lists {len(types)} layers, 'num_hidden_layers' is {layers}")

@@ -22,9 +22,11 @@ def sparse_layers(f: ConfigFields) -> int:
 
 
 def routed_experts(f: ConfigFields, layers: int, shared_ffn: int = 0) -> MoESpec:
-    experts, top_k = f.int("num_experts"), f.int("num_experts_per_tok")
+    # transformers 5 writes Qwen3-MoE's expert count as num_local_experts; the released configs num_experts
+    key = "num_local_experts" if f.has("num_local_experts") and not f.has("num_experts") else "num_experts"
+    experts, top_k = f.int(key), f.int("num_experts_per_tok")
     if top_k > experts:
-        raise f.error("num_experts_per_tok", f"{top_k} is more than 'num_experts' {experts}")
+        raise f.error("num_experts_per_tok", f"{top_k} is more than {key!r} {experts}")
     return MoESpec(experts, top_k, f.int("moe_intermediate_size"), layers, num_shared_experts=1 if shared_ffn else 0,
                    shared_expert_ffn_size=shared_ffn, shared_expert_gate=bool(shared_ffn))
 
