@@ -38,9 +38,11 @@ def attention_heads(f: ConfigFields) -> tuple[int, int, int, int]:
     return h, heads, kv_heads, f.int("head_dim", h // heads)
 
 
-def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern) -> tuple[int | None, int]:
+def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern,
+                   window_optional: bool = True) -> tuple[int | None, int]:
     """(window, number of sliding layers). `layer_types` (newer transformers) wins where present;
-    otherwise `default_pattern(layer_index) -> bool` says which layers slide, given a window."""
+    otherwise `default_pattern(layer_index) -> bool` says which layers slide: given a window where
+    it is optional (Mistral: no window, no sliding), always where the family has them (Gemma)."""
     types = f.str_list("layer_types")
     # transformers writes 0 (Qwen2-MoE) or null for "no window"
     window = f.int("sliding_window", None) if f.get("sliding_window", 0) != 0 else None
@@ -52,7 +54,7 @@ def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern) 
             raise f.error("layer_types", f"has unknown kinds {sorted(unknown)}")
         count = types.count(SLIDING)
     else:
-        count = sum(1 for i in range(layers) if default_pattern(i)) if window else 0
+        count = sum(1 for i in range(layers) if default_pattern(i)) if window or not window_optional else 0
     if not count:
         return None, 0
     if window is None:

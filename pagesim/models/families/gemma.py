@@ -24,7 +24,7 @@ GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "max_position_embeddings": 131_07
 def build_gemma2(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
     heads = attention_heads(f)
     window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.int("max_position_embeddings"),
-                                     lambda i: i % 2 == 0)
+                                     lambda i: i % 2 == 0, window_optional=False)
     return llama_shaped(f, name, quant, extras=Extras(norms_per_layer=4, tied_embeddings=f.bool("tie_word_embeddings", True)),
                         ffn_size=f.int("intermediate_size"), window=window, num_sliding=sliding, heads=heads)
 
@@ -34,7 +34,7 @@ def build_gemma3(f: ConfigFields, name: str, quant: WeightQuant | None) -> Model
     heads = attention_heads(f)
     pattern = f.int("sliding_window_pattern")
     window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.int("max_position_embeddings"),
-                                     lambda i: (i + 1) % pattern != 0)
+                                     lambda i: (i + 1) % pattern != 0, window_optional=False)
     extras = Extras(norms_per_layer=4, layer_other=2 * heads[3], tied_embeddings=f.bool("tie_word_embeddings", True))
     return llama_shaped(f, name, quant, extras=extras, ffn_size=f.int("intermediate_size"), window=window,
                         num_sliding=sliding, qk_norm=True, heads=heads)

@@ -1,0 +1,78 @@
+"""KV bytes per token by hand for each attention kind, MLA's latent not split over TP, FP8 KV,
+and the KV groups the core receives."""
+
+import pytest
+
+from pagesim.core.kv_groups import KVGroupSpec
+from pagesim.models import MODELS, get_model, with_kv_cache_dtype
+from pagesim.sim.specs import GiB, kv_cache_capacity, kv_bytes_per_token_per_gpu
+
+
+def test_deepseek_v3_latent_cache_by_hand():
+    # issue 24: (kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 2 bytes (bf16)
+    m = MODELS["deepseek-v3"]
+    assert m.kv_bytes_per_token == (512 + 64) * 61 * 2 == 70_272
+    assert m.kv_groups == (KVGroupSpec("mla", 61),)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_mla_latent_is_replicated_on_every_tp_rank(tp):
+    # vLLM keeps the whole latent on each rank (one vector shared by all heads), so a GPU holds
+    # all 70,272 bytes of a token whatever the TP degree; the pool in tokens is pool / 70,272
+    m = MODELS["deepseek-v3"]
+    assert kv_bytes_per_token_per_gpu(m, tp) == 70_272
+    cap = kv_cache_capacity("deepseek-v2-lite", "h100-80gb", tp)
+    assert cap.token_slots == cap.pool_bytes_per_gpu // (576 * 27 * 2)
+    assert cap.block_bytes_per_gpu(16) == 16 * 576 * 27 * 2
+
+
+def test_full_attention_by_hand_and_split_over_tp():
+    m = MODELS["llama-3.1-8b"]  # 32 layers, 8 KV heads of 128, bf16: K and V
+    assert m.kv_bytes_per_token == 2 * 8 * 128 * 2 * 32 == 131_072
+    assert kv_bytes_per_token_per_gpu(m, 2) == 131_072 // 2
+    assert kv_bytes_per_token_per_gpu(m, 16) == 131_072 // 8  # past one KV head per GPU, heads replicate
+
+
+def test_interleaved_sliding_and_global_layers_by_hand():
+    g2 = MODELS["gemma-2-9b"]  # 42 layers, even ones slide over 4096 tokens; 8 KV heads of 256
+    per_layer = 2 * 8 * 256 * 2
+    assert g2.kv_groups == (KVGroupSpec("full", 21), KVGroupSpec("sliding", 21, 4096))
+    assert g2.kv_bytes_per_token == 42 * per_layer
+    assert g2.kv_bytes_per_token_full_layers == 21 * per_layer
+    g3 = MODELS["gemma-3-27b"]  # 62 layers, layer i global when (i + 1) % 6 == 0: 10 of them
+    assert g3.kv_groups == (KVGroupSpec("full", 10), KVGroupSpec("sliding", 52, 1024))
+    assert g3.kv_bytes_per_token == 62 * 2 * 16 * 128 * 2
+    mistral = MODELS["mistral-7b"]
+    assert mistral.kv_groups == (KVGroupSpec("sliding", 32, 4096),)
+    assert mistral.kv_bytes_per_token_full_layers == 0
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v3", "gemma-2-9b", "opt-13b"])
+def test_fp8_kv_cache_halves_kv_bytes(name):
+    m = MODELS[name]
+    fp8 = with_kv_cache_dtype(m, "fp8")
+    assert fp8.kv_bytes_per_token * 2 == m.kv_bytes_per_token
+    assert fp8.weight_bytes == m.weight_bytes and fp8.params_total == m.params_total
+    assert with_kv_cache_dtype(m, "auto") is m
+
+
+def test_fp8_kv_cache_doubles_the_pool_in_tokens():
+    base = kv_cache_capacity("llama-3.1-8b", "h100-80gb")
+    fp8 = kv_cache_capacity(with_kv_cache_dtype(get_model("llama-3.1-8b"), "fp8"), "h100-80gb")
+    assert fp8.pool_bytes_per_gpu == base.pool_bytes_per_gpu
+    assert fp8.token_slots == base.pool_bytes_per_gpu // (131_072 // 2)
+
+
+def test_unknown_kv_cache_dtype_is_one_line():
+    with pytest.raises(ValueError, match="kv-cache-dtype"):
+        with_kv_cache_dtype(MODELS["opt-13b"], "int3")
+
+
+def test_expert_parallelism_splits_only_the_routed_experts():
+    m = MODELS["qwen3-30b-a3b"]
+    experts = 48 * 128 * 3 * 2048 * 768 * 2  # every layer's 128 experts of 3 matrices, bf16
+    assert m.routed_expert_weight_bytes == experts
+    assert m.weight_bytes_per_gpu(1, 2) == m.weight_bytes - experts + experts // 2
+    one, two = kv_cache_capacity(m, "rtx-pro-6000-96gb"), kv_cache_capacity(m, "rtx-pro-6000-96gb", ep=2)
+    assert two.pool_bytes_per_gpu - one.pool_bytes_per_gpu == experts // 2
+    assert 96 * GiB > two.weight_bytes_per_gpu
