@@ -48,6 +48,8 @@ def list_models(as_json: bool = typer.Option(False, "--json", help="print the ca
 def inspect(
     model: str = typer.Argument(..., help="catalog name (pagesim model list) or a Hugging Face config.json"),
     tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
+    ep: int = typer.Option(1, parser=POSITIVE_INT, help="expert parallelism: a MoE's routed experts split over this "
+                           "many GPUs"),
     gpu: Optional[str] = typer.Option(None, help="GPU from the catalog: also size the KV pool in tokens"),
     kv_cache_dtype: str = typer.Option("auto", help="KV cache element type: auto (the model's dtype) or fp8"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
@@ -56,13 +58,16 @@ def inspect(
     and in all; with --gpu, the KV pool in tokens as the simulator sizes it."""
     from pagesim.core.errors import CannotServe
     from pagesim.models.describe import describe_model
+    from pagesim.sim.cost.layer_ops import check_parallelism
     from pagesim.sim.specs import get_gpu, get_model, kv_cache_capacity, with_kv_cache_dtype
 
     try:
         spec = with_kv_cache_dtype(get_model(model), kv_cache_dtype)
-        info = describe_model(spec, tp)
+        if ep > 1:
+            check_parallelism(spec, tp, ep)
+        info = describe_model(spec, tp, ep)
         if gpu is not None:
-            cap = kv_cache_capacity(spec, get_gpu(gpu), tp)
+            cap = kv_cache_capacity(spec, get_gpu(gpu), tp, ep=ep)
             info["gpu"] = cap.gpu
             info["kv_pool"] = {"pool_bytes_per_gpu": cap.pool_bytes_per_gpu, "weight_bytes_per_gpu": cap.weight_bytes_per_gpu,
                                "token_slots": cap.token_slots, "num_blocks_16": cap.num_blocks(16),
@@ -81,13 +86,15 @@ def _print(info: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{info['model']} · tp {info['tp']}", show_header=False, title_justify="left")
+    title = f"{info['model']} · tp {info['tp']}" + (f" · ep {info['ep']}" if info["ep"] > 1 else "")
+    table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column(justify="right")
     q = info["weight_quantization"]
     rows = [("parameters, total", f"{info['params_total'] / 1e9:,.3f} B"),
             ("parameters, active per token", f"{info['params_active'] / 1e9:,.3f} B"),
-            ("weight bytes", f"{info['weight_bytes'] / 1e9:,.2f} GB" + (f" ({q['method']}, {q['bits']}-bit)" if q else ""))]
+            ("weight bytes", f"{info['weight_bytes'] / 1e9:,.2f} GB" + (f" ({q['method']}, {q['bits']}-bit)" if q else "")),
+            ("weight bytes per GPU", f"{info['weight_bytes_per_gpu'] / 1e9:,.2f} GB")]
     if info["moe"]:
         m = info["moe"]
         rows.append(("experts", f"{m['experts_per_token']} of {m['num_experts']} on {m['num_moe_layers']} layers"

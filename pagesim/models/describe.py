@@ -7,9 +7,9 @@ from dataclasses import asdict
 from pagesim.models.spec import ModelSpec
 
 
-def describe_model(model: ModelSpec, tp: int = 1) -> dict:
+def describe_model(model: ModelSpec, tp: int = 1, ep: int = 1) -> dict:
     """Parameters (total, active per token), weight bytes and KV bytes per token, per attention
-    kind and in all; per GPU of a `tp` group where that differs."""
+    kind and in all; per GPU of a `tp` group (and `ep` expert-parallel GPUs) where that differs."""
     groups = [{"kind": g.kind, "num_layers": g.num_layers, "sliding_window": g.sliding_window,
                "kv_bytes_per_token_per_layer": model.kv_bytes_per_token_per_layer_of(g.kind),
                "kv_bytes_per_token": g.num_layers * model.kv_bytes_per_token_per_layer_of(g.kind)}
@@ -31,6 +31,8 @@ def describe_model(model: ModelSpec, tp: int = 1) -> dict:
         # once a sequence is past every window, a further token costs only the layers that keep all
         "kv_bytes_per_token_past_windows": model.kv_bytes_per_token_full_layers,
         "tp": tp,
+        "ep": ep,
+        "weight_bytes_per_gpu": model.weight_bytes_per_gpu(tp, ep),
         "kv_bytes_per_token_per_gpu": model.kv_bytes_per_token_per_gpu(tp),
         "max_model_len": model.max_model_len,
     }

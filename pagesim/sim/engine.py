@@ -31,6 +31,7 @@ MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists
 # The core keeps a few Python objects per KV block (about 130 bytes, 0.35 s per million blocks to
 # build); the catalog's largest real pools (OPT-125M on an H200, block size 1) hold about 4M.
 MAX_POOL_BLOCKS = 16_000_000
+EP_COST_MODELS = ("calibrated", "roofline")  # the cost models that take expert parallelism (ep=)
 
 
 @dataclass
@@ -86,6 +87,8 @@ class Replay:
                                  "simulator keeps track of")
         self.pool = cfg.pool(num_blocks, host_blocks)
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
+        if cfg.ep != 1 and cost_model is None and cfg.cost_model.lower() not in EP_COST_MODELS:
+            raise ValueError(f"--ep is priced by the {' and '.join(EP_COST_MODELS)} cost models, not {cfg.cost_model!r}")
         ep = {"ep": cfg.ep} if cfg.ep != 1 else {}  # only the models that price expert parallelism take it
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile, **ep)
         self.requests, self.notes = cfg.requests(trace)

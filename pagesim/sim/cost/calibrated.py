@@ -298,8 +298,10 @@ class CalibratedCostModel(CostModel):
             layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale) for g in group.gemms]
                         + [cal.operator_seconds(op, s, tokens) for op in ELEMENTWISE_OPERATORS])
             layer += (RESIDUAL_ADDS_PER_LAYER - 1) * cal.operator_seconds("add", s, tokens)
-            exchange = cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes) if group.ep_exchange_bytes else 0.0
-            out.append((group.num_layers, layer + allreduce + exchange if exchange else layer + allreduce))
+            seconds = layer + allreduce
+            if group.ep_exchange_bytes:  # expert parallelism: all-gather + reduce-scatter over the ranks
+                seconds += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
+            out.append((group.num_layers, seconds))
         return out
 
     def tokens_seconds(self, tokens: int) -> float:
@@ -339,8 +341,8 @@ class CalibratedCostModel(CostModel):
             t += self._dec_floor + n_dec * self._dec_per_seq
             if self._window:  # base.windowed_context_durations: the same two terms, in this order
                 t += shape.decode_context_tokens * self._dec_per_ctx
-                cap = n_dec * self._window
-                return t + (shape.decode_context_tokens if shape.decode_context_tokens < cap else cap) * self._dec_per_window_ctx
+                ctx, cap = shape.decode_context_tokens, n_dec * self._window
+                return t + (ctx if ctx < cap else cap) * self._dec_per_window_ctx
             return t + shape.decode_context_tokens * self._dec_per_ctx
         return t
 
