@@ -41,6 +41,10 @@ A100-80GB, H200 from H100-80GB, and so does any GPUSpec a user defines.
 
 Swap and copy-on-write block moves are not in the measurements: they use the roofline's terms.
 
+Modern models (MoE and expert parallelism, MLA, sliding-window layers, quantized and FP8 weights)
+use the same terms on the GEMMs pagesim/sim/cost/layer_ops.py lists per group of equal layers,
+with attention's bytes and FLOPs of their own kind (docs/calibration.md, "Modern models").
+
 Speed: the simulator calls `iteration_time` ~1e5 times. The token-count part (all GEMMs and
 elementwise kernels of all layers, the all-reduce) and the sequence-count part (LM head, CPU) are
 cached per integer count, attention is linear in the BatchShape's sums, so a call is two dict
