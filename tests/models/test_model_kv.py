@@ -76,3 +76,24 @@ def test_expert_parallelism_splits_only_the_routed_experts():
     one, two = kv_cache_capacity(m, "rtx-pro-6000-96gb"), kv_cache_capacity(m, "rtx-pro-6000-96gb", ep=2)
     assert two.pool_bytes_per_gpu - one.pool_bytes_per_gpu == experts // 2
     assert 96 * GiB > two.weight_bytes_per_gpu
+
+
+@pytest.mark.parametrize("run,model", [("20260218-135247-mixtral-8x7b-v0-1-tp2-reasoning", "mixtral-8x7b"),
+                                       ("20260218-150304-codellama-34b-tp2-general", "codellama-34b")])
+def test_pool_is_near_the_blocks_real_vllm_allocated(run, model):
+    # vLLM 0.15.1 on 2 x H100-80GB at gpu_memory_utilization 0.9 logged its KV blocks (the BLIS
+    # team's runs, ../shared/data/real_vllm/blis-h100-vllm0.15): the MoE's weights per GPU and
+    # KV bytes per token must land the pool near it
+    import gzip
+    import json
+    import os
+    from pathlib import Path
+
+    data = Path(os.environ.get("PAGESIM_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
+    path = data / "real_vllm" / "blis-h100-vllm0.15" / "replay_data" / f"{run}.json.gz"
+    if not path.exists():
+        pytest.skip(f"needs {path} (set PAGESIM_DATA_DIR)")
+    config = json.loads(gzip.open(path).read())["config"]
+    cap = kv_cache_capacity(model, "h100-80gb", config["tensor_parallelism"], gpu_memory_utilization=0.9,
+                            max_num_batched_tokens=config["max_num_batched_tokens"], max_num_seqs=config["max_num_seqs"])
+    assert cap.num_blocks(config["block_size"]) == pytest.approx(config["kv_blocks_total_gpu"], rel=0.03)
