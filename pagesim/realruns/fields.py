@@ -101,11 +101,14 @@ def plain_columns(records: list, names: tuple[str, ...], kinds: tuple[type, ...]
 class Record:
     """Typed access to one record (a dict) of a file, failing with the record's and field's name."""
 
-    __slots__ = ("path", "record", "data")
+    __slots__ = ("path", "record", "data", "text")
 
-    def __init__(self, path: Path, record: int | str | None, data: Any, what: str = "a JSON object"):
+    def __init__(self, path: Path, record: int | str | None, data: Any, what: str = "a JSON object",
+                 text: bool = False):
+        """text=True: the values are CSV cells (text to convert); in JSON a quoted number is an error."""
         self.path = path
         self.record = record
+        self.text = text
         if not isinstance(data, dict):
             raise RealRunError(path, f"must be {what}, got {type(data).__name__}", record=record)
         self.data = data
@@ -126,8 +129,8 @@ class Record:
         value = self._get(name, optional)
         if value is None:
             return None
-        if isinstance(value, str):
-            try:  # CSV cells arrive as text
+        if self.text and isinstance(value, str):
+            try:
                 value = float(value) if value.strip() else None
             except ValueError:
                 raise self.fail(name, f"must be a number, got {json.dumps(value)}") from None
@@ -147,7 +150,7 @@ class Record:
         value = self._get(name, optional)
         if value is None:
             return None
-        if isinstance(value, str):
+        if self.text and isinstance(value, str):
             try:
                 value = int(value)
             except ValueError:
@@ -164,7 +167,7 @@ class Record:
         value = self._get(name, optional)
         if value is None:
             return None
-        if isinstance(value, str) and value.lower() in ("true", "false"):
+        if self.text and isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         if not isinstance(value, bool):
             raise self.fail(name, f"must be true or false, got {json.dumps(value)}")
@@ -192,7 +195,7 @@ class Record:
             return None
         if not isinstance(value, dict):
             raise self.fail(name, f"must be an object, got {type(value).__name__}")
-        return Record(self.path, self.record, value)
+        return Record(self.path, self.record, value, text=self.text)
 
 
 def find_model_config(start: Path, model: str | None) -> str | None:

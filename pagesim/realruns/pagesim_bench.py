@@ -54,7 +54,7 @@ def read(path: Path) -> RealRun:
     for line, row in enumerate(reader, start=2):
         if None in row or any(v is None for v in row.values()):
             raise RealRunError(csv_path, "wrong number of cells (truncated file?)", record=f"line {line}")
-        rec = Record(csv_path, f"line {line}", row)
+        rec = Record(csv_path, f"line {line}", row, text=True)
         status = rec.str("status")
         if status not in ("finished", "rejected"):
             raise rec.fail("status", f"must be finished or rejected, got {status!r}")
