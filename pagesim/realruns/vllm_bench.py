@@ -50,7 +50,7 @@ def _server(top: Record, path: Path, assumptions: list[str]) -> ServerConfig:
             kind = kinds.get(str(f.type), str)
             value = _setting(top.data[f.name], kind)
             if value is None:
-                raise top.fail(f.name, f"must be a {kind.__name__} (a --metadata server setting), "
+                raise top.fail(f.name, f"must be of type {kind.__name__} (a --metadata server setting), "
                                        f"got {top.data[f.name]!r}")
             settings[f.name] = value
     if settings:
