@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-REAL = ROOT.parent / "shared" / "data" / "real_vllm"
-needs_real_runs = pytest.mark.skipif(not REAL.exists(), reason="needs ../shared/data/real_vllm")
+from pagesim.workload.builders import default_data_dir
+
+# $PAGESIM_DATA_DIR/real_vllm, else ../shared/data/real_vllm beside the repo
+REAL = default_data_dir() / "real_vllm"
+needs_real_runs = pytest.mark.skipif(not REAL.exists(), reason=f"needs the shared real runs ({REAL}; set PAGESIM_DATA_DIR)")
 
 
 def write_json(path: Path, doc, gz: bool = False) -> Path:
