@@ -14,13 +14,16 @@ assumptions (docs/validate.md, "Formats").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pagesim.realruns.fields import (
     RealRunError, Record, find_model_config, parse_json, plain_columns, read_json, read_text,
 )
-from pagesim.realruns.shared_prefix import PromptBook, PromptRule, assign_prompts, repeat_rate, slot_lengths
+from pagesim.realruns.shared_prefix import (
+    FIRST_ID, PromptBook, PromptRule, assign_prompts, repeat_rate, slot_lengths,
+)
 from pagesim.realruns.types import RealRequest, RealRun, ServerConfig, Stage
 
 FORMAT = "inference-perf"
@@ -75,6 +78,35 @@ def _yaml(path: Path) -> dict | None:
     return doc
 
 
+@dataclass
+class Profile:
+    """What the run's profile.yaml says, checked: the stages and the shared_prefix data."""
+
+    stages: list[tuple[float, float]]  # (rate, duration) of each constant-rate stage; [] if not constant
+    shared_prefix: bool
+    system_prompt_len: int | None
+    output_len: int | None
+    ignore_eos: bool | None
+
+
+def _profile(path: Path, doc: dict | None) -> Profile | None:
+    if doc is None:
+        return None
+    top = Record(path, None, doc)
+    load = top.obj("load", optional=True) or Record(path, None, {})
+    stages = []
+    if load.str("type", optional=True) == "constant":
+        for k, raw in enumerate(load.list("stages", optional=True) or ()):
+            stage = Record(path, f"load.stages[{k}]", raw)
+            stages.append((stage.num("rate", minimum=0), stage.num("duration", minimum=0)))
+    data = top.obj("data", optional=True) or Record(path, None, {})
+    sp = data.obj("shared_prefix", optional=True) if data.str("type", optional=True) == "shared_prefix" else None
+    server = top.obj("server", optional=True) or Record(path, None, {})
+    return Profile(stages, sp is not None, sp.int("system_prompt_len", minimum=0) if sp else None,
+                   sp.int("output_len", optional=True, minimum=1) if sp else None,
+                   server.bool("ignore_eos", optional=True))
+
+
 def read(path: Path, doc: dict | None = None) -> RealRun:
     doc = read_json(path) if doc is None else doc
     name = run_name(path)
@@ -86,9 +118,10 @@ def read(path: Path, doc: dict | None = None) -> RealRun:
         raise RealRunError(path, f"no ground truth beside it ({name}{GT_SUFFIX}.json[.gz]): the measured latencies")
     truth = _ground_truth(gt_path)
     args_dir = path.parent.parent / "default_args" / name
-    exp = _yaml(args_dir / "exp-config.yaml") or {}
-    profile = _yaml(args_dir / "profile.yaml")
-    resolved = _yaml(args_dir / "results" / "config.yaml")
+    exp = Record(args_dir / "exp-config.yaml", None, _yaml(args_dir / "exp-config.yaml") or {})
+    profile = _profile(args_dir / "profile.yaml", _yaml(args_dir / "profile.yaml"))
+    resolved_path = args_dir / "results" / "config.yaml"
+    resolved = _yaml(resolved_path)
     assumptions: list[str] = []
     if profile is None:
         assumptions.append(f"no load-generator profile at {args_dir}/profile.yaml: stages split at idle gaps, "
@@ -116,12 +149,9 @@ def read(path: Path, doc: dict | None = None) -> RealRun:
     rows.sort(key=lambda row: (row[1], row[0]))
     first = rows[0][1]
 
-    data = (profile or {}).get("data") or {}
-    sp = data.get("shared_prefix") if data.get("type") == "shared_prefix" else None
-    server_args = (profile or {}).get("server") or {}
-    ignore_eos = server_args.get("ignore_eos")
-    max_tokens = sp.get("output_len") if isinstance(sp, dict) else None
-    max_model_len = exp.get("max_model_len")
+    ignore_eos = profile.ignore_eos if profile else None
+    max_tokens = profile.output_len if profile else None
+    max_model_len = exp.int("max_model_len", optional=True, minimum=1)
     stage_of, stages = _stages(rows, first, profile, assumptions)
 
     requests = []
@@ -133,23 +163,28 @@ def read(path: Path, doc: dict | None = None) -> RealRun:
             index=index, arrival_s=arrival - first, prompt_len=prompt_len, output_len=output_len,
             generated_len=max(generated, 1), ok=not has_error,
             error=f"has_error after {measured[1]:.1f} s (no reason recorded)" if has_error else "",
-            ttft_s=measured[2], e2e_s=measured[1], stage=stage, max_tokens=max_tokens))
+            ttft_s=measured[2], e2e_s=measured[1] if not has_error else None, stage=stage, max_tokens=max_tokens,
+            abandoned_after_s=measured[1] if has_error else None))
     _note_output_counts(requests, ignore_eos, max_tokens, assumptions)
     _note_errors(requests, assumptions)
-    if isinstance(sp, dict):
-        _rebuild_prompts(requests, stages, sp, resolved, doc, path, assumptions)
+    if profile is not None and profile.shared_prefix:
+        _rebuild_prompts(requests, stages, profile, Record(resolved_path, None, resolved or {}), doc, path,
+                         assumptions)
     else:
         if any(r.prompt_len == 0 for r in requests):
             raise RealRunError(path, "requests without a recorded input length and no prompt rule to rebuild it",
                                field="input_tokens")
         assumptions.append("prompt contents not recorded: replayed without prefix sharing")
 
-    model = doc.get("model_id") or exp.get("model")
-    tp = exp.get("tensor_parallelism", config.int("tensor_parallelism", optional=True))
+    model = top.str("model_id", optional=True) or exp.str("model", optional=True)
+
+    def setting(name: str) -> int | None:  # exp-config.yaml (the vLLM arguments) first, then the run's config
+        value = exp.int(name, optional=True, minimum=1)
+        return value if value is not None else config.int(name, optional=True, minimum=1)
+
     server = ServerConfig(
-        model=model, model_config=find_model_config(path, model), tensor_parallel_size=tp,
-        max_num_seqs=exp.get("max_num_seqs", config.int("max_num_seqs", optional=True)),
-        max_num_batched_tokens=exp.get("max_num_batched_tokens", config.int("max_num_batched_tokens", optional=True)),
+        model=model, model_config=find_model_config(path, model), tensor_parallel_size=setting("tensor_parallelism"),
+        max_num_seqs=setting("max_num_seqs"), max_num_batched_tokens=setting("max_num_batched_tokens"),
         num_gpu_blocks=config.int("kv_blocks_total_gpu", optional=True, minimum=1),
         block_size=config.int("block_size", optional=True, minimum=1), max_model_len=max_model_len)
     return RealRun(name, FORMAT, str(path), server, requests, stages, assumptions)
@@ -183,12 +218,11 @@ def _ground_truth(path: Path) -> dict:
     return out
 
 
-def _stages(rows: list, first: float, profile: dict | None, assumptions: list[str]) -> tuple[list[int], list[Stage]]:
+def _stages(rows: list, first: float, profile: Profile | None, assumptions: list[str]) -> tuple[list[int], list[Stage]]:
     """Each request's stage, and the stages: the profile's (n = rate x duration requests each,
     in arrival order) when its counts add up, else split where the load stopped."""
-    load = (profile or {}).get("load") or {}
-    spec = load.get("stages") or []
-    counts = [round(s.get("rate", 0) * s.get("duration", 0)) for s in spec] if load.get("type") == "constant" else []
+    spec = profile.stages if profile else []
+    counts = [round(rate * duration) for rate, duration in spec]
     if counts and sum(counts) == len(rows):
         stage_of = [k for k, c in enumerate(counts) for _ in range(c)]
     else:
@@ -197,7 +231,7 @@ def _stages(rows: list, first: float, profile: dict | None, assumptions: list[st
             if busy_until is not None and arrival > busy_until + STAGE_GAP_S:
                 k += 1
             stage_of.append(k)
-            busy_until = max(busy_until or arrival, arrival + measured[1])
+            busy_until = max(busy_until or arrival, arrival + measured[1])  # (e2e, or when a failed one gave up)
         if spec:
             assumptions.append(f"the profile's stages give {sum(counts)} requests, the run has {len(rows)}: "
                                f"stages split where every request had finished ({k + 1} found)")
@@ -205,11 +239,10 @@ def _stages(rows: list, first: float, profile: dict | None, assumptions: list[st
     stages = []
     for k in range(max(stage_of) + 1):
         times = [row[1] - first for row, s in zip(rows, stage_of) if s == k]
-        conf = spec[k] if k < len(spec) else {}
+        rate, duration = spec[k] if k < len(spec) else (None, None)
         start = times[0]
-        duration = conf.get("duration")
         span = times[-1] - start
-        rate = conf.get("rate") or (len(times) / span if span > 0 else None)
+        rate = rate or (len(times) / span if span > 0 else None)
         stages.append(Stage(k, start, start + duration if duration else times[-1], len(times), rate=rate))
     return stage_of, stages
 
@@ -237,25 +270,27 @@ def _note_errors(requests: list[RealRequest], assumptions: list[str]) -> None:
     failed = [r for r in requests if not r.ok]
     if not failed:
         return
-    times = sorted(r.e2e_s for r in failed)
+    times = sorted(r.abandoned_after_s for r in failed)
     assumptions.append(
-        f"{len(failed)} requests have has_error (no reason recorded; E2E {times[0]:.0f}-{times[-1]:.0f} s, likely the "
-        "client's timeout): kept in the replay, generating max_tokens as if never cancelled (the server loaded them), "
-        "and left out of the measured metrics")
+        f"{len(failed)} requests have has_error (no reason recorded; the client gave up after {times[0]:.0f}-"
+        f"{times[-1]:.0f} s, likely its timeout): kept in the replay, generating max_tokens as if never cancelled "
+        "(the server loaded them; abandoned_after_s says when the client left), left out of the measured metrics")
 
 
-def _rebuild_prompts(requests: list[RealRequest], stages: list[Stage], sp: dict, resolved: dict | None, doc: dict,
+def _rebuild_prompts(requests: list[RealRequest], stages: list[Stage], profile: Profile, resolved: Record, doc: dict,
                      path: Path, assumptions: list[str]) -> None:
-    resolved_sp = ((resolved or {}).get("data") or {}).get("shared_prefix") or {}
-    groups = resolved_sp.get("num_groups")
-    per_group = resolved_sp.get("num_prompts_per_group")
+    data = resolved.obj("data", optional=True)
+    resolved_sp = (data.obj("shared_prefix", optional=True) if data else None) or Record(resolved.path, None, {})
+    groups = resolved_sp.int("num_groups", optional=True, minimum=1)
+    per_group = resolved_sp.int("num_prompts_per_group", optional=True, minimum=1)
     if not (groups and per_group):
         groups, per_group = DEFAULT_GROUPS, DEFAULT_PER_GROUP
         assumptions.append(f"no resolved load-generator config (results/config.yaml): {groups} groups of {per_group} "
                            "prompts assumed (inference-perf's shared_prefix defaults)")
-    system_len = int(sp.get("system_prompt_len") or 0)
-    vocab = (doc.get("model_config") or {}).get("vocab_size") or 32000
-    rule = PromptRule(int(groups), int(per_group), system_len, int(vocab))
+    system_len = profile.system_prompt_len or 0
+    model_config = Record(path, None, doc).obj("model_config", optional=True)
+    vocab = (model_config.int("vocab_size", optional=True, minimum=FIRST_ID + 1) if model_config else None) or 32000
+    rule = PromptRule(groups, per_group, system_len, vocab)
     n = rule.num_prompts
     by_stage = [[r for r in requests if r.stage == s.index] for s in stages]
     lengths = [[r.prompt_len for r in rs] for rs in by_stage]

@@ -94,7 +94,7 @@ def read(path: Path, doc: dict) -> RealRun:
     first_start = rows[0][0]
     requests = [RealRequest(index=i, arrival_s=start - first_start, prompt_len=p, output_len=o,
                             generated_len=max(o, 1), ok=ok, error=err, ttft_s=ttft if ok else None,
-                            e2e_s=e2e if ok else None, stage=k)
+                            e2e_s=e2e if ok else None, stage=k, abandoned_after_s=None if ok else e2e)
                 for i, (start, k, _, p, o, ok, err, ttft, e2e) in enumerate(rows)]
     stages = []
     for k, (rate, concurrency, kind) in enumerate(stage_info):

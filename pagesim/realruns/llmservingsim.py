@@ -64,6 +64,9 @@ def read(path: Path) -> RealRun:
                      rec.int("output_toks", minimum=1), *times))
     if not rows:
         raise RealRunError(requests_path, "has no requests")
+    renumbered = len({r[0] for r in rows}) != len(rows)
+    if renumbered:  # request ids that do not end in distinct numbers: number the lines instead
+        rows = [(line, *row[1:]) for line, row in enumerate(rows)]
     offset = min(r[4] - r[3] for r in rows)  # queued_ts - arrival_time: the clocks' offset, at most
     rows.sort(key=lambda r: (r[3], r[0]))
     first = rows[0][3] + offset
@@ -106,6 +109,8 @@ def read(path: Path) -> RealRun:
     ]
     if cluster_note:
         assumptions.append(cluster_note)
+    if renumbered:
+        assumptions.append("request ids do not end in distinct numbers (bench-<n>): request index = line order")
     return RealRun(run_dir.name, FORMAT, str(requests_path), server, requests, stages, assumptions)
 
 

@@ -37,6 +37,8 @@ def load_real_run(path: str | os.PathLike) -> RealRun:
                 return blis.read(replay)
         if len(runs) == 1:
             return load_real_run(runs[0])
+        if len(runs) > 1:
+            raise RealRunError(path, f"holds {len(runs)} runs ({runs[0].name}, ...): name one file")
         raise _unknown(path)
     if path.name in ("requests.csv", "summary.json") and pagesim_bench.find(path):
         return pagesim_bench.read(path)

@@ -31,6 +31,9 @@ class RealRequest:
     shared_prefix_len: int | None = None
     queued_s: float | None = None  # when the engine queued it (same origin as arrival_s), where recorded
     itl_gaps_s: list[float] | None = None  # measured gaps between output tokens, where recorded
+    # a failed request: when it ended (its client gave up, or the server failed it), seconds after
+    # arrival, where recorded; it stopped loading the server then (a replay that can cancel would)
+    abandoned_after_s: float | None = None
 
     @property
     def itl_s(self) -> float | None:

@@ -152,3 +152,20 @@ def test_plain_json_and_a_default_args_folder_are_read_too(tmp_path):
     write_json(path.parent / "run-a.json", {"requests": [], "config": {}})
     with pytest.raises(RealRunError, match="has no requests"):
         load_real_run(path)
+
+
+def test_malformed_profile_and_vllm_arguments(tmp_path):
+    requests, truth = requests_and_truth()
+    profile = shared_prefix_profile([(1, 8), (1, 4)])
+    profile["load"]["stages"][1]["rate"] = "fast"
+    path = blis_run(tmp_path, requests, truth, profile=profile, resolved=RESOLVED_2x2)
+    with pytest.raises(RealRunError, match=r"profile.yaml: record load.stages\[1\]: field 'rate': must be a number"):
+        load_real_run(path)
+    path = blis_run(tmp_path / "b", requests, truth, profile=shared_prefix_profile([(1, 8), (1, 4)]),
+                    exp="tensor_parallelism: two\n")
+    with pytest.raises(RealRunError, match=r"exp-config.yaml: field 'tensor_parallelism': must be an integer"):
+        load_real_run(path)
+    path = blis_run(tmp_path / "c", requests, truth, profile=shared_prefix_profile([(1, 8), (1, 4)]),
+                    resolved="data: [unclosed\n")
+    with pytest.raises(RealRunError, match=r"config.yaml: invalid YAML"):
+        load_real_run(path)
