@@ -169,3 +169,19 @@ def test_malformed_profile_and_vllm_arguments(tmp_path):
                     resolved="data: [unclosed\n")
     with pytest.raises(RealRunError, match=r"config.yaml: invalid YAML"):
         load_real_run(path)
+
+
+def test_the_trace_replays_with_the_runs_arrivals_lengths_and_reuse(run_path):
+    import pagesim
+
+    run = load_real_run(run_path)
+    result = pagesim.replay(run.to_trace(), model="opt-125m", gpu="a100-40gb", rate=0, num_requests=None,
+                            prefix_caching=True, block_size=4)
+    records = sorted(result.metrics.requests, key=lambda r: r.request_id)
+    assert len(records) == 12 and all(r.status == "finished" for r in records)
+    assert [r.arrival_time for r in records] == [x.arrival_s for x in run.requests]
+    assert [r.prompt_len for r in records] == [x.prompt_len for x in run.requests]
+    assert [r.output_len for r in records] == [x.generated_len for x in run.requests]
+    # request 4 repeats request 0's whole prompt: all but its last block is served from the cache
+    assert records[4].cached_prompt_tokens == 8 and records[0].cached_prompt_tokens == 0
+    assert records[1].cached_prompt_tokens == 4  # slot 1 shares slot 0's system prompt (one full block)

@@ -116,3 +116,14 @@ def test_guidellm_malformed(tmp_path):
     del doc["benchmarks"][1]["requests"]["successful"][0]["info"]
     with pytest.raises(RealRunError, match=r"successful\[0\]: field 'info': missing"):
         load_real_run(write_json(tmp_path / "g.json", doc))
+
+
+@pytest.mark.parametrize("doc", [bench_result(), guidellm_report()], ids=["vllm-bench", "guidellm"])
+def test_truncated_json_names_the_file_and_where(tmp_path, doc):
+    import json
+
+    text = json.dumps(doc)
+    path = tmp_path / "cut.json"
+    path.write_text(text[: len(text) * 2 // 3])
+    with pytest.raises(RealRunError, match=r"cut.json: invalid JSON at line 1, column \d+: .*\(truncated file\?\)"):
+        load_real_run(path)
