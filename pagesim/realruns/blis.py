@@ -127,25 +127,7 @@ def read(path: Path, doc: dict | None = None) -> RealRun:
         assumptions.append(f"no load-generator profile at {args_dir}/profile.yaml: stages split at idle gaps, "
                            "max_tokens and prompt sharing unknown")
 
-    columns = plain_columns(records, REQUEST_FIELDS, REQUEST_KINDS)
-    if columns is None:  # the checks that name what is wrong
-        columns = list(zip(*[_request_values(Record(path, i, raw)) for i, raw in enumerate(records)])) or [[]] * 5
-    rows, seen = [], set()
-    for i, (index, arrival_us, prompt_len, output_len, has_error) in enumerate(zip(*columns)):
-        if index in seen:
-            raise RealRunError(path, f"{index} appears twice", record=i, field="index")
-        seen.add(index)
-        measured = truth.get(index)
-        if measured is None:
-            raise RealRunError(gt_path, f"has no record for request index {index}", record=index)
-        if has_error != measured[0]:
-            raise RealRunError(gt_path, f"has_error is {measured[0]} but the run says {has_error}",
-                               record=index, field="has_error")
-        rows.append((index, arrival_us / 1e6, prompt_len, output_len, has_error, measured))
-    if not rows:
-        raise RealRunError(path, "has no requests", field="requests")
-    if len(truth) != len(rows):
-        raise RealRunError(gt_path, f"has {len(truth)} records but the run has {len(rows)} requests")
+    rows = _rows(path, records, gt_path, truth)
     rows.sort(key=lambda row: (row[1], row[0]))
     first = rows[0][1]
 
@@ -188,6 +170,31 @@ def read(path: Path, doc: dict | None = None) -> RealRun:
         num_gpu_blocks=config.int("kv_blocks_total_gpu", optional=True, minimum=1),
         block_size=config.int("block_size", optional=True, minimum=1), max_model_len=max_model_len)
     return RealRun(name, FORMAT, str(path), server, requests, stages, assumptions)
+
+
+def _rows(path: Path, records: list, gt_path: Path, truth: dict) -> list[tuple]:
+    """(index, arrival s, input tokens, output tokens, has_error, (has_error, e2e_s, ttft_s)) per
+    request, joined with its ground truth by index."""
+    columns = plain_columns(records, REQUEST_FIELDS, REQUEST_KINDS)
+    if columns is None:  # the checks that name what is wrong
+        columns = list(zip(*[_request_values(Record(path, i, raw)) for i, raw in enumerate(records)])) or [[]] * 5
+    rows, seen = [], set()
+    for i, (index, arrival_us, prompt_len, output_len, has_error) in enumerate(zip(*columns)):
+        if index in seen:
+            raise RealRunError(path, f"{index} appears twice", record=i, field="index")
+        seen.add(index)
+        measured = truth.get(index)
+        if measured is None:
+            raise RealRunError(gt_path, f"has no record for request index {index}", record=index)
+        if has_error != measured[0]:
+            raise RealRunError(gt_path, f"has_error is {measured[0]} but the run says {has_error}",
+                               record=index, field="has_error")
+        rows.append((index, arrival_us / 1e6, prompt_len, output_len, has_error, measured))
+    if not rows:
+        raise RealRunError(path, "has no requests", field="requests")
+    if len(truth) != len(rows):
+        raise RealRunError(gt_path, f"has {len(truth)} records but the run has {len(rows)} requests")
+    return rows
 
 
 def _request_values(rec: Record) -> tuple:
