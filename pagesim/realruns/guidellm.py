@@ -65,6 +65,8 @@ def read(path: Path, doc: dict) -> RealRun:
                 ok = status == "successful"
                 start = timings.num("request_start", optional=not ok) or rec.num("request_start_time", optional=not ok)
                 prompt_len = _tokens(rec, "prompt_tokens", "input_metrics")
+                if ok and not prompt_len:
+                    raise rec.fail("prompt_tokens", "a successful request without a prompt length")
                 if start is None or not prompt_len:
                     no_prompt += 1  # a failed request that never started or has no prompt length
                     continue

@@ -65,7 +65,7 @@ def read(path: Path) -> RealRun:
         finish = rec.num("finish_time", optional=not ok)
         if ok and not arrival <= first <= finish:
             raise rec.fail("first_token_time", "times out of order (arrival <= first token <= finish)")
-        rows.append((arrival, request_id, rec.int("prompt_len", minimum=0), rec.int("output_len", minimum=0), ok,
+        rows.append((arrival, request_id, rec.int("prompt_len", minimum=1), rec.int("output_len", minimum=0), ok,
                      row["reject_reason"], first, finish))
     if not rows:
         raise RealRunError(csv_path, "has no requests")
