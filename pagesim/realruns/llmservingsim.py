@@ -83,6 +83,7 @@ def read(path: Path) -> RealRun:
     gpu, cluster_note = _gpu(run_dir)
     model = meta.str("model", optional=True) or kwargs.str("model", optional=True)
     eager = kwargs.bool("enforce_eager", optional=True)
+    resolved = _resolved(meta.data.get("resolved_config"))
     server = ServerConfig(
         engine_version=meta.str("vllm_version", optional=True), model=model,
         model_config=find_model_config(run_dir, model), gpu=gpu,
@@ -100,6 +101,9 @@ def read(path: Path) -> RealRun:
         kv_cache_dtype=kwargs.str("kv_cache_dtype", optional=True), dtype=kwargs.str("dtype", optional=True),
         max_model_len=kwargs.int("max_model_len", optional=True, minimum=1),
         cuda_graphs=None if eager is None else not eager)
+    for name, value in resolved.items():  # what the engine resolved, where the arguments left it open
+        if getattr(server, name) is None:
+            setattr(server, name, value)
     assumptions = [
         "arrival_time (wall clock) and the engine's *_ts (monotonic) are two clocks: put on one by their smallest "
         f"offset; TTFT and E2E count from arrival, front-end time included (its median {1000 * front_end[len(front_end) // 2]:.0f} ms, "
@@ -112,6 +116,43 @@ def read(path: Path) -> RealRun:
     if renumbered:
         assumptions.append("request ids do not end in distinct numbers (bench-<n>): request index = line order")
     return RealRun(run_dir.name, FORMAT, str(requests_path), server, requests, stages, assumptions)
+
+
+# ServerConfig field <- (sub-config, key, type) of vLLM's resolved VllmConfig, which later
+# recordings keep in meta.json's resolved_config (values that are not JSON scalars are tags there)
+RESOLVED = {"tensor_parallel_size": ("parallel_config", "tensor_parallel_size", int),
+            "data_parallel_size": ("parallel_config", "data_parallel_size", int),
+            "enable_expert_parallel": ("parallel_config", "enable_expert_parallel", bool),
+            "max_num_seqs": ("scheduler_config", "max_num_seqs", int),
+            "max_num_batched_tokens": ("scheduler_config", "max_num_batched_tokens", int),
+            "enable_chunked_prefill": ("scheduler_config", "enable_chunked_prefill", bool),
+            "async_scheduling": ("scheduler_config", "async_scheduling", bool),
+            "block_size": ("cache_config", "block_size", int),
+            "num_gpu_blocks": ("cache_config", "num_gpu_blocks", int),
+            "enable_prefix_caching": ("cache_config", "enable_prefix_caching", bool),
+            "gpu_memory_utilization": ("cache_config", "gpu_memory_utilization", float),
+            "kv_cache_dtype": ("cache_config", "cache_dtype", str),
+            "max_model_len": ("model_config", "max_model_len", int),
+            "dtype": ("model_config", "dtype", str)}
+
+
+def _resolved(config) -> dict:
+    """The settings found in a resolved_config, those of the expected type (tags are left out)."""
+    out = {}
+    if not isinstance(config, dict):
+        return out
+    for name, (section, key, kind) in RESOLVED.items():
+        value = (config.get(section) or {}).get(key) if isinstance(config.get(section), dict) else None
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if kind is str and isinstance(value, str) and value.startswith("<"):
+            continue  # a type tag, not a value
+        if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+            out[name] = value
+    eager = (config.get("model_config") or {}).get("enforce_eager") if isinstance(config.get("model_config"), dict) else None
+    if isinstance(eager, bool):
+        out["cuda_graphs"] = not eager
+    return out
 
 
 def _gpu(run_dir: Path) -> tuple[str | None, str | None]:

@@ -49,6 +49,21 @@ def test_llmservingsim_puts_both_clocks_on_one(tmp_path):
     assert any("front-end time included (its median 40 ms, max 40 ms" in x for x in run.assumptions)
 
 
+def test_llmservingsim_reads_what_the_engine_resolved(tmp_path):
+    meta = {"model": "org/Model-X", "vllm_version": "0.20.0",
+            "engine_kwargs": {"tensor_parallel_size": 1, "max_num_seqs": 64},
+            "kv_cache": {"num_gpu_blocks": 5000, "block_size": 16, "gpu_memory_utilization": 0.9},
+            "resolved_config": {"scheduler_config": {"async_scheduling": True, "max_num_seqs": 128,
+                                                     "enable_chunked_prefill": True},
+                                "cache_config": {"enable_prefix_caching": True, "num_gpu_blocks": 4000},
+                                "model_config": {"enforce_eager": False, "dtype": "<torch.dtype>", "max_model_len": 8192}}}
+    server = load_real_run(llmservingsim_run(tmp_path, meta=meta)).server
+    assert (server.num_gpu_blocks, server.block_size, server.max_num_seqs) == (5000, 16, 64)  # kv_cache, arguments first
+    assert server.async_scheduling is True and server.enable_prefix_caching is True and server.cuda_graphs is True
+    assert server.enable_chunked_prefill is True and server.max_model_len == 8192
+    assert server.dtype is None  # a type tag, not a value
+
+
 def test_llmservingsim_sorts_by_arrival_and_names_bad_records(tmp_path):
     path = llmservingsim_run(tmp_path)
     lines = (path / "vllm" / "requests.jsonl").read_text().splitlines()
