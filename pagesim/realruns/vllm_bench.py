@@ -81,9 +81,11 @@ def read(path: Path, doc: dict) -> RealRun:
         error = columns["errors"][i] if columns["errors"] is not None else None
         if error is not None and not isinstance(error, str):
             raise rec.fail("errors", f"must be a string, got {error!r}")
-        ok = not error if error is not None else output_len > 0
-        inferred_ok += error is None
         ttft = rec.num("ttfts", minimum=0)
+        # vLLM's client marks a failure with its error text, which may be empty (an HTTP status
+        # without a reason); a success always has a first token, after a positive TTFT
+        ok = (not error if error is not None else output_len > 0) and ttft > 0
+        inferred_ok += error is None
         gaps = rec.list("itls", optional=True)
         if gaps is not None and not _plain_gaps(gaps):  # name the bad gap
             gaps = [Record(path, i, {f"itls[{k}]": g}).num(f"itls[{k}]", minimum=0) for k, g in enumerate(gaps)]
@@ -92,7 +94,7 @@ def read(path: Path, doc: dict) -> RealRun:
             e2e = ttft + sum(gaps or ())
         requests.append(RealRequest(
             index=i, arrival_s=arrivals[i], prompt_len=prompt_len, output_len=output_len,
-            generated_len=max(output_len, 1), ok=ok, error=error or ("" if ok else "no output (no error recorded)"),
+            generated_len=max(output_len, 1), ok=ok, error="" if ok else (error or "no first token (no error text recorded)"),
             ttft_s=ttft if ok else None, e2e_s=e2e if ok else None, itl_gaps_s=gaps if ok else None))
     if inferred_ok:
         assumptions.append("no errors list: requests with output tokens are taken as successful")

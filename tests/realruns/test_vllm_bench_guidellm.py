@@ -40,6 +40,13 @@ def test_vllm_bench_per_request_details(tmp_path):
     assert s["num_failed"] == 1
 
 
+def test_vllm_bench_a_failure_with_an_empty_error_text(tmp_path):
+    doc = bench_result(errors=["", "", ""])  # request 2 failed with an empty reason: no first token
+    run = load_real_run(write_json(tmp_path / "r.json", doc))
+    failed = [r for r in run.requests if not r.ok]
+    assert [r.index for r in failed] == [2] and failed[0].error == "no first token (no error text recorded)"
+
+
 def test_vllm_bench_without_start_times_says_what_it_assumed(tmp_path):
     doc = bench_result()
     for name in ("start_times", "latencies"):
