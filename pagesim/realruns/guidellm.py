@@ -1,7 +1,7 @@
 """guidellm's benchmark report JSON (guidellm 0.8.1, `GenerativeBenchmarksReport`): `benchmarks`,
 one per strategy run (each becomes a stage), each with `requests.successful / errored /
 incomplete` lists of per-request stats: `info.timings` (request_start, first_token_iteration,
-last_token_iteration, request_end: epoch seconds), prompt_tokens / output_tokens (or
+last_token_iteration, request_end: epoch seconds), `info.error`, prompt_tokens / output_tokens (or
 input_metrics / output_metrics total_tokens), and `config.strategy` (type_ constant / poisson
 with a rate, concurrent with streams, synchronous, throughput).
 
@@ -61,7 +61,8 @@ def read(path: Path, doc: dict) -> RealRun:
             for i, raw in enumerate(groups.list(status, optional=True) or ()):
                 where = f"benchmarks[{k}].requests.{status}[{i}]"
                 rec = Record(path, where, raw)
-                timings = rec.obj("info").obj("timings")
+                info = rec.obj("info")
+                timings = info.obj("timings")
                 ok = status == "successful"
                 start = timings.num("request_start", optional=not ok) or rec.num("request_start_time", optional=not ok)
                 prompt_len = _tokens(rec, "prompt_tokens", "input_metrics")
@@ -78,7 +79,7 @@ def read(path: Path, doc: dict) -> RealRun:
                     raise rec.fail("info.timings", "times out of order (request_start <= first token <= request_end)")
                 if ok and output_len < 1:
                     raise rec.fail("output_tokens", "a successful request with no output tokens")
-                error = "" if ok else (rec.str("error", optional=True) or status)
+                error = "" if ok else (info.str("error", optional=True) or status)
                 rows.append((start, k, rec.data.get("request_id", where), prompt_len, output_len, ok, error,
                              None if first is None else first - start, None if end is None else end - start))
         totals = (bench.obj("metrics", optional=True) or Record(path, None, {})).obj("request_totals", optional=True)

@@ -73,9 +73,10 @@ def test_vllm_bench_malformed(tmp_path, change, message):
     assert "bad.json" in str(err.value)
 
 
-def guidellm_request(rid, start, first, end, prompt, output, **extra):
+def guidellm_request(rid, start, first, end, prompt, output, error=None, **extra):
     return {"type_": "generative_request_stats", "request_id": rid,
-            "info": {"timings": {"request_start": start, "first_token_iteration": first,
+            "info": {"status": "errored" if error else "completed", "error": error,
+                     "timings": {"request_start": start, "first_token_iteration": first,
                                  "last_token_iteration": end, "request_end": end}},
             "input_metrics": {"text_tokens": prompt, "total_tokens": prompt},
             "output_metrics": {"text_tokens": output, "total_tokens": output},
