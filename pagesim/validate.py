@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from pagesim.engine_fit import FitRun, MeasuredRequest
 from pagesim.metrics import percentile
+from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.engine import Replay, ReplayConfig, with_policy_presets
 
 METRICS = ("ttft", "tpot", "e2e")
@@ -31,11 +32,29 @@ class ValidateError(ValueError):
 
 
 def engine_for(version: str | None) -> str:
-    """The shipped engine profile for a recorded vLLM version."""
+    """The shipped engine profile for a recorded vLLM version: none recorded, the newest; a
+    version before v1, or a fork without a version number, the paper-era engine."""
+    if version is None:
+        return DEFAULT_ENGINE
     parsed = _version(version)
     if parsed is None or parsed < V1_FIRST_VERSION:
         return "paper"
     return "vllm-0.15" if parsed < (0, 16) else "vllm-0.19"
+
+
+# GPU names as runs record them (nvidia-smi's, a cluster file's), letters and digits only -> catalog
+GPU_NAMES = (("a10080", "a100-80gb"), ("a10040", "a100-40gb"), ("h100", "h100-80gb"), ("h200", "h200-141gb"),
+             ("rtxpro6000", "rtx-pro-6000-96gb"), ("l40s", "l40s-48gb"), ("4090", "rtx-4090-24gb"), ("a40", "a40-48gb"))
+
+
+def catalog_gpu(recorded: str) -> str:
+    """The catalog name of a GPU as a run records it (unknown names pass through to the catalog)."""
+    key = "".join(ch for ch in recorded.lower() if ch.isalnum())
+    key = key.replace("sxm4", "").replace("sxm5", "").replace("sxm", "").replace("nvidia", "")
+    for pattern, name in GPU_NAMES:
+        if pattern in key:
+            return name
+    return recorded
 
 
 def _version(text: str | None) -> tuple[int, int] | None:
@@ -69,6 +88,7 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
         raise ValidateError(f"{run.path}: the run does not record its model: give --model (a catalog name or config.json)")
     if not gpu:
         raise ValidateError(f"{run.path}: the run does not record its GPU: give --gpu (a catalog name)")
+    gpu = catalog_gpu(gpu)
     engine = given.pop("engine", None) or engine_for(s.engine_version)
     v1 = engine != "paper"
     options = {"model": model, "gpu": gpu, "engine": engine, "policy": "vllm-v1" if v1 else "paged",
@@ -83,8 +103,8 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
     if timeout:
         options["client_timeout_s"] = timeout
         notes.append(f"the client gave up after {timeout:g} s: requests not finished by then are aborted in the replay")
-    if s.engine_version is None:
-        notes.append(f"vLLM version not recorded: engine profile {engine!r}")
+    if s.engine_version is None and overrides.get("engine") is None:
+        notes.append(f"vLLM version not recorded: engine profile {engine!r} (give --engine to choose)")
     options.update(given)
     try:
         return ReplayConfig(**with_policy_presets(options)), notes
