@@ -47,9 +47,9 @@ def kind_of(value) -> str:
             return "NaN"
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
-        return "a float" if value >= 0 else "negative"
+        return "a float"
     if isinstance(value, int):
-        return "negative" if value < 0 else "too large"
+        return "negative" if value < 0 else "an integer"
     if isinstance(value, str):
         return "a string"
     if value is None:
@@ -59,8 +59,10 @@ def kind_of(value) -> str:
 
 def token_count(value, name: str) -> int:
     """value as a token count: an int (not a bool), 0 <= value <= MAX_TOKEN_COUNT."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
-        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value <= MAX_TOKEN_COUNT:
+            return value
+        raise ServerValueError(f"{name} is {'negative' if value < 0 else 'too large'}, not a token count")
     raise ServerValueError(f"{name} is {kind_of(value)}, not a token count")
 
 
@@ -143,8 +145,8 @@ def check_tokens(timing: Timing, max_tokens: int, n: int) -> None:
 
 
 def reason_group(reason: str) -> str:
-    """A reason with its numbers as N: requests that failed alike count as one line."""
-    return re.sub(r"\d+(\.\d+)?", "N", reason)
+    """A reason with its numbers (not an HTTP status) as N: requests that failed alike count as one line."""
+    return re.sub(r"(?<!HTTP )(?<![\d.])\d+(\.\d+)?", "N", reason)
 
 
 def failure_lines(reasons) -> dict[str, int]:

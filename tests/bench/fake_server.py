@@ -43,7 +43,7 @@ class Script:
     models: object = field(default_factory=lambda: {"object": "list", "data": [
         {"id": MODEL, "object": "model", "max_model_len": 4096, "vocab_size": 1000}]})
     models_status: int = 200
-    metrics: str = "vllm:num_requests_running 1\nvllm:num_preemptions_total 0\n"
+    metrics: str | Callable[[], str] = "vllm:num_requests_running 1\nvllm:num_preemptions_total 0\n"
     respond: Callable[[dict, int], tuple[int, list[bytes]]] = lambda payload, i: (200, honest_stream(payload))
 
 
@@ -73,7 +73,8 @@ class FakeServer:
                     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
                     self._send(server.script.models_status, [raw])
                 elif self.path == "/metrics":
-                    self._send(200, [server.script.metrics.encode()], "text/plain")
+                    metrics = server.script.metrics
+                    self._send(200, [(metrics() if callable(metrics) else metrics).encode()], "text/plain")
                 else:
                     self._send(404, [b'{"error": {"message": "not found"}}'])
 
