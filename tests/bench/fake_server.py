@@ -50,7 +50,8 @@ class Script:
 class FakeServer:
     def __init__(self, script: Script | None = None):
         self.script = script or Script()
-        self.payloads: list[dict] = []  # every completion request received, in order
+        self.payloads: list[dict] = []  # every completion request received, in order of arrival
+        self.paths: list[str] = []  # and the path each was sent to
         self._lock = threading.Lock()
         server = self
 
@@ -83,6 +84,7 @@ class FakeServer:
                 payload = json.loads(self.rfile.read(length))
                 with server._lock:
                     server.payloads.append(payload)
+                    server.paths.append(self.path)
                     number = len(server.payloads) - 1
                 status, chunks = server.script.respond(payload, number)
                 self._send(status, chunks, "text/event-stream" if status == 200 else "application/json")
