@@ -47,6 +47,13 @@ class Script:
     respond: Callable[[dict, int], tuple[int, list[bytes]]] = lambda payload, i: (200, honest_stream(payload))
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # a client that hung up (bench timed out): expected
+        pass
+
+
 class FakeServer:
     def __init__(self, script: Script | None = None):
         self.script = script or Script()
@@ -89,8 +96,7 @@ class FakeServer:
                 status, chunks = server.script.respond(payload, number)
                 self._send(status, chunks, "text/event-stream" if status == 200 else "application/json")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
