@@ -51,6 +51,7 @@ class BenchConfig:
     warmup_s: float = 0.0  # from the run's time zero (pagesim.workload.requests.time_origin)
     endpoint_type: str = "completions"  # or "chat" (text prompts: needs a tokenizer)
     clamp_to_max_model_len: bool = False  # shorten requests the server's context cannot hold (else skip them)
+    ready_timeout_s: float = 60.0  # wait this long for a server that does not accept connections yet
 
     @property
     def base(self) -> str:
@@ -90,17 +91,30 @@ def payload_of(req: Request, prompt, model: str, cfg: BenchConfig) -> dict:
     return payload
 
 
-async def _get_json(client, url: str):
-    """The decoded JSON at url, or None (any failure: the caller decides what that costs)."""
+async def _server_models(client, cfg: BenchConfig, warn=None):
+    """The decoded JSON of /v1/models, or None if the server answered something else. A server
+    that does not accept connections yet (just started) is waited for, up to ready_timeout_s,
+    as `vllm bench serve` waits for its endpoint."""
     import aiohttp
 
-    try:
-        async with client.get(url, timeout=aiohttp.ClientTimeout(total=SIDE_TIMEOUT_S)) as resp:
-            if resp.status != 200:
-                return None
-            return await resp.json(content_type=None)
-    except Exception:  # noqa: BLE001 - unreachable, not JSON, too slow: all mean "no answer"
-        return None
+    deadline = time.monotonic() + cfg.ready_timeout_s
+    waited = False
+    while True:
+        try:
+            async with client.get(f"{cfg.base}/v1/models", timeout=aiohttp.ClientTimeout(total=SIDE_TIMEOUT_S)) as resp:
+                if resp.status != 200:
+                    return None
+                return await resp.json(content_type=None)
+        except aiohttp.ClientConnectionError as e:  # nobody listening (yet)
+            if time.monotonic() >= deadline:
+                raise BenchError(f"{cfg.base}: no server answers ({short(str(e) or type(e).__name__)})"
+                                 + (f" after {cfg.ready_timeout_s:g} s" if cfg.ready_timeout_s else "")) from None
+            if not waited and warn is not None:
+                warn(f"waiting up to {cfg.ready_timeout_s:g} s for a server at {cfg.base}")
+            waited = True
+            await asyncio.sleep(0.5)
+        except Exception:  # noqa: BLE001 - not JSON, too slow: an answer bench cannot use
+            return None
 
 
 def _prompt_maker(cfg: BenchConfig, served: ServedModel, requests: list[Request]) -> PromptMaker:
@@ -131,7 +145,7 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
     connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0)  # 0: no cap on connections
     timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
-        served = pick_model(await _get_json(client, f"{cfg.base}/v1/models"), cfg.model, cfg.base)
+        served = pick_model(await _server_models(client, cfg, warn), cfg.model, cfg.base)
         for message in served.warnings:
             notes.append(message)
             if warn is not None:

@@ -103,6 +103,8 @@ def bench(
     tokenizer: Optional[str] = typer.Option(None, help="send text made with this HF tokenizer instead of token ids "
                                             "(needed for ShareGPT and chat)"),
     timeout: float = typer.Option(600.0, parser=POSITIVE, help="seconds one request may take"),
+    ready_timeout: float = typer.Option(60.0, parser=NON_NEGATIVE, help="wait up to S seconds for a server that does "
+                                        "not accept connections yet (one just started)"),
     scrape_interval: float = typer.Option(0.5, parser=NON_NEGATIVE, help="poll the server's /metrics every S seconds (0: never)"),
     warmup: float = typer.Option(0.0, parser=NON_NEGATIVE, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics (from the first arrival of a trace's own times)"),
@@ -130,7 +132,8 @@ def bench(
     cfg = BenchConfig(endpoint=endpoint, model=model, rate=rate or None, burstiness=burstiness, num_requests=num_requests,
                       duration=duration, seed=seed, max_concurrency=max_concurrency, vocab_size=vocab_size,
                       tokenizer=tokenizer, timeout_s=timeout, scrape_interval_s=scrape_interval, warmup_s=warmup,
-                      endpoint_type=endpoint_type.value, clamp_to_max_model_len=clamp_to_max_model_len)
+                      endpoint_type=endpoint_type.value, clamp_to_max_model_len=clamp_to_max_model_len,
+                      ready_timeout_s=ready_timeout)
     try:
         requests = bench_requests(loaded, cfg)[0]
     except ValueError as e:

@@ -55,7 +55,7 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class FakeServer:
-    def __init__(self, script: Script | None = None):
+    def __init__(self, script: Script | None = None, port: int = 0):
         self.script = script or Script()
         self.payloads: list[dict] = []  # every completion request received, in order of arrival
         self.paths: list[str] = []  # and the path each was sent to
@@ -96,7 +96,7 @@ class FakeServer:
                 status, chunks = server.script.respond(payload, number)
                 self._send(status, chunks, "text/event-stream" if status == 200 else "application/json")
 
-        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", port), Handler)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

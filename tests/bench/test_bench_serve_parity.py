@@ -198,3 +198,37 @@ def test_sse_lines_a_server_may_add_are_ignored(tmp_path):
         result, _ = bench(trace, server.base, "--num-requests", "2", "--json")
     assert result.exit_code == 0, result.output
     assert strict_json(result.stdout)["num_finished"] == 2
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bench_waits_for_a_server_that_is_starting(tmp_path):
+    import threading
+
+    trace = write_trace(tmp_path / "t.json", [(5, 3)])
+    port = free_port()
+    results = []
+    client = threading.Thread(target=lambda: results.append(
+        bench(trace, f"http://127.0.0.1:{port}", "--num-requests", "2", "--ready-timeout", "60", "--json")))
+    client.start()
+    time.sleep(1.5)  # bench is polling a port nobody listens on
+    with FakeServer(port=port):
+        client.join(60)
+    [(result, _)] = results
+    assert result.exit_code == 0, result.output
+    assert "warning: waiting up to 60 s for a server" in result.output
+    assert strict_json(result.stdout)["num_finished"] == 2
+
+
+def test_no_server_is_one_line(tmp_path):
+    trace = write_trace(tmp_path / "t.json", [(5, 3)])
+    result, _ = bench(trace, f"http://127.0.0.1:{free_port()}", "--ready-timeout", "0")
+    assert result.exit_code == 2
+    [line] = [x for x in result.output.splitlines() if x.strip()]
+    assert line.startswith("error: http://127.0.0.1:") and "no server answers" in line
