@@ -22,7 +22,7 @@ from pagesim.bench.context import fit_to_context
 from pagesim.bench.prompts import PromptMaker
 from pagesim.bench.scrape import MAX_METRICS_BYTES, ServerSamples, parse_prometheus
 from pagesim.bench.server import BenchError, ServedModel, pick_model
-from pagesim.bench.stream import Timing, failure_lines, short, stream_one
+from pagesim.bench.stream import Timing, exception_reason, failure_lines, short, stream_one
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder, RequestRecord, _stats
 from pagesim.workload.requests import build_requests, time_origin
@@ -182,7 +182,7 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
             except asyncio.TimeoutError:
                 timing.error = f"no complete answer within --timeout {cfg.timeout_s:g} s"
             except Exception as e:  # noqa: BLE001 - a failed request is counted, never retried
-                timing.error = short(f"{type(e).__name__}: {e}")
+                timing.error = exception_reason(e)
             finally:
                 # onto the run's clock: seconds from the start, plus the trace's time zero
                 def shift(t):

@@ -158,6 +158,22 @@ def failure_lines(reasons) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def exception_reason(e: Exception) -> str:
+    """A transport failure as a short reason (aiohttp's messages can quote the whole line read)."""
+    import aiohttp
+    from aiohttp.http_exceptions import LineTooLong
+
+    if isinstance(e, LineTooLong) or (isinstance(e, ValueError) and "Chunk too big" in str(e)):
+        return "malformed stream: a line too long to read"
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    if isinstance(e, aiohttp.ClientPayloadError):
+        return "broken response body"
+    if isinstance(e, aiohttp.ClientConnectionError):
+        return short(f"connection failed: {e}", 100)
+    return short(f"{type(e).__name__}: {e}")
+
+
 async def stream_one(client, url: str, payload: dict, timing: Timing, endpoint_type: str, clock) -> None:
     """Send one streamed request and read its answer into timing; a bad answer sets timing.error."""
     async with client.post(url, json=payload) as resp:

@@ -79,6 +79,7 @@ def test_a_share_of_failures_can_be_allowed(small_trace, tmp_path):
     ([sse({"choices": [{"text": 7}]}), DONE], "malformed chunk: choices[].text is an integer, not a string"),
     ([sse({"choices": [{"text": "a"}], "usage": [1]}), DONE], "malformed chunk: usage is a list, not an object"),
     ([TEXT, TEXT], "the stream ended without [DONE]"),
+    ([b"data: " + b"a" * (4 * 2**20) + b"\n\n", DONE], "malformed stream: a line too long to read"),
     ([sse({"error": {"message": "engine\nexploded " + "x" * 500}}), DONE], None),
     ([TEXT, sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 10_000}}), DONE],
      "usage.completion_tokens exceeds the max_tokens asked for"),
@@ -167,3 +168,19 @@ def test_a_bad_optional_model_field_is_ignored_with_a_warning(small_trace, field
         result, _ = bench(small_trace, server.base, "--num-requests", "2", "--vocab-size", "50", "--json")
     assert result.exit_code == 0, result.output
     assert f"warning: /v1/models: {field} is" in result.output and "ignored" in result.output
+
+
+def test_a_server_that_stalls_fails_by_the_timeout(small_trace):
+    import time
+
+    def stalled(payload, i):
+        def events():
+            yield TEXT
+            time.sleep(3)  # past --timeout 1
+            yield DONE
+        return 200, events()
+
+    with FakeServer(Script(respond=stalled)) as server:
+        result, _ = bench(small_trace, server.base, "--num-requests", "2", "--timeout", "1", "--json")
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert strict_json(result.stdout)["failure_reasons"] == {"failed: no complete answer within --timeout N s": 2}
