@@ -117,9 +117,8 @@ async def _server_models(client, cfg: BenchConfig, warn=None):
             return None
 
 
-def _prompt_maker(cfg: BenchConfig, served: ServedModel, requests: list[Request]) -> PromptMaker:
-    tokenizer = None
-    if cfg.tokenizer:
+def _prompt_maker(cfg: BenchConfig, served: ServedModel, requests: list[Request], tokenizer=None) -> PromptMaker:
+    if tokenizer is None and cfg.tokenizer:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
@@ -132,8 +131,10 @@ def _prompt_maker(cfg: BenchConfig, served: ServedModel, requests: list[Request]
     return PromptMaker(vocab or 0, cfg.seed, tokenizer)
 
 
-async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=None) -> tuple[dict, MetricsRecorder]:
-    """Returns (summary, metrics); warn(message) gets what the server said that bench ignored."""
+async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=None,
+                          tokenizer=None) -> tuple[dict, MetricsRecorder]:
+    """Returns (summary, metrics); warn(message) gets what the server said that bench ignored;
+    tokenizer: cfg.tokenizer already loaded (else it is loaded here)."""
     import aiohttp
 
     if cfg.endpoint_type not in ENDPOINT_TYPES:
@@ -156,7 +157,7 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
             notes.append(note)
             if warn is not None:
                 warn(note)
-        prompts = _prompt_maker(cfg, served, fit.requests)
+        prompts = _prompt_maker(cfg, served, fit.requests, tokenizer)
         url = f"{cfg.base}{ENDPOINT_TYPES[cfg.endpoint_type]}"
         limit = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         samples = ServerSamples()
@@ -255,5 +256,5 @@ def failed_share(summary: dict) -> float:
     return (summary["num_failed"] + summary["num_skipped"]) / total if total else 0.0
 
 
-def run_bench(trace: Trace, cfg: BenchConfig, progress=None, warn=None) -> tuple[dict, MetricsRecorder]:
-    return asyncio.run(run_bench_async(trace, cfg, progress, warn))
+def run_bench(trace: Trace, cfg: BenchConfig, progress=None, warn=None, tokenizer=None) -> tuple[dict, MetricsRecorder]:
+    return asyncio.run(run_bench_async(trace, cfg, progress, warn, tokenizer))

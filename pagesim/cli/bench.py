@@ -56,8 +56,19 @@ def check_failures(summary: dict, allowed: float, what: str = "") -> None:
         raise typer.Exit(EXIT_REQUESTS_FAILED)
 
 
-def load_dataset(path: Path, kind: str, tokenizer: Optional[str], num_requests: Optional[int], seed: int,
-                 length_scale: float):
+def load_tokenizer(name: Optional[str]):
+    """The HF tokenizer --tokenizer names (a directory or a hub name already cached), or None."""
+    if not name:
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as e:
+        fail(f"--tokenizer {name}: cannot load it ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+
+
+def load_dataset(path: Path, kind: str, tokenizer, num_requests: Optional[int], seed: int, length_scale: float):
     """The workload as a Trace: a pagesim trace, or a ShareGPT JSON tokenized with `tokenizer`."""
     from pagesim.bench.datasets import DatasetError, detect, load_sharegpt
     from pagesim.compare import scaled_trace
@@ -65,15 +76,7 @@ def load_dataset(path: Path, kind: str, tokenizer: Optional[str], num_requests: 
     input_file(path, "dataset file")
     try:
         kind = detect(path) if kind == "auto" else kind
-        if kind == "trace":
-            loaded = load_trace_file(path)
-        else:
-            tok = None
-            if tokenizer:
-                from transformers import AutoTokenizer
-
-                tok = AutoTokenizer.from_pretrained(tokenizer)
-            loaded = load_sharegpt(path, tok, num_requests, seed)
+        loaded = load_trace_file(path) if kind == "trace" else load_sharegpt(path, tokenizer, num_requests, seed)
     except (DatasetError, OSError) as e:
         fail(str(e))
     return scaled_trace(loaded, length_scale)
@@ -125,10 +128,13 @@ def bench(
         fail(f"{e.name} is missing: pip install 'pagesim[serve]'")
 
     check_arrival_flags(ctx, duration=duration)
+    if endpoint_type.value == "chat" and not tokenizer:
+        fail("--endpoint-type chat sends text: pass --tokenizer (the model's, to get the lengths right)")
     check_run_size(rate or None, num_requests, duration)
     if duration is not None:
         num_requests = None
-    loaded = load_dataset(trace, dataset_name.value, tokenizer, num_requests, seed, length_scale)
+    tok = load_tokenizer(tokenizer)
+    loaded = load_dataset(trace, dataset_name.value, tok, num_requests, seed, length_scale)
     cfg = BenchConfig(endpoint=endpoint, model=model, rate=rate or None, burstiness=burstiness, num_requests=num_requests,
                       duration=duration, seed=seed, max_concurrency=max_concurrency, vocab_size=vocab_size,
                       tokenizer=tokenizer, timeout_s=timeout, scrape_interval_s=scrape_interval, warmup_s=warmup,
@@ -142,7 +148,7 @@ def bench(
     console = Console(stderr=True)
     with progress_bar("bench", "requests", len(requests), console, quiet=as_json) as advance:
         try:
-            summary, metrics = run_bench(loaded, cfg, progress=advance, warn=warn)
+            summary, metrics = run_bench(loaded, cfg, progress=advance, warn=warn, tokenizer=tok)
         except BenchError as e:
             fail(str(e))
     summary["trace"] = str(trace)
