@@ -24,7 +24,7 @@ from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
-from pagesim.workload.requests import WorkloadConfig
+from pagesim.workload.requests import WorkloadConfig, time_origin
 from pagesim.workload.trace import Trace
 
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
@@ -107,7 +107,8 @@ class Replay:
                 self.beam.check_width(width)
             self.notes.append(f"beam ancestry drawn from {self.beam.source} (widths {self.beam.widths})")
         self._beam_rngs: dict[int, random.Random] = {}
-        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps)
+        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps,
+                                       origin=time_origin(self.requests, cfg.rate))
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0
         self.fast_forward = fast_forward
