@@ -14,7 +14,8 @@ from typing import List, Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import COUNT, NON_NEGATIVE, OUT_DIR, OUT_FILE, POSITIVE, POSITIVE_INT, fail, input_file, progress_bar
+from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, OUT_FILE, POSITIVE, POSITIVE_INT, Number, fail, input_file,
+                                progress_bar)
 from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
 from pagesim.cli.replay import Policy, Preemption
 
@@ -63,6 +64,9 @@ def compare(
                                        "runs' metrics here"),
     figure: Optional[Path] = typer.Option(None, parser=OUT_FILE, help="figure path (default OUT/compare.png)"),
     tolerance: float = typer.Option(0.05, parser=NON_NEGATIVE, help="target relative error on the headline metrics (reported, not enforced)"),
+    max_failed_share: float = typer.Option(0.0, parser=Number(lo=0, hi=1), help="with --endpoint: exit 3 when more "
+                                           "than this share of a system's requests failed on the server (results are "
+                                           "written either way)"),
 ) -> None:
     """Serve TRACE on the executor and in the simulator with the same arrivals; print the errors."""
     from rich.console import Console
@@ -162,6 +166,23 @@ def compare(
         Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))
     elif fig_path is not None:
         Console().print(f"wrote {fig_path}")
+    if endpoint is not None:
+        _check_served(results, max_failed_share)
+
+
+def _check_served(results, max_failed_share: float) -> None:
+    """The served runs' failures, counted by reason; exit 3 past the allowed share."""
+    from rich.console import Console
+
+    from pagesim.bench.client import failed_share
+    from pagesim.cli.bench import check_failures, print_failures
+
+    for r in results:
+        if r.executor["num_failed"] + r.executor["num_skipped"]:
+            Console().print(f"{r.system}, served:", markup=False, highlight=False)
+            print_failures(r.executor, Console())
+    worst = max(results, key=lambda r: failed_share(r.executor))
+    check_failures(worst.executor, max_failed_share, f"{worst.system}, served: ")
 
 
 def _in_process(model, device, dtype, loaded_trace, settings, profile, prof, block_size, num_gpu_blocks,

@@ -81,11 +81,12 @@ def test_mla_latent_reads_do_not_shrink_with_tp(cost_model):
     assert per_ctx("llama-3.1-8b", 2) == pytest.approx(per_ctx("llama-3.1-8b", 1) / 2, rel=1e-6)
 
 
-@pytest.mark.parametrize("cost_model", ["calibrated", "roofline"])
-def test_sliding_window_reads_at_most_the_window(cost_model):
+@pytest.mark.parametrize("cost_model,options", [("calibrated", {}), ("calibrated", {"engine": "vllm-0.19"}),
+                                                ("roofline", {})])
+def test_sliding_window_reads_at_most_the_window(cost_model, options):
     mistral = MODELS["mistral-7b"]  # every layer slides over 4096 tokens
     full = dataclasses.replace(mistral, sliding_window=None, num_sliding_layers=0)
-    s, f = (make_cost_model(cost_model, m, "a100-80gb") for m in (mistral, full))
+    s, f = (make_cost_model(cost_model, m, "a100-80gb", **options) for m in (mistral, full))
 
     def decode(c, n, ctx):
         return c.iteration_time(BatchShape(num_decode_seqs=n, decode_context_tokens=ctx))
@@ -93,17 +94,18 @@ def test_sliding_window_reads_at_most_the_window(cost_model):
     assert decode(s, 4, 4 * 1000) == pytest.approx(decode(f, 4, 4 * 1000), rel=1e-12)  # inside the window
     assert decode(s, 4, 4 * 20_000) == pytest.approx(decode(f, 4, 4 * 4096), rel=1e-12)  # capped
     # Gemma 2: half the layers slide; past the window only the global half grows
-    gemma = make_cost_model(cost_model, "gemma-2-9b", "a100-80gb")
+    gemma = make_cost_model(cost_model, "gemma-2-9b", "a100-80gb", **options)
     g_full = make_cost_model(cost_model, dataclasses.replace(MODELS["gemma-2-9b"], sliding_window=None,
-                                                             num_sliding_layers=0), "a100-80gb")
+                                                             num_sliding_layers=0), "a100-80gb", **options)
     grow = decode(gemma, 1, 10_000) - decode(gemma, 1, 6_000)
     assert grow == pytest.approx((decode(g_full, 1, 10_000) - decode(g_full, 1, 6_000)) / 2, rel=1e-9)
 
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "gemma-2-9b", "deepseek-v2-lite", "qwen3-30b-a3b"])
-@pytest.mark.parametrize("cost_model", ["calibrated", "roofline"])
-def test_decode_runs_equal_single_steps(name, cost_model):
-    c = make_cost_model(cost_model, name, "h100-80gb", 1)
+@pytest.mark.parametrize("cost_model,options", [("calibrated", {}), ("calibrated", {"engine": "vllm-0.19"}),
+                                                ("roofline", {})])
+def test_decode_runs_equal_single_steps(name, cost_model, options):
+    c = make_cost_model(cost_model, name, "h100-80gb", 1, **options)
     runs = c.decode_run_durations(8, 8 * 3000, 300)  # crosses Gemma's 4096-token window
     steps = [c.iteration_time(BatchShape(num_decode_seqs=8, decode_context_tokens=8 * 3000 + 8 * i)) for i in range(300)]
     assert runs == steps

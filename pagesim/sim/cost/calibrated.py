@@ -172,6 +172,15 @@ class Calibration:
             return self.gemm.seconds(g.m, g.k, g.n, dtype_bytes)
         return self.gemm.grouped_seconds(g, dtype_bytes, fp8_flop_scale if g.fp8 else 1.0)
 
+    def operator_floor(self, op: str, shape: LayerShape) -> float:
+        """The launch-and-tail floor inside operator_seconds (what a CUDA graph takes away), and
+        0 for an operator the shape does not run."""
+        if op in GEMM_OPERATORS:
+            return self.gemm.floor_s
+        if op == "attn_rope" and not shape.rotary:
+            return 0.0
+        return self.elementwise[ELEMENTWISE_KIND[op]].floor_s
+
     def all_reduce_seconds(self, workers: int, nbytes: float) -> float:
         if workers <= 1:
             return 0.0
@@ -320,6 +329,45 @@ class CalibratedCostModel(CostModel):
         lm = self.calibration.gemm.seconds(seqs, self.model.hidden_size, self.model.vocab_size // self.tp,
                                            self.model.dtype_bytes)
         return lm + self.calibration.cpu.seconds(seqs, self.tp)
+
+    def token_kernel_split(self, tokens: int) -> tuple[float, float, int]:
+        """tokens_seconds less its TP all-reduces, split for engine profiles: (busy seconds, launch
+        floors, number of kernels) of every layer's GEMMs (a fused MoE projection is one kernel)
+        and elementwise kernels and the embedding; a MoE layer's EP exchange counts as busy."""
+        cal, d = self.calibration, self.model.dtype_bytes
+        total_busy = total_floors = 0.0
+        total_kernels = 0
+        for group in layer_groups(self.model, tokens, self.tp, self.ep):
+            s = group.shape
+            busy = floors = 0.0
+            kernels = 0
+            for g in group.gemms:
+                floor = cal.gemm.floor_s
+                busy += cal.gemm_seconds(g, d, self._fp8_flop_scale) - floor
+                floors += floor
+                kernels += 1
+            for op in ELEMENTWISE_OPERATORS + ("add",) * (RESIDUAL_ADDS_PER_LAYER - 1):
+                floor = cal.operator_floor(op, s)
+                if op == "attn_rope" and not s.rotary:
+                    continue
+                busy += cal.operator_seconds(op, s, tokens) - floor
+                floors += floor
+                kernels += 1
+            if group.ep_exchange_bytes:
+                busy += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
+            total_busy += group.num_layers * busy
+            total_floors += group.num_layers * floors
+            total_kernels += group.num_layers * kernels
+        s = self.shape
+        emb_floor = cal.operator_floor("emb", s)
+        return (total_busy + cal.operator_seconds("emb", s, tokens) - emb_floor, total_floors + emb_floor,
+                total_kernels + 1)
+
+    def lm_head_split(self, seqs: int) -> tuple[float, float]:
+        """(busy seconds, launch floor) of the LM head over `seqs` sampled rows."""
+        t = self.calibration.gemm.seconds(seqs, self.model.hidden_size, self.model.vocab_size // self.tp,
+                                          self.model.dtype_bytes)
+        return t - self.calibration.gemm.floor_s, self.calibration.gemm.floor_s
 
     def iteration_time(self, shape: BatchShape) -> float:
         # Hot path: two cached lookups, then linear attention terms; the decode context read last
