@@ -74,11 +74,11 @@ def fit_h100(paths, out_dir: Path, progress=print, max_iterations: int = 4):
     from pagesim.engine_fit import fit_engine
     from pagesim.realruns import load_real_run
     from pagesim.sim.cost.engine import load_engine_profile
-    from pagesim.validate import client_timeout, fit_run, leave_one_out
+    from pagesim.validate import fit_run, kept_up, leave_one_out
 
     base = load_engine_profile("vllm-0.15")
     runs = [load_real_run(p) for p in paths]
-    stable = [r for r in runs if client_timeout(r) is None]
+    stable = [r for r in runs if kept_up(r)]
     fit_runs = [fit_run(r, gpu="h100-80gb", engine="vllm-0.15") for r in stable]
     full = fit_engine(fit_runs, base, max_iterations=max_iterations, progress=progress)
     profiles = out_dir / "profiles"

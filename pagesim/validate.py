@@ -76,6 +76,16 @@ def client_timeout(run) -> float | None:
     return None
 
 
+def kept_up(run) -> bool:
+    """Whether the real server kept up with the run's load: no client timeouts and a median TTFT
+    under a second. A run that did not is queue-dominated: it says little about step times and
+    much about the queue, so it is left out of engine fits (and kept to judge them)."""
+    if client_timeout(run) is not None:
+        return False
+    ttfts = sorted(r.ttft_s for r in run.requests if r.ok and r.ttft_s is not None)
+    return bool(ttfts) and percentile(ttfts, 50) < 1.0
+
+
 def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
     """The replay of a real run: its recorded server settings, `overrides` (ReplayConfig fields,
     None = not given) on top. Returns the config and what was assumed."""
