@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the heavy modules load when a function runs, not when pages
 TraceLike = Trace | str | os.PathLike
 
 # CLI flag (as a Python name) -> ReplayConfig field, where the two differ
-_RENAMED = {"swap_space": "swap_space_gib", "warmup": "warmup_s"}
+_RENAMED = {"swap_space": "swap_space_gib", "warmup": "warmup_s", "force": "force_profile"}
 
 
 def replay_options() -> list[str]:

@@ -118,12 +118,12 @@ RATE_OR_TRACE = NumberRule(lo=0, hi=1e6, tiny=1e-4,
                            why="req/s, 0 for the trace's own times; below 1e-4 the arrivals spread past what the "
                                "simulated clock resolves")
 BURSTINESS = NumberRule(lo=0, lo_open=True, hi=1e3, tiny=1e-3, why="the gamma shape; 1 is Poisson")
-SECONDS = NumberRule(lo=0, hi=MAX_SIM_SECONDS, why="seconds")
+SECONDS = NumberRule(lo=0, hi=MAX_SIM_SECONDS, tiny=0, why="seconds")
 POSITIVE_SECONDS = NumberRule(lo=0, lo_open=True, hi=MAX_SIM_SECONDS, why="seconds")
-TRACE_SECONDS = NumberRule(lo=0, hi=MAX_TRACE_SECONDS, why="seconds")
+TRACE_SECONDS = NumberRule(lo=0, hi=MAX_TRACE_SECONDS, tiny=0, why="seconds")
 STEP_SECONDS = NumberRule(lo=0, lo_open=True, hi=3600, tiny=1e-9,
                           why="seconds per step: a step of 0 never advances the simulated clock")
-SWAP_GIB = NumberRule(lo=0, hi=1024, why="GiB of host memory per GPU")
+SWAP_GIB = NumberRule(lo=0, hi=1024, tiny=0, why="GiB of host memory per GPU")
 SCALE = NumberRule(lo=0, lo_open=True, hi=1e3, tiny=1e-3)
 PRICE = NumberRule(lo=0, lo_open=True, hi=1e6, tiny=1e-6, why="$ per GPU-hour")
 
@@ -137,7 +137,8 @@ BLOCKS = NumberRule(lo=0, hi=MAX_BLOCKS, integer=True)
 BLOCK_SIZE = NumberRule(lo=1, hi=65536, integer=True, why="tokens")
 TOKENS = NumberRule(lo=1, hi=100_000_000, integer=True, why="tokens")
 SEQS = NumberRule(lo=0, hi=1_000_000, integer=True)
-WORKERS = NumberRule(lo=0, hi=1024, integer=True)
+WORKERS = NumberRule(lo=0, hi=1024, integer=True, why="0: one per CPU")
+JOBS = NumberRule(lo=1, hi=1024, integer=True)
 
 
 def check_fields(obj: Any, rules: dict[str, NumberRule], name=lambda field: field) -> None:

@@ -82,8 +82,8 @@ RATE, RATE_OR_TRACE, BURSTINESS, SCALE = (Number(r) for r in (inputs.RATE, input
 SECONDS, POSITIVE_SECONDS, SWAP_GIB = Number(inputs.SECONDS), Number(inputs.POSITIVE_SECONDS), Number(inputs.SWAP_GIB)
 COUNT, POSITIVE_INT, ANY_INT = Number(inputs.COUNT), Number(inputs.POSITIVE_INT), Number(NumberRule(integer=True))
 SEED, TP, NUM_REQUESTS, SAMPLES = (Number(r) for r in (inputs.SEED, inputs.TP, inputs.NUM_REQUESTS, inputs.SAMPLES))
-BLOCKS, BLOCK_SIZE, TOKENS, SEQS, WORKERS = (Number(r) for r in (inputs.BLOCKS, inputs.BLOCK_SIZE, inputs.TOKENS,
-                                                                  inputs.SEQS, inputs.WORKERS))
+BLOCKS, BLOCK_SIZE, TOKENS, SEQS = (Number(r) for r in (inputs.BLOCKS, inputs.BLOCK_SIZE, inputs.TOKENS, inputs.SEQS))
+WORKERS, JOBS = Number(inputs.WORKERS), Number(inputs.JOBS)
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -11,8 +11,9 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
-                                check_workload, fail, load_trace_file, progress_bar, warn)
+from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
+                                RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
+                                check_run_size, check_workload, fail, load_trace_file, progress_bar, warn)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 
@@ -28,35 +29,36 @@ def replay(
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
     model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs) or a Hugging Face config.json"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
-    tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
+    tp: int = typer.Option(1, parser=TP, help="tensor-parallel degree"),
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
-    block_size: int = typer.Option(DEFAULTS.block_size, parser=POSITIVE_INT, help="tokens per KV block"),
+    block_size: int = typer.Option(DEFAULTS.block_size, parser=BLOCK_SIZE, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
-    rate: float = typer.Option(1.0, parser=NON_NEGATIVE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
-    burstiness: float = typer.Option(1.0, parser=POSITIVE, help="gamma arrivals: shape; 1.0 is Poisson"),
-    num_requests: int = typer.Option(1000, parser=POSITIVE_INT, help="requests to replay (the trace is cycled if it holds "
+    rate: float = typer.Option(1.0, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
+    burstiness: float = typer.Option(1.0, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
+    num_requests: int = typer.Option(1000, parser=NUM_REQUESTS, help="requests to replay (the trace is cycled if it holds "
                                      "fewer)"),
-    duration: Optional[float] = typer.Option(None, parser=POSITIVE, help="seconds of arrivals instead of a request count"),
-    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=COUNT, help="sequences running at once, at most"),
-    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=POSITIVE_INT,
+    duration: Optional[float] = typer.Option(None, parser=POSITIVE_SECONDS, help="seconds of arrivals instead of a request count"),
+    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
+    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=TOKENS,
                                                          help=BATCHED_TOKENS_HELP),
-    swap_space: float = typer.Option(4.0, parser=NON_NEGATIVE, help="GiB of host memory per GPU for swapped blocks"),
-    num_gpu_blocks: Optional[int] = typer.Option(None, parser=COUNT, help="KV pool size in blocks (default: sized from "
+    swap_space: float = typer.Option(4.0, parser=SWAP_GIB, help="GiB of host memory per GPU for swapped blocks"),
+    num_gpu_blocks: Optional[int] = typer.Option(None, parser=BLOCKS, help="KV pool size in blocks (default: sized from "
                                                  "model and GPU)"),
     prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, help="automatic prefix caching"),
     chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, help="split prompts to fill the token budget"),
-    n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples for every request"),
-    beam_width: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="beam search of this width for every request "
+    n: Optional[int] = typer.Option(None, parser=SAMPLES, help="parallel samples for every request"),
+    beam_width: Optional[int] = typer.Option(None, parser=SAMPLES, help="beam search of this width for every request "
                                              "(simulated beam ancestry: pagesim/sim/beam_model.py)"),
     beam_ancestry: Optional[Path] = typer.Option(None, help="beam-ancestry measurements to fit the simulated beam search "
                                                  "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
-    warmup: float = typer.Option(0.0, parser=NON_NEGATIVE, help="leave requests arriving in the first S seconds out of "
+    warmup: float = typer.Option(0.0, parser=SECONDS, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics"),
     cost_model: str = typer.Option("calibrated", help="calibrated (fitted to measured GPU timings), roofline, constant or "
                                    "profiled"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
-    seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process"),
-    out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
+    force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
+    seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process"),
+    out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
@@ -74,7 +76,7 @@ def replay(
                    duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                    swap_space=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,
                    chunked_prefill=chunked_prefill, n=n, beam_width=beam_width, beam_ancestry=beam_ancestry,
-                   cost_model=cost_model, profile=profile, seed=seed, warmup=warmup)
+                   cost_model=cost_model, profile=profile, seed=seed, warmup=warmup, force=force)
     try:
         sim = prepare_replay(loaded, keep_steps=out is not None, **options)  # steps only for steps.csv
     except (KeyError, ValueError, OSError) as e:

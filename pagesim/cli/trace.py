@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import COUNT, OUT_FILE, POSITIVE_INT, fail, load_trace_file
+from pagesim.cli.checks import OUT_FILE, POSITIVE_INT, SEED, fail, load_trace_file
 
 trace_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="Build and inspect workload traces (docs/traces.md).")
 app.add_typer(trace_app, name="trace")
@@ -52,7 +52,7 @@ def build(
     num: Optional[int] = typer.Option(
         None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
     ),
-    seed: int = typer.Option(0, "--seed", parser=COUNT, help="seed of the shuffle that picks the requests"),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests"),
 ) -> None:
     """Build a trace from the public data; the same command always writes the same bytes."""
     from rich.console import Console

@@ -18,6 +18,8 @@ import simpy
 from pagesim.core import SchedulerOutput, ServingConfig, StepResult
 from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
+from pagesim import inputs
+from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
@@ -48,7 +50,22 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
     beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
     cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
+    force_profile: bool = False  # use a profile measured on another model or GPU anyway (--force)
     waste_interval_s: float | None = None  # sample the KV waste breakdown this often
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # the CLI's flags obey the same rules (pagesim.inputs), so an API caller meets the same limits
+        check_fields(self, _FIELD_RULES, name=lambda f: "--" + _FLAG_NAMES.get(f, f).replace("_", "-"))
+
+
+_FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blocks": inputs.BLOCKS,
+                "rate": inputs.RATE, "burstiness": inputs.BURSTINESS, "num_requests": inputs.NUM_REQUESTS,
+                "duration": inputs.POSITIVE_SECONDS, "warmup_s": inputs.SECONDS, "n": inputs.SAMPLES,
+                "beam_width": inputs.SAMPLES, "seed": inputs.SEED, "block_size": inputs.BLOCK_SIZE,
+                "max_num_seqs": inputs.SEQS, "max_num_batched_tokens": inputs.TOKENS,
+                "waste_interval_s": inputs.POSITIVE_SECONDS}
+_FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_interval_s": "waste_interval"}
 
 
 @dataclass
@@ -84,7 +101,8 @@ class Replay:
                                  "simulator keeps track of")
         self.pool = cfg.pool(num_blocks, host_blocks)
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
-        self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
+        forced = {"force": True} if cfg.force_profile else {}  # only the profiled model takes it
+        self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile, **forced)
         self.requests, self.notes = cfg.requests(trace)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
