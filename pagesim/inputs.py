@@ -55,12 +55,13 @@ class NumberRule:
             hi = MAX_MAGNITUDE
         if not self.integer and lo is None:
             lo = -MAX_MAGNITUDE
+        f = (lambda v: f"{v:,}") if self.integer else (lambda v: f"{v:g}")
         if lo is not None and hi is not None:
-            text = f"{kind} in {'(' if self.lo_open else '['}{lo:g}, {hi:g}{')' if self.hi_open else ']'}"
+            text = f"{kind} in {'(' if self.lo_open else '['}{f(lo)}, {f(hi)}{')' if self.hi_open else ']'}"
         elif lo is not None:
-            text = f"{kind} {'>' if self.lo_open else '>='} {lo:g}"
+            text = f"{kind} {'>' if self.lo_open else '>='} {f(lo)}"
         elif hi is not None:
-            text = f"{kind} {'<' if self.hi_open else '<='} {hi:g}"
+            text = f"{kind} {'<' if self.hi_open else '<='} {f(hi)}"
         else:
             text = kind
         if not self.integer and self.tiny > 0 and (self.lo is None or self.lo < self.tiny):
