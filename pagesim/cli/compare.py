@@ -157,12 +157,12 @@ def compare(
         typer.echo(step_fidelity_table(with_steps))
     for r in results:
         ok = r.headline_within(tolerance)
-        Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %")
+        Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %", markup=False)
     fig_path = figure or (out / "compare.png" if out is not None else None)
     if out is not None:
-        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))
+        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""), markup=False)
     elif fig_path is not None:
-        Console().print(f"wrote {fig_path}")
+        Console().print(f"wrote {fig_path}", markup=False)
 
 
 def _in_process(model, device, dtype, loaded_trace, settings, profile, prof, block_size, num_gpu_blocks,
@@ -225,5 +225,5 @@ def _repeated(model, device, dtype, loaded_trace, settings, systems, profile, re
     typer.echo(repeated_markdown(results))
     for r in results:
         Console().print(f"{r.label}: headline metrics {'meet' if r.headline_met() else 'do NOT meet'} the target "
-                        f"(inside the executor's 95 % band or within {tolerance * 100:.0f} % of its mean)")
-    Console().print(f"wrote {out}/compare.json, compare.md")
+                        f"(inside the executor's 95 % band or within {tolerance * 100:.0f} % of its mean)", markup=False)
+    Console().print(f"wrote {out}/compare.json, compare.md", markup=False)

@@ -59,10 +59,11 @@ def plan(
     prices: Optional[Path] = typer.Option(None, help="GPU prices file (default: pagesim/plan/gpu_prices.json)"),
     cost_model: str = typer.Option("calibrated", help="calibrated, roofline or profiled (with --profile)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
+    force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
     seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process (the same at every rate)"),
     jobs: int = typer.Option(0, parser=WORKERS, help="parallel workers (0: the CPU count)"),
     backend: str = typer.Option("local", help="local (process pool) or ray (RAY_ADDRESS, or a local cluster)"),
-    cache_dir: Path = typer.Option(Path(".pagesim-cache/plan"), help="cache of simulated runs"),
+    cache_dir: Path = typer.Option(Path(".pagesim-cache/plan"), parser=OUT_DIR, help="cache of simulated runs"),
     no_cache: bool = typer.Option(False, "--no-cache", help="simulate every run again, store nothing"),
     out: Path = typer.Option(..., parser=OUT_DIR, help="write report.md, report.html, plan.json and plots/ here"),
     as_json: bool = typer.Option(False, "--json", help="print plan.json's content instead of the table"),
@@ -70,6 +71,7 @@ def plan(
     """Find, for each configuration, the highest rate one replica sustains within the SLOs; then the
     replicas and cost to serve TARGET_RATE, the cheapest configuration, and a report."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from pagesim.plan import make_plan
@@ -93,7 +95,7 @@ def plan(
                            _names("--preemption", preemption),
                            _ints("--max-num-seqs", max_num_seqs))
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
-                               profile=str(profile) if profile else None, seed=seed)
+                               profile=str(profile) if profile else None, seed=seed, force_profile=force)
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         price_table = load_prices(prices)
         loaded = load_trace(input_file(trace, "trace file"))
@@ -121,6 +123,7 @@ def plan(
                           "--start-rate", f"{start_rate:.12g}", "--min-rate", f"{min_rate:.12g}",
                           "--min-headroom", f"{min_headroom:.12g}", "--cost-model", cost_model, "--seed", str(seed)]
                          + (["--prices", str(prices)] if prices else []) + (["--profile", str(profile)] if profile else [])
+                         + (["--force"] if force else [])
                          + ["--out", str(out)])
 
     workers = jobs or os.cpu_count() or 1
@@ -145,7 +148,8 @@ def plan(
         sys.stdout.write(paths["json"].read_text())
         return
     con = Console()
-    table = Table(title=f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos), title_justify="left")
+    table = Table(title=escape(f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos)),
+                  title_justify="left")
     for name in ("#", "configuration", "capacity/replica", "replicas", "$/h", "$/M out tok", "headroom", "limiting"):
         table.add_column(name, justify="left" if name in ("configuration", "limiting") else "right")
     rank = {id(r): i + 1 for i, r in enumerate(result.ranking)}
@@ -162,4 +166,4 @@ def plan(
     else:
         con.print(f"[bold]cheapest:[/] {best.replicas} replica(s) of {best.point.label}: ${best.cost_per_hour:,.2f}/h")
     con.print(f"{simulated} runs simulated, {cached} from the cache, {elapsed:.1f} s; "
-              f"wrote {paths['md']}, {paths['html']}, {paths['json']}")
+              f"wrote {paths['md']}, {paths['html']}, {paths['json']}", markup=False)  # paths may hold "[/bold]"

@@ -85,7 +85,7 @@ def profile(
         tmp.write_text(json.dumps(data, indent=1) + "\n")
     fit = ProfiledCostModel.from_profile(load_profile(out)).describe()
     print_fit(fit, Console())
-    Console().print(f"wrote {out} ({len(data['steps'])} step shapes, {data['profile_wall_s']} s)")
+    Console().print(f"wrote {out} ({len(data['steps'])} step shapes, {data['profile_wall_s']} s)", markup=False)
 
 
 def print_fit(fit: dict, console) -> None:

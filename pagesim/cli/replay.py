@@ -106,7 +106,7 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
 
         print_summary(summary, Console(), title)
         if out is not None:
-            Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json")
+            Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json", markup=False)
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:
@@ -123,11 +123,12 @@ def _pct(fraction: float | None) -> float | None:
 
 def print_summary(s: dict, console, title: str) -> None:
     """The end-of-run table both `pagesim replay` and `pagesim run` print."""
+    from rich.markup import escape
     from rich.table import Table
 
     if s.get("num_kv_blocks") is not None:  # None: measured over HTTP, the pool is the server's
         title += f" · {s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)"
-    table = Table(title=title, show_header=False, title_justify="left")
+    table = Table(title=escape(title), show_header=False, title_justify="left")  # a model path may hold "[/bold]"
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column(style="bold")
@@ -155,6 +156,6 @@ def print_summary(s: dict, console, title: str) -> None:
         table.add_row(*row)
     console.print(table)
     for note in s.get("notes", []):
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     for reason, count in s.get("reject_reasons", {}).items():
-        console.print(f"rejected {count}: {reason}")
+        console.print(f"rejected {count}: {reason}", markup=False)
