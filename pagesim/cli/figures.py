@@ -19,7 +19,8 @@ def figures(
     jobs: int = typer.Option(2, parser=JOBS, help="figure scripts running at once"),
     full: bool = typer.Option(False, help="the paper's 3600 s of arrivals (default: the artifact's 600 s)"),
     smoke: bool = typer.Option(False, help="every script in its seconds-long smoke mode"),
-    out_dir: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="where the figure files go (default reports/figures)"),
+    out_dir: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="where the figure files go (default reports/figures, "
+                                        "which a --smoke run or one of fewer figures than reports/paper.md lists must not replace)"),
 ) -> None:
     """Run the figure scripts in parallel processes and write reports/paper.md."""
     from rich.console import Console
@@ -34,6 +35,8 @@ def figures(
         fail("--full and --smoke exclude each other")
     try:
         figs = run_all.discover(only)
+        if out_dir is None:  # the committed results: never replaced by smoke runs or by fewer figures
+            run_all.check_default_target(figs, smoke)
     except ValueError as e:
         fail(str(e))
     out = out_dir or run_all.DEFAULT_OUT_DIR
