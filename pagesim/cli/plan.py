@@ -25,8 +25,6 @@ def _ints(option: str, text: str) -> list[int]:
         fail(f"{option}: expected comma-separated integers, got {text!r}")
     if not values:
         fail(f"{option}: no value given")
-    if min(values) < 1:
-        fail(f"{option}: values must be positive integers, got {text!r}")
     return values
 
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from pagesim.core.config import CHOICES, ServingConfig
-from pagesim.inputs import BLOCK_SIZE, NUM_REQUESTS, SECONDS, SWAP_GIB, TP, NumberRule
+from pagesim.inputs import BLOCK_SIZE, MAX_REQUESTS, NUM_REQUESTS, SECONDS, SWAP_GIB, TP, NumberRule
 from pagesim.sim.engine import ReplayConfig
 from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.sim.specs import get_gpu, get_model
@@ -52,6 +52,7 @@ class RunSettings:
     cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
     seed: int = 0
+    force_profile: bool = False  # use a profile measured on another model or GPU anyway
 
     def __post_init__(self) -> None:
         if self.num_requests < 10:
@@ -68,7 +69,11 @@ class RunSettings:
             get_model(self.model).max_model_len)
 
     def requests_at(self, rate: float) -> int:
-        return max(self.num_requests, math.ceil(rate * self.min_duration_s))
+        n = max(self.num_requests, math.ceil(rate * self.min_duration_s))
+        if n > MAX_REQUESTS:
+            raise ValueError(f"--min-duration {self.min_duration_s:g} s at {rate:g} req/s asks for {n:,} requests, more "
+                             f"than the {MAX_REQUESTS:,} one run may hold")
+        return n
 
     def replay_config(self, point: GridPoint, rate: float) -> ReplayConfig:
         n = self.requests_at(rate)
@@ -77,7 +82,7 @@ class RunSettings:
             preemption=point.preemption, rate=rate, num_requests=n,
             max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
             swap_space_gib=self.swap_space_gib, cost_model=self.cost_model, profile=self.profile,
-            seed=self.seed, warmup_s=self.warmup_fraction * n / rate,
+            seed=self.seed, warmup_s=self.warmup_fraction * n / rate, force_profile=self.force_profile,
         )
 
 
