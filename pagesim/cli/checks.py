@@ -46,10 +46,11 @@ def fail(message: str) -> NoReturn:
 
 class Number:
     """A flag parser over one of pagesim.inputs' number rules (the one rule for every number, from
-    a flag or from a file): `typer.Option(..., parser=RATE)`. Names as in pagesim.inputs."""
+    a flag or from a file): `typer.Option(..., parser=RATE)`. Names as in pagesim.inputs; a flag
+    of its own kind gives the rule's bounds, `Number(lo=1, hi=65535, integer=True)`."""
 
-    def __init__(self, rule: NumberRule):
-        self.rule = rule
+    def __init__(self, rule: NumberRule | None = None, **bounds):
+        self.rule = rule if rule is not None else NumberRule(**bounds)
         self.__name__ = "integer" if rule.integer else "float"  # typer names the metavar after it
 
     def describe(self) -> str:
