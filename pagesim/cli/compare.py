@@ -14,8 +14,8 @@ from typing import List, Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, NUM_REQUESTS, OUT_DIR, OUT_FILE, POSITIVE_INT, RATE, SAMPLES, SCALE,
-                                SEED, SEQS, TOKENS, fail, input_file, progress_bar)
+from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, NON_NEGATIVE, NUM_REQUESTS, OUT_DIR, OUT_FILE, POSITIVE_INT, RATE,
+                                SAMPLES, SCALE, SEED, SEQS, TOKENS, fail, input_file, progress_bar)
 from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
 from pagesim.cli.replay import Policy, Preemption
 
@@ -63,7 +63,7 @@ def compare(
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write compare.json, compare.md, compare.png and both "
                                        "runs' metrics here"),
     figure: Optional[Path] = typer.Option(None, parser=OUT_FILE, help="figure path (default OUT/compare.png)"),
-    tolerance: float = typer.Option(0.05, parser=SCALE, help="target relative error on the headline metrics (reported, not enforced)"),
+    tolerance: float = typer.Option(0.05, parser=NON_NEGATIVE, help="target relative error on the headline metrics (reported, not enforced)"),
 ) -> None:
     """Serve TRACE on the executor and in the simulator with the same arrivals; print the errors."""
     from rich.console import Console
