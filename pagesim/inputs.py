@@ -135,7 +135,7 @@ TP = NumberRule(lo=1, hi=MAX_TP, integer=True, why=f"GPUs; a tensor-parallel gro
 NUM_REQUESTS = NumberRule(lo=1, hi=MAX_REQUESTS, integer=True)
 SAMPLES = NumberRule(lo=1, hi=MAX_SAMPLES, integer=True)
 BLOCKS = NumberRule(lo=0, hi=MAX_BLOCKS, integer=True)
-BLOCK_SIZE = NumberRule(lo=1, hi=65536, integer=True, why="tokens")
+BLOCK_SIZE = NumberRule(lo=1, hi=100_000_000, integer=True, why="tokens")
 TOKENS = NumberRule(lo=1, hi=100_000_000, integer=True, why="tokens")
 SEQS = NumberRule(lo=0, hi=1_000_000, integer=True)
 WORKERS = NumberRule(lo=0, hi=1024, integer=True, why="0: one per CPU")
@@ -194,11 +194,11 @@ def parse_json(text: str, where: str, **hooks) -> Any:
     try:
         doc = json.loads(text, parse_constant=_reject_constant, **hooks)
     except json.JSONDecodeError as e:
-        raise InputValueError(f"{where}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        raise InputValueError(f"{where}: not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except RecursionError:
         raise InputValueError(f"{where}: nested more than {MAX_JSON_DEPTH} levels deep") from None
     except ValueError as e:  # NaN / Infinity
-        raise InputValueError(f"{where}: not valid JSON ({e})") from None
+        raise InputValueError(f"{where}: not JSON ({e})") from None
     problem = json_depth_problem(doc)
     if problem:
         raise InputValueError(f"{where}: {problem}")

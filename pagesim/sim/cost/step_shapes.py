@@ -50,7 +50,7 @@ def read_step_shapes(path: str | Path) -> list[LoggedStep]:
         regular_file(path, "step log")  # a FIFO would block the read forever
         f = open(path, newline="")
     except InputValueError as e:
-        raise StepShapesError(str(e)) from None
+        raise StepShapesError(f"{path}: cannot read ({str(e).removeprefix(f'{path}: ')})") from None
     except OSError as e:
         raise StepShapesError(f"{path}: cannot read ({e.strerror})") from None
     with f:
