@@ -51,7 +51,7 @@ class Number:
 
     def __init__(self, rule: NumberRule | None = None, **bounds):
         self.rule = rule if rule is not None else NumberRule(**bounds)
-        self.__name__ = "integer" if rule.integer else "float"  # typer names the metavar after it
+        self.__name__ = "integer" if self.rule.integer else "float"  # typer names the metavar after it
 
     def describe(self) -> str:
         return self.rule.describe()
