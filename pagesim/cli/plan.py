@@ -95,6 +95,7 @@ def plan(
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
                                profile=str(profile) if profile else None, seed=seed, force_profile=force)
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
+        settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
         price_table = load_prices(prices)
         loaded = load_trace(input_file(trace, "trace file"))
     except KeyError as e:

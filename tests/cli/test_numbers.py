@@ -68,6 +68,7 @@ CASES = [
     (PLAN + f" --tp {10**41}", "--tp must be an integer in [1, 1,024]"),
     (PLAN + " --num-requests 100000000", "'--num-requests'"),
     (PLAN + " --start-rate 1e-300", "'--start-rate'"),
+    (PLAN + " --min-duration 1e9", "asks for 1,000,000,000 requests, more than the 1,000,000"),
     # files: an arrival of 10^309, deep JSON anywhere, FIFOs
     ("replay {tmp}/huge_arrival.json --rate 0 --num-requests 1", "arrival_time"),
     ("replay {tmp}/deep_meta.json", "nested more than 64 levels deep"),
