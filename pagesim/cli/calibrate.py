@@ -54,7 +54,7 @@ def check(
     result = {"file": str(ops_csv), "gpu": spec.name, "calibration": cal.source.get("scaled_from", spec.name),
               **check_rows(cal, rows)}
     if as_json:
-        json.dump(result, sys.stdout, indent=2, sort_keys=True)
+        json.dump(result, sys.stdout, indent=2, sort_keys=True, allow_nan=False)  # never NaN: the inputs are bounded
         sys.stdout.write("\n")
         return
     console = Console()
