@@ -76,6 +76,16 @@ def client_timeout(run) -> float | None:
     return None
 
 
+def kept_up(run) -> bool:
+    """Whether the real server kept up with the run's load: no client timeouts and a median TTFT
+    under a second. A run that did not is queue-dominated: it says little about step times and
+    much about the queue, so it is left out of engine fits (and kept to judge them)."""
+    if client_timeout(run) is not None:
+        return False
+    ttfts = sorted(r.ttft_s for r in run.requests if r.ok and r.ttft_s is not None)
+    return bool(ttfts) and percentile(ttfts, 50) < 1.0
+
+
 def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
     """The replay of a real run: its recorded server settings, `overrides` (ReplayConfig fields,
     None = not given) on top. Returns the config and what was assumed."""
@@ -245,17 +255,28 @@ def fit_errors(run: FitRun, simulated: dict) -> dict:
     return compare(real.stats(), sim.stats())
 
 
-def leave_one_out(runs: list[FitRun], base, start=None, progress=None, **fit_options) -> dict:
-    """For each run: the profile fitted on the others, and that profile's errors on it."""
-    from pagesim.engine_fit import fit_engine, replay_with
+def leave_one_out(runs: list[FitRun], base, start, progress=None, refine: int = 1) -> dict:
+    """For each run: the profile fitted on the others, and that profile's errors on it (a replay
+    of the held-out run with the fold's parameters).
 
+    Each fold starts from the windows of a replay of every run at `start` (the fit on all runs,
+    so the fold's first solve is linearised around that schedule) and re-solves on its own
+    training runs `refine` more times, replaying them at the fold's parameters; the held-out
+    run's rows never enter its fold's solve."""
+    from pagesim.engine_fit import PARAMS, replay_with, solve
+    from pagesim.sim.cost.engine import EngineParams
+
+    shared = [replay_with(run, start, base)[0] for run in runs]
     out = {}
     for i, held in enumerate(runs):
-        rest = runs[:i] + runs[i + 1:]
-        fitted = fit_engine(rest, base, start=start, **fit_options)
-        windows, _ = replay_with(held, fitted.params, base)
-        out[held.name] = {"params": {k: getattr(fitted.params, k) for k in fitted.history[-1]["params"]},
-                          "iterations": fitted.iterations, "errors": fit_errors(held, windows.simulated)}
+        train = shared[:i] + shared[i + 1:]
+        params = EngineParams(**dict(zip(PARAMS, (float(x) for x in solve(train)))))
+        for _ in range(refine):
+            train = [replay_with(run, params, base)[0] for j, run in enumerate(runs) if j != i]
+            params = EngineParams(**dict(zip(PARAMS, (float(x) for x in solve(train)))))
+        windows, _ = replay_with(held, params, base)
+        out[held.name] = {"params": {k: getattr(params, k) for k in PARAMS}, "refine": refine,
+                          "errors": fit_errors(held, windows.simulated)}
         if progress is not None:
             progress(held.name, out[held.name])
     return out

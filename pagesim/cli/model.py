@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import POSITIVE_INT, fail
+from pagesim.cli.checks import TP, fail
 
 model_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Model descriptions: parameters, weight and KV bytes, the KV pool on a GPU.")
@@ -47,8 +47,8 @@ def list_models(as_json: bool = typer.Option(False, "--json", help="print the ca
 @model_app.command()
 def inspect(
     model: str = typer.Argument(..., help="catalog name (pagesim model list) or a Hugging Face config.json"),
-    tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
-    ep: int = typer.Option(1, parser=POSITIVE_INT, help="expert parallelism: a MoE's routed experts split over this "
+    tp: int = typer.Option(1, parser=TP, help="tensor-parallel degree"),
+    ep: int = typer.Option(1, parser=TP, help="expert parallelism: a MoE's routed experts split over this "
                            "many GPUs"),
     gpu: Optional[str] = typer.Option(None, help="GPU from the catalog: also size the KV pool in tokens"),
     kv_cache_dtype: str = typer.Option("auto", help="KV cache element type: auto (the model's dtype) or fp8"),

@@ -5,9 +5,9 @@ Every error is one line naming the file and the field (ModelConfigError)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from pagesim.inputs import InputValueError, read_json
 from pagesim.models.spec import ModelSpec
 
 SERVING_DTYPE_BYTES = 2  # fp16/bf16 serving, as the paper; a config's torch_dtype is not used
@@ -82,14 +82,10 @@ def load_model_config(path: str | Path) -> ModelSpec:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        config = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ModelConfigError(f"{p}: no such config file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelConfigError(f"{p}: not JSON ({e})") from None
-    except OSError as e:
-        raise ModelConfigError(f"{p}: cannot read ({e.strerror})") from None
+    try:  # a regular file (a FIFO would block), valid JSON, not nested past what a walk over it survives
+        config = read_json(p, "config file")
+    except InputValueError as e:
+        raise ModelConfigError(str(e)) from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{p}: expected a JSON object at the top level")
     name = str(config.get("_name_or_path") or p.parent.name or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()

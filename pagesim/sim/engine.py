@@ -19,6 +19,8 @@ import simpy
 from pagesim.core import SchedulerOutput, ServingConfig, StepResult
 from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
+from pagesim import inputs
+from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
@@ -54,10 +56,25 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
     cost_model: str = DEFAULT_COST_MODEL
     engine: str = DEFAULT_ENGINE  # how the engine runs the kernels (calibrated cost model): pagesim.sim.cost.engine
     profile: str | None = None
+    force_profile: bool = False  # use a profile measured on another model or GPU anyway (--force)
     waste_interval_s: float | None = None  # sample the KV waste breakdown this often
     # A client that gives up: a request not finished this long after its arrival is aborted
     # (its KV freed, as a server does when the client disconnects) and counted as failed.
     client_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # the CLI's flags obey the same rules (pagesim.inputs), so an API caller meets the same limits
+        check_fields(self, _FIELD_RULES, name=lambda f: "--" + _FLAG_NAMES.get(f, f).replace("_", "-"))
+
+
+_FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blocks": inputs.BLOCKS,
+                "rate": inputs.RATE, "burstiness": inputs.BURSTINESS, "num_requests": inputs.NUM_REQUESTS,
+                "duration": inputs.POSITIVE_SECONDS, "warmup_s": inputs.SECONDS, "n": inputs.SAMPLES,
+                "beam_width": inputs.SAMPLES, "seed": inputs.SEED, "block_size": inputs.BLOCK_SIZE,
+                "max_num_seqs": inputs.SEQS, "max_num_batched_tokens": inputs.TOKENS,
+                "waste_interval_s": inputs.POSITIVE_SECONDS}
+_FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_interval_s": "waste_interval"}
 
 
 @dataclass
@@ -95,9 +112,11 @@ class Replay:
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
         if cfg.ep != 1 and cost_model is None and cfg.cost_model.lower() not in EP_COST_MODELS:
             raise ValueError(f"--ep is priced by the {' and '.join(EP_COST_MODELS)} cost models, not {cfg.cost_model!r}")
-        ep = {"ep": cfg.ep} if cfg.ep != 1 else {}  # only the models that price expert parallelism take it
+        extra = {"force": True} if cfg.force_profile else {}  # only the profiled model takes it
+        if cfg.ep != 1:  # only the models that price expert parallelism take it
+            extra["ep"] = cfg.ep
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile,
-                                                  **engine_options(cfg.cost_model, cfg.engine, cfg.max_num_seqs), **ep)
+                                                  **engine_options(cfg.cost_model, cfg.engine, cfg.max_num_seqs), **extra)
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace)
