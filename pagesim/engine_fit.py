@@ -47,6 +47,7 @@ PRIORS = {"gpu_time_scale": (1.0, 0.15), "graph_kernel_s": (2e-6, 1.5e-6), "allr
           "cpu_step_s": (5e-4, 5e-4), "cpu_per_seq_s": (0.0, 1e-5), "request_host_s": (0.0, 0.05)}
 # Relative error of one stage mean that counts as much as one prior spread (run-to-run noise).
 STAGE_MEAN_NOISE = 0.02
+DAMPING = 0.5  # share of each later iteration's step taken
 
 
 @dataclass
@@ -224,14 +225,17 @@ def fit_engine(runs: list[FitRun], base: EngineProfile, start: EngineParams | No
     history = []
     for iteration in range(1, max_iterations + 1):
         windows = [replay_with(run, params, base)[0] for run in runs]
-        theta = solve(windows, priors)
-        new = EngineParams(**dict(zip(PARAMS, (float(x) for x in theta))))
         old_v = np.array([getattr(params, p) for p in PARAMS])
+        theta = solve(windows, priors)
+        if iteration > 1:  # damped: the schedule moves with the parameters, and a full step can overshoot
+            theta = old_v + DAMPING * (theta - old_v)
+        new = EngineParams(**dict(zip(PARAMS, (float(x) for x in theta))))
         spreads = np.array([priors[p][1] for p in PARAMS])
         change = float(np.max(np.abs(theta - old_v) / spreads))
         history.append({"iteration": iteration, "params": {p: getattr(new, p) for p in PARAMS}, "max_change": change})
         if progress is not None:
-            progress(f"iteration {iteration}: max relative change {change:.3f}")
+            progress(f"iteration {iteration}: largest move {change:.2f} prior spreads; "
+                     + ", ".join(f"{p} {getattr(new, p):.4g}" for p in PARAMS))
         params = new
         if change < tolerance:
             break

@@ -54,10 +54,10 @@ def replay(
     gpu_memory_utilization: Optional[float] = typer.Option(None, parser=GPU_MEMORY_SHARE, help="share of GPU memory the "
                                                            "engine may use (default: the paper's 0.95; vllm-v1: 0.9)"),
     prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, "--prefix-caching/--no-prefix-caching",
-                                        "--enable-prefix-caching/--no-enable-prefix-caching",
+                                        "--enable-prefix-caching",
                                         help="automatic prefix caching"),
     chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, "--chunked-prefill/--no-chunked-prefill",
-                                         "--enable-chunked-prefill/--no-enable-chunked-prefill",
+                                         "--enable-chunked-prefill",
                                          help="split prompts to fill the token budget"),
     n: Optional[int] = typer.Option(None, parser=SAMPLES, help="parallel samples for every request"),
     beam_width: Optional[int] = typer.Option(None, parser=SAMPLES, help="beam search of this width for every request "
