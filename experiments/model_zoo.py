@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from pagesim.api import finish_replay, prepare_replay  # noqa: E402
 from pagesim.models import get_model, with_kv_cache_dtype  # noqa: E402
 from pagesim.sim.cost.base import CostModel  # noqa: E402
+from pagesim.sim.cost.engine import DEFAULT_ENGINE  # noqa: E402
 from pagesim.sim.specs import kv_cache_capacity  # noqa: E402
 
 GPU = "h100-80gb"
@@ -79,7 +80,8 @@ def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -
     lines = [
         "# Modern models side by side (one H100-80GB)",
         "",
-        "Written by `python experiments/model_zoo.py` (calibrated cost model, H100-80GB terms as fitted; "
+        "Written by `python experiments/model_zoo.py` (calibrated cost model, H100-80GB terms as fitted, run by the "
+        f"default engine profile `{DEFAULT_ENGINE}`; "
         f"{num_requests} ShareGPT requests from `traces/sharegpt.json`, Poisson at {rate:g} req/s, which saturates "
         "every model here, so throughput is each setup's capacity). Parameters are counted from each model's "
         "config.json (`pagesim model inspect NAME`); the KV pool is sized as every pagesim replay sizes it "
