@@ -13,205 +13,9 @@ import hashlib
 from array import array
 from typing import Callable, Hashable
 
-from pagesim.core.errors import NegativeRefcount, OutOfBlocks
+from pagesim.core.block_pool import BlockPool, FreeBlockQueue  # noqa: F401 (FreeBlockQueue: re-exported)
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
-
-
-class FreeBlockQueue:
-    """The free blocks of a pool in eviction order: taken from the head, returned to the tail.
-
-    A list with a moving head instead of an ordered dict, so that n blocks leave the head as one
-    slice. A cached block revived by a prefix hit leaves from the middle: its entry is only
-    marked stale (its position no longer matches) and skipped when the head reaches it.
-    """
-
-    __slots__ = ("_order", "_pos", "_head", "size", "_stale")
-
-    def __init__(self, num_blocks: int):
-        self._order = list(range(num_blocks))  # entries before _head are spent
-        # block -> index of its live entry in _order while free; below _head (taken) or -1
-        # (revived) while in use
-        self._pos = list(range(num_blocks))
-        self._head = 0
-        self.size = num_blocks
-        self._stale = 0  # stale entries at or after _head
-
-    def __len__(self) -> int:
-        return self.size  # also a plain attribute: the pool's hot paths read it without a call
-
-    def __contains__(self, block: int) -> bool:
-        return self._pos[block] >= self._head
-
-    def __iter__(self):
-        order, pos = self._order, self._pos
-        return (order[i] for i in range(self._head, len(order)) if pos[order[i]] == i)
-
-    def __copy__(self) -> FreeBlockQueue:
-        clone = FreeBlockQueue.__new__(FreeBlockQueue)
-        clone._order, clone._pos = list(self._order), list(self._pos)
-        clone._head, clone.size, clone._stale = self._head, self.size, self._stale
-        return clone
-
-    def popleft(self) -> int:
-        """The block at the head (callers check len first)."""
-        order, pos, head = self._order, self._pos, self._head
-        block = order[head]
-        while pos[block] != head:  # a stale entry
-            self._stale -= 1
-            head += 1
-            block = order[head]
-        self._head = head = head + 1
-        self.size -= 1
-        if head > len(pos):
-            self._compact()
-        return block
-
-    def popleft_n(self, n: int) -> list[int]:
-        """The n blocks at the head, in order (callers check len first)."""
-        order, head = self._order, self._head
-        if not self._stale:
-            blocks = order[head:head + n]
-            head += n
-        else:
-            pos, blocks = self._pos, []
-            while len(blocks) < n:
-                block = order[head]
-                if pos[block] == head:
-                    blocks.append(block)
-                else:
-                    self._stale -= 1
-                head += 1
-        self._head = head
-        self.size -= n
-        if head > len(self._pos):
-            self._compact()
-        return blocks
-
-    def append(self, block: int) -> None:
-        order = self._order
-        self._pos[block] = len(order)
-        order.append(block)
-        self.size += 1
-
-    def extend(self, blocks: list[int]) -> None:
-        pos = self._pos
-        for i, block in enumerate(blocks, len(self._order)):
-            pos[block] = i
-        self._order.extend(blocks)
-        self.size += len(blocks)
-
-    def remove(self, block: int) -> None:
-        self._pos[block] = -1
-        self.size -= 1
-        self._stale += 1
-        if self._stale > len(self._pos):
-            self._compact()
-
-    def _compact(self) -> None:
-        """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
-        live = list(self)
-        self._pos = pos = [-1] * len(self._pos)
-        for i, block in enumerate(live):
-            pos[block] = i
-        self._order, self._head, self._stale = live, 0, 0
-
-
-class BlockPool:
-    """Physical blocks of one memory (device or host) with reference counts and a free queue.
-
-    The free queue's order is the eviction order: blocks are taken from its head and returned
-    to its tail, so with prefix caching the least recently freed cached block is evicted first.
-    """
-
-    def __init__(self, num_blocks: int, enable_caching: bool = False):
-        self.num_blocks = num_blocks
-        self.refcount = [0] * num_blocks
-        self.free_queue = FreeBlockQueue(num_blocks)
-        self.enable_caching = enable_caching
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}  # block hash -> block id holding those tokens
-        self.num_evictions = 0
-        # Sum of all refcounts: every block-table entry that points into this pool. Kept as a
-        # running total so the memory-saving metric (1 - used / num_refs) costs nothing per step.
-        self.num_refs = 0
-
-    @property
-    def num_free(self) -> int:
-        return self.free_queue.size
-
-    def allocate(self) -> int:
-        if not self.free_queue.size:
-            raise OutOfBlocks(f"all {self.num_blocks} blocks are in use (callers check num_free first)")
-        block = self.free_queue.popleft()
-        if self.block_hash[block] is not None:
-            self._evict(block)
-        self.refcount[block] = 1
-        self.num_refs += 1
-        return block
-
-    def allocate_n(self, n: int) -> list[int]:
-        """n blocks from the head of the free queue, each with refcount 1: the same blocks, in
-        the same order, as n calls to allocate()."""
-        free = self.free_queue.size
-        if n > free:
-            state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
-            raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
-        blocks = self.free_queue.popleft_n(n)
-        refcount = self.refcount
-        for block in blocks:
-            refcount[block] = 1
-        if self.cached:
-            block_hash = self.block_hash
-            for block in blocks:
-                if block_hash[block] is not None:
-                    self._evict(block)
-        self.num_refs += n
-        return blocks
-
-    def _evict(self, block: int) -> None:
-        """Forget the cached contents of a block taken from the free queue."""
-        del self.cached[self.block_hash[block]]
-        self.block_hash[block] = None
-        self.num_evictions += 1
-
-    def incref(self, block: int) -> None:
-        count = self.refcount[block]
-        if not count:  # a cached block revived by a prefix hit
-            self.free_queue.remove(block)
-        self.refcount[block] = count + 1
-        self.num_refs += 1
-
-    def decref(self, block: int) -> None:
-        count = self.refcount[block]
-        if count <= 0:
-            raise NegativeRefcount(f"block {block} is already free (refcount {count})")
-        self.refcount[block] = count - 1
-        self.num_refs -= 1
-        if count == 1:
-            self.free_queue.append(block)
-
-    def release(self, blocks: list[int]) -> None:
-        """decref each block in turn; those that reach 0 join the free queue in that order, in
-        one extend instead of one queue operation per block."""
-        refcount, freed = self.refcount, []
-        for i, block in enumerate(blocks):
-            count = refcount[block]
-            if count <= 0:
-                self.free_queue.extend(freed)  # keep the pool consistent up to the bad block
-                self.num_refs -= i
-                raise NegativeRefcount(f"block {block} is already free (refcount {count})")
-            refcount[block] = count - 1
-            if count == 1:
-                freed.append(block)
-        self.num_refs -= len(blocks)
-        self.free_queue.extend(freed)
-
-    def register(self, block: int, block_hash: int) -> None:
-        """Record that block holds the full block of tokens identified by block_hash."""
-        if self.block_hash[block] is None and block_hash not in self.cached:
-            self.block_hash[block] = block_hash
-            self.cached[block_hash] = block
 
 
 def fast_block_key(parent: Hashable, tokens: tuple[int, ...]) -> int:
@@ -261,6 +65,12 @@ class PagedKVManager(KVCacheManager):
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
+        # Prefix caching registers each full prompt block once, at the step that fills it:
+        # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
+        # still unregistered because another block held their hash (retried every step, as
+        # that block may be evicted meanwhile).
+        self._offered: dict[int, int] = {}
+        self._unregistered: dict[int, list[int]] = {}
         self.prefix_queries = 0  # prompt blocks looked up
         self.prefix_hits = 0  # prompt blocks found
 
@@ -398,10 +208,35 @@ class PagedKVManager(KVCacheManager):
     def on_computed(self, seq: Sequence) -> None:
         if not self.enable_prefix_caching or not seq.has_token_ids:
             return
+        seq_id = seq.seq_id
         hashes = self._hashes(seq)
         full = min(seq.num_computed_tokens // self.block_size, len(hashes))
-        for i in range(full):
-            self.device.register(seq.block_table[i], hashes[i])
+        offered = self._offered.get(seq_id, 0)
+        retry = self._unregistered.get(seq_id)
+        if full <= offered and not retry:
+            return  # (most steps: decode, or a prefill chunk that filled no prompt block)
+        table, register, block_hash = seq.block_table, self.device.register, self.device.block_hash
+        # Registering a block with a hash stays done while the sequence holds it; one whose hash
+        # another block holds is tried again, in index order, as re-registering everything would.
+        left = []
+        for i in (retry or ()):
+            register(table[i], hashes[i])
+            if block_hash[table[i]] is None:
+                left.append(i)
+        for i in range(offered, full):
+            register(table[i], hashes[i])
+            if block_hash[table[i]] is None:
+                left.append(i)
+        if full > offered:
+            self._offered[seq_id] = full
+        if left:
+            self._unregistered[seq_id] = left
+        elif retry:
+            del self._unregistered[seq_id]
+
+    def _forget_registration(self, seq_id: int) -> None:
+        self._offered.pop(seq_id, None)
+        self._unregistered.pop(seq_id, None)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         for block in parent.block_table:
@@ -409,6 +244,10 @@ class PagedKVManager(KVCacheManager):
         child.block_table = list(parent.block_table)
         if parent.seq_id in self._prompt_hashes:
             self._prompt_hashes[child.seq_id] = self._prompt_hashes[parent.seq_id]
+        if parent.seq_id in self._offered:  # the same blocks, registered as far
+            self._offered[child.seq_id] = self._offered[parent.seq_id]
+            if parent.seq_id in self._unregistered:
+                self._unregistered[child.seq_id] = list(self._unregistered[parent.seq_id])
 
     def free(self, seq: Sequence) -> None:
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
@@ -417,6 +256,7 @@ class PagedKVManager(KVCacheManager):
         seq.block_table = []
         seq.num_computed_tokens = 0
         self._prompt_hashes.pop(seq.seq_id, None)
+        self._forget_registration(seq.seq_id)
 
     # -- swapping --------------------------------------------------------------------------
     @staticmethod
@@ -435,6 +275,8 @@ class PagedKVManager(KVCacheManager):
         return self._move(group, src=self.device, dst=self.host)
 
     def swap_in(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        for seq in group.seqs:  # new device blocks, none registered yet
+            self._forget_registration(seq.seq_id)
         return self._move(group, src=self.host, dst=self.device)
 
     @staticmethod
