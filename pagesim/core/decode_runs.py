@@ -102,14 +102,15 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     num_seqs = len(seqs)
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     rooms = kv.steps_until_new_blocks(seqs)
+    tables = kv.num_tables  # a new block of a sequence is one per block table
     for i in forked:
-        if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0):
+        if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0) * tables:
             return None  # a shared last block must be copied first
     # per sequence that grows into new blocks: the step (from 0) taking the first
     opens_at = [room for room in rooms if room != INF]
     # The longest run whose new blocks all fit: past it, some step would preempt.
     bs = kv.block_size
-    free = kv.num_free_blocks
+    free = kv.num_free_blocks // tables  # (blocks a sliding window frees meanwhile are not counted on)
 
     def blocks_for(steps: int) -> int:
         return sum((steps - 1 - first) // bs + 1 for first in opens_at if first < steps)
@@ -177,17 +178,20 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     if opens:
         opens.sort()
         takers = []
+        tables = kv.num_tables
         for at in opens:
             step, order = divmod(at, num_seqs)
-            opened[step] += 1
+            opened[step] += tables
             takers.append(seqs[order])
         kv.append_blocks(takers)
     blocks_used = list(accumulate(opened, initial=used))[1:]
     if kv.tracks_computed:
         # update() calls on_computed after every step: a prompt block whose cached twin was
-        # evicted during the run gets registered, as single steps would have done
-        for seq in seqs:
-            kv.on_computed(seq)
+        # evicted during the run gets registered, and a sliding window frees what it left
+        # behind, as single steps would have done
+        freed = kv.on_decode_run(seqs, num_steps)
+        if freed:
+            blocks_used = [u - f for u, f in zip(blocks_used, accumulate(freed))]
     finished = []
     if num_steps >= to_finish:
         for group in [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step

@@ -39,6 +39,11 @@ class KVCacheManager(ABC):
     # prompt blocks, computed in the same step. The scheduler turns this off under chunked
     # prefill, where the first sequence may not finish its prompt in that step.
     share_on_readmission: bool = True
+    # The most tokens one step computes for a sequence when the scheduler chunks prefills (it sets
+    # this; None: a prompt or a recompute is computed whole). A sliding window's peak depends on it.
+    prefill_chunk: int | None = None
+    # Block tables per sequence (KV cache groups): a sequence's next block takes one in each.
+    num_tables: int = 1
 
     def __init__(self) -> None:
         # Copy-on-write and fork copies the scheduler hands to the executor, drained every step.
@@ -111,6 +116,14 @@ class KVCacheManager(ABC):
 
     def on_computed(self, seq: Sequence) -> None:
         """Hook after a step computed tokens of seq (prefix caching registers full blocks)."""
+
+    def on_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[int] | None:
+        """on_computed after num_steps decode steps of seqs taken at once (pagesim.core.decode_runs),
+        leaving the state single steps would. Returns the blocks freed at each step where the
+        manager frees any while decoding (a sliding window), else None."""
+        for seq in seqs:
+            self.on_computed(seq)
+        return None
 
     # -- swapping (paged only) --------------------------------------------------------------
     def can_swap_out(self, group: SequenceGroup) -> bool:

@@ -14,6 +14,7 @@ from array import array
 from typing import Callable, Hashable
 
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
 
@@ -48,12 +49,37 @@ def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fas
     return hashes
 
 
+def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[int] | None, start: int,
+                   end: int) -> list[int]:
+    """Register table[i] under keys[i] for the indices in retry, then start..end-1 (index order, as
+    re-registering every block would); returns those left unregistered because another block
+    holds their key. A block that holds a key keeps it while a table holds it, so it is never
+    offered again; a freed sliding-window entry (negative) is dropped."""
+    register, block_hash = pool.register, pool.block_hash
+    left = []
+    for indices in (retry or (), range(start, end)):
+        for i in indices:
+            block = table[i]
+            if block >= 0:
+                register(block, keys[i])
+                if block_hash[block] is None:
+                    left.append(i)
+    return left
+
+
 class PagedKVManager(KVCacheManager):
     supports_swap = True
 
     def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
-                 enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key):
+                 enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key,
+                 kv_groups=None):
         super().__init__()
+        # KV cache groups (pagesim.core.kv_groups): one full or MLA group is this manager's
+        # layout, a block holding every layer; anything else needs one table per group.
+        self.layout = None if kv_groups is None else KVLayout.of(kv_groups)
+        if self.layout is not None and not self.layout.is_plain and type(self) is PagedKVManager:
+            raise ValueError("several KV groups or a sliding window need HybridKVManager "
+                             "(pagesim.core.hybrid_kv; make_kv_manager picks it)")
         self.block_key = block_key  # how a full prompt block is keyed in the prefix cache
         self.block_size = block_size
         self.num_device_blocks = num_device_blocks
@@ -215,18 +241,7 @@ class PagedKVManager(KVCacheManager):
         retry = self._unregistered.get(seq_id)
         if full <= offered and not retry:
             return  # (most steps: decode, or a prefill chunk that filled no prompt block)
-        table, register, block_hash = seq.block_table, self.device.register, self.device.block_hash
-        # Registering a block with a hash stays done while the sequence holds it; one whose hash
-        # another block holds is tried again, in index order, as re-registering everything would.
-        left = []
-        for i in (retry or ()):
-            register(table[i], hashes[i])
-            if block_hash[table[i]] is None:
-                left.append(i)
-        for i in range(offered, full):
-            register(table[i], hashes[i])
-            if block_hash[table[i]] is None:
-                left.append(i)
+        left = offer_to_cache(self.device, seq.block_table, hashes, retry, offered, full)
         if full > offered:
             self._offered[seq_id] = full
         if left:
@@ -237,6 +252,10 @@ class PagedKVManager(KVCacheManager):
     def _forget_registration(self, seq_id: int) -> None:
         self._offered.pop(seq_id, None)
         self._unregistered.pop(seq_id, None)
+
+    def block_tables(self, seq: Sequence) -> list[list[int]]:
+        """seq's block table of each table group of the layout (here one: seq.block_table)."""
+        return [seq.block_table]
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         for block in parent.block_table:
