@@ -101,6 +101,9 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             seqs.append(seq)
     num_seqs = len(seqs)
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
+    if kv.frees_while_decoding and (sched.waiting or sched.swapped):
+        # a sliding window's freed block could let a queued group start: end with the step that frees one
+        horizon = min(horizon, kv.steps_until_window_frees(seqs))
     rooms = kv.steps_until_new_blocks(seqs)
     tables = kv.num_tables  # a new block of a sequence is one per block table
     for i in forked:
@@ -185,17 +188,25 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
             takers.append(seqs[order])
         kv.append_blocks(takers)
     blocks_used = list(accumulate(opened, initial=used))[1:]
+    finishing = num_steps >= to_finish
+    # A window's frees at the last step go group by group between the finishes, as update() does
+    last_apart = finishing and kv.frees_while_decoding
     if kv.tracks_computed:
         # update() calls on_computed after every step: a prompt block whose cached twin was
         # evicted during the run gets registered, and a sliding window frees what it left
         # behind, as single steps would have done
-        freed = kv.on_decode_run(seqs, num_steps)
+        freed = kv.on_decode_run(seqs, num_steps, last_step=not last_apart)
         if freed:
-            blocks_used = [u - f for u, f in zip(blocks_used, accumulate(freed))]
+            for step, total in enumerate(accumulate(freed)):
+                blocks_used[step] -= total
     finished = []
-    if num_steps >= to_finish:
-        for group in [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
-            sched.retire_stopped(group)
-            sched.finish_if_done(group, now, finished)
+    if finishing:
+        for group in list(sched.running) if last_apart else [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:
+            if last_apart:
+                for seq in group.seqs:
+                    kv.on_computed(seq)
+            if group.seqs[0].num_tokens >= group.stop_len:  # sequences of a group grow in step
+                sched.retire_stopped(group)
+                sched.finish_if_done(group, now, finished)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
     return DecodeRun(num_steps, len(seqs), blocks_used, finished)

@@ -21,6 +21,8 @@ block_tables(seq) gives them all, in layout order.
 
 from __future__ import annotations
 
+import math
+
 from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
 from pagesim.core.kv_manager import WasteBreakdown
 from pagesim.core.paged import PagedKVManager, fast_block_key, offer_to_cache
@@ -48,6 +50,7 @@ class HybridKVManager(PagedKVManager):
             windows.setdefault(window, []).append(t)
         self._windows = list(windows.items())  # window -> its tables: a hit needs all of them
         self.tracks_computed = enable_prefix_caching or bool(self._sliding)
+        self.frees_while_decoding = bool(self._sliding)
         self._tables: dict[int, list[list[int]]] = {}  # seq_id -> its tables; [0] is seq.block_table
         self._keys: dict[int, list[list]] = {}  # seq_id -> per table, the cache keys of its full prompt blocks
 
@@ -247,7 +250,17 @@ class HybridKVManager(PagedKVManager):
                 i -= 1
         return freed
 
-    def on_decode_run(self, seqs: list[Sequence], num_steps: int) -> list[int] | None:
+    def steps_until_window_frees(self, seqs: list[Sequence]) -> float:
+        # computed c, k blocks skipped: the next goes when c + s - W + 1 reaches (k + 1) * B
+        bs, first = self.block_size, math.inf
+        for seq in seqs:
+            c = seq.num_computed_tokens
+            for _, window in self._sliding:
+                skipped = max(0, c - window + 1) // bs
+                first = min(first, (skipped + 1) * bs + window - 1 - c)
+        return first
+
+    def on_decode_run(self, seqs: list[Sequence], num_steps: int, last_step: bool = True) -> list[int] | None:
         # Registration first (no prompt block fills while decoding: only retries), then the
         # window's frees in the order single steps give them: step by step, sequence by
         # sequence, table by table (one block per table and step at most).
@@ -257,11 +270,12 @@ class HybridKVManager(PagedKVManager):
                     self._offer(seq, self._tables[seq.seq_id])
         if not self._sliding:
             return None
-        by_step: list[list[int]] = [[] for _ in range(num_steps)]
+        steps = num_steps if last_step else num_steps - 1
+        by_step: list[list[int]] = [[] for _ in range(steps)]
         for seq in seqs:
             start = seq.num_computed_tokens - num_steps
             tables = self._tables[seq.seq_id]
-            for step in range(num_steps):
+            for step in range(steps):
                 self._skip(tables, start + step + 1, by_step[step])
         freed_per_step = []
         dev = self.device
