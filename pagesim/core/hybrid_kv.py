@@ -216,6 +216,8 @@ class HybridKVManager(PagedKVManager):
     def _offer(self, seq: Sequence, tables: list[list[int]]) -> None:
         """PagedKVManager.on_computed's registration, for each table."""
         seq_id = seq.seq_id
+        if seq_id in self._settled:
+            return
         keys = self._table_keys(seq)
         full = min(seq.num_computed_tokens // self.block_size, len(keys[0]))
         offered = self._offered.get(seq_id, 0)
@@ -233,8 +235,11 @@ class HybridKVManager(PagedKVManager):
             self._offered[seq_id] = full
         if any(left):
             self._unregistered[seq_id] = left
-        elif retry:
-            del self._unregistered[seq_id]
+        else:
+            if retry:
+                del self._unregistered[seq_id]
+            if full == len(keys[0]):
+                self._settled.add(seq_id)
 
     def _skip(self, tables: list[list[int]], num_computed: int, freed: list[int] | None = None) -> list[int]:
         """NULL the blocks of each sliding table wholly before the window of the token at
@@ -297,6 +302,8 @@ class HybridKVManager(PagedKVManager):
         for state in (self._prompt_hashes, self._keys, self._offered):
             if pid in state:
                 state[cid] = state[pid]  # (lists never changed in place)
+        if pid in self._settled:
+            self._settled.add(cid)
         if pid in self._unregistered:
             self._unregistered[cid] = [list(left) for left in self._unregistered[pid]]
 

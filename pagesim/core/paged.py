@@ -97,6 +97,8 @@ class PagedKVManager(KVCacheManager):
         # that block may be evicted meanwhile).
         self._offered: dict[int, int] = {}
         self._unregistered: dict[int, list[int]] = {}
+        self._settled: set[int] = set()  # seq_ids with every prompt block offered and none to retry
+        self._last_lookup: tuple = (None, [])  # (seq_id, cache size, evictions) -> its hits
         self.prefix_queries = 0  # prompt blocks looked up
         self.prefix_hits = 0  # prompt blocks found
 
@@ -130,12 +132,20 @@ class PagedKVManager(KVCacheManager):
     def _cached_blocks(self, seq: Sequence) -> list[int]:
         if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.has_token_ids:
             return []
+        cached = self.device.cached
+        # Admission asks up to three times in a row (hits, can_admit, admit). The cache only
+        # grows by registering and shrinks by evicting (which counts), so an unchanged size and
+        # eviction count mean unchanged contents, and the last answer stands.
+        state = (seq.seq_id, len(cached), self.device.num_evictions)
+        if self._last_lookup[0] == state:
+            return self._last_lookup[1]
         hits = []
         for h in self._hashes(seq):
-            block = self.device.cached.get(h)
+            block = cached.get(h)
             if block is None:
                 break
             hits.append(block)
+        self._last_lookup = (state, hits)
         return hits
 
     def match_prefix(self, seq: Sequence) -> int:
@@ -232,7 +242,7 @@ class PagedKVManager(KVCacheManager):
             seq.block_table.append(block)
 
     def on_computed(self, seq: Sequence) -> None:
-        if not self.enable_prefix_caching or not seq.has_token_ids:
+        if not self.enable_prefix_caching or seq.seq_id in self._settled or not seq.has_token_ids:
             return
         seq_id = seq.seq_id
         hashes = self._hashes(seq)
@@ -246,12 +256,23 @@ class PagedKVManager(KVCacheManager):
             self._offered[seq_id] = full
         if left:
             self._unregistered[seq_id] = left
-        elif retry:
-            del self._unregistered[seq_id]
+        else:
+            if retry:
+                del self._unregistered[seq_id]
+            if full == len(hashes):
+                self._settled.add(seq_id)
+
+    def on_decode_run(self, seqs: list[Sequence], num_steps: int, last_step: bool = True) -> None:
+        if self.enable_prefix_caching:
+            settled = self._settled
+            for seq in seqs:
+                if seq.seq_id not in settled:  # (most: decoding sequences have offered every prompt block)
+                    self.on_computed(seq)
 
     def _forget_registration(self, seq_id: int) -> None:
         self._offered.pop(seq_id, None)
         self._unregistered.pop(seq_id, None)
+        self._settled.discard(seq_id)
 
     def block_tables(self, seq: Sequence) -> list[list[int]]:
         """seq's block table of each table group of the layout (here one: seq.block_table)."""
@@ -267,6 +288,8 @@ class PagedKVManager(KVCacheManager):
             self._offered[child.seq_id] = self._offered[parent.seq_id]
             if parent.seq_id in self._unregistered:
                 self._unregistered[child.seq_id] = list(self._unregistered[parent.seq_id])
+        if parent.seq_id in self._settled:
+            self._settled.add(child.seq_id)
 
     def free(self, seq: Sequence) -> None:
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device

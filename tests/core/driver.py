@@ -279,7 +279,7 @@ class FakeEngine:
             assert kv.host.num_free == kv.host.num_blocks
             assert not any(kv.device.refcount) and not any(kv.host.refcount)
             assert not kv._prompt_hashes, "per-sequence prefix hashes leaked"
-            assert not kv._offered and not kv._unregistered, "per-sequence registration state leaked"
+            assert not kv._offered and not kv._unregistered and not kv._settled, "per-sequence registration state leaked"
             assert not getattr(kv, "_tables", None), "per-sequence block tables leaked"
         else:
             assert kv.allocator.free_chunks() == kv._make_allocator().free_chunks()

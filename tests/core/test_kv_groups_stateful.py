@@ -98,6 +98,7 @@ class HybridMachine(PagedMachine):
         clone._tables = {k: [list(t) for t in v] for k, v in self.mgr._tables.items()}
         for name in ("_prompt_hashes", "_keys", "_offered", "_unregistered"):
             setattr(clone, name, dict(getattr(self.mgr, name)))
+        clone._settled = set(self.mgr._settled)
         clone.pending_copies = []
         seqs = []
         for s in group.seqs:

@@ -38,7 +38,7 @@ def _clone(mgr: PagedKVManager, group: SequenceGroup):
     dev.block_hash = list(dev.block_hash)
     dev.cached = dict(dev.cached)
     clone._prompt_hashes = dict(mgr._prompt_hashes)
-    clone._offered, clone._unregistered = dict(mgr._offered), dict(mgr._unregistered)
+    clone._offered, clone._unregistered, clone._settled = dict(mgr._offered), dict(mgr._unregistered), set(mgr._settled)
     clone.pending_copies = []
     seqs = []
     for s in group.seqs:
