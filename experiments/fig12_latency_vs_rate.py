@@ -79,7 +79,7 @@ def probe(trace, setup: Setup, system: str, trace_name: str, rate: float, durati
     from pagesim.sim.engine import Replay, ReplayConfig
 
     timer, cpu0 = Timer(), time.process_time()
-    cfg = ReplayConfig(model=setup.model, gpu=setup.gpu, tp=setup.tp, policy=system, rate=rate, num_requests=None,
+    cfg = ReplayConfig(model=setup.model, gpu=setup.gpu, tp=setup.tp, engine="paper", policy=system, rate=rate, num_requests=None,
                        duration=duration, seed=seed, warmup_s=warmup, **(extra or {}))
     sim = Replay(cfg, trace)
     s, aborted = run_unless_hopeless(sim, stop_above, ABORT_MIN_MEASURED)

@@ -40,7 +40,7 @@ from pagesim.workload.trace import Trace, load_trace
 from experiments.paper import FIG15_ALPACA_SAVING as FIG15_ALPACA
 from experiments.paper import FIG15_SHAREGPT_SAVING_RANGE as FIG15_SHAREGPT_RANGE
 from experiments.paper import FIG15_WIDTHS as WIDTHS
-SETUP = dict(model="opt-13b", gpu="a100-40gb", tp=1)
+SETUP = dict(model="opt-13b", gpu="a100-40gb", tp=1, engine="paper")  # the paper-era engine
 SIM_RUNS = {"alpaca": dict(rate=15.0, num_requests=2000), "sharegpt": dict(rate=1.0, num_requests=1000)}
 EXEC_POOL = dict(block_size=16, num_gpu_blocks=1024, max_num_seqs=64)
 EXEC_REQUESTS = 16

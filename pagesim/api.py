@@ -52,7 +52,9 @@ def replay_config(**options) -> ReplayConfig:
     for name in ("beam_ancestry", "profile"):
         if values.get(name) is not None:
             values[name] = str(values[name])
-    return ReplayConfig(**values)
+    from pagesim.sim.engine import with_policy_presets
+
+    return ReplayConfig(**with_policy_presets(values))
 
 
 def prepare_replay(trace: TraceLike, keep_steps: bool = True, **options) -> Replay:

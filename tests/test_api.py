@@ -35,8 +35,8 @@ def test_replay_options_are_the_cli_flags():
     flags = {p.name for p in command.params} - {"trace", "out", "as_json"}
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
-    assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "gpu_memory_utilization",
-                                                     "waste_interval_s"}
+    assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "waste_interval_s",
+                                                     "client_timeout_s"}
 
 
 def test_replay_matches_the_cli_files(tmp_path):

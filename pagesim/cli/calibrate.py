@@ -88,3 +88,52 @@ def fit(
         fail(str(e))
     for path in written:
         typer.echo(f"wrote {path}")
+
+
+@calibrate_app.command()
+def engine(
+    runs: list[Path] = typer.Argument(..., help="recorded real runs of one engine (any format `pagesim validate` reads)"),
+    gpu: Optional[str] = typer.Option(None, help="GPU of the runs (catalog name; default: as each run records it)"),
+    base: str = typer.Option("vllm-0.15", help="engine profile whose structure (CUDA graphs, async output) the fit keeps "
+                             "and whose parameters it starts from"),
+    name: Optional[str] = typer.Option(None, help="name of the fitted profile (default: the output file's stem)"),
+    out: Path = typer.Option(..., help="write the fitted profile (JSON) here; use it with --engine FILE"),
+    loo: bool = typer.Option(True, help="also fit once per run without it and print its held-out errors"),
+) -> None:
+    """Fit an engine profile's parameters to real runs (docs/validate.md) and print the
+    leave-one-run-out error of the mean E2E, TTFT and ITL."""
+    from dataclasses import asdict, replace
+
+    from pagesim.engine_fit import PRIORS, fit_engine
+    from pagesim.realruns import RealRunError, load_real_run
+    from pagesim.sim.cost.engine import EngineProfileError, load_engine_profile
+    from pagesim.validate import ValidateError, fit_run, leave_one_out
+
+    try:
+        profile = load_engine_profile(base)
+        fit_runs = [fit_run(load_real_run(path), gpu=gpu, engine=profile.name if not str(base).endswith(".json") else base)
+                    for path in runs]
+    except (RealRunError, ValidateError, EngineProfileError, KeyError, ValueError) as e:
+        fail(str(e.args[0] if isinstance(e, KeyError) else e))
+    echo = lambda message: typer.echo(message, err=True)  # noqa: E731
+    result = fit_engine(fit_runs, profile, progress=echo)
+    held_out = {}
+    if loo and len(fit_runs) > 1:
+        def report(run_name, entry):
+            e = entry["errors"]
+            echo(f"held out {run_name}: E2E {_pct(e.get('e2e_mean', {}).get('error'))}, TTFT "
+                 f"{_pct(e.get('ttft_mean', {}).get('error'))}, ITL {_pct(e.get('itl_mean', {}).get('error'))}")
+        held_out = leave_one_out(fit_runs, profile, start=result.params, progress=report)
+    fitted = replace(profile, name=name or out.stem, params=result.params, provenance={
+        "fitted_by": "pagesim calibrate engine", "base": profile.name, "runs": [r.name for r in fit_runs],
+        "priors": {k: list(v) for k, v in PRIORS.items()}, "iterations": result.iterations,
+        "leave_one_run_out": {k: {m: v["errors"].get(f"{m}_mean", {}).get("error") for m in ("e2e", "ttft", "itl")}
+                              for k, v in held_out.items()}})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(fitted.to_json(), indent=2, sort_keys=True) + "\n")
+    typer.echo(json.dumps({"params": asdict(result.params), "iterations": result.iterations}, indent=2))
+    if held_out:
+        errors = [abs(v["errors"]["e2e_mean"]["error"]) for v in held_out.values() if v["errors"].get("e2e_mean")]
+        typer.echo(f"leave-one-run-out mean |error| of the mean E2E: {_pct(sum(errors) / len(errors))} over "
+                   f"{len(errors)} runs")
+    typer.echo(f"wrote {out}")

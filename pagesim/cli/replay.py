@@ -12,9 +12,10 @@ import typer
 
 from pagesim.cli import app
 from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
-                                check_workload, fail, load_trace_file, progress_bar, warn)
+                                check_workload, fail, given, load_trace_file, progress_bar, warn)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
+from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
 
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).
 Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
@@ -28,7 +29,7 @@ def replay(
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
     model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs) or a Hugging Face config.json"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
-    tp: int = typer.Option(1, parser=POSITIVE_INT, help="tensor-parallel degree"),
+    tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=POSITIVE_INT, help="tensor-parallel degree"),
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
     block_size: int = typer.Option(DEFAULTS.block_size, parser=POSITIVE_INT, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
@@ -41,10 +42,16 @@ def replay(
     max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=POSITIVE_INT,
                                                          help=BATCHED_TOKENS_HELP),
     swap_space: float = typer.Option(4.0, parser=NON_NEGATIVE, help="GiB of host memory per GPU for swapped blocks"),
-    num_gpu_blocks: Optional[int] = typer.Option(None, parser=COUNT, help="KV pool size in blocks (default: sized from "
-                                                 "model and GPU)"),
-    prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, help="automatic prefix caching"),
-    chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, help="split prompts to fill the token budget"),
+    num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", "--num-gpu-blocks-override", parser=COUNT,
+                                                 help="KV pool size in blocks (default: sized from model and GPU)"),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, parser=POSITIVE, help="share of GPU memory the engine "
+                                                           "may use (default: the paper's 0.95; vllm-v1: 0.9)"),
+    prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, "--prefix-caching/--no-prefix-caching",
+                                        "--enable-prefix-caching/--no-enable-prefix-caching",
+                                        help="automatic prefix caching"),
+    chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, "--chunked-prefill/--no-chunked-prefill",
+                                         "--enable-chunked-prefill/--no-enable-chunked-prefill",
+                                         help="split prompts to fill the token budget"),
     n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples for every request"),
     beam_width: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="beam search of this width for every request "
                                              "(simulated beam ancestry: pagesim/sim/beam_model.py)"),
@@ -54,6 +61,8 @@ def replay(
                                  "latency statistics"),
     cost_model: str = typer.Option("calibrated", help="calibrated (fitted to measured GPU timings), roofline, constant or "
                                    "profiled"),
+    engine: str = typer.Option(DEFAULT_ENGINE, help="engine profile for the calibrated cost model: how the serving engine "
+                               f"runs the kernels ({', '.join(ENGINE_NAMES)}, or a profile .json; docs/calibration.md)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
@@ -74,7 +83,9 @@ def replay(
                    duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                    swap_space=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,
                    chunked_prefill=chunked_prefill, n=n, beam_width=beam_width, beam_ancestry=beam_ancestry,
-                   cost_model=cost_model, profile=profile, seed=seed, warmup=warmup)
+                   cost_model=cost_model, engine=engine, profile=profile, seed=seed, warmup=warmup,
+                   gpu_memory_utilization=gpu_memory_utilization)
+    drop_preset_defaults(ctx, options)
     try:
         sim = prepare_replay(loaded, keep_steps=out is not None, **options)  # steps only for steps.csv
     except (KeyError, ValueError, OSError) as e:
@@ -87,6 +98,19 @@ def replay(
     cfg = sim.cfg
     emit_results(result.summary, result.metrics, out, as_json,
                  f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}")
+
+
+def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
+    """Options left at their defaults give way to the named system's presets (--policy vllm-v1
+    turns chunked prefill and prefix caching on unless a flag says otherwise)."""
+    from pagesim.core.policies import POLICY_PRESETS
+
+    policy = getattr(options.get("policy"), "value", options.get("policy"))
+    if policy not in POLICY_PRESETS:
+        return
+    for name in list(POLICY_PRESETS[policy]) + ["max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"]:
+        if name in options and not given(ctx, name):
+            del options[name]
 
 
 def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str) -> None:

@@ -19,8 +19,16 @@ POLICIES = {
     "orca-pow2": ("pow2", "iteration"),
     "orca-oracle": ("oracle", "iteration"),
     "static": ("max", "static"),  # request-level batching over max-length reservations (FasterTransformer)
+    "vllm-v1": (None, "iteration"),  # vLLM v1's scheduler: paged, with the presets of POLICY_PRESETS
 }
-
+# Settings a named system implies unless a run sets them itself (pagesim.sim.engine.with_policy_presets).
+# vLLM v1: chunked prefill and prefix caching on, recompute preemption (v1 has no swap). v1
+# preempts the request it admitted last; under FCFS that is the most recent arrival, as here
+# (admission follows arrival, and a preempted request re-enters the waiting queue at its front,
+# ahead of everything newer), so the victim rule needs no change.
+POLICY_PRESETS = {
+    "vllm-v1": {"chunked_prefill": True, "prefix_caching": True, "preemption": "recompute"},
+}
 
 @dataclass
 class PoolConfig:

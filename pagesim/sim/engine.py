@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import random
-from bisect import bisect_left
+from array import array
+from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from dataclasses import asdict, dataclass, field, replace
 
@@ -21,6 +22,7 @@ from pagesim.core.errors import SchedulerStalled
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
+from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
 from pagesim.workload.requests import WorkloadConfig
 from pagesim.workload.trace import Trace
@@ -47,8 +49,12 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
     num_gpu_blocks: int | None = None  # override the pool size
     beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
     cost_model: str = DEFAULT_COST_MODEL
+    engine: str = DEFAULT_ENGINE  # how the engine runs the kernels (calibrated cost model): pagesim.sim.cost.engine
     profile: str | None = None
     waste_interval_s: float | None = None  # sample the KV waste breakdown this often
+    # A client that gives up: a request not finished this long after its arrival is aborted
+    # (its KV freed, as a server does when the client disconnects) and counted as failed.
+    client_timeout_s: float | None = None
 
 
 @dataclass
@@ -84,7 +90,10 @@ class Replay:
                                  "simulator keeps track of")
         self.pool = cfg.pool(num_blocks, host_blocks)
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
-        self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile)
+        self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile,
+                                                  **engine_options(cfg.cost_model, cfg.engine, cfg.max_num_seqs))
+        # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
+        self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
@@ -103,6 +112,13 @@ class Replay:
         self.num_submitted = 0
         self.fast_forward = fast_forward
         self.on_progress = None  # callable(num_done) for progress bars
+        # callables (end, duration, BatchShape) and (ends, durations, num_seqs, context_tokens):
+        # every step as it is taken (the engine-profile fit reads the step shapes)
+        self.on_step = self.on_decode_run = None
+        self._groups: list = []  # per submitted request, in arrival order (for client timeouts)
+        self._next_deadline_index = 0
+        # step ends and durations, kept where the engine delivers tokens a step late
+        self._delayed_steps = (array("d"), array("d")) if self.cost.output_delay_steps else None
 
     def _done(self, group) -> None:
         self.metrics.record_request(group)
@@ -117,13 +133,34 @@ class Replay:
         env.process(self._arrivals(env))
         engine = env.process(self._engine(env))
         env.run(until=engine)
+        if self._delayed_steps is not None:
+            self._delay_outputs()
         return ReplayResult(self.cfg, self.summary(), self.metrics, self.notes)
+
+    def _delay_outputs(self) -> None:
+        """Async output (the engine profile's output_delay_steps): a request's first token and its
+        last reach the client when the step after theirs ends; with the engine idle after
+        their step, at once."""
+        ends, durations = self._delayed_steps
+
+        def delivered(t: float) -> float:
+            k = bisect_right(ends, t)  # the step after the one that ended at t
+            if k < len(ends) and ends[k] - durations[k] <= t + 1e-12:
+                return ends[k]
+            return t
+
+        for record in self.metrics.requests:
+            if record.status == "finished" and record.first_token_time is not None:
+                record.first_token_time = delivered(record.first_token_time)
+                record.finish_time = max(delivered(record.finish_time), record.first_token_time)
 
     def _arrivals(self, env: simpy.Environment):
         for request in self.requests:
-            if request.arrival_time > env.now:
-                yield env.timeout(request.arrival_time - env.now)
+            enters = request.arrival_time + self.request_host_s
+            if enters > env.now:
+                yield env.timeout(enters - env.now)
             group = self.scheduler.add_request(request)
+            self._groups.append(group)
             self.num_submitted += 1
             if group.reject_reason:
                 self._done(group)
@@ -142,6 +179,10 @@ class Replay:
                 self.idle = env.event()
                 yield self.idle
                 continue
+            if self.cfg.client_timeout_s is not None:
+                self._abort_timed_out(env.now)
+                if not scheduler.has_unfinished:
+                    continue
             plan = plan_decode(scheduler, MAX_DECODE_RUN) if self.fast_forward else None
             if plan is not None:
                 yield from self._decode_run(env, plan)
@@ -151,7 +192,13 @@ class Replay:
                 # add_request rejects what can never fit, so an empty step with work queued is a core bug
                 raise SchedulerStalled(f"t={env.now:.3f}s: requests are queued but nothing can run "
                                        f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
-            duration = cost.iteration_time(out.batch_shape())
+            shape = out.batch_shape()
+            duration = cost.iteration_time(shape)
+            if self.on_step is not None:
+                self.on_step(env.now + duration, duration, shape)
+            if self._delayed_steps is not None:
+                self._delayed_steps[0].append(env.now + duration)
+                self._delayed_steps[1].append(duration)
             yield env.timeout(duration)
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
             finished = scheduler.update(out, step, env.now)
@@ -179,7 +226,13 @@ class Replay:
         Times, metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
         num_seqs = plan.num_seqs
-        durations, ends = self._run_times(plan, env.now, min(self._next_arrival_time(), self.next_waste))
+        durations, ends = self._run_times(plan, env.now, min(self._next_arrival_time(), self.next_waste,
+                                                             self._next_deadline()))
+        if self.on_decode_run is not None:
+            self.on_decode_run(ends, durations, num_seqs, plan.context_tokens)
+        if self._delayed_steps is not None:
+            self._delayed_steps[0].extend(ends)
+            self._delayed_steps[1].extend(durations)
         now = ends[-1]
         waiting_before, running, swapped = len(scheduler.waiting), len(scheduler.running), len(scheduler.swapped)
         kv = scheduler.kv
@@ -225,7 +278,28 @@ class Replay:
 
     def _next_arrival_time(self) -> float:
         i = self.num_submitted
-        return self.requests[i].arrival_time if i < len(self.requests) else math.inf
+        return self.requests[i].arrival_time + self.request_host_s if i < len(self.requests) else math.inf
+
+    def _next_deadline(self) -> float:
+        """When the oldest request that may still be running runs out of client patience."""
+        i, timeout = self._next_deadline_index, self.cfg.client_timeout_s
+        if timeout is None or i >= self.num_submitted:
+            return math.inf
+        return self.requests[i].arrival_time + timeout
+
+    def _abort_timed_out(self, now: float) -> None:
+        """Between steps: abort every request whose client has given up (deadlines come in
+        arrival order, so one pointer walks them)."""
+        timeout = self.cfg.client_timeout_s
+        while self._next_deadline_index < self.num_submitted:
+            request = self.requests[self._next_deadline_index]
+            if request.arrival_time + timeout > now:
+                break
+            group = self._groups[self._next_deadline_index]
+            self._next_deadline_index += 1
+            if self.scheduler.abort(group, now):
+                group.reject_reason = f"client timeout: not finished {timeout:g} s after arrival"
+                self._done(group)
 
     def _maybe_sample_waste(self, now: float) -> None:
         if now >= self.next_waste:
@@ -246,6 +320,36 @@ class Replay:
         if self.metrics.waste:
             extra["waste_mean_share"] = _mean_shares(self.metrics.waste, cfg.warmup_s)
         return self.metrics.summary(**extra)
+
+
+# vLLM v1's defaults for its OpenAI server (vllm/engine/arg_utils.py, _set_default_args): GPUs of
+# at least 70 GiB other than the A100 get larger limits; gpu_memory_utilization 0.9.
+VLLM_V1_LARGE_GPU = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
+VLLM_V1_SMALL_GPU = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
+VLLM_V1_GPU_MEMORY_UTILIZATION = 0.9
+
+
+def with_policy_presets(options: dict) -> dict:
+    """ReplayConfig fields with the named system's presets filled in where `options` does not set
+    them (pagesim.core.policies.POLICY_PRESETS; for vllm-v1 also v1's limits for the GPU and its
+    memory utilization)."""
+    from pagesim.core.policies import POLICY_PRESETS
+    from pagesim.sim.specs import get_gpu
+
+    policy = options.get("policy", ServingConfig.policy)
+    preset = dict(POLICY_PRESETS.get(policy, {}))
+    if policy == "vllm-v1":
+        gpu = get_gpu(options.get("gpu", ReplayConfig.gpu))
+        large = gpu.memory_bytes >= 70 * 2**30 and not gpu.name.startswith("a100")
+        preset.update(VLLM_V1_LARGE_GPU if large else VLLM_V1_SMALL_GPU)
+        preset["gpu_memory_utilization"] = VLLM_V1_GPU_MEMORY_UTILIZATION
+    return {**preset, **{k: v for k, v in options.items() if v is not None or k not in preset}}
+
+
+def engine_options(cost_model: str, engine: str, max_num_seqs: int) -> dict:
+    """What the calibrated cost model needs of the engine profile (the other models describe
+    their engine themselves)."""
+    return {"engine": engine, "max_num_seqs": max_num_seqs} if cost_model.lower() == "calibrated" else {}
 
 
 def _delay_to(now: float, target: float) -> float:

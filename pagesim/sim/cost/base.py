@@ -21,6 +21,11 @@ class CostModel(ABC):
     """Duration of one engine iteration. Implementations must be deterministic and pure."""
 
     name: str = "abstract"
+    # Seconds between a request's arrival and its entry into the engine (HTTP, tokenization): an
+    # engine profile's; the models of the kernels alone have none.
+    request_host_s: float = 0.0
+    # Steps by which a token's delivery lags its step (an engine profile's async output: 0 or 1).
+    output_delay_steps: int = 0
 
     @abstractmethod
     def iteration_time(self, shape: BatchShape) -> float:

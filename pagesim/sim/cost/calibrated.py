@@ -221,6 +221,15 @@ class Calibration:
             return 0.0
         return self.elementwise[ELEMENTWISE_KIND[op]].seconds(shape.elementwise_bytes(op, tokens))
 
+    def operator_floor(self, op: str, shape: LayerShape) -> float:
+        """The launch-and-tail floor inside operator_seconds (what a CUDA graph takes away), and
+        0 for an operator the shape does not run."""
+        if op in GEMM_OPERATORS:
+            return self.gemm.floor_s
+        if op == "attn_rope" and not shape.rotary:
+            return 0.0
+        return self.elementwise[ELEMENTWISE_KIND[op]].floor_s
+
     def all_reduce_seconds(self, workers: int, nbytes: float) -> float:
         if workers <= 1:
             return 0.0
@@ -338,6 +347,31 @@ class CalibratedCostModel(CostModel):
         lm = self.calibration.gemm.seconds(seqs, self.model.hidden_size, self.model.vocab_size // self.tp,
                                            self.model.dtype_bytes)
         return lm + self.calibration.cpu.seconds(seqs, self.tp)
+
+    def token_kernel_split(self, tokens: int) -> tuple[float, float, int]:
+        """tokens_seconds less its all-reduces, split for engine profiles: (busy seconds, launch
+        floors, number of kernels) of every layer's GEMMs and elementwise kernels and the embedding."""
+        cal, s = self.calibration, self.shape
+        ops = list(LAYER_OPERATORS) + ["add"] * (RESIDUAL_ADDS_PER_LAYER - 1)
+        busy = floors = 0.0
+        kernels = 0
+        for op in ops:
+            floor = cal.operator_floor(op, s)
+            if op == "attn_rope" and not s.rotary:
+                continue
+            busy += cal.operator_seconds(op, s, tokens) - floor
+            floors += floor
+            kernels += 1
+        layers = self.model.num_layers
+        emb_floor = cal.operator_floor("emb", s)
+        return (layers * busy + cal.operator_seconds("emb", s, tokens) - emb_floor, layers * floors + emb_floor,
+                layers * kernels + 1)
+
+    def lm_head_split(self, seqs: int) -> tuple[float, float]:
+        """(busy seconds, launch floor) of the LM head over `seqs` sampled rows."""
+        t = self.calibration.gemm.seconds(seqs, self.model.hidden_size, self.model.vocab_size // self.tp,
+                                          self.model.dtype_bytes)
+        return t - self.calibration.gemm.floor_s, self.calibration.gemm.floor_s
 
     def iteration_time(self, shape: BatchShape) -> float:
         # Hot path: two cached lookups, then linear attention terms; the decode context read last

@@ -7,6 +7,7 @@ from typing import Callable
 
 from pagesim.sim.cost.base import ConstantCostModel, CostModel
 from pagesim.sim.cost.calibrated import CalibratedCostModel
+from pagesim.sim.cost.engine import PAPER_ENGINE, EngineCostModel, load_engine_profile
 from pagesim.sim.cost.roofline import DEFAULT_ROOFLINE_CONSTANTS, RooflineConstants, RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model
 
@@ -23,8 +24,13 @@ def _make_roofline(model, gpu, tp, profile_path=None,
     return RooflineCostModel(model, gpu, tp, replace(constants, **overrides))
 
 
-def _make_calibrated(model, gpu, tp, profile_path=None, calibration=None) -> CostModel:
-    return CalibratedCostModel(model, gpu, tp, calibration)
+def _make_calibrated(model, gpu, tp, profile_path=None, calibration=None, engine=PAPER_ENGINE,
+                     max_num_seqs: int = 256) -> CostModel:
+    # the paper-era engine is the calibrated terms as measured; a current engine recombines them
+    profile = load_engine_profile(engine)
+    if profile.measured_eager:
+        return CalibratedCostModel(model, gpu, tp, calibration)
+    return EngineCostModel(model, gpu, tp, profile, calibration, max_num_seqs=max_num_seqs)
 
 
 def _make_constant(model, gpu, tp, profile_path=None, seconds: float = 0.01) -> CostModel:

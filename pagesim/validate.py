@@ -1,0 +1,241 @@
+"""A recorded real run, replayed through the simulator and compared (`pagesim validate`).
+
+RealRun (pagesim.realruns) -> the replay's configuration (server settings as recorded, flags
+override) -> the replay with the same arrivals and lengths -> predicted beside measured:
+mean / median / p90 / p99 of TTFT, TPOT and E2E, the mean ITL and the throughput, with signed
+errors (predicted / measured - 1), over the whole run and per load stage.
+
+What the comparison counts: requests that succeeded in the real run and finished in the
+replay. The measured ITL is the token-weighted mean gap, sum(E2E - TTFT) / sum(output - 1),
+which is what vLLM's mean ITL pools; its percentiles need per-token times, which these runs do
+not record, so TPOT (per request) carries the percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pagesim.engine_fit import FitRun, MeasuredRequest
+from pagesim.metrics import percentile
+from pagesim.sim.engine import Replay, ReplayConfig, with_policy_presets
+
+METRICS = ("ttft", "tpot", "e2e")
+STATS = ("mean", "median", "p90", "p99")
+# Runs of an engine older than vLLM v1 (DistServe's early-2024 fork) replay the paper's system.
+V1_FIRST_VERSION = (0, 8)
+
+
+class ValidateError(ValueError):
+    """A run pagesim cannot replay; the message names what is missing."""
+
+
+def engine_for(version: str | None) -> str:
+    """The shipped engine profile for a recorded vLLM version."""
+    parsed = _version(version)
+    if parsed is None or parsed < V1_FIRST_VERSION:
+        return "paper"
+    return "vllm-0.15" if parsed < (0, 16) else "vllm-0.19"
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    parts = str(text).lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def client_timeout(run) -> float | None:
+    """The client's timeout, where the failed requests tell it: at least 10 of them, all abandoned
+    within 5 % of the same time after their arrival (inference-perf's 300 s)."""
+    times = sorted(r.abandoned_after_s for r in run.requests if not r.ok and r.abandoned_after_s)
+    if len(times) >= 10 and times[-1] <= 1.05 * times[0]:
+        return float(round(times[0]))
+    return None
+
+
+def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
+    """The replay of a real run: its recorded server settings, `overrides` (ReplayConfig fields,
+    None = not given) on top. Returns the config and what was assumed."""
+    s = run.server
+    notes = []
+    given = {k: v for k, v in overrides.items() if v is not None}
+    model = given.pop("model", None) or s.model_config or s.model
+    gpu = given.pop("gpu", None) or s.gpu
+    if not model:
+        raise ValidateError(f"{run.path}: the run does not record its model: give --model (a catalog name or config.json)")
+    if not gpu:
+        raise ValidateError(f"{run.path}: the run does not record its GPU: give --gpu (a catalog name)")
+    engine = given.pop("engine", None) or engine_for(s.engine_version)
+    v1 = engine != "paper"
+    options = {"model": model, "gpu": gpu, "engine": engine, "policy": "vllm-v1" if v1 else "paged",
+               "rate": None, "num_requests": None, "tp": s.tensor_parallel_size or 1}
+    for name, value in (("max_num_seqs", s.max_num_seqs), ("max_num_batched_tokens", s.max_num_batched_tokens),
+                        ("num_gpu_blocks", s.num_gpu_blocks), ("block_size", s.block_size),
+                        ("prefix_caching", s.enable_prefix_caching), ("chunked_prefill", s.enable_chunked_prefill),
+                        ("gpu_memory_utilization", s.gpu_memory_utilization), ("max_model_len", s.max_model_len)):
+        if value is not None:
+            options[name] = value
+    timeout = client_timeout(run)
+    if timeout:
+        options["client_timeout_s"] = timeout
+        notes.append(f"the client gave up after {timeout:g} s: requests not finished by then are aborted in the replay")
+    if s.engine_version is None:
+        notes.append(f"vLLM version not recorded: engine profile {engine!r}")
+    options.update(given)
+    try:
+        return ReplayConfig(**with_policy_presets(options)), notes
+    except (KeyError, ValueError) as e:
+        raise ValidateError(f"{run.path}: {e.args[0] if isinstance(e, KeyError) else e}") from None
+
+
+def fit_run(run, **overrides) -> FitRun:
+    """The run as the engine fit replays it (pagesim.engine_fit): same configuration as validate."""
+    cfg, _ = replay_config(run, **overrides)
+    measured = [MeasuredRequest(i, r.ttft_s, r.e2e_s, r.generated_len, r.stage or 0)
+                for i, r in enumerate(run.requests) if r.ok]
+    return FitRun(run.name, cfg, run.to_trace(), measured)
+
+
+# ----------------------------------------------------------------------------- comparison
+
+@dataclass
+class Sample:
+    """Per request: TTFT, TPOT (None for one token), E2E and output tokens; the stage."""
+
+    ttft: list = field(default_factory=list)
+    tpot: list = field(default_factory=list)
+    e2e: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    arrivals: list = field(default_factory=list)
+
+    def add(self, ttft: float, e2e: float, output_len: int, arrival: float) -> None:
+        self.ttft.append(ttft)
+        self.e2e.append(e2e)
+        self.tpot.append((e2e - ttft) / (output_len - 1) if output_len > 1 else None)
+        self.outputs.append(output_len)
+        self.arrivals.append(arrival)
+
+    def stats(self) -> dict:
+        out = {}
+        for metric in METRICS:
+            values = sorted(v for v in getattr(self, metric) if v is not None)
+            if not values:
+                continue
+            out[f"{metric}_mean"] = sum(values) / len(values)
+            out[f"{metric}_median"] = percentile(values, 50)
+            out[f"{metric}_p90"] = percentile(values, 90)
+            out[f"{metric}_p99"] = percentile(values, 99)
+        gaps = sum(e - t for e, t, n in zip(self.e2e, self.ttft, self.outputs) if n > 1)
+        tokens = sum(n - 1 for n in self.outputs if n > 1)
+        if tokens:
+            out["itl_mean"] = gaps / tokens
+        if self.arrivals:
+            span = max(a + e for a, e in zip(self.arrivals, self.e2e)) - min(self.arrivals)
+            if span > 0:
+                out["output_throughput"] = sum(self.outputs) / span
+        out["count"] = len(self.e2e)
+        return out
+
+
+def compare(measured: dict, predicted: dict) -> dict:
+    """{metric: {measured, predicted, error}} with error = predicted / measured - 1."""
+    rows = {}
+    for key, real in measured.items():
+        if key == "count" or key not in predicted:
+            continue
+        pred = predicted[key]
+        error = pred / real - 1 if real else None
+        rows[key] = {"measured": real, "predicted": pred,
+                     "error": error if error is not None and math.isfinite(error) else None}
+    return rows
+
+
+@dataclass
+class Validation:
+    run: object
+    config: ReplayConfig
+    notes: list[str]
+    overall: dict
+    stages: dict  # stage index -> comparison
+    counts: dict
+    replay: object  # the ReplayResult
+    request_ids: list[int]  # the real run's request index of each replayed request
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+
+        return {"run": self.run.name, "format": self.run.source_format, "path": str(self.run.path),
+                "config": asdict(self.config), "notes": self.notes, "assumptions": list(self.run.assumptions),
+                "counts": self.counts, "overall": self.overall,
+                "stages": {str(k): v for k, v in self.stages.items()},
+                "cost_model": self.replay.summary.get("cost_model")}
+
+
+def validate(run, progress=None, **overrides) -> Validation:
+    """Replay `run` and compare (see the module docstring)."""
+    cfg, notes = replay_config(run, **overrides)
+    sim = Replay(cfg, run.to_trace())
+    sim.on_progress = progress
+    result = sim.run()
+    records = {r.request_id: r for r in result.metrics.requests}
+    real_all, sim_all = Sample(), Sample()
+    real_stage: dict[int, Sample] = {}
+    sim_stage: dict[int, Sample] = {}
+    sim_failed = real_failed = 0
+    for i, r in enumerate(run.requests):
+        if not r.ok:
+            real_failed += 1
+            continue
+        rec = records.get(i)
+        if rec is None or rec.status != "finished":
+            sim_failed += 1
+            continue
+        stage = r.stage or 0
+        for sample, ttft, e2e in ((real_all, r.ttft_s, r.e2e_s), (sim_all, rec.ttft, rec.e2e_latency)):
+            sample.add(ttft, e2e, r.generated_len, r.arrival_s)
+        real_stage.setdefault(stage, Sample()).add(r.ttft_s, r.e2e_s, r.generated_len, r.arrival_s)
+        sim_stage.setdefault(stage, Sample()).add(rec.ttft, rec.e2e_latency, r.generated_len, r.arrival_s)
+    if not real_all.e2e:
+        raise ValidateError(f"{run.path}: no request succeeded in both the real run and the replay")
+    sim_only_failed = sum(1 for i, r in enumerate(run.requests) if r.ok and records.get(i) is not None
+                          and records[i].status != "finished")
+    counts = {"requests": len(run.requests), "compared": len(real_all.e2e), "failed_real": real_failed,
+              "failed_in_replay_only": sim_only_failed,
+              "failed_in_replay": sum(1 for r in result.metrics.requests if r.status != "finished")}
+    overall = compare(real_all.stats(), sim_all.stats())
+    stages = {k: compare(real_stage[k].stats(), sim_stage[k].stats()) for k in sorted(real_stage)}
+    return Validation(run, cfg, notes, overall, stages, counts, result, [r.index for r in run.requests])
+
+
+# ----------------------------------------------------------------------------- fit and held-out error
+
+def fit_errors(run: FitRun, simulated: dict) -> dict:
+    """compare() of a fit run's measured requests against a replay's (request id -> (ttft, e2e))."""
+    real, sim = Sample(), Sample()
+    arrivals = {i: r.arrival_time for i, r in enumerate(run.trace.requests)}
+    for m in run.measured:
+        if m.request_id in simulated:
+            ttft, e2e = simulated[m.request_id]
+            real.add(m.ttft_s, m.e2e_s, m.output_len, arrivals.get(m.request_id) or 0.0)
+            sim.add(ttft, e2e, m.output_len, arrivals.get(m.request_id) or 0.0)
+    return compare(real.stats(), sim.stats())
+
+
+def leave_one_out(runs: list[FitRun], base, start=None, progress=None, **fit_options) -> dict:
+    """For each run: the profile fitted on the others, and that profile's errors on it."""
+    from pagesim.engine_fit import fit_engine, replay_with
+
+    out = {}
+    for i, held in enumerate(runs):
+        rest = runs[:i] + runs[i + 1:]
+        fitted = fit_engine(rest, base, start=start, **fit_options)
+        windows, _ = replay_with(held, fitted.params, base)
+        out[held.name] = {"params": {k: getattr(fitted.params, k) for k in fitted.history[-1]["params"]},
+                          "iterations": fitted.iterations, "errors": fit_errors(held, windows.simulated)}
+        if progress is not None:
+            progress(held.name, out[held.name])
+    return out
