@@ -175,7 +175,9 @@ class HybridKVManager(PagedKVManager):
         need = self.num_tables * _cdiv(end - capacity, self.block_size) if end > capacity else 0
         if seq.num_computed_tokens < capacity:  # a partly filled last block (never NULL) shared: copy it
             refcount = self.device.refcount
-            need += sum(refcount[table[-1]] > 1 for table in tables)
+            for table in tables:
+                if refcount[table[-1]] > 1:
+                    need += 1
         return need
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:
@@ -276,19 +278,30 @@ class HybridKVManager(PagedKVManager):
         if not self._sliding:
             return None
         steps = num_steps if last_step else num_steps - 1
-        by_step: list[list[int]] = [[] for _ in range(steps)]
-        for seq in seqs:
+        # Each step frees at most one block per sliding table: block j of a window W goes at the
+        # step (counted from 1) after which the token at c + step no longer reads it, when
+        # c + step - W + 1 reaches (j + 1) * B. Only the blocks that go are visited.
+        bs = self.block_size
+        by_step: dict[int, list[int]] = {}
+        for seq in seqs:  # (sequence by sequence, table by table: the order within a step)
             start = seq.num_computed_tokens - num_steps
             tables = self._tables[seq.seq_id]
-            for step in range(steps):
-                self._skip(tables, start + step + 1, by_step[step])
-        freed_per_step = []
+            for t, window in self._sliding:
+                table = tables[t]
+                first = max(0, start - window + 1) // bs  # skipped before the run
+                last = min(max(0, start + steps - window + 1) // bs, len(table))
+                for j in range(first, last):
+                    by_step.setdefault((j + 1) * bs + window - 1 - start, []).append((table, j))
+        freed_per_step = [0] * steps
         dev = self.device
-        for blocks in by_step:
+        for step in sorted(by_step):
+            blocks = []
+            for table, j in by_step[step]:
+                blocks.append(table[j])
+                table[j] = NULL_BLOCK
             before = dev.num_free
-            if blocks:
-                dev.release(blocks)
-            freed_per_step.append(dev.num_free - before)
+            dev.release(blocks)
+            freed_per_step[step - 1] = dev.num_free - before
         return freed_per_step
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
