@@ -193,3 +193,41 @@ def test_driver_hybrid(layout, caching, chunked, mode):
     assert sched.num_preemptions > 0, "the pool is meant to be small enough to force preemption"
     if caching:
         assert sched.kv.prefix_hits > 0
+
+
+def test_never_fits_counts_a_window_by_the_largest_step():
+    # full + sliding (W = 5), blocks of 4; a 40-token prompt with 10 outputs computes at most 49
+    # tokens: the full table needs ceil(49 / 4) = 13 blocks; the sliding table as many when the
+    # step may be a whole recompute, but only ceil((5 - 1 + 8) / 4) + 1 = 4 with chunks of 8
+    from pagesim.core import Scheduler, SchedulerConfig
+    groups = (KVGroupSpec("full", 1), KVGroupSpec("sliding", 1, 5))
+    request = Request(0, 40, SamplingParams(max_tokens=10), prompt_token_ids=list(range(40)))
+    for chunked, need in ((False, 26), (True, 17)):
+        for blocks, fits in ((need, True), (need - 1, False)):
+            kv = HybridKVManager(blocks, 4, kv_groups=groups, watermark=0.0)
+            Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=8 if chunked else 64, max_model_len=64,
+                                      chunked_prefill=chunked), kv)
+            group = SequenceGroup(request, [Sequence(0, 40, list(range(40)))], 0)
+            reason = kv.never_fits(group, 64)
+            assert (reason is None) == fits, (chunked, blocks, reason)
+
+
+def test_one_mla_group_is_the_plain_manager_step_for_step():
+    # the same workload with no groups and with one MLA group: identical tables, pools and outputs
+    engines = []
+    for groups in (None, (KVGroupSpec("mla", 61),)):
+        sched = make_scheduler("paged", "auto", True, num_blocks=40, caching=True, kv_groups=groups)
+        engines.append(FakeEngine(sched))
+    reqs = [random_requests(random.Random(5), 120, multi=0.2, prefixes=3) for _ in engines]
+    rng = random.Random(6)
+    while reqs[0] or engines[0].sched.has_unfinished:
+        k = min(rng.randint(0, 2), len(reqs[0]))
+        for eng, pending in zip(engines, reqs):
+            for _ in range(k):
+                eng.add(pending.pop(0))
+            eng.step()
+        a, b = (e.sched.kv for e in engines)
+        assert [(s.seq_id, s.block_table) for g in engines[0].sched.running for s in g.seqs] == \
+               [(s.seq_id, s.block_table) for g in engines[1].sched.running for s in g.seqs]
+        assert list(a.device.free_queue) == list(b.device.free_queue) and a.device.cached == b.device.cached
+    assert engines[1].sched.kv.layout.layers_per_block == 61 and engines[0].sched.kv.prefix_hits > 0
