@@ -14,7 +14,7 @@ from executor.models.loader import LoadedModel
 from executor.noise import NoiseControl
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder
-from pagesim.workload.requests import WorkloadConfig, synthetic_prompt
+from pagesim.workload.requests import WorkloadConfig, synthetic_prompt, time_origin
 from pagesim.workload.trace import Trace
 
 
@@ -38,12 +38,12 @@ class RunClock:
     CPU time (time.thread_time) and idle gaps skipped to the next arrival, so that a run with one
     torch thread measures the work it did, not the load other processes put on the machine."""
 
-    def __init__(self, kind: str = "wall"):
+    def __init__(self, kind: str = "wall", start: float = 0.0):
         if kind not in ("wall", "cpu"):
             raise ValueError(f"clock must be 'wall' or 'cpu', got {kind!r}")
         self.kind = kind
         self._read = time.perf_counter if kind == "wall" else time.thread_time
-        self._offset = -self._read()
+        self._offset = start - self._read()  # reads `start` now (a trace's first arrival may be a Unix time)
 
     def __call__(self) -> float:
         return self._read() + self._offset
@@ -71,10 +71,11 @@ def run_trace(lm: LoadedModel, trace: Trace, engine_cfg: EngineConfig, run_cfg: 
     noise.apply()
     noise.warm_up(lm, engine_cfg.block_size)
     engine = LLMEngine(lm, engine_cfg)
-    metrics = MetricsRecorder(engine_cfg.num_gpu_blocks, run_cfg.warmup_s)
+    origin = time_origin(requests, run_cfg.rate)
+    metrics = MetricsRecorder(engine_cfg.num_gpu_blocks, run_cfg.warmup_s, origin=origin)
     done = 0
     pending = list(requests)
-    clock = RunClock(run_cfg.clock)
+    clock = RunClock(run_cfg.clock, start=origin)
 
     def record(group) -> None:
         nonlocal done

@@ -29,6 +29,7 @@ EXPERIMENTS = Path(__file__).resolve().parent
 ROOT = EXPERIMENTS.parent
 
 from experiments.figures import DEFAULT_OUT_DIR, read_verdicts
+from pagesim.children import ending_on_signals, stop
 from experiments.paper import ARXIV
 
 SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
@@ -69,14 +70,37 @@ def discover(only: list[str] | None = None, directory: Path = EXPERIMENTS) -> li
         text = path.read_text()
         if m and re.search(r"^def main\(", text, re.M):
             figures.append(Figure(m.group(1), path, takes_jobs=bool(re.search(r"^TAKES_JOBS = True", text, re.M))))
-    if only:
+    if only is not None:
         wanted = {w.strip() for item in only for w in item.split(",") if w.strip()}
+        if not wanted:
+            raise ValueError(f"--only names no figure; known: {', '.join(sorted(f.key for f in figures))}")
         known = {f.key for f in figures} | {f.stem for f in figures}
         unknown = sorted(wanted - known)
         if unknown:
             raise ValueError(f"no figure script for {', '.join(unknown)}; known: {', '.join(sorted(f.key for f in figures))}")
         figures = [f for f in figures if f.key in wanted or f.stem in wanted]
     return figures
+
+
+def listed_figures(paper_md: Path) -> set[str]:
+    """The figure keys of the table in an existing paper.md (empty if there is none)."""
+    if not Path(paper_md).exists():
+        return set()
+    return {m.group(1) for m in re.finditer(r"^\| (fig\d\d[a-z]?) \|", Path(paper_md).read_text(), re.M)}
+
+
+def check_default_target(figures: list[Figure], smoke: bool) -> None:
+    """ValueError where a run into the default folder (reports/figures, reports/paper.md: the
+    committed results) would replace them with less: smoke results, or fewer figures than
+    paper.md lists. Such runs name a folder of their own (--out-dir), which is the way to say so."""
+    if smoke:
+        raise ValueError("--smoke results would replace the committed figures in reports/figures: give a scratch "
+                         "--out-dir (e.g. --out-dir /tmp/pagesim-smoke)")
+    paper_md = default_paper_md(DEFAULT_OUT_DIR)
+    left_out = sorted(listed_figures(paper_md) - {f.key for f in figures})
+    if left_out:
+        raise ValueError(f"{_rel(paper_md, ROOT)} lists {', '.join(left_out)}, which this run leaves out: give --out-dir "
+                         "for a partial run (or --out-dir reports/figures to replace paper.md with these figures only)")
 
 
 def figure_args(full: bool, smoke: bool, out_dir: Path) -> list[str]:
@@ -100,34 +124,39 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1",
                PYTHONPATH=pythonpath)
     t0 = time.perf_counter()
-    with _progress(progress) as bar:
-        overall = bar.add_task("all figures", total=len(figures)) if bar else None
-        tasks = {}
-        while queue or running:
-            while queue and len(running) < jobs:
-                f = queue.pop(0)
-                f.log = logs / f"{f.stem}.log"
-                f.started = time.perf_counter()
-                with open(f.log, "w") as log:
-                    extra = ["--jobs", str(jobs)] if f.takes_jobs and jobs > 1 else []
-                    f.process = subprocess.Popen([python, str(f.script), *figure_args(full, smoke, out_dir), *extra], cwd=ROOT,
-                                                 stdout=log, stderr=subprocess.STDOUT, env=env)
-                running.append(f)
-                if bar:
-                    tasks[f.key] = bar.add_task(f.stem, total=None)
-            time.sleep(0.2)
-            for f in list(running):
-                if f.process.poll() is None:
-                    continue
-                f.returncode = f.process.returncode
-                f.wall_s = time.perf_counter() - f.started
-                running.remove(f)
-                if bar:
-                    bar.update(tasks[f.key], total=1, completed=1,
-                               description=f"{f.stem} [{'ok' if f.returncode == 0 else 'FAILED'} {f.wall_s:.0f} s]")
-                    bar.advance(overall)
-                elif progress is not None:
-                    print(f"{f.stem}: {'ok' if f.returncode == 0 else 'FAILED'} in {f.wall_s:.0f} s", flush=True)
+    try:
+        with ending_on_signals():  # SIGTERM/SIGHUP end this runner like Ctrl-C: through the finally
+            with _progress(progress) as bar:
+                overall = bar.add_task("all figures", total=len(figures)) if bar else None
+                tasks = {}
+                while queue or running:
+                    while queue and len(running) < jobs:
+                        f = queue.pop(0)
+                        f.log = logs / f"{f.stem}.log"
+                        f.started = time.perf_counter()
+                        with open(f.log, "w") as log:
+                            extra = ["--jobs", str(jobs)] if f.takes_jobs and jobs > 1 else []
+                            # a process group of its own, so stopping it stops the script's own workers too
+                            f.process = subprocess.Popen([python, str(f.script), *figure_args(full, smoke, out_dir), *extra], cwd=ROOT,
+                                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                        running.append(f)
+                        if bar:
+                            tasks[f.key] = bar.add_task(f.stem, total=None)
+                    time.sleep(0.2)
+                    for f in list(running):
+                        if f.process.poll() is None:
+                            continue
+                        f.returncode = f.process.returncode
+                        f.wall_s = time.perf_counter() - f.started
+                        running.remove(f)
+                        if bar:
+                            bar.update(tasks[f.key], total=1, completed=1,
+                                       description=f"{f.stem} [{'ok' if f.returncode == 0 else 'FAILED'} {f.wall_s:.0f} s]")
+                            bar.advance(overall)
+                        elif progress is not None:
+                            print(f"{f.stem}: {'ok' if f.returncode == 0 else 'FAILED'} in {f.wall_s:.0f} s", flush=True)
+    finally:  # however the runner ends, no figure script outlives it
+        stop([f.process for f in running], group=True)
     paper_md = Path(paper_md) if paper_md else default_paper_md(out_dir)
     command = " ".join(["python experiments/run_all.py", *(["--only", *[f.key for f in figures]] if figures else []),
                         f"--jobs {jobs}", *(["--full"] if full else []), *(["--smoke"] if smoke else []),
@@ -197,15 +226,19 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--jobs", type=int, default=2, help="figure scripts running at once")
     p.add_argument("--full", action="store_true", help="the paper's 3600 s of arrivals")
     p.add_argument("--smoke", action="store_true", help="every script in its seconds-long smoke mode")
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    p.add_argument("--out-dir", type=Path, default=None,
+                   help="default reports/figures (refused for --smoke and for fewer figures than reports/paper.md lists)")
     p.add_argument("--paper-md", type=Path, default=None,
                    help="default: reports/paper.md for the default --out-dir, else paper.md inside --out-dir")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:
         figures = discover(args.only)
+        if args.out_dir is None and args.paper_md is None:
+            check_default_target(figures, args.smoke)
     except ValueError as e:
         p.error(str(e))
+    args.out_dir = args.out_dir or DEFAULT_OUT_DIR
     started = time.perf_counter()
     path = run(figures, args.jobs, args.full, args.smoke, args.out_dir, args.paper_md, progress=not args.no_progress)
     print(f"wrote {path}: {len(figures)} figure scripts, {args.jobs} at a time, {time.perf_counter() - started:.0f} s wall in all")

@@ -69,23 +69,23 @@ def run_group(paths, gpu, engine_for_run, baselines=True, progress=print):
     return rows
 
 
-def fit_h100(paths, out_dir: Path, progress=print, max_iterations: int = 4):
+def fit_h100(paths, out_dir: Path, progress=print, max_iterations: int = 4, refine: int = 1):
     """The H100 fit: leave-one-run-out over the runs without client timeouts; profiles written."""
     from pagesim.engine_fit import fit_engine
     from pagesim.realruns import load_real_run
     from pagesim.sim.cost.engine import load_engine_profile
-    from pagesim.validate import client_timeout, fit_run, leave_one_out
+    from pagesim.validate import fit_run, kept_up, leave_one_out
 
     base = load_engine_profile("vllm-0.15")
     runs = [load_real_run(p) for p in paths]
-    stable = [r for r in runs if client_timeout(r) is None]
+    stable = [r for r in runs if kept_up(r)]
     fit_runs = [fit_run(r, gpu="h100-80gb", engine="vllm-0.15") for r in stable]
     full = fit_engine(fit_runs, base, max_iterations=max_iterations, progress=progress)
     profiles = out_dir / "profiles"
     profiles.mkdir(parents=True, exist_ok=True)
     write_profile(profiles / "all-stable.json", replace(base, name="vllm-0.15-all-stable", params=full.params),
                   [r.name for r in stable])
-    loo = leave_one_out(fit_runs, base, start=full.params, max_iterations=max_iterations,
+    loo = leave_one_out(fit_runs, base, full.params, refine=refine,
                         progress=lambda name, entry: progress(f"fold without {name}: {entry['params']}"))
     engines = {}
     for r in runs:
@@ -165,12 +165,15 @@ def main(argv=None) -> Path:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=ROOT / "reports")
     parser.add_argument("--quick", action="store_true", help="no baselines, one fit iteration (a smoke run)")
+    parser.add_argument("--refine", type=int, default=1, help="re-solves of each leave-one-out fold on its own "
+                        "training runs (each replays them; 0: the fold's solve is linearised at the full fit)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     groups = shared_runs(args.data)
     out_dir = args.out / "sim2real"
     out_dir.mkdir(parents=True, exist_ok=True)
-    engines, full, stable = fit_h100(groups["h100"], out_dir, max_iterations=1 if args.quick else 4)
+    engines, full, stable = fit_h100(groups["h100"], out_dir, max_iterations=1 if args.quick else 4,
+                                     refine=0 if args.quick else args.refine)
     h100 = run_group(groups["h100"], "h100-80gb", lambda real: engines[real.name], baselines=not args.quick)
     rtx = run_group(groups["rtx"], "rtx-pro-6000-96gb", lambda real: "vllm-0.19", baselines=not args.quick)
     a100 = run_group(groups["a100"], "a100-80gb", lambda real: "paper", baselines=False)

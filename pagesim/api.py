@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the heavy modules load when a function runs, not when pages
 TraceLike = Trace | str | os.PathLike
 
 # CLI flag (as a Python name) -> ReplayConfig field, where the two differ
-_RENAMED = {"swap_space": "swap_space_gib", "warmup": "warmup_s"}
+_RENAMED = {"swap_space": "swap_space_gib", "warmup": "warmup_s", "force": "force_profile"}
 
 
 def replay_options() -> list[str]:
@@ -131,8 +131,8 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
          max_num_batched_tokens: int | None = None, num_requests: int = 1000, min_duration: float = 60.0,
          warmup_fraction: float = 0.2, tolerance: float = 0.02, start_rate: float = 1.0, min_rate: float = 0.01,
          min_headroom: float = 0.0, prices: str | os.PathLike | None = None, cost_model: str = "calibrated",
-         profile: str | os.PathLike | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
-         cache_dir: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+         profile: str | os.PathLike | None = None, force: bool = False, seed: int = 0, jobs: int | None = None,
+         backend: str = "local", cache_dir: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
          on_result: Callable | None = None) -> Plan:
     """Capacity plan, as `pagesim plan` makes it (docs/plan.md): for each configuration (every
     combination of gpus x tp x block_size x preemption x max_num_seqs) the highest rate one
@@ -148,7 +148,8 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
     slos = parse_slos(slo) if isinstance(slo, str) else list(slo)
     grid = expand_grid(_listed(gpus), _listed(tp), _listed(block_size), _listed(preemption), _listed(max_num_seqs))
     settings = RunSettings(get_model(model).name, num_requests, min_duration, warmup_fraction, max_num_batched_tokens,
-                           cost_model=cost_model, profile=str(profile) if profile else None, seed=seed)
+                           cost_model=cost_model, profile=str(profile) if profile else None, seed=seed,
+                           force_profile=force)
     search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
     trace_path = str(trace) if not isinstance(trace, Trace) else str(trace.metadata.get("name") or "in-memory trace")
     result = make_plan(model=settings.model, trace=loaded, trace_path=trace_path,
@@ -156,5 +157,8 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
                        min_headroom=min_headroom, prices=load_prices(prices), cache_dir=cache_dir, backend=backend,
                        jobs=jobs, command="pagesim.plan(...)", on_result=on_result)
     if out is not None:
-        write_report(result, Path(out))
+        from pagesim.results import results_folder
+
+        with results_folder(out) as staging:  # as `pagesim plan --out` writes it (locked, atomic)
+            write_report(result, staging)
     return result

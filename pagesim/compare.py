@@ -138,7 +138,8 @@ def simulate(trace, system: str, settings: CompareSettings, profile_path: str | 
                        num_gpu_blocks=settings.num_gpu_blocks,
                        swap_space_gib=settings.num_cpu_blocks * block_bytes / 2**30,
                        cost_model=settings.cost_model, gpu=settings.gpu,
-                       profile=str(profile_path) if profile_path else None)
+                       profile=str(profile_path) if profile_path else None,
+                       force_profile=True)  # the profile is of the executor's model; --sim-model only sizes pools
     sim = Replay(cfg, trace)
     if sim.pool.num_host_blocks != settings.num_cpu_blocks:
         raise RuntimeError(f"host pool: simulator {sim.pool.num_host_blocks} blocks, executor {settings.num_cpu_blocks}")
@@ -149,8 +150,9 @@ def sim_cost_model(settings: CompareSettings, profile_path: str | None):
     """The cost model simulate() runs with (no torch)."""
     from pagesim.sim.cost import make_cost_model
 
+    forced = {"force": True} if settings.cost_model == "profiled" else {}  # as in simulate()
     return make_cost_model(settings.cost_model, settings.sim_model, settings.gpu,
-                           profile_path=str(profile_path) if profile_path else None)
+                           profile_path=str(profile_path) if profile_path else None, **forced)
 
 
 def execute(lm, trace, system: str, settings: CompareSettings, progress=None, step_shapes: list | None = None):

@@ -32,8 +32,9 @@ from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace
 
 PARAMS = FEATURES + ("request_host_s",)
-# Weight of each metric's relative error in the fit: TTFT is small and noisy beside the others.
-METRIC_WEIGHTS = {"e2e": 1.0, "ttft": 0.5, "itl": 1.0}
+# Weight of each metric's relative error in the fit (see solve: ITL fits the step terms, TTFT
+# the host time, E2E is left to judge the fit by).
+METRIC_WEIGHTS = {"e2e": 0.0, "ttft": 1.0, "itl": 1.0}
 # The step terms are nearly collinear over a handful of runs (every one of them scales with the
 # step), so the fit is a maximum a posteriori estimate: each parameter has a physical prior
 # (value, spread), and the data move it as far as they can tell it apart. Sources:
@@ -173,25 +174,38 @@ def stage_rows(w: RunWindows) -> tuple[list[np.ndarray], list[float], list[float
 
 
 def solve(windows: list[RunWindows], priors: dict = PRIORS) -> np.ndarray:
-    """Least squares over PARAMS on the relative error of every run's stage means
-    (METRIC_WEIGHTS, each as precise as STAGE_MEAN_NOISE) plus the priors, clipped at 0."""
-    a, b = [], []
+    """The parameters in two steps, each a least squares on relative error with the priors:
+    the step terms from every stage's mean ITL (a sum of step times over a request's decode,
+    nearly linear in them whatever the queue does), then the host time from the mean TTFT with
+    the step terms fixed. E2E is not fitted: it is what the fit is judged on (queueing near
+    saturation makes it the least linear of the three)."""
+    step_a, step_b, host_a, host_b = [], [], [], []
     for w in windows:
         rows, fixed, measured, labels = stage_rows(w)
         for row, f, m, label in zip(rows, fixed, measured, labels):
-            if m <= 0 or not math.isfinite(m):
+            metric = label.rsplit(" ", 1)[1]
+            if m <= 0 or not math.isfinite(m) or not METRIC_WEIGHTS.get(metric):
                 continue
-            weight = METRIC_WEIGHTS[label.rsplit(" ", 1)[1]] / STAGE_MEAN_NOISE
-            a.append(weight * row / m)
-            b.append(weight * (1.0 - f / m))
-    for k, name in enumerate(PARAMS):
-        value, spread = priors[name]
-        row = np.zeros(len(PARAMS))
-        row[k] = 1.0 / spread
-        a.append(row)
-        b.append(value / spread)
-    theta = np.linalg.lstsq(np.array(a), np.array(b), rcond=None)[0]
-    return np.maximum(theta, 0.0)
+            weight = METRIC_WEIGHTS[metric] / STAGE_MEAN_NOISE
+            (step_a if metric == "itl" else host_a).append(weight * row / m)
+            (step_b if metric == "itl" else host_b).append(weight * (1.0 - f / m))
+    n = len(FEATURES)
+    prior = np.array([priors[p][0] for p in PARAMS])
+    spread = np.array([priors[p][1] for p in PARAMS])
+    a = np.array(step_a).reshape(-1, n + 1)[:, :n]
+    b = np.array(step_b)
+    a = np.vstack([a, np.diag(1.0 / spread[:n])])
+    b = np.concatenate([b, prior[:n] / spread[:n]])
+    steps = np.maximum(np.linalg.lstsq(a, b, rcond=None)[0], 0.0)
+    theta = np.append(steps, prior[n])
+    if host_a:
+        ha = np.array(host_a)
+        # residual of each TTFT row with the step terms fixed; the host time's column is the last
+        hb = np.array(host_b) - ha[:, :n] @ steps
+        col = np.concatenate([ha[:, n], [1.0 / spread[n]]])
+        rhs = np.concatenate([hb, [prior[n] / spread[n]]])
+        theta[n] = max(float(col @ rhs / (col @ col)), 0.0)
+    return theta
 
 
 @dataclass

@@ -277,6 +277,7 @@ class MetricsRecorder:
     # [tokens so far] + RequestRecord.token_spans, by request id
     token_spans: dict[int, list[int]] = field(default_factory=dict, repr=False)
     keep_steps: bool = True  # False: no per-step records (no steps.csv), only the summary's totals
+    origin: float = 0.0  # the run's time zero (pagesim.workload.requests.time_origin): warmup_s counts from it
 
     def __post_init__(self):
         if self.step_log is None:
@@ -363,7 +364,7 @@ class MetricsRecorder:
         logical_time = log.logical_time
         saved_time = logical_time - log.used_time
         queried = self.prefix_blocks_queried
-        summary = summarize_requests(self.requests, self.warmup_s)
+        summary = summarize_requests(self.requests, self.warmup_s, self.origin)
         total = self.num_kv_blocks
         summary.update({
             "num_steps": num_steps,
@@ -397,14 +398,14 @@ class MetricsRecorder:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
-def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0) -> dict:
+def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, origin: float = 0.0) -> dict:
     """The per-request half of summary.json, from request records alone (a simulated run, a real
     one, or an HTTP client's measurements). Throughputs count every finished request over the
     span from the first arrival to the last finish; latency statistics cover the finished
-    requests that arrived after warmup_s. Keys in seconds (`ttft_p99`) are pagesim's own; the
+    requests that arrived warmup_s or more after origin (the run's time zero). Keys in seconds (`ttft_p99`) are pagesim's own; the
     `*_ms` keys and the token totals follow vLLM's `bench serve` (see docs/metrics.md)."""
     finished = [r for r in requests if r.status == "finished"]
-    measured = [r for r in finished if r.arrival_time >= warmup_s]
+    measured = [r for r in finished if r.arrival_time - origin >= warmup_s]
     start = min((r.arrival_time for r in requests), default=0.0)
     end = max((r.finish_time for r in finished), default=start)
     duration = end - start

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from pagesim.engine_fit import FitRun, MeasuredRequest
 from pagesim.metrics import percentile
+from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.engine import Replay, ReplayConfig, with_policy_presets
 
 METRICS = ("ttft", "tpot", "e2e")
@@ -31,11 +32,29 @@ class ValidateError(ValueError):
 
 
 def engine_for(version: str | None) -> str:
-    """The shipped engine profile for a recorded vLLM version."""
+    """The shipped engine profile for a recorded vLLM version: none recorded, the newest; a
+    version before v1, or a fork without a version number, the paper-era engine."""
+    if version is None:
+        return DEFAULT_ENGINE
     parsed = _version(version)
     if parsed is None or parsed < V1_FIRST_VERSION:
         return "paper"
     return "vllm-0.15" if parsed < (0, 16) else "vllm-0.19"
+
+
+# GPU names as runs record them (nvidia-smi's, a cluster file's), letters and digits only -> catalog
+GPU_NAMES = (("a10080", "a100-80gb"), ("a10040", "a100-40gb"), ("h100", "h100-80gb"), ("h200", "h200-141gb"),
+             ("rtxpro6000", "rtx-pro-6000-96gb"), ("l40s", "l40s-48gb"), ("4090", "rtx-4090-24gb"), ("a40", "a40-48gb"))
+
+
+def catalog_gpu(recorded: str) -> str:
+    """The catalog name of a GPU as a run records it (unknown names pass through to the catalog)."""
+    key = "".join(ch for ch in recorded.lower() if ch.isalnum())
+    key = key.replace("sxm4", "").replace("sxm5", "").replace("sxm", "").replace("nvidia", "")
+    for pattern, name in GPU_NAMES:
+        if pattern in key:
+            return name
+    return recorded
 
 
 def _version(text: str | None) -> tuple[int, int] | None:
@@ -57,6 +76,16 @@ def client_timeout(run) -> float | None:
     return None
 
 
+def kept_up(run) -> bool:
+    """Whether the real server kept up with the run's load: no client timeouts and a median TTFT
+    under a second. A run that did not is queue-dominated: it says little about step times and
+    much about the queue, so it is left out of engine fits (and kept to judge them)."""
+    if client_timeout(run) is not None:
+        return False
+    ttfts = sorted(r.ttft_s for r in run.requests if r.ok and r.ttft_s is not None)
+    return bool(ttfts) and percentile(ttfts, 50) < 1.0
+
+
 def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
     """The replay of a real run: its recorded server settings, `overrides` (ReplayConfig fields,
     None = not given) on top. Returns the config and what was assumed."""
@@ -69,6 +98,7 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
         raise ValidateError(f"{run.path}: the run does not record its model: give --model (a catalog name or config.json)")
     if not gpu:
         raise ValidateError(f"{run.path}: the run does not record its GPU: give --gpu (a catalog name)")
+    gpu = catalog_gpu(gpu)
     engine = given.pop("engine", None) or engine_for(s.engine_version)
     v1 = engine != "paper"
     options = {"model": model, "gpu": gpu, "engine": engine, "policy": "vllm-v1" if v1 else "paged",
@@ -83,8 +113,8 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
     if timeout:
         options["client_timeout_s"] = timeout
         notes.append(f"the client gave up after {timeout:g} s: requests not finished by then are aborted in the replay")
-    if s.engine_version is None:
-        notes.append(f"vLLM version not recorded: engine profile {engine!r}")
+    if s.engine_version is None and overrides.get("engine") is None:
+        notes.append(f"vLLM version not recorded: engine profile {engine!r} (give --engine to choose)")
     options.update(given)
     try:
         return ReplayConfig(**with_policy_presets(options)), notes
@@ -225,17 +255,28 @@ def fit_errors(run: FitRun, simulated: dict) -> dict:
     return compare(real.stats(), sim.stats())
 
 
-def leave_one_out(runs: list[FitRun], base, start=None, progress=None, **fit_options) -> dict:
-    """For each run: the profile fitted on the others, and that profile's errors on it."""
-    from pagesim.engine_fit import fit_engine, replay_with
+def leave_one_out(runs: list[FitRun], base, start, progress=None, refine: int = 1) -> dict:
+    """For each run: the profile fitted on the others, and that profile's errors on it (a replay
+    of the held-out run with the fold's parameters).
 
+    Each fold starts from the windows of a replay of every run at `start` (the fit on all runs,
+    so the fold's first solve is linearised around that schedule) and re-solves on its own
+    training runs `refine` more times, replaying them at the fold's parameters; the held-out
+    run's rows never enter its fold's solve."""
+    from pagesim.engine_fit import PARAMS, replay_with, solve
+    from pagesim.sim.cost.engine import EngineParams
+
+    shared = [replay_with(run, start, base)[0] for run in runs]
     out = {}
     for i, held in enumerate(runs):
-        rest = runs[:i] + runs[i + 1:]
-        fitted = fit_engine(rest, base, start=start, **fit_options)
-        windows, _ = replay_with(held, fitted.params, base)
-        out[held.name] = {"params": {k: getattr(fitted.params, k) for k in fitted.history[-1]["params"]},
-                          "iterations": fitted.iterations, "errors": fit_errors(held, windows.simulated)}
+        train = shared[:i] + shared[i + 1:]
+        params = EngineParams(**dict(zip(PARAMS, (float(x) for x in solve(train)))))
+        for _ in range(refine):
+            train = [replay_with(run, params, base)[0] for j, run in enumerate(runs) if j != i]
+            params = EngineParams(**dict(zip(PARAMS, (float(x) for x in solve(train)))))
+        windows, _ = replay_with(held, params, base)
+        out[held.name] = {"params": {k: getattr(params, k) for k in PARAMS}, "refine": refine,
+                          "errors": fit_errors(held, windows.simulated)}
         if progress is not None:
             progress(held.name, out[held.name])
     return out

@@ -1,26 +1,37 @@
 """The load generator (asyncio + aiohttp): the trace's requests, at the trace's arrival times (the same requests and
 times `pagesim replay` and `pagesim run` use for the same trace, rate and seed), streamed from an
-OpenAI-compatible /v1/completions, timed per token on the client.
+OpenAI-compatible /v1/completions or /v1/chat/completions, timed per chunk on the client.
 
 A request's arrival is the moment the arrival process says it is due (so time spent waiting for
 a --max-concurrency slot counts, as queueing on the server does in the simulator); its first
 token and finish are when the first text chunk and the end of the stream are received. Every
-request is sent at most once; a failure (HTTP error, broken stream) is recorded, not retried.
+request is sent at most once; a failure (HTTP error, broken stream, a value that cannot be a
+measurement: see pagesim.bench.stream) is recorded with its reason, never retried, and never
+stops the run. Requests longer than the server's max_model_len are skipped or clamped before
+sending (pagesim.bench.context).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
 
+from pagesim.bench.context import fit_to_context
 from pagesim.bench.prompts import PromptMaker
-from pagesim.bench.scrape import ServerSamples, parse_prometheus
+from pagesim.bench.scrape import MAX_METRICS_BYTES, ServerSamples, parse_prometheus
+from pagesim.bench.server import BenchError, ServedModel, pick_model
+from pagesim.bench.stream import Timing, exception_reason, failure_lines, short, stream_one
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder, RequestRecord, _stats
-from pagesim.workload.requests import build_requests
+from pagesim.workload.requests import build_requests, time_origin
 from pagesim.workload.trace import Trace
+
+__all__ = ["BenchConfig", "BenchError", "bench_requests", "run_bench", "run_bench_async"]
+
+ENDPOINT_TYPES = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+SIDE_TIMEOUT_S = 10.0  # for /v1/models and /metrics: a slow answer there must not hold the run
 
 
 @dataclass
@@ -37,7 +48,10 @@ class BenchConfig:
     tokenizer: str | None = None  # send text tokenized by this HF tokenizer instead of token ids
     timeout_s: float = 600.0  # per request
     scrape_interval_s: float = 0.5  # poll the server's /metrics this often (0: never)
-    warmup_s: float = 0.0
+    warmup_s: float = 0.0  # from the run's time zero (pagesim.workload.requests.time_origin)
+    endpoint_type: str = "completions"  # or "chat" (text prompts: needs a tokenizer)
+    clamp_to_max_model_len: bool = False  # shorten requests the server's context cannot hold (else skip them)
+    ready_timeout_s: float = 60.0  # wait this long for a server that does not accept connections yet
 
     @property
     def base(self) -> str:
@@ -45,167 +59,168 @@ class BenchConfig:
         return url[:-3] if url.endswith("/v1") else url
 
 
-@dataclass
-class Timing:
-    """What the client saw of one request."""
-
-    request: Request
-    sent: float | None = None
-    chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk carrying text
-    finish: float | None = None
-    prompt_tokens: int | None = None  # from the server's usage, when it sends one
-    completion_tokens: int | None = None
-    error: str | None = None
-
-    def record(self) -> RequestRecord:
-        req = self.request
-        if self.error is not None or self.finish is None:
-            return RequestRecord(req.request_id, "rejected", f"failed: {self.error or 'no response'}", req.arrival_time,
-                                 self.sent, None, None, req.prompt_len, 0, req.sampling.n, 0, 0, 0)
-        n = req.sampling.n
-        out_len = self.completion_tokens // n if self.completion_tokens is not None else len(self.chunk_times)
-        return RequestRecord(req.request_id, "finished", "", req.arrival_time, self.sent,
-                             self.chunk_times[0] if self.chunk_times else self.finish, self.finish,
-                             self.prompt_tokens if self.prompt_tokens is not None else req.prompt_len, out_len, n, 0, 0, 0)
-
-    def inter_token_latencies(self) -> list[float]:
-        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])]
-
-
-class BenchError(Exception):
-    """The benchmark cannot start (server unreachable, no model, no vocabulary)."""
-
-
 def bench_requests(trace: Trace, cfg: BenchConfig) -> tuple[list[Request], list[str]]:
     return build_requests(trace, rate=cfg.rate, burstiness=cfg.burstiness, num_requests=cfg.num_requests,
                           duration=cfg.duration, seed=cfg.seed)
 
 
-async def _server_info(client, cfg: BenchConfig) -> dict:
-    try:
-        async with client.get(f"{cfg.base}/v1/models") as resp:
-            resp.raise_for_status()
-            models = (await resp.json(content_type=None))["data"]
-    except Exception as e:  # noqa: BLE001 - any failure here means the endpoint is unusable
-        raise BenchError(f"{cfg.base}/v1/models: {e}") from None
-    if not models:
-        raise BenchError(f"{cfg.base}/v1/models lists no model")
-    if cfg.model is None:
-        return models[0]
-    for m in models:
-        if m.get("id") == cfg.model:
-            return m
-    raise BenchError(f"the server has no model {cfg.model!r}; it has {', '.join(m.get('id', '?') for m in models)}")
+def record_of(req: Request, timing: Timing, skipped: str | None) -> RequestRecord:
+    """The request's record in the replay schema; timing's times are already on the run's clock."""
+    if skipped is not None or timing.error is not None or timing.finish is None:
+        reason = skipped or f"failed: {timing.error or 'no response'}"
+        return RequestRecord(req.request_id, "rejected", reason, req.arrival_time, timing.sent, None, None,
+                             req.prompt_len, 0, req.sampling.n, 0, 0, 0)
+    n = req.sampling.n
+    out_len = timing.completion_tokens // n if timing.completion_tokens is not None else len(timing.chunk_times)
+    first = timing.chunk_times[0] if timing.chunk_times else timing.finish
+    prompt_len = timing.prompt_tokens if timing.prompt_tokens is not None else req.prompt_len
+    return RequestRecord(req.request_id, "finished", "", req.arrival_time, timing.sent, first, timing.finish,
+                         prompt_len, out_len, n, 0, 0, 0, **RequestRecord.spans_of(timing.chunk_times))
 
 
-async def _stream_one(client, url: str, payload: dict, timing: Timing) -> None:
-    clock = time.perf_counter
-    async with client.post(url, json=payload) as resp:
-        if resp.status != 200:
-            body = (await resp.read()).decode(errors="replace")
-            try:
-                body = json.loads(body)["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                pass
-            timing.error = f"HTTP {resp.status}: {body[:200]}"
-            return
-        async for raw in resp.content:  # one line at a time
-            if not raw.startswith(b"data:"):
-                continue
-            data = raw[5:].strip()
-            if data == b"[DONE]":
-                timing.finish = clock()
-                return
-            chunk = json.loads(data)
-            if chunk.get("usage"):
-                timing.prompt_tokens = chunk["usage"].get("prompt_tokens")
-                timing.completion_tokens = chunk["usage"].get("completion_tokens")
-            if any(c.get("text") for c in chunk.get("choices") or ()):
-                timing.chunk_times.append(clock())
-    timing.error = "the stream ended without [DONE]"
+def payload_of(req: Request, prompt, model: str, cfg: BenchConfig) -> dict:
+    payload = {"model": model, "ignore_eos": True, "temperature": 0.0, "n": req.sampling.n, "stream": True,
+               "stream_options": {"include_usage": True}}
+    if cfg.endpoint_type == "chat":
+        payload.update(messages=[{"role": "user", "content": prompt}], max_completion_tokens=req.sampling.max_tokens)
+    else:
+        payload.update(prompt=prompt, max_tokens=req.sampling.max_tokens)
+    if req.sampling.n > 1:
+        payload["temperature"] = 1.0  # n identical greedy samples would be pointless
+        payload["seed"] = cfg.seed + req.request_id
+    return payload
 
 
-async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None) -> tuple[dict, MetricsRecorder]:
+async def _server_models(client, cfg: BenchConfig, warn=None):
+    """The decoded JSON of /v1/models, or None if the server answered something else. A server
+    that does not accept connections yet (just started) is waited for, up to ready_timeout_s,
+    as `vllm bench serve` waits for its endpoint."""
     import aiohttp
 
+    deadline = time.monotonic() + cfg.ready_timeout_s
+    waited = False
+    while True:
+        try:
+            async with client.get(f"{cfg.base}/v1/models", timeout=aiohttp.ClientTimeout(total=SIDE_TIMEOUT_S)) as resp:
+                if resp.status != 200:
+                    return None
+                return await resp.json(content_type=None)
+        except aiohttp.ClientConnectionError as e:  # nobody listening (yet)
+            if time.monotonic() >= deadline:
+                raise BenchError(f"{cfg.base}: no server answers ({short(str(e) or type(e).__name__)})"
+                                 + (f" after {cfg.ready_timeout_s:g} s" if cfg.ready_timeout_s else "")) from None
+            if not waited and warn is not None:
+                warn(f"waiting up to {cfg.ready_timeout_s:g} s for a server at {cfg.base}")
+            waited = True
+            await asyncio.sleep(0.5)
+        except Exception:  # noqa: BLE001 - not JSON, too slow: an answer bench cannot use
+            return None
+
+
+def _prompt_maker(cfg: BenchConfig, served: ServedModel, requests: list[Request], tokenizer=None) -> PromptMaker:
+    if tokenizer is None and cfg.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
+    if cfg.endpoint_type == "chat" and tokenizer is None:
+        raise BenchError("--endpoint-type chat sends text: pass --tokenizer (the model's, to get the lengths right)")
+    vocab = cfg.vocab_size or served.vocab_size or (len(tokenizer) if tokenizer is not None else None)
+    if vocab is None and any(r.prompt_token_ids is None for r in requests):
+        raise BenchError("the trace has no token ids and the server does not say its vocabulary size: "
+                         "pass --vocab-size or --tokenizer")
+    return PromptMaker(vocab or 0, cfg.seed, tokenizer)
+
+
+async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=None,
+                          tokenizer=None) -> tuple[dict, MetricsRecorder]:
+    """Returns (summary, metrics); warn(message) gets what the server said that bench ignored;
+    tokenizer: cfg.tokenizer already loaded (else it is loaded here)."""
+    import aiohttp
+
+    if cfg.endpoint_type not in ENDPOINT_TYPES:
+        raise BenchError(f"unknown endpoint type {cfg.endpoint_type!r}: {', '.join(ENDPOINT_TYPES)}")
     requests, notes = bench_requests(trace, cfg)
+    origin = time_origin(requests, cfg.rate)
     # aiohttp rather than httpx: httpx's connection pool scans every connection per request,
     # which with thousands in flight made the client the bottleneck (measured: 150 req/s)
     connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0)  # 0: no cap on connections
     timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
-        info = await _server_info(client, cfg)
-        model = info["id"]
-        tokenizer = None
-        if cfg.tokenizer:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer)
-        vocab = cfg.vocab_size or info.get("vocab_size") or (len(tokenizer) if tokenizer is not None else None)
-        if vocab is None and any(r.prompt_token_ids is None for r in requests):
-            raise BenchError("the trace has no token ids and the server does not say its vocabulary size: "
-                             "pass --vocab-size or --tokenizer")
-        prompts = PromptMaker(vocab or 0, cfg.seed, tokenizer)
-        url = f"{cfg.base}/v1/completions"
+        served = pick_model(await _server_models(client, cfg, warn), cfg.model, cfg.base)
+        for message in served.warnings:
+            notes.append(message)
+            if warn is not None:
+                warn(message)
+        fit = fit_to_context(requests, served.max_model_len, cfg.clamp_to_max_model_len)
+        note = fit.note(served.max_model_len) if served.max_model_len else None
+        if note:
+            notes.append(note)
+            if warn is not None:
+                warn(note)
+        prompts = _prompt_maker(cfg, served, fit.requests, tokenizer)
+        url = f"{cfg.base}{ENDPOINT_TYPES[cfg.endpoint_type]}"
         limit = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         samples = ServerSamples()
         samples.before = await _scrape_one(client, cfg, samples, record=False)
-        timings = [Timing(r) for r in requests]
-        done = 0
+        timings = {r.request_id: Timing() for r in requests}
+        done = len(fit.skipped)
+        if progress is not None and done:
+            progress(done)
         clock = time.perf_counter
         start = clock()
 
-        async def one(timing: Timing) -> None:
+        async def one(req: Request) -> None:
             nonlocal done
-            req = timing.request
-            payload = {"model": model, "prompt": prompts.prompt(req), "max_tokens": req.sampling.max_tokens,
-                       "ignore_eos": True, "temperature": 0.0, "n": req.sampling.n, "stream": True,
-                       "stream_options": {"include_usage": True}}
-            if req.sampling.n > 1:
-                payload["temperature"] = 1.0  # n identical greedy samples would be pointless
-                payload["seed"] = cfg.seed + req.request_id
+            timing = timings[req.request_id]
             try:
                 if req.sampling.use_beam_search:
                     timing.error = "beam search is not part of the OpenAI API"
                     return
-                if limit is not None:
-                    async with limit:
-                        timing.sent = clock() - start
-                        await _stream_one(client, url, payload, timing)
-                else:
-                    timing.sent = clock() - start
-                    await _stream_one(client, url, payload, timing)
+                payload = payload_of(req, prompts.prompt(req), served.id, cfg)
+                async with limit if limit is not None else nullcontext():
+                    timing.sent = clock()
+                    await stream_one(client, url, payload, timing, cfg.endpoint_type, clock)
+            except asyncio.TimeoutError:
+                timing.error = f"no complete answer within --timeout {cfg.timeout_s:g} s"
             except Exception as e:  # noqa: BLE001 - a failed request is counted, never retried
-                timing.error = f"{type(e).__name__}: {e}"
+                timing.error = exception_reason(e)
             finally:
-                # times relative to the start, like the simulator's clock
-                timing.chunk_times = [t - start for t in timing.chunk_times]
-                if timing.finish is not None:
-                    timing.finish -= start
+                # onto the run's clock: seconds from the start, plus the trace's time zero
+                def shift(t):
+                    return None if t is None else t - start + origin
+
+                timing.sent, timing.finish = shift(timing.sent), shift(timing.finish)
+                timing.chunk_times = [shift(t) for t in timing.chunk_times]
                 done += 1
                 if progress is not None:
                     progress(done)
 
         scraper = asyncio.ensure_future(_scrape_loop(client, cfg, samples)) if cfg.scrape_interval_s > 0 else None
         tasks = []
-        for timing in timings:  # at most one send per request, at its arrival time
-            delay = timing.request.arrival_time - (clock() - start)
+        for req in fit.requests:  # at most one send per request, at its arrival time
+            delay = (req.arrival_time - origin) - (clock() - start)
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(timing)))
+            tasks.append(asyncio.ensure_future(one(req)))
         await asyncio.gather(*tasks)
         if scraper is not None:
             scraper.cancel()
         samples.after = await _scrape_one(client, cfg, samples, record=False)
 
-    metrics = MetricsRecorder(0, cfg.warmup_s)
-    for timing in timings:
-        metrics.requests.append(timing.record())
-    failures = [t for t in timings if t.error is not None]
-    itl = [x for t in timings if t.error is None for x in t.inter_token_latencies()]
+    sent = {r.request_id: r for r in fit.requests}  # clamped where they were
+    metrics = MetricsRecorder(0, cfg.warmup_s, origin=origin)
+    for req in requests:
+        metrics.requests.append(record_of(sent.get(req.request_id, req), timings[req.request_id],
+                                          fit.skipped.get(req.request_id)))
+    failed = [t.error or "no response" for rid, t in timings.items() if rid not in fit.skipped and
+              (t.error is not None or t.finish is None)]
+    itl = [x for r in metrics.requests for x in r.inter_token_latencies]
     summary = metrics.summary(
-        driver="http", endpoint=cfg.base, model=model, run=asdict(cfg), notes=notes,
-        num_failed=len(failures), num_sent=sum(t.sent is not None for t in timings),
+        driver="http", endpoint=cfg.base, model=served.id, run=asdict(cfg), notes=notes,
+        endpoint_type=cfg.endpoint_type, server_max_model_len=served.max_model_len,
+        num_failed=len(failed), num_skipped=len(fit.skipped), num_clamped=fit.num_clamped,
+        num_sent=sum(t.sent is not None for t in timings.values()),
+        failure_reasons=failure_lines([f"failed: {reason}" for reason in failed] + list(fit.skipped.values())),
         num_kv_blocks=None, kv_token_slots=None, num_swapped_blocks=None, num_copied_blocks=None,
         memory_saving=None, memory_saving_per_step=None, prefix_hit_rate=None, prefix_blocks_queried=None,
         prefill_tokens_saved=None, **samples.summary(), **_stats("itl", itl),
@@ -214,12 +229,14 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None) -> tupl
 
 
 async def _scrape_one(client, cfg: BenchConfig, samples: ServerSamples, record: bool = True) -> dict[str, float]:
-    """One read of the server's /metrics ({} if it has none)."""
+    """One read of the server's /metrics ({} if it has none, or does not answer in time)."""
+    import aiohttp
+
     try:
-        async with client.get(f"{cfg.base}/metrics") as resp:
+        async with client.get(f"{cfg.base}/metrics", timeout=aiohttp.ClientTimeout(total=SIDE_TIMEOUT_S)) as resp:
             if resp.status != 200:
                 return {}
-            values = parse_prometheus(await resp.text())
+            values = parse_prometheus((await resp.content.read(MAX_METRICS_BYTES)).decode("utf-8", errors="replace"))
     except Exception:  # noqa: BLE001 - a server without /metrics is measured from the client alone
         return {}
     if record:
@@ -233,5 +250,11 @@ async def _scrape_loop(client, cfg: BenchConfig, samples: ServerSamples) -> None
         await asyncio.sleep(cfg.scrape_interval_s)
 
 
-def run_bench(trace: Trace, cfg: BenchConfig, progress=None) -> tuple[dict, MetricsRecorder]:
-    return asyncio.run(run_bench_async(trace, cfg, progress))
+def failed_share(summary: dict) -> float:
+    """The share of the requests that were not measured: failed, or skipped as too long."""
+    total = summary["num_requests"]
+    return (summary["num_failed"] + summary["num_skipped"]) / total if total else 0.0
+
+
+def run_bench(trace: Trace, cfg: BenchConfig, progress=None, warn=None, tokenizer=None) -> tuple[dict, MetricsRecorder]:
+    return asyncio.run(run_bench_async(trace, cfg, progress, warn, tokenizer))

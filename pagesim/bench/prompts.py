@@ -33,7 +33,9 @@ def text_of_length(tokenizer, ids: list[int], length: int, tries: int = 8) -> st
     and re-encoding can merge or split tokens, so the ids are cut or extended and tried again."""
     special = len(tokenizer.encode("", add_special_tokens=True))
     target = max(1, length - special)
-    ids = list(ids[:target])
+    # special ids (a tokenized prompt's BOS) decode to nothing: they would only use up the budget
+    specials = set(tokenizer.all_special_ids)
+    ids = [t for t in ids if t not in specials][:target]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     for _ in range(tries):
         encoded = tokenizer.encode(text, add_special_tokens=False)

@@ -54,7 +54,7 @@ def check(
     result = {"file": str(ops_csv), "gpu": spec.name, "calibration": cal.source.get("scaled_from", spec.name),
               **check_rows(cal, rows)}
     if as_json:
-        json.dump(result, sys.stdout, indent=2, sort_keys=True)
+        json.dump(result, sys.stdout, indent=2, sort_keys=True, allow_nan=False)  # never NaN: the inputs are bounded
         sys.stdout.write("\n")
         return
     console = Console()
@@ -123,7 +123,7 @@ def engine(
             e = entry["errors"]
             echo(f"held out {run_name}: E2E {_pct(e.get('e2e_mean', {}).get('error'))}, TTFT "
                  f"{_pct(e.get('ttft_mean', {}).get('error'))}, ITL {_pct(e.get('itl_mean', {}).get('error'))}")
-        held_out = leave_one_out(fit_runs, profile, start=result.params, progress=report)
+        held_out = leave_one_out(fit_runs, profile, result.params, progress=report)
     fitted = replace(profile, name=name or out.stem, params=result.params, provenance={
         "fitted_by": "pagesim calibrate engine", "base": profile.name, "runs": [r.name for r in fit_runs],
         "priors": {k: list(v) for k, v in PRIORS.items()}, "iterations": result.iterations,

@@ -11,7 +11,6 @@ call `fail`. Whatever goes wrong reaches the user as one line on stderr and an e
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import tempfile
@@ -21,6 +20,10 @@ from typing import Callable, Iterator, NoReturn
 
 import typer
 from typer.core import TyperGroup
+
+from pagesim import inputs
+from pagesim.inputs import MAX_REQUESTS, InputValueError, NumberRule
+from pagesim.results import ResultsError, check_writes
 
 # click's exception base, from wherever this typer takes click (recent typers carry their own copy)
 ClickException = sys.modules[typer.BadParameter.__module__].ClickException
@@ -42,52 +45,46 @@ def fail(message: str) -> NoReturn:
 
 
 class Number:
-    """A parser for a finite int or float, optionally within bounds: `Number(lo=0, lo_open=True)`
-    is > 0. Pass as `typer.Option(..., parser=POSITIVE)`."""
+    """A flag parser over one of pagesim.inputs' number rules (the one rule for every number, from
+    a flag or from a file): `typer.Option(..., parser=RATE)`. Names as in pagesim.inputs; a flag
+    of its own kind gives the rule's bounds, `Number(lo=1, hi=65535, integer=True)`."""
 
-    def __init__(self, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-                 hi_open: bool = False, integer: bool = False):
-        self.lo, self.hi, self.lo_open, self.hi_open, self.integer = lo, hi, lo_open, hi_open, integer
-        self.__name__ = "integer" if integer else "float"  # typer names the metavar after it
+    def __init__(self, rule: NumberRule | None = None, **bounds):
+        self.rule = rule if rule is not None else NumberRule(**bounds)
+        self.__name__ = "integer" if self.rule.integer else "float"  # typer names the metavar after it
 
     def describe(self) -> str:
-        kind = "an integer" if self.integer else "a finite number"
-        if self.lo is not None and self.hi is not None:
-            return f"{kind} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
-        if self.lo is not None:
-            return f"{kind} {'>' if self.lo_open else '>='} {self.lo:g}"
-        if self.hi is not None:
-            return f"{kind} {'<' if self.hi_open else '<='} {self.hi:g}"
-        return kind
+        return self.rule.describe()
 
     def __call__(self, value):
         if value is None:
             return None
+        text = str(value).strip()
         try:
-            number = int(str(value)) if self.integer else float(value)
+            number = int(text) if self.rule.integer else float(text)
         except ValueError:
-            raise typer.BadParameter(f"must be {self.describe()}, got {value!r}") from None
-        if not self._ok(number):
-            raise typer.BadParameter(f"must be {self.describe()}, got {value}")
+            if not self.rule.integer:
+                raise typer.BadParameter(f"must be {self.describe()}, got {value!r}") from None
+            try:  # 1e3 or 4.0 for an integer flag: said as the range, not as "not an integer"
+                number = float(text)
+            except ValueError:
+                raise typer.BadParameter(f"must be {self.describe()}, got {value!r}") from None
+        problem = self.rule.problem(number)
+        if problem:
+            raise typer.BadParameter(problem)
         return number
 
-    def _ok(self, x: float) -> bool:
-        if not math.isfinite(x):
-            return False
-        if self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo):
-            return False
-        if self.hi is not None and (x >= self.hi if self.hi_open else x > self.hi):
-            return False
-        return True
 
-
-FINITE = Number()
-NON_NEGATIVE = Number(lo=0)
-POSITIVE = Number(lo=0, lo_open=True)
-FRACTION = Number(lo=0, hi=1, hi_open=True)  # [0, 1)
-COUNT = Number(lo=0, integer=True)  # 0, 1, 2, ...
-POSITIVE_INT = Number(lo=1, integer=True)
-ANY_INT = Number(integer=True)
+# one parser per named rule of pagesim.inputs
+FINITE, NON_NEGATIVE, POSITIVE, FRACTION = (Number(r) for r in (inputs.ANY, inputs.NON_NEGATIVE, inputs.POSITIVE,
+                                                                 inputs.FRACTION))
+RATE, RATE_OR_TRACE, BURSTINESS, SCALE = (Number(r) for r in (inputs.RATE, inputs.RATE_OR_TRACE, inputs.BURSTINESS,
+                                                              inputs.SCALE))
+SECONDS, POSITIVE_SECONDS, SWAP_GIB = Number(inputs.SECONDS), Number(inputs.POSITIVE_SECONDS), Number(inputs.SWAP_GIB)
+COUNT, POSITIVE_INT, ANY_INT = Number(inputs.COUNT), Number(inputs.POSITIVE_INT), Number(NumberRule(integer=True))
+SEED, TP, NUM_REQUESTS, SAMPLES = (Number(r) for r in (inputs.SEED, inputs.TP, inputs.NUM_REQUESTS, inputs.SAMPLES))
+BLOCKS, BLOCK_SIZE, TOKENS, SEQS = (Number(r) for r in (inputs.BLOCKS, inputs.BLOCK_SIZE, inputs.TOKENS, inputs.SEQS))
+WORKERS, JOBS = Number(inputs.WORKERS), Number(inputs.JOBS)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -100,6 +97,8 @@ def _nearest_existing(path: Path) -> Path:
 def writable_problem(path: Path, folder: bool) -> str | None:
     """Why results could not be written at path (a folder or a file), or None. Checked before a
     run, so a long run never ends in an unwritable place."""
+    if path.is_symlink() and not path.exists():
+        return f"is a symbolic link to {os.readlink(path)}, which does not exist"
     if path.exists():
         if folder and not path.is_dir():
             return "exists and is not a folder"
@@ -119,17 +118,18 @@ def writable_problem(path: Path, folder: bool) -> str | None:
 
 class OutputPath:
     """A parser for where a command writes results: a folder (`folder=True`) or a file, checked
-    writable while the command line is parsed, before any work."""
+    writable while the command line is parsed, before any work. `writes`: the file names a
+    results folder gets, none of which may be a folder of the user's there."""
 
-    def __init__(self, folder: bool):
-        self.folder = folder
+    def __init__(self, folder: bool, writes: tuple[str, ...] = ()):
+        self.folder, self.writes = folder, writes
         self.__name__ = "folder" if folder else "file"
 
     def __call__(self, value):
         if value is None:
             return None
         path = Path(value)
-        problem = writable_problem(path, self.folder)
+        problem = writable_problem(path, self.folder) or (check_writes(path, self.writes) if self.writes else None)
         if problem:
             raise typer.BadParameter(f"{value}: {problem}")
         return path
@@ -137,22 +137,19 @@ class OutputPath:
 
 OUT_DIR = OutputPath(folder=True)
 OUT_FILE = OutputPath(folder=False)
+RUN_OUT_DIR = OutputPath(folder=True, writes=("requests.csv", "steps.csv", "summary.json"))  # replay, run
 
 
 def input_file(path: Path, what: str = "file") -> Path:
-    """An input file that must exist and be readable (one line otherwise)."""
-    if not path.exists():
-        fail(f"{path}: no such {what}")
-    if path.is_dir():
-        fail(f"{path}: is a folder, expected a {what}")
-    if not os.access(path, os.R_OK):
-        fail(f"{path}: cannot read the {what} (permission denied)")
-    return path
+    """An input file that must be a readable regular file (one line otherwise; a FIFO is refused
+    at once rather than read forever)."""
+    try:
+        return inputs.regular_file(path, what)
+    except InputValueError as e:
+        fail(str(e))
 
 
 # -- checks that look at several flags, or at the trace --------------------------------------------
-
-MAX_REQUESTS = 1_000_000  # a bigger run is a typo or an unbounded --duration, not a simulation anyone waits for
 
 
 def warn(message: str) -> None:
@@ -254,7 +251,7 @@ class PagesimGroup(TyperGroup):
             code = rv if isinstance(rv, int) else 0  # typer returns the status of an Exit here
             if code == EXIT_INTERRUPTED:  # typer's answer to Ctrl-C
                 typer.echo("interrupted", err=True)
-        except InputError as e:
+        except (InputError, InputValueError, ResultsError) as e:
             typer.echo(f"error: {one_line(e)}", err=True)
             code = EXIT_USAGE
         except ClickException as e:  # parse errors: unknown option, bad value, ...

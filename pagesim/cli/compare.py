@@ -14,7 +14,8 @@ from typing import List, Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import COUNT, NON_NEGATIVE, OUT_DIR, OUT_FILE, POSITIVE, POSITIVE_INT, fail, input_file, progress_bar
+from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, NON_NEGATIVE, NUM_REQUESTS, OUT_DIR, OUT_FILE, POSITIVE_INT, RATE,
+                                SAMPLES, SCALE, SEED, SEQS, TOKENS, Number, fail, input_file, progress_bar)
 from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
 from pagesim.cli.replay import Policy, Preemption
 
@@ -40,29 +41,32 @@ def compare(
     system: Optional[List[str]] = typer.Option(None, help="repeatable: paged-recompute, paged-recompute-chunked "
                                                "(chunked prefill), paged-swap, paged-auto, orca-oracle, orca-pow2, "
                                                "orca-max, static (one model load for all)"),
-    n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples of every request (default: "
+    n: Optional[int] = typer.Option(None, parser=SAMPLES, help="parallel samples of every request (default: "
                                     "the trace's own)"),
     repeat: int = typer.Option(1, parser=POSITIVE_INT, help="executor runs per system, in rounds (round r runs every "
                                "system once); with 2 or more, the report gives the executor's mean and 95 % band"),
     reprofile: bool = typer.Option(False, help="profile the executor again before each round; the simulator then uses "
                                    "the rounds' pooled profile (written to OUT/profiles/)"),
     profile_grid: str = typer.Option("default", help="with --reprofile: the profile grid, default or tiny (tests)"),
-    rate: float = typer.Option(1.0, parser=POSITIVE, help="Poisson arrival rate in req/s"),
-    length_scale: float = typer.Option(1.0, parser=POSITIVE, help="divide every prompt and output length by this "
+    rate: float = typer.Option(1.0, parser=RATE, help="Poisson arrival rate in req/s"),
+    length_scale: float = typer.Option(1.0, parser=SCALE, help="divide every prompt and output length by this "
                                        "(CPU-sized runs)"),
-    num_requests: int = typer.Option(200, parser=POSITIVE_INT, help="requests to serve"),
-    block_size: int = typer.Option(16, parser=POSITIVE_INT, help="tokens per KV block"),
-    num_gpu_blocks: int = typer.Option(128, parser=COUNT, help="KV blocks in the device pool (both runs)"),
-    num_cpu_blocks: int = typer.Option(256, parser=COUNT, help="KV blocks in the host (swap) pool (both runs)"),
-    max_num_seqs: int = typer.Option(64, parser=COUNT, help="sequences running at once, at most"),
-    max_num_batched_tokens: int = typer.Option(1024, parser=POSITIVE_INT, help="tokens per step, at most"),
-    max_model_len: int = typer.Option(1024, parser=POSITIVE_INT, help="longest sequence"),
+    num_requests: int = typer.Option(200, parser=NUM_REQUESTS, help="requests to serve"),
+    block_size: int = typer.Option(16, parser=BLOCK_SIZE, help="tokens per KV block"),
+    num_gpu_blocks: int = typer.Option(128, parser=BLOCKS, help="KV blocks in the device pool (both runs)"),
+    num_cpu_blocks: int = typer.Option(256, parser=BLOCKS, help="KV blocks in the host (swap) pool (both runs)"),
+    max_num_seqs: int = typer.Option(64, parser=SEQS, help="sequences running at once, at most"),
+    max_num_batched_tokens: int = typer.Option(1024, parser=TOKENS, help="tokens per step, at most"),
+    max_model_len: int = typer.Option(1024, parser=TOKENS, help="longest sequence"),
     clock: Optional[str] = typer.Option(None, help="executor clock: cpu or wall (default cpu on CPU, wall on GPU)"),
-    seed: int = typer.Option(0, parser=COUNT, help="seed of arrivals and synthetic prompts"),
+    seed: int = typer.Option(0, parser=SEED, help="seed of arrivals and synthetic prompts"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write compare.json, compare.md, compare.png and both "
                                        "runs' metrics here"),
     figure: Optional[Path] = typer.Option(None, parser=OUT_FILE, help="figure path (default OUT/compare.png)"),
     tolerance: float = typer.Option(0.05, parser=NON_NEGATIVE, help="target relative error on the headline metrics (reported, not enforced)"),
+    max_failed_share: float = typer.Option(0.0, parser=Number(lo=0, hi=1), help="with --endpoint: exit 3 when more "
+                                           "than this share of a system's requests failed on the server (results are "
+                                           "written either way)"),
 ) -> None:
     """Serve TRACE on the executor and in the simulator with the same arrivals; print the errors."""
     from rich.console import Console
@@ -156,12 +160,29 @@ def compare(
         typer.echo(step_fidelity_table(with_steps))
     for r in results:
         ok = r.headline_within(tolerance)
-        Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %")
+        Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %", markup=False)
     fig_path = figure or (out / "compare.png" if out is not None else None)
     if out is not None:
-        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""))
+        Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""), markup=False)
     elif fig_path is not None:
-        Console().print(f"wrote {fig_path}")
+        Console().print(f"wrote {fig_path}", markup=False)
+    if endpoint is not None:
+        _check_served(results, max_failed_share)
+
+
+def _check_served(results, max_failed_share: float) -> None:
+    """The served runs' failures, counted by reason; exit 3 past the allowed share."""
+    from rich.console import Console
+
+    from pagesim.bench.client import failed_share
+    from pagesim.cli.bench import check_failures, print_failures
+
+    for r in results:
+        if r.executor["num_failed"] + r.executor["num_skipped"]:
+            Console().print(f"{r.system}, served:", markup=False, highlight=False)
+            print_failures(r.executor, Console())
+    worst = max(results, key=lambda r: failed_share(r.executor))
+    check_failures(worst.executor, max_failed_share, f"{worst.system}, served: ")
 
 
 def _in_process(model, device, dtype, loaded_trace, settings, profile, prof, block_size, num_gpu_blocks,
@@ -224,5 +245,5 @@ def _repeated(model, device, dtype, loaded_trace, settings, systems, profile, re
     typer.echo(repeated_markdown(results))
     for r in results:
         Console().print(f"{r.label}: headline metrics {'meet' if r.headline_met() else 'do NOT meet'} the target "
-                        f"(inside the executor's 95 % band or within {tolerance * 100:.0f} % of its mean)")
-    Console().print(f"wrote {out}/compare.json, compare.md")
+                        f"(inside the executor's 95 % band or within {tolerance * 100:.0f} % of its mean)", markup=False)
+    Console().print(f"wrote {out}/compare.json, compare.md", markup=False)

@@ -10,16 +10,17 @@ from typing import List, Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import OUT_DIR, POSITIVE_INT, fail
+from pagesim.cli.checks import JOBS, OUT_DIR, fail
 
 
 @app.command()
 def figures(
     only: Optional[List[str]] = typer.Option(None, help="figure keys or script stems, repeated or comma-separated (fig12,fig13)"),
-    jobs: int = typer.Option(2, parser=POSITIVE_INT, help="figure scripts running at once"),
+    jobs: int = typer.Option(2, parser=JOBS, help="figure scripts running at once"),
     full: bool = typer.Option(False, help="the paper's 3600 s of arrivals (default: the artifact's 600 s)"),
     smoke: bool = typer.Option(False, help="every script in its seconds-long smoke mode"),
-    out_dir: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="where the figure files go (default reports/figures)"),
+    out_dir: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="where the figure files go (default reports/figures, "
+                                        "which a --smoke run or one of fewer figures than reports/paper.md lists must not replace)"),
 ) -> None:
     """Run the figure scripts in parallel processes and write reports/paper.md."""
     from rich.console import Console
@@ -34,6 +35,8 @@ def figures(
         fail("--full and --smoke exclude each other")
     try:
         figs = run_all.discover(only)
+        if out_dir is None:  # the committed results: never replaced by smoke runs or by fewer figures
+            run_all.check_default_target(figs, smoke)
     except ValueError as e:
         fail(str(e))
     out = out_dir or run_all.DEFAULT_OUT_DIR

@@ -12,7 +12,8 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import COUNT, FRACTION, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, fail, input_file, progress_bar
+from pagesim.cli.checks import (FRACTION, NUM_REQUESTS, OUT_DIR, POSITIVE, RATE, SECONDS, SEED, TOKENS, WORKERS, fail,
+                                input_file, progress_bar)
 
 DEFAULT_GPUS = "a100-40gb,a100-80gb,h100-80gb,h200"
 
@@ -24,8 +25,6 @@ def _ints(option: str, text: str) -> list[int]:
         fail(f"{option}: expected comma-separated integers, got {text!r}")
     if not values:
         fail(f"{option}: no value given")
-    if min(values) < 1:
-        fail(f"{option}: values must be positive integers, got {text!r}")
     return values
 
 
@@ -40,28 +39,29 @@ def _names(option: str, text: str) -> list[str]:
 def plan(
     model: str = typer.Option(..., help="model from the catalog (pagesim.sim.specs), e.g. llama-2-7b, or a Hugging Face config.json"),
     trace: Path = typer.Option(..., help="trace file (see docs/traces.md)"),
-    target_rate: float = typer.Option(..., parser=POSITIVE, help="total request rate to serve, req/s"),
+    target_rate: float = typer.Option(..., parser=RATE, help="total request rate to serve, req/s"),
     slo: str = typer.Option(..., help="SLOs, e.g. ttft_p99=2.0,tpot_p99=0.1,goodput=0.9 (seconds; see docs/plan.md)"),
     gpus: str = typer.Option(DEFAULT_GPUS, help="GPUs to compare (comma-separated catalog names)"),
     tp: str = typer.Option("1", help="tensor-parallel degrees to try, e.g. 1,2,4,8"),
     block_size: str = typer.Option("16", help="KV block sizes to try, e.g. 8,16,32"),
     preemption: str = typer.Option("recompute", help="preemption modes to try: recompute,swap,auto"),
     max_num_seqs: str = typer.Option("256", help="max running sequences to try, e.g. 128,256"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="tokens per step (default: max(2560, model max length))"),
-    num_requests: int = typer.Option(1000, parser=POSITIVE_INT, help="requests per simulated run, at least"),
-    min_duration: float = typer.Option(60.0, parser=NON_NEGATIVE, help="seconds of arrivals per run, at least (more requests at high rates)"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, model max length))"),
+    num_requests: int = typer.Option(1000, parser=NUM_REQUESTS, help="requests per simulated run, at least"),
+    min_duration: float = typer.Option(60.0, parser=SECONDS, help="seconds of arrivals per run, at least (more requests at high rates)"),
     warmup_fraction: float = typer.Option(0.2, parser=FRACTION, help="share of each run's arrival span left out of the statistics"),
     tolerance: float = typer.Option(0.02, parser=POSITIVE, help="relative tolerance of the rate search"),
-    start_rate: float = typer.Option(1.0, parser=POSITIVE, help="first rate per replica the search tries, req/s"),
-    min_rate: float = typer.Option(0.01, parser=POSITIVE, help="below this rate a configuration is called infeasible, req/s"),
+    start_rate: float = typer.Option(1.0, parser=RATE, help="first rate per replica the search tries, req/s"),
+    min_rate: float = typer.Option(0.01, parser=RATE, help="below this rate a configuration is called infeasible, req/s"),
     min_headroom: float = typer.Option(0.0, parser=FRACTION, help="spare capacity to keep: replicas = ceil(target / (capacity x (1 - h)))"),
     prices: Optional[Path] = typer.Option(None, help="GPU prices file (default: pagesim/plan/gpu_prices.json)"),
     cost_model: str = typer.Option("calibrated", help="calibrated, roofline or profiled (with --profile)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
-    seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process (the same at every rate)"),
-    jobs: int = typer.Option(0, parser=COUNT, help="parallel workers (0: the CPU count)"),
+    force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
+    seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process (the same at every rate)"),
+    jobs: int = typer.Option(0, parser=WORKERS, help="parallel workers (0: the CPU count)"),
     backend: str = typer.Option("local", help="local (process pool) or ray (RAY_ADDRESS, or a local cluster)"),
-    cache_dir: Path = typer.Option(Path(".pagesim-cache/plan"), help="cache of simulated runs"),
+    cache_dir: Path = typer.Option(Path(".pagesim-cache/plan"), parser=OUT_DIR, help="cache of simulated runs"),
     no_cache: bool = typer.Option(False, "--no-cache", help="simulate every run again, store nothing"),
     out: Path = typer.Option(..., parser=OUT_DIR, help="write report.md, report.html, plan.json and plots/ here"),
     as_json: bool = typer.Option(False, "--json", help="print plan.json's content instead of the table"),
@@ -69,6 +69,7 @@ def plan(
     """Find, for each configuration, the highest rate one replica sustains within the SLOs; then the
     replicas and cost to serve TARGET_RATE, the cheapest configuration, and a report."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from pagesim.plan import make_plan
@@ -92,8 +93,9 @@ def plan(
                            _names("--preemption", preemption),
                            _ints("--max-num-seqs", max_num_seqs))
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
-                               profile=str(profile) if profile else None, seed=seed)
+                               profile=str(profile) if profile else None, seed=seed, force_profile=force)
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
+        settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
         price_table = load_prices(prices)
         loaded = load_trace(input_file(trace, "trace file"))
     except KeyError as e:
@@ -120,6 +122,7 @@ def plan(
                           "--start-rate", f"{start_rate:.12g}", "--min-rate", f"{min_rate:.12g}",
                           "--min-headroom", f"{min_headroom:.12g}", "--cost-model", cost_model, "--seed", str(seed)]
                          + (["--prices", str(prices)] if prices else []) + (["--profile", str(profile)] if profile else [])
+                         + (["--force"] if force else [])
                          + ["--out", str(out)])
 
     workers = jobs or os.cpu_count() or 1
@@ -144,7 +147,8 @@ def plan(
         sys.stdout.write(paths["json"].read_text())
         return
     con = Console()
-    table = Table(title=f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos), title_justify="left")
+    table = Table(title=escape(f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos)),
+                  title_justify="left")
     for name in ("#", "configuration", "capacity/replica", "replicas", "$/h", "$/M out tok", "headroom", "limiting"):
         table.add_column(name, justify="left" if name in ("configuration", "limiting") else "right")
     rank = {id(r): i + 1 for i, r in enumerate(result.ranking)}
@@ -161,4 +165,4 @@ def plan(
     else:
         con.print(f"[bold]cheapest:[/] {best.replicas} replica(s) of {best.point.label}: ${best.cost_per_hour:,.2f}/h")
     con.print(f"{simulated} runs simulated, {cached} from the cache, {elapsed:.1f} s; "
-              f"wrote {paths['md']}, {paths['html']}, {paths['json']}")
+              f"wrote {paths['md']}, {paths['html']}, {paths['json']}", markup=False)  # paths may hold "[/bold]"

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import COUNT, OUT_FILE, POSITIVE, POSITIVE_INT, fail, progress_bar
+from pagesim.cli.checks import BLOCK_SIZE, OUT_FILE, POSITIVE_INT, POSITIVE_SECONDS, SEED, fail, progress_bar
 from pagesim.cli.executor_model import (GC_DURING_STEPS_OPTION, PIN_CPU_OPTION, WARMUP_STEPS_OPTION, dtype_name,
                                         load_executor_model, noise_settings)
 
@@ -22,17 +22,17 @@ def profile(
     device: str = typer.Option("cpu", help="cpu or cuda"),
     out: Path = typer.Option(..., parser=OUT_FILE, help="profile file to write (JSON)"),
     dtype: Optional[str] = typer.Option(None, parser=dtype_name, help="float32, float16 or bfloat16 (default: the loader's)"),
-    block_size: int = typer.Option(16, parser=POSITIVE_INT, help="tokens per KV block"),
+    block_size: int = typer.Option(16, parser=BLOCK_SIZE, help="tokens per KV block"),
     grid: str = typer.Option("default", help="default (CPU, a few minutes on SmolLM2), tiny (tests) or gpu"),
     reps: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="repetitions per shape at least (median kept)"),
     max_reps: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="repetitions per shape at most: between "
                                            "--reps and this, a shape repeats until its median is known to +-2 %"),
     shapes_from: Optional[List[Path]] = typer.Option(None, help="repeatable: an executor step log (step_shapes.csv); the "
                                                      "shapes it visits are added to the grid"),
-    shapes_budget: float = typer.Option(120.0, parser=POSITIVE, help="seconds of measuring the --shapes-from cells may "
+    shapes_budget: float = typer.Option(120.0, parser=POSITIVE_SECONDS, help="seconds of measuring the --shapes-from cells may "
                                         "take, estimated from the logged step times"),
     clock: Optional[str] = typer.Option(None, help="cpu (thread CPU time) or wall; default cpu on CPU, wall on GPU"),
-    seed: int = typer.Option(0, parser=COUNT, help="seed of the synthetic prompts"),
+    seed: int = typer.Option(0, parser=SEED, help="seed of the synthetic prompts"),
     pin_cpu: Optional[int] = PIN_CPU_OPTION,
     warmup_steps: int = WARMUP_STEPS_OPTION,
     gc_during_steps: bool = GC_DURING_STEPS_OPTION,
@@ -85,7 +85,7 @@ def profile(
         tmp.write_text(json.dumps(data, indent=1) + "\n")
     fit = ProfiledCostModel.from_profile(load_profile(out)).describe()
     print_fit(fit, Console())
-    Console().print(f"wrote {out} ({len(data['steps'])} step shapes, {data['profile_wall_s']} s)")
+    Console().print(f"wrote {out} ({len(data['steps'])} step shapes, {data['profile_wall_s']} s)", markup=False)
 
 
 def print_fit(fit: dict, console) -> None:

@@ -11,8 +11,9 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
-                                check_workload, fail, given, load_trace_file, progress_bar, warn)
+from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
+                                RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
+                                check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
@@ -20,6 +21,7 @@ from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).
 Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
 Preemption = enum.Enum("Preemption", {name: name for name in CHOICES["preemption"]}, type=str)
+GPU_MEMORY_SHARE = Number(lo=0, lo_open=True, hi=1)  # vLLM's --gpu-memory-utilization, in (0, 1]
 BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, the model's max length))"
 
 
@@ -29,43 +31,44 @@ def replay(
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
     model: str = typer.Option("opt-13b", help="model from the catalog (pagesim.sim.specs) or a Hugging Face config.json"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
-    tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=POSITIVE_INT, help="tensor-parallel degree"),
+    tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=TP, help="tensor-parallel degree"),
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
-    block_size: int = typer.Option(DEFAULTS.block_size, parser=POSITIVE_INT, help="tokens per KV block"),
+    block_size: int = typer.Option(DEFAULTS.block_size, parser=BLOCK_SIZE, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
-    rate: float = typer.Option(1.0, parser=NON_NEGATIVE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
-    burstiness: float = typer.Option(1.0, parser=POSITIVE, help="gamma arrivals: shape; 1.0 is Poisson"),
-    num_requests: int = typer.Option(1000, parser=POSITIVE_INT, help="requests to replay (the trace is cycled if it holds "
+    rate: float = typer.Option(1.0, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
+    burstiness: float = typer.Option(1.0, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
+    num_requests: int = typer.Option(1000, parser=NUM_REQUESTS, help="requests to replay (the trace is cycled if it holds "
                                      "fewer)"),
-    duration: Optional[float] = typer.Option(None, parser=POSITIVE, help="seconds of arrivals instead of a request count"),
-    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=COUNT, help="sequences running at once, at most"),
-    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=POSITIVE_INT,
+    duration: Optional[float] = typer.Option(None, parser=POSITIVE_SECONDS, help="seconds of arrivals instead of a request count"),
+    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
+    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=TOKENS,
                                                          help=BATCHED_TOKENS_HELP),
-    swap_space: float = typer.Option(4.0, parser=NON_NEGATIVE, help="GiB of host memory per GPU for swapped blocks"),
-    num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", "--num-gpu-blocks-override", parser=COUNT,
+    swap_space: float = typer.Option(4.0, parser=SWAP_GIB, help="GiB of host memory per GPU for swapped blocks"),
+    num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", "--num-gpu-blocks-override", parser=BLOCKS,
                                                  help="KV pool size in blocks (default: sized from model and GPU)"),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, parser=POSITIVE, help="share of GPU memory the engine "
-                                                           "may use (default: the paper's 0.95; vllm-v1: 0.9)"),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, parser=GPU_MEMORY_SHARE, help="share of GPU memory the "
+                                                           "engine may use (default: the paper's 0.95; vllm-v1: 0.9)"),
     prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, "--prefix-caching/--no-prefix-caching",
                                         "--enable-prefix-caching/--no-enable-prefix-caching",
                                         help="automatic prefix caching"),
     chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, "--chunked-prefill/--no-chunked-prefill",
                                          "--enable-chunked-prefill/--no-enable-chunked-prefill",
                                          help="split prompts to fill the token budget"),
-    n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples for every request"),
-    beam_width: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="beam search of this width for every request "
+    n: Optional[int] = typer.Option(None, parser=SAMPLES, help="parallel samples for every request"),
+    beam_width: Optional[int] = typer.Option(None, parser=SAMPLES, help="beam search of this width for every request "
                                              "(simulated beam ancestry: pagesim/sim/beam_model.py)"),
     beam_ancestry: Optional[Path] = typer.Option(None, help="beam-ancestry measurements to fit the simulated beam search "
                                                  "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
-    warmup: float = typer.Option(0.0, parser=NON_NEGATIVE, help="leave requests arriving in the first S seconds out of "
+    warmup: float = typer.Option(0.0, parser=SECONDS, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics"),
     cost_model: str = typer.Option("calibrated", help="calibrated (fitted to measured GPU timings), roofline, constant or "
                                    "profiled"),
     engine: str = typer.Option(DEFAULT_ENGINE, help="engine profile for the calibrated cost model: how the serving engine "
                                f"runs the kernels ({', '.join(ENGINE_NAMES)}, or a profile .json; docs/calibration.md)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
-    seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process"),
-    out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
+    force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
+    seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process"),
+    out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
@@ -83,7 +86,7 @@ def replay(
                    duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                    swap_space=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,
                    chunked_prefill=chunked_prefill, n=n, beam_width=beam_width, beam_ancestry=beam_ancestry,
-                   cost_model=cost_model, engine=engine, profile=profile, seed=seed, warmup=warmup,
+                   cost_model=cost_model, engine=engine, profile=profile, seed=seed, warmup=warmup, force=force,
                    gpu_memory_utilization=gpu_memory_utilization)
     drop_preset_defaults(ctx, options)
     try:
@@ -128,7 +131,7 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
 
         print_summary(summary, Console(), title)
         if out is not None:
-            Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json")
+            Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json", markup=False)
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:
@@ -145,11 +148,12 @@ def _pct(fraction: float | None) -> float | None:
 
 def print_summary(s: dict, console, title: str) -> None:
     """The end-of-run table both `pagesim replay` and `pagesim run` print."""
+    from rich.markup import escape
     from rich.table import Table
 
     if s.get("num_kv_blocks") is not None:  # None: measured over HTTP, the pool is the server's
         title += f" · {s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)"
-    table = Table(title=title, show_header=False, title_justify="left")
+    table = Table(title=escape(title), show_header=False, title_justify="left")  # a model path may hold "[/bold]"
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column(style="bold")
@@ -177,6 +181,6 @@ def print_summary(s: dict, console, title: str) -> None:
         table.add_row(*row)
     console.print(table)
     for note in s.get("notes", []):
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     for reason, count in s.get("reject_reasons", {}).items():
-        console.print(f"rejected {count}: {reason}")
+        console.print(f"rejected {count}: {reason}", markup=False)

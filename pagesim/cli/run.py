@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
+from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
+                                RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, TOKENS, check_arrival_flags, check_run_size,
                                 check_workload, fail, load_trace_file, progress_bar, warn)
 from pagesim.cli.executor_model import (GC_DURING_STEPS_OPTION, PIN_CPU_OPTION, WARMUP_STEPS_OPTION, check_cache_fits,
                                         dtype_name, load_executor_model, noise_settings)
@@ -24,27 +25,27 @@ def run(
     dtype: Optional[str] = typer.Option(None, parser=dtype_name, help="float32, float16 or bfloat16 (default: fp32 on CPU, "
                                         "the checkpoint's on GPU)"),
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
-    block_size: int = typer.Option(DEFAULTS.block_size, parser=POSITIVE_INT, help="tokens per KV block"),
+    block_size: int = typer.Option(DEFAULTS.block_size, parser=BLOCK_SIZE, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
-    rate: float = typer.Option(1.0, parser=NON_NEGATIVE, help="arrival rate in req/s (0: the trace's own arrival times)"),
-    burstiness: float = typer.Option(1.0, parser=POSITIVE, help="gamma arrivals: shape; 1.0 is Poisson"),
-    num_requests: int = typer.Option(16, parser=POSITIVE_INT, help="requests to serve"),
-    duration: Optional[float] = typer.Option(None, parser=POSITIVE, help="seconds of arrivals instead of a request count"),
-    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=COUNT, help="sequences running at once, at most"),
-    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=POSITIVE_INT,
+    rate: float = typer.Option(1.0, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: the trace's own arrival times)"),
+    burstiness: float = typer.Option(1.0, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
+    num_requests: int = typer.Option(16, parser=NUM_REQUESTS, help="requests to serve"),
+    duration: Optional[float] = typer.Option(None, parser=POSITIVE_SECONDS, help="seconds of arrivals instead of a request count"),
+    max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
+    max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=TOKENS,
                                                          help=BATCHED_TOKENS_HELP),
-    max_model_len: Optional[int] = typer.Option(DEFAULTS.max_model_len, parser=POSITIVE_INT,
+    max_model_len: Optional[int] = typer.Option(DEFAULTS.max_model_len, parser=TOKENS,
                                                 help="longest sequence (default: the model's)"),
-    num_gpu_blocks: int = typer.Option(1024, parser=COUNT, help="KV blocks in the device pool"),
-    num_cpu_blocks: int = typer.Option(1024, parser=COUNT, help="KV blocks in the host (swap) pool"),
+    num_gpu_blocks: int = typer.Option(1024, parser=BLOCKS, help="KV blocks in the device pool"),
+    num_cpu_blocks: int = typer.Option(1024, parser=BLOCKS, help="KV blocks in the host (swap) pool"),
     prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, help="automatic prefix caching"),
     chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, help="split prompts to fill the token budget"),
-    n: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="parallel samples for every request"),
-    beam_width: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="beam search of this width for every request"),
-    warmup: float = typer.Option(0.0, parser=NON_NEGATIVE, help="leave requests arriving in the first S seconds out of "
+    n: Optional[int] = typer.Option(None, parser=SAMPLES, help="parallel samples for every request"),
+    beam_width: Optional[int] = typer.Option(None, parser=SAMPLES, help="beam search of this width for every request"),
+    warmup: float = typer.Option(0.0, parser=SECONDS, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics"),
-    seed: int = typer.Option(0, parser=COUNT, help="seed of arrivals and synthetic prompts"),
-    out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
+    seed: int = typer.Option(0, parser=SEED, help="seed of arrivals and synthetic prompts"),
+    out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     pin_cpu: Optional[int] = PIN_CPU_OPTION,
     warmup_steps: int = WARMUP_STEPS_OPTION,

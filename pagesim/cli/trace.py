@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import COUNT, OUT_FILE, POSITIVE_INT, fail, load_trace_file
+from pagesim.cli.checks import OUT_FILE, POSITIVE_INT, SEED, fail, load_trace_file
 
 trace_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="Build and inspect workload traces (docs/traces.md).")
 app.add_typer(trace_app, name="trace")
@@ -52,10 +52,11 @@ def build(
     num: Optional[int] = typer.Option(
         None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
     ),
-    seed: int = typer.Option(0, "--seed", parser=COUNT, help="seed of the shuffle that picks the requests"),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests"),
 ) -> None:
     """Build a trace from the public data; the same command always writes the same bytes."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pagesim.results import results_file
@@ -88,7 +89,7 @@ def build(
     meta = trace.metadata
     stats = meta["stats"]
     console.print(
-        f"wrote [bold]{out}[/bold]: {meta['count']} requests, {out.stat().st_size / 1e6:.2f} MB, built in {elapsed:.1f} s"
+        f"wrote [bold]{escape(str(out))}[/bold]: {meta['count']} requests, {out.stat().st_size / 1e6:.2f} MB, built in {elapsed:.1f} s"
     )
     console.print(f"  mean prompt_len {stats['prompt_len']['mean']:.2f}, mean output_len {stats['output_len']['mean']:.2f}")
     if "pool" in meta:
@@ -110,7 +111,7 @@ def build(
             f"byte {src['read_stopped_at_byte']:,} of {src['file_bytes']:,} ({src['read_stop_reason']})[/{style}]"
         )
         console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
-    console.print(f"  command: {meta['command']}")
+    console.print(f"  command: {meta['command']}", markup=False)
 
 
 @trace_app.command("inspect")
@@ -167,12 +168,12 @@ def inspect(
         if extras:
             console.print("  " + "; ".join(extras))
         if meta.get("command"):
-            console.print(f"  built by: {meta['command']}")
+            console.print(f"  built by: {meta['command']}", markup=False)
 
     if plot is not None:
         _plot_lengths(trace, stats, plot, title=str(meta.get("name", file.name)))
         if not as_json:
-            console.print(f"  wrote {plot}")
+            console.print(f"  wrote {plot}", markup=False)
 
 
 def _plot_lengths(trace, stats, path: Path, title: str) -> None:

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import OUT_DIR, POSITIVE_INT, fail, progress_bar
+from pagesim.cli.checks import BLOCKS, OUT_DIR, TP, fail, progress_bar
 
 ROWS = [("TTFT", "ttft", "s"), ("TPOT", "tpot", "s"), ("E2E", "e2e", "s")]
 
@@ -23,10 +23,10 @@ def validate(
     gpu: Optional[str] = typer.Option(None, help="GPU from the catalog (default: as the run records it)"),
     model: Optional[str] = typer.Option(None, help="catalog model or config.json (default: as the run records it)"),
     engine: Optional[str] = typer.Option(None, help="engine profile (default: the one for the run's vLLM version)"),
-    tp: Optional[int] = typer.Option(None, "--tp", "--tensor-parallel-size", parser=POSITIVE_INT,
+    tp: Optional[int] = typer.Option(None, "--tp", "--tensor-parallel-size", parser=TP,
                                      help="tensor-parallel degree (default: as recorded)"),
     num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", "--num-gpu-blocks-override",
-                                                 parser=POSITIVE_INT, help="KV pool in blocks (default: as recorded)"),
+                                                 parser=BLOCKS, help="KV pool in blocks (default: as recorded)"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv, summary.json and "
                                        "validate.json here"),
     as_json: bool = typer.Option(False, "--json", help="print validate.json"),

@@ -31,7 +31,7 @@ def run_jobs(jobs: list[ConfigJob], backend: str = "local", num_workers: int | N
 
 
 def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Progress | None = None) -> list[ConfigResult]:
-    """A process pool of `num_workers` (default: the CPU count); 1 runs in this process."""
+    """Worker processes (pagesim.plan.workers; default: the CPU count); 1 runs in this process."""
     workers = max(1, min(num_workers or os.cpu_count() or 1, len(jobs) or 1))
     results: list[ConfigResult | None] = [None] * len(jobs)
     if workers == 1:
@@ -40,22 +40,22 @@ def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: 
             if on_result:
                 on_result(results[i])
         return results
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    import multiprocessing
+    from contextlib import closing
 
-    # spawn, not fork: the parent may hold threads (rich's progress refresh) that fork would copy mid-lock.
+    from pagesim.plan.workers import run_in_workers
+
     # Every job searches the same trace: it goes to each worker once, as it starts, not with every job.
     trace = jobs[0].trace
-    shared = all(job.trace is trace for job in jobs)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_keep_trace if shared else None, initargs=(trace,) if shared else ()) as pool:
-        futures = {pool.submit(_plan_with_kept_trace, _without_trace(job)) if shared else pool.submit(plan_config, job): i
-                   for i, job in enumerate(jobs)}
-        for future in as_completed(futures):
-            i = futures[future]
-            results[i] = future.result()
+    if all(job.trace is trace for job in jobs):
+        calls = run_in_workers(_plan_with_kept_trace, [_without_trace(job) for job in jobs], workers,
+                               setup=(_keep_trace, trace))
+    else:
+        calls = run_in_workers(plan_config, jobs, workers)
+    with closing(calls):
+        for i, result in calls:
+            results[i] = result
             if on_result:
-                on_result(results[i])
+                on_result(result)
     return results
 
 

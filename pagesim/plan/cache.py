@@ -1,11 +1,16 @@
 """On-disk cache of simulated runs, so a re-run (or a wider grid) reuses every finished run.
 
-Key: sha256 of the full ReplayConfig, the trace's content hash and a code tag. The code tag hashes
-the source of everything a run's outcome depends on (pagesim.core, pagesim.sim, pagesim.workload,
-pagesim.metrics and this package's run code) plus the profile file of a `profiled` cost model, so
-an edit to the simulator invalidates old entries instead of silently reusing them. Entries are
-JSON (floats round-trip exactly), written atomically, one file each, so parallel workers share a
-cache directory safely.
+Key: sha256 of what a run's outcome depends on, by content, never by a file's name:
+- the ReplayConfig, with the model replaced by its resolved ModelSpec (a config.json edited into
+  another model is another key) and the GPU by its GPUSpec;
+- the content of every file the run reads: the trace (its canonical serialization), the profile
+  of a `profiled` cost model, a beam-ancestry file;
+- a code tag: the source of everything a run's outcome depends on (pagesim.core, pagesim.sim,
+  pagesim.workload, pagesim.models, pagesim.metrics, the number rules and this package's run
+  code), so an edit to the simulator invalidates old entries instead of silently reusing them.
+Entries are JSON (floats round-trip exactly), written atomically, one file each, so parallel
+workers share a cache directory safely. An entry that cannot be read, or that is not a run record
+of the expected shape (pagesim.plan.run.record_problem), is simulated again and overwritten.
 """
 
 from __future__ import annotations
@@ -20,19 +25,21 @@ from pathlib import Path
 
 import pagesim
 from pagesim.sim.engine import ReplayConfig
+from pagesim.sim.specs import get_gpu, get_model
 from pagesim.workload.trace import Trace, dumps_trace
 
-CACHE_FORMAT = 1  # bump when the stored record's layout changes
+CACHE_FORMAT = 2  # bump when the stored record's layout or the key's makeup changes
 DEFAULT_CACHE_DIR = Path(".pagesim-cache") / "plan"
-_CODE_DIRS = ("core", "sim", "workload")
-_CODE_FILES = ("metrics.py", "plan/run.py")
+_CODE_DIRS = ("core", "sim", "workload", "models")
+_CODE_FILES = ("metrics.py", "inputs.py", "plan/run.py", "plan/cache.py")
 
 
 @lru_cache(maxsize=1)
 def code_tag() -> str:
     """Hash of the simulator's source (see module docstring)."""
     root = Path(pagesim.__file__).parent
-    files = sorted(p for d in _CODE_DIRS for p in (root / d).rglob("*.py")) + [root / f for f in _CODE_FILES]
+    files = sorted(p for d in _CODE_DIRS if (root / d).is_dir() for p in (root / d).rglob("*.py"))
+    files += [root / f for f in _CODE_FILES]
     h = hashlib.sha256(f"pagesim {pagesim.__version__} format {CACHE_FORMAT}".encode())
     for path in files:
         h.update(str(path.relative_to(root)).encode())
@@ -45,17 +52,22 @@ def trace_hash(trace: Trace) -> str:
     return hashlib.sha256(dumps_trace(trace).encode()).hexdigest()
 
 
-def _profile_hash(cfg: ReplayConfig) -> str | None:
-    if cfg.profile is None:
+def _file_hash(path: str | None) -> str | None:
+    if path is None:
         return None
     try:
-        return hashlib.sha256(Path(cfg.profile).read_bytes()).hexdigest()
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError:
         return None  # the run itself reports the missing file
 
 
 def run_key(cfg: ReplayConfig, trace_digest: str) -> str:
-    payload = {"config": asdict(cfg), "trace": trace_digest, "code": code_tag(), "profile": _profile_hash(cfg)}
+    config = asdict(cfg)
+    config["model"] = asdict(get_model(cfg.model))  # what the name or config.json resolves to now
+    config["gpu"] = asdict(get_gpu(cfg.gpu))
+    config["profile"] = _file_hash(cfg.profile)
+    config["beam_ancestry"] = _file_hash(cfg.beam_ancestry)
+    payload = {"config": config, "trace": trace_digest, "code": code_tag()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -72,9 +84,10 @@ class RunCache:
         if self.root is None:
             return None
         try:
-            return json.loads(self._path(key).read_text())
-        except (OSError, ValueError):
-            return None  # missing or half-written by a killed run: simulate again
+            record = json.loads(self._path(key).read_text())
+        except (OSError, ValueError, RecursionError):
+            return None  # missing, half-written by a killed run, or not JSON: simulate again
+        return record if isinstance(record, dict) else None
 
     def put(self, key: str, record: dict) -> None:
         if self.root is None:

@@ -7,9 +7,13 @@ import math
 from dataclasses import dataclass
 
 from pagesim.core.config import CHOICES, ServingConfig
+from pagesim.inputs import BLOCK_SIZE, MAX_REQUESTS, NUM_REQUESTS, SECONDS, SWAP_GIB, TP, NumberRule
 from pagesim.sim.engine import ReplayConfig
 from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.sim.specs import get_gpu, get_model
+
+
+POSITIVE_SEQS = NumberRule(lo=1, hi=1_000_000, integer=True)
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,14 @@ class RunSettings:
     cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
     seed: int = 0
+    force_profile: bool = False  # use a profile measured on another model or GPU anyway
 
     def __post_init__(self) -> None:
         if self.num_requests < 10:
-            raise ValueError("num_requests must be >= 10")
-        if not self.min_duration_s >= 0:
-            raise ValueError("min_duration_s must be >= 0")
+            raise ValueError("--num-requests must be >= 10")
+        NUM_REQUESTS.check(self.num_requests, "--num-requests")
+        SECONDS.check(self.min_duration_s, "--min-duration")
+        SWAP_GIB.check(self.swap_space_gib, "--swap-space")
         if not 0 <= self.warmup_fraction < 0.9:
             raise ValueError("warmup_fraction must be in [0, 0.9)")
 
@@ -63,7 +69,11 @@ class RunSettings:
             get_model(self.model).max_model_len)
 
     def requests_at(self, rate: float) -> int:
-        return max(self.num_requests, math.ceil(rate * self.min_duration_s))
+        n = max(self.num_requests, math.ceil(rate * self.min_duration_s))
+        if n > MAX_REQUESTS:
+            raise ValueError(f"--min-duration {self.min_duration_s:g} s at {rate:g} req/s asks for {n:,} requests, more "
+                             f"than the {MAX_REQUESTS:,} one run may hold")
+        return n
 
     def replay_config(self, point: GridPoint, rate: float) -> ReplayConfig:
         n = self.requests_at(rate)
@@ -72,7 +82,7 @@ class RunSettings:
             preemption=point.preemption, rate=rate, num_requests=n,
             max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
             swap_space_gib=self.swap_space_gib, cost_model=self.cost_model, profile=self.profile,
-            seed=self.seed, warmup_s=self.warmup_fraction * n / rate,
+            seed=self.seed, warmup_s=self.warmup_fraction * n / rate, force_profile=self.force_profile,
         )
 
 
@@ -88,9 +98,12 @@ def expand_grid(gpus: list[str], tps: list[int], block_sizes: list[int], preempt
     for mode in preemptions:
         if mode not in CHOICES["preemption"]:
             raise ValueError(f"unknown preemption mode {mode!r}; valid: {', '.join(CHOICES['preemption'])}")
-    for what, values in (("tp", tps), ("block size", block_sizes), ("max_num_seqs", max_num_seqs)):
-        if not values or any(v <= 0 for v in values):
-            raise ValueError(f"{what} values must be positive integers, got {values}")
+    for what, values, rule in (("--tp", tps, TP), ("--block-size", block_sizes, BLOCK_SIZE),
+                               ("--max-num-seqs", max_num_seqs, POSITIVE_SEQS)):
+        if not values:
+            raise ValueError(f"{what}: no value given")
+        for v in values:
+            rule.check(v, what)
     points = [GridPoint(g, t, b, p, s) for g, t, b, p, s in
               itertools.product(canon, _unique(tps), _unique(block_sizes), _unique(preemptions), _unique(max_num_seqs))]
     return points

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pagesim.inputs import PRICE, read_json
 from pagesim.sim.specs import get_gpu
 
 DEFAULT_PRICES_FILE = Path(__file__).with_name("gpu_prices.json")
@@ -26,12 +26,7 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
     """Read a prices file; raises ValueError naming the file and the bad entry."""
     shown = str(path) if path is not None else "pagesim/plan/gpu_prices.json (default)"
     path = Path(path) if path is not None else DEFAULT_PRICES_FILE
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read prices file ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    data = read_json(path, "prices file")  # InputValueError (a ValueError): one line naming the file
     gpus = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(gpus, dict) or not gpus:
         raise ValueError(f'{path}: expected an object with "gpus": {{"<gpu>": {{"usd_per_gpu_hour": <number>}}}}')
@@ -42,8 +37,9 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
         except KeyError as e:
             raise ValueError(f"{path}: gpus.{name}: {e.args[0]}") from None
         value = entry.get("usd_per_gpu_hour") if isinstance(entry, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{path}: gpus.{name}.usd_per_gpu_hour must be a positive number, got {value!r}")
+        problem = PRICE.problem(value)
+        if problem:
+            raise ValueError(f"{path}: gpus.{name}.usd_per_gpu_hour {problem}")
         prices[canonical] = float(value)
         sources[canonical] = str(entry.get("source", ""))
     return PriceTable(shown, str(data.get("retrieved", "")), prices, sources)

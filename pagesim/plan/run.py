@@ -14,6 +14,7 @@ A rate is *sustainable* for a configuration when
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pagesim.core.errors import CannotServe
@@ -73,6 +74,39 @@ def simulate(cfg: ReplayConfig, trace: Trace) -> dict:
     }
 
 
+_NUMBER = (int, float)
+# the record `simulate` returns: field -> the types its value may have (None where a run can lack it)
+RECORD_FIELDS = {
+    "num_requests": (int,), "num_finished": (int,), "num_rejected": (int,), "reject_reasons": (dict,),
+    "num_measured": (int,), "window_s": _NUMBER, "window_arrivals": (int,), "backlog_at_last_arrival": (int,),
+    "request_throughput": (*_NUMBER, type(None)), "output_token_throughput": (*_NUMBER, type(None)),
+    "mean_output_len": (*_NUMBER, type(None)), "mean_kv_utilization": (*_NUMBER, type(None)),
+    "peak_kv_utilization": (*_NUMBER, type(None)), "num_preemptions": (int,), "num_kv_blocks": (int,),
+    "latencies": (dict,),
+}
+LATENCY_KEYS = ("ttft", "tpot", "e2e", "normalized_latency")
+
+
+def record_problem(record, rate: float) -> str | None:
+    """Why a cached record is not a run record of `rate` as `simulate` writes it (another
+    format, a hand edit, a different code's layout), or None: such an entry is simulated again."""
+    if not isinstance(record, dict) or record.get("rate") != rate:
+        return "not a record of this rate"
+    if record.get("error") is not None:
+        return None if isinstance(record["error"], str) else "error is not text"
+    for name, kinds in RECORD_FIELDS.items():
+        value = record.get(name, ...)
+        if value is ... or isinstance(value, bool) or not isinstance(value, kinds):
+            return f"field {name} missing or of another type"
+    lat = record["latencies"]
+    for key in LATENCY_KEYS:
+        values = lat.get(key)
+        if not isinstance(values, list) or len(values) != record["num_measured"] or \
+                not all(v is None or (isinstance(v, _NUMBER) and not isinstance(v, bool) and math.isfinite(v)) for v in values):
+            return f"latencies.{key} is not one number per measured request"
+    return None
+
+
 @dataclass
 class Evaluation:
     """One rate of one configuration, judged against the SLOs."""
@@ -122,6 +156,8 @@ class RateEvaluator:
         cfg = self.settings.replay_config(self.point, rate)
         key = run_key(cfg, self.trace_digest)
         record = self.cache.get(key)
+        if record is not None and record_problem(record, cfg.rate) is not None:
+            record = None  # unreadable as a run of this rate: simulate again (and overwrite it)
         if record is None:
             record = simulate(cfg, self.trace)
             self.cache.put(key, record)

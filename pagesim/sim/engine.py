@@ -19,12 +19,14 @@ import simpy
 from pagesim.core import SchedulerOutput, ServingConfig, StepResult
 from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
+from pagesim import inputs
+from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_cache_capacity
-from pagesim.workload.requests import WorkloadConfig
+from pagesim.workload.requests import WorkloadConfig, time_origin
 from pagesim.workload.trace import Trace
 
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
@@ -51,10 +53,25 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
     cost_model: str = DEFAULT_COST_MODEL
     engine: str = DEFAULT_ENGINE  # how the engine runs the kernels (calibrated cost model): pagesim.sim.cost.engine
     profile: str | None = None
+    force_profile: bool = False  # use a profile measured on another model or GPU anyway (--force)
     waste_interval_s: float | None = None  # sample the KV waste breakdown this often
     # A client that gives up: a request not finished this long after its arrival is aborted
     # (its KV freed, as a server does when the client disconnects) and counted as failed.
     client_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # the CLI's flags obey the same rules (pagesim.inputs), so an API caller meets the same limits
+        check_fields(self, _FIELD_RULES, name=lambda f: "--" + _FLAG_NAMES.get(f, f).replace("_", "-"))
+
+
+_FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blocks": inputs.BLOCKS,
+                "rate": inputs.RATE, "burstiness": inputs.BURSTINESS, "num_requests": inputs.NUM_REQUESTS,
+                "duration": inputs.POSITIVE_SECONDS, "warmup_s": inputs.SECONDS, "n": inputs.SAMPLES,
+                "beam_width": inputs.SAMPLES, "seed": inputs.SEED, "block_size": inputs.BLOCK_SIZE,
+                "max_num_seqs": inputs.SEQS, "max_num_batched_tokens": inputs.TOKENS,
+                "waste_interval_s": inputs.POSITIVE_SECONDS}
+_FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_interval_s": "waste_interval"}
 
 
 @dataclass
@@ -90,8 +107,9 @@ class Replay:
                                  "simulator keeps track of")
         self.pool = cfg.pool(num_blocks, host_blocks)
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
+        forced = {"force": True} if cfg.force_profile else {}  # only the profiled model takes it
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile,
-                                                  **engine_options(cfg.cost_model, cfg.engine, cfg.max_num_seqs))
+                                                  **engine_options(cfg.cost_model, cfg.engine, cfg.max_num_seqs), **forced)
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace)
@@ -107,7 +125,8 @@ class Replay:
                 self.beam.check_width(width)
             self.notes.append(f"beam ancestry drawn from {self.beam.source} (widths {self.beam.widths})")
         self._beam_rngs: dict[int, random.Random] = {}
-        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps)
+        self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps,
+                                       origin=time_origin(self.requests, cfg.rate))
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0
         self.fast_forward = fast_forward

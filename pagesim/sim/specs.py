@@ -21,7 +21,6 @@ holds that is neither weights, activations nor KV (``RUNTIME_RESERVED_BYTES``).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 from pagesim.core.errors import CannotServe
 # The paper's max batched tokens; also the size of vLLM's profiling forward pass.
 from pagesim.core.config import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from pagesim.inputs import InputValueError, read_json
 
 GiB = 1 << 30
 GB = 10**9
@@ -273,12 +273,10 @@ def load_model_config(path: str | Path) -> ModelSpec:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        config = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ModelConfigError(f"{p}: no such config file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelConfigError(f"{p}: not JSON ({e})") from None
+    try:  # a regular file (a FIFO would block), valid JSON, not nested past what a walk over it survives
+        config = read_json(p, "config file")
+    except InputValueError as e:
+        raise ModelConfigError(str(e)) from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{p}: expected a JSON object at the top level")
     name = str(config.get("_name_or_path") or p.parent.name or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()

@@ -67,6 +67,13 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     return requests, notes
 
 
+def time_origin(requests: list[Request], rate: float | None) -> float:
+    """A run's time zero. An arrival process starts at 0 (its first gap is drawn like every
+    other); a trace's own timestamps (rate None) start at its first arrival, which may be a Unix
+    time. Drivers start their clocks there and count the warm-up from it."""
+    return requests[0].arrival_time if rate is None and requests else 0.0
+
+
 def synthetic_prompt(request: Request, vocab_size: int, seed: int) -> list[int]:
     """Seeded token ids of the right length for a trace record that has only lengths, the same
     for every driver (`pagesim run` in-process, `pagesim bench` over HTTP). Ids avoid the first

@@ -19,11 +19,12 @@ See docs/traces.md for the meaning of each field.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pagesim.inputs import MAX_JSON_DEPTH, TRACE_SECONDS, InputValueError, json_depth_problem, regular_file
 
 FORMAT = "pagesim-trace/1"
 
@@ -171,8 +172,9 @@ def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
     if arrival is not None:
         if not (_is_int(arrival) or isinstance(arrival, float)):
             raise fail("arrival_time", f"must be a number of seconds, got {json.dumps(arrival)}")
-        if not math.isfinite(arrival) or arrival < 0:
-            raise fail("arrival_time", f"must be finite and >= 0, got {arrival}")
+        problem = TRACE_SECONDS.problem(arrival)  # an integer of 10^309 is no float; Unix time is fine
+        if problem:
+            raise fail("arrival_time", problem)
         arrival = float(arrival)
 
     for name in ("n", "beam_width"):
@@ -290,7 +292,10 @@ def parse_trace(text: str, path: str | os.PathLike | None = None) -> Trace:
     except ValueError as exc:  # NaN / Infinity
         raise TraceError(where, f"invalid JSON: {exc}") from None
     except RecursionError:
-        raise TraceError(where, "invalid JSON: nested too deeply to be a trace") from None
+        raise TraceError(where, f"invalid JSON: nested more than {MAX_JSON_DEPTH} levels deep") from None
+    too_deep = json_depth_problem(doc)  # walked without recursion, before anything recursive reads it
+    if too_deep:
+        raise TraceError(where, too_deep)
     if not isinstance(doc, dict):
         raise TraceError(where, f"the top level must be a JSON object, got {type(doc).__name__}")
     if getattr(doc, "duplicate_keys", ()):
@@ -325,6 +330,10 @@ def _plain(value: Any, path: str | None) -> Any:
 
 def load_trace(path: str | os.PathLike) -> Trace:
     """Read and validate a trace file; raises TraceError on anything malformed."""
+    try:
+        regular_file(path, "trace file")  # a FIFO would block the read forever
+    except InputValueError as exc:
+        raise TraceError(path, str(exc).removeprefix(f"{path}: ")) from None
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -75,7 +75,7 @@ def test_interrupt_while_moving_into_place_marks_the_folder_incomplete(tmp_path,
             for name in ("a.csv", "b.csv"):
                 (staging / name).write_text(name)
     assert sorted(p.name for p in out.iterdir()) == [INCOMPLETE, "a.csv", "mine.txt"]
-    assert "interrupted" in (out / INCOMPLETE).read_text()
+    assert "was killed" in (out / INCOMPLETE).read_text()
 
     monkeypatch.setattr(pagesim.results.os, "replace", real)
     with results_folder(out) as staging:

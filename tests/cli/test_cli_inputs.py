@@ -48,15 +48,18 @@ CASES = [
     (f"replay {ALPACA} --num-requests 5 --warmup 1000", "--warmup 1000 s is longer than the arrivals"),
     (f"replay {ALPACA} --profile x.json", "--profile is read only by --cost-model profiled"),
     (f"replay {ALPACA} --duration 1e9", "--duration 1e+09 asks for about 1,000,000,000 requests"),
-    (f"replay {ALPACA} --num-requests 5000000", "--num-requests 5000000 asks for"),
+    (f"replay {ALPACA} --num-requests 5000000", "'--num-requests'"),
     (f"replay {ALPACA} --duration 0.0001", "--duration 0.0001 s holds no arrival"),
     (f"replay {ALPACA} --model opt-13b --gpu no-such-gpu", "unknown GPU 'no-such-gpu'"),
-    (f"replay {ALPACA} --num-gpu-blocks 1000000000000", "num_gpu_blocks gives a pool of 1,000,000,000,000 blocks"),
-    # 1e6 GiB of host memory in OPT-13B blocks of 16 tokens x 800 KiB (the paper's KV size per token)
-    (f"replay {ALPACA} --swap-space 1000000", f"swap_space_gib gives a pool of {10**6 * 2**30 // (16 * 800 * 1024):,} blocks"),
+    (f"replay {ALPACA} --num-gpu-blocks 1000000000000", "'--num-gpu-blocks'"),
+    (f"replay {ALPACA} --swap-space 1000000", "'--swap-space'"),
+    # 1 TiB of host memory (the flag's bound) in blocks of llama-2-7b at block size 4096 is within the pool limit,
+    # in blocks of SmolLM2 (30 layers x 3 KV heads x 64 x 2 x 2 bytes = 23,040 bytes/token) at block size 1 it is not
+    (f"replay {ALPACA} --model smollm2-135m --block-size 1 --swap-space 1024",
+     f"swap_space_gib gives a pool of {2**40 // 23040:,} blocks"),
     # files
     ("replay no/such/trace.json", "no/such/trace.json: no such trace file"),
-    ("replay {tmp}/deep.json", "nested too deeply"),
+    ("replay {tmp}/deep.json", "nested more than 64 levels deep"),
     (f"replay {ALPACA} --out {ALPACA}", "'--out'"),
     (f"replay {ALPACA} --out {ALPACA}/sub", "is not a folder"),
     (f"trace inspect {ALPACA} --plot {ALPACA}/x.png", "'--plot'"),
@@ -66,7 +69,7 @@ CASES = [
     # plan
     (PLAN + " --target-rate inf", "'--target-rate'"),
     (PLAN + ' --target-rate 1 --gpus ""', "--gpus: no value given"),
-    (PLAN + " --target-rate 1 --tp 0", "--tp: values must be positive"),
+    (PLAN + " --target-rate 1 --tp 0", "--tp must be an integer in [1, 1,024]"),
     (PLAN + " --target-rate 1 --min-headroom 1", "'--min-headroom'"),
     (PLAN + " --target-rate 1 --profile p.json", "--profile is read only by --cost-model profiled"),
     # executor commands fail on their flags before loading any model
@@ -84,7 +87,7 @@ CASES = [
     (f"bench {ALPACA} --endpoint notaurl", "'--endpoint'"),
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --rate inf", "'--rate'"),
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --max-concurrency 0", "'--max-concurrency'"),
-    ("calibrate check {tmp}/missing.csv --gpu a100-80gb", "no such file"),
+    ("calibrate check {tmp}/missing.csv --gpu a100-80gb", "no such CSV file"),
     (f"calibrate check {ALPACA} --gpu a100-80gb", "missing column"),
     # usage errors from the parser itself
     (f"replay {ALPACA} --no-such-flag", "No such option: --no-such-flag"),

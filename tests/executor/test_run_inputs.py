@@ -130,8 +130,10 @@ def test_run_ends_cleanly_with_every_request_accounted_for(lengths, flags):
 
 
 def test_a_kv_pool_bigger_than_memory_is_refused_before_allocation():
-    # llama-tiny: K and V x 2 layers x 2 KV heads x head dim 16 x 16 tokens x 4 bytes (fp32) per block
-    blocks = 10**9 + 1024  # --num-gpu-blocks plus the default 1024 host blocks, both in host memory on a CPU
-    gib = 2 * 2 * 2 * 16 * 16 * 4 * blocks / 2**30
-    line = one_error(run([ALPACA, *TINY, "--num-gpu-blocks", str(10**9)]))
-    assert f"{blocks:,} blocks of 16 tokens need {gib:,.1f} GiB of KV cache" in line
+    # llama-tiny: K and V x 2 layers x 2 KV heads x head dim 16 x 1024 tokens x 4 bytes (fp32) per block
+    # (15 million blocks: under the flag's bound of 16 million, so the memory check is what refuses them)
+    blocks = 15 * 10**6 + 1024  # --num-gpu-blocks plus the default 1024 host blocks, both in host memory on a CPU
+    gib = 2 * 2 * 2 * 16 * 1024 * 4 * blocks / 2**30
+    line = one_error(run([ALPACA, *TINY, "--block-size", "1024", "--num-gpu-blocks", str(15 * 10**6)]))
+    assert f"{blocks:,} blocks of 1024 tokens need {gib:,.1f} GiB of KV cache" in line
+    assert "'--num-gpu-blocks'" in one_error(run([ALPACA, *TINY, "--num-gpu-blocks", str(10**9)]))  # past the bound

@@ -173,3 +173,84 @@ def test_real_scripts_are_discovered():
     from experiments import run_all
     keys = {f.key for f in run_all.discover()}
     assert {"fig02", "fig11", "fig12", "fig13", "fig18", "fig19"} <= keys
+
+
+def test_committed_figures_are_never_replaced_with_less(tmp_path):
+    """Issue 26/27: `--only ""` ran nothing and emptied reports/paper.md; a smoke run or a subset
+    overwrote the committed results. Each is refused (exit 2) before any script runs."""
+    from typer.testing import CliRunner
+
+    from experiments import run_all
+    from pagesim.cli import app
+
+    with pytest.raises(ValueError, match="names no figure"):
+        run_all.discover([""])
+    with pytest.raises(ValueError, match="names no figure"):
+        run_all.discover([" , "])
+    figures = run_all.discover()
+    listed = run_all.listed_figures(run_all.default_paper_md(run_all.DEFAULT_OUT_DIR))
+    assert listed == {f.key for f in figures}  # the committed paper.md lists every figure script
+    run_all.check_default_target(figures, smoke=False)  # a full run may replace it
+    with pytest.raises(ValueError, match="--smoke results would replace"):
+        run_all.check_default_target(figures, smoke=True)
+    with pytest.raises(ValueError, match="fig02, fig11, fig14"):
+        run_all.check_default_target(run_all.discover(["fig12,fig13,fig15,fig16,fig17,fig18,fig19"]), smoke=False)
+    before = run_all.default_paper_md(run_all.DEFAULT_OUT_DIR).read_bytes()
+    for args in (["--only", ""], ["--only", "fig12,fig13", "--smoke"], ["--only", "fig12"]):
+        result = CliRunner().invoke(app, ["figures", *args])
+        assert result.exit_code == 2 and result.output.startswith("error: "), result.output
+    assert run_all.default_paper_md(run_all.DEFAULT_OUT_DIR).read_bytes() == before
+
+
+def test_figure_scripts_end_with_the_runner(tmp_path):
+    """SIGTERM or SIGHUP to the runner (`pagesim figures`) while a figure script runs: the runner
+    exits and the script, with its own children, is gone within seconds."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    exp = tmp_path / "experiments"
+    exp.mkdir()
+    pids = tmp_path / "pids"
+    # a figure script that starts a child of its own and then works for a minute
+    (exp / "fig96_slow.py").write_text(
+        "import subprocess, sys, time\n"
+        "def main(argv=None):\n"
+        f"    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"    open({str(pids)!r}, 'w').write(f'{{__import__(\"os\").getpid()}} {{child.pid}}')\n"
+        "    time.sleep(120)\n"
+        "if __name__ == '__main__':\n    main()\n")
+    runner = ("from pathlib import Path\nfrom experiments import run_all\n"
+              f"run_all.run(run_all.discover(None, Path({str(exp)!r})), out_dir=Path({str(tmp_path / 'out')!r}), "
+              "progress=False)\n")
+    for signame in ("SIGTERM", "SIGHUP"):
+        pids.unlink(missing_ok=True)
+        parent = subprocess.Popen([sys.executable, "-c", runner], cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            started = [int(p) for p in pids.read_text().split()]
+            parent.send_signal(getattr(signal, signame))
+            assert parent.wait(timeout=30) == 128 + getattr(signal, signame)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and any(_running(p) for p in started):
+                time.sleep(0.1)
+            assert not [p for p in started if _running(p)], f"{signame}: figure processes outlived the runner"
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+
+
+def _running(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -150,4 +150,5 @@ def test_bad_prices_file_is_named(tmp_path, trace_file):
     result = run(["--model", "llama-2-7b", "--trace", str(trace_file), "--target-rate", "5", "--slo", "ttft_p99=1",
                   "--prices", str(prices), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
-    assert f"{prices}: gpus.h100.usd_per_gpu_hour must be a positive number, got 'cheap'" in result.output
+    assert f"{prices}: gpus.h100.usd_per_gpu_hour must be a finite number in (0, 1e+06]" in result.output
+    assert "got 'cheap'" in result.output

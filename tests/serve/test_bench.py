@@ -58,18 +58,25 @@ def test_bench_accounts_for_every_request(server, small_trace, tmp_path):
                                                                                                for r in expected)
 
 
-def test_bench_counts_failures(server, tmp_path):
-    # prompts of 250 tokens + 30 outputs exceed the model's 256: every request gets a 400
+def test_bench_does_not_send_what_the_server_cannot_hold(server, tmp_path):
+    # prompts of 250 tokens + 30 outputs exceed the model's 256 (its max_model_len in /v1/models):
+    # skipped, each with its reason, and the exit status says so; clamped, they fit and finish
     path = tmp_path / "long.json"
     save_trace(Trace({"source": "tests/serve", "count": 1}, [TraceRequest(250, 30)]), path)
-    done = subprocess.run([sys.executable, "-m", "pagesim.cli", "bench", str(path), "--endpoint", server.base,
-                           "--rate", "50", "--num-requests", "5", "--json"],
-                          cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
-    assert summary["num_failed"] == 5 and summary["num_finished"] == 0
-    [(reason, count)] = summary["reject_reasons"].items()
-    assert count == 5 and reason.startswith("failed: HTTP 400") and "maximum context length" in reason
+    cmd = [sys.executable, "-m", "pagesim.cli", "bench", str(path), "--endpoint", server.base, "--rate", "50",
+           "--num-requests", "5", "--json"]
+    skipped = subprocess.run(cmd, cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert skipped.returncode == 3, skipped.stderr
+    summary = json.loads(skipped.stdout)
+    assert summary["num_skipped"] == 5 and summary["num_sent"] == 0 and summary["num_finished"] == 0
+    assert summary["failure_reasons"] == {"skipped: prompt N + output N tokens exceed the server's max_model_len N": 5}
+    assert "5 requests need more than the server's max_model_len 256 tokens" in skipped.stderr
+    clamped = subprocess.run(cmd + ["--clamp-to-max-model-len"], cwd=ROOT, env=cli_env(), capture_output=True, text=True,
+                             timeout=120)
+    assert clamped.returncode == 0, clamped.stderr
+    summary = json.loads(clamped.stdout)
+    assert summary["num_finished"] == 5 and summary["num_clamped"] == 5
+    assert summary["total_input_tokens"] == 5 * 250 and summary["total_output_tokens"] == 5 * (256 - 250)
 
 
 def test_compare_puts_simulated_beside_served(server, small_trace, tmp_path):

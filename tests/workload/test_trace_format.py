@@ -1,6 +1,7 @@
 """The trace file format: exact error messages for malformed files, and exact round trips."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,10 @@ def test_bad_prefix_group(tmp_path, group, fragment):
 
 
 def test_arrival_times(tmp_path):
-    expect_error(write_doc(tmp_path, [{**GOOD, "arrival_time": -1.0}]), 0, "arrival_time", ">= 0")
+    expect_error(write_doc(tmp_path, [{**GOOD, "arrival_time": -1.0}]), 0, "arrival_time", "in [0, 1e+11]")
+    # an integer past any float (issue 26: an internal error) and a time past the clock's reach
+    expect_error(write_doc(tmp_path, [{**GOOD, "arrival_time": 10**309}]), 0, "arrival_time", "integer of 310 digits")
+    expect_error(write_doc(tmp_path, [{**GOOD, "arrival_time": 1e12}]), 0, "arrival_time", "in [0, 1e+11]")
     expect_error(write_doc(tmp_path, [{**GOOD, "arrival_time": "soon"}]), 0, "arrival_time", "number of seconds")
     expect_error(
         write_doc(tmp_path, [{**GOOD, "arrival_time": 1.0}, GOOD, {**GOOD, "arrival_time": 2.0}]), 1, "arrival_time", "give all or none"
@@ -202,3 +206,16 @@ def test_save_refuses_an_invalid_trace(tmp_path):
         save_trace(bad, tmp_path / "out.json")
     assert "out.json" in str(info.value) and info.value.index == 1 and info.value.field == "output_len"
     assert not (tmp_path / "out.json").exists()
+
+
+def test_deep_metadata_and_fifo_are_one_line_errors(tmp_path):
+    """Issue 26: metadata nested 900 deep was a RecursionError, a FIFO given as a trace hung."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"format": "pagesim-trace/1", "metadata": ' + '{"a": ' * 900 + "1" + "}" * 900
+                    + ', "requests": [{"prompt_len": 3, "output_len": 4}]}')
+    with pytest.raises(TraceError, match="nested more than 64 levels deep"):
+        load_trace(deep)
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)  # nobody writes to it: opening it for reading would block forever
+    with pytest.raises(TraceError, match="is a FIFO, not a regular file"):
+        load_trace(fifo)

@@ -10,14 +10,18 @@ Times in the files are milliseconds per call; everything returned here is in sec
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from pagesim.inputs import InputValueError, NumberRule, regular_file
 from pagesim.sim.cost.calibrated import LAYER_OPERATORS, STEP_OPERATORS, LayerShape
 from pagesim.sim.specs import ModelSpec
 
 MS = 1e-3
+# the one number rule (pagesim.inputs): shapes of a real model, times a real operator can take
+# (a denormal or 1e308 ms made `calibrate check --json` print NaN)
+SHAPE_INT = NumberRule(lo=1, hi=10_000_000, integer=True)
+MILLISECONDS = NumberRule(lo=0, hi=3_600_000, tiny=1e-9, why="milliseconds, 0 for not measured")
 SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
                  "num_tokens", "num_tensor_parallel_workers")
 # GPU directory names in the data (Vidur's device names) -> our catalog names.
@@ -33,6 +37,10 @@ def _median_column(op: str) -> str:
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[tuple[int, dict]]]:
+    try:
+        regular_file(path, "CSV file")  # a FIFO would block the read forever
+    except InputValueError as e:
+        raise MeasurementError(str(e)) from None
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
@@ -56,8 +64,9 @@ def _number(path: Path, line: int, row: dict, column: str, *, integer: bool = Fa
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise MeasurementError(f"{path}: line {line}, column {column}: expected {kind}, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0 or (integer and value == 0):
-        raise MeasurementError(f"{path}: line {line}, column {column}: expected a positive value, got {raw!r}")
+    problem = (SHAPE_INT if integer else MILLISECONDS).problem(value)
+    if problem:
+        raise MeasurementError(f"{path}: line {line}, column {column}: {problem}")
     return value
 
 

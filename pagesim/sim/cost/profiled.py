@@ -32,12 +32,12 @@ stated held-out error is the error of the model in use.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from pagesim.inputs import STEP_SECONDS, InputValueError, read_json
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations
 from pagesim.sim.cost.lsq import fit_relative
 
@@ -75,9 +75,12 @@ class Profile:
         return int(self.meta["block_size"])
 
 
-def _positive_number(value, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ProfileError(f"{where}: expected a non-negative number, got {value!r}")
+def _seconds(value, where: str) -> float:
+    """A measured duration: STEP_SECONDS (a step of 0 s never advances the simulated clock; one
+    of 1e308 s overflows it)."""
+    problem = STEP_SECONDS.problem(value)
+    if problem:
+        raise ProfileError(f"{where} {problem}")
     return float(value)
 
 
@@ -100,18 +103,17 @@ def _measurement(path: str, section: str, i: int, rec, block_size: int) -> Measu
     if shape.get("block_size", block_size) != block_size:
         raise ProfileError(f"{where}.shape.block_size: {shape['block_size']} differs from the profile's {block_size}")
     return Measurement(BatchShape(**{**shape, "block_size": block_size}),
-                       _positive_number(rec["seconds"], f"{where}.seconds"))
+                       _seconds(rec["seconds"], f"{where}.seconds"))
 
 
 def load_profile(path: str | Path) -> Profile:
     path = str(path)
+    if not Path(path).exists():
+        raise ProfileError(f"{path}: no such profile file (make one with `pagesim profile`)")
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file (make one with `pagesim profile`)") from None
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{path}: not JSON ({e})") from None
+        data = read_json(path, "profile file")
+    except InputValueError as e:
+        raise ProfileError(str(e)) from None
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: expected a JSON object at the top level")
     if data.get("format") != PROFILE_FORMAT:
@@ -288,12 +290,43 @@ class ProfiledCostModel(CostModel):
         return {"name": self.name, **self.info, "coefficients": self.coefficients}
 
 
-def make_profiled(model=None, gpu=None, tp: int = 1, profile_path=None, **kwargs) -> ProfiledCostModel:
-    """The registry's factory: the model and GPU names are not used (the profile is the hardware)."""
+# what a profile's "model" must agree on with the simulated model (they size every step's work)
+MODEL_SHAPE_FIELDS = ("num_layers", "num_kv_heads", "head_dim")
+
+
+def profile_mismatch(profile: Profile, model=None, gpu=None) -> str | None:
+    """Why `profile` does not price `model` (a ModelSpec) on `gpu` (a GPUSpec), or None. The model
+    must have the profiled one's shape; a GPU profile must come from the same GPU family (a CPU
+    profile is its own hardware: the GPU then names nothing)."""
+    measured = profile.meta.get("model") if isinstance(profile.meta.get("model"), dict) else {}
+    if model is not None:
+        differ = [f for f in MODEL_SHAPE_FIELDS if f in measured and measured[f] != getattr(model, f)]
+        if differ:
+            theirs = ", ".join(f"{f} {measured[f]}" for f in differ)
+            ours = ", ".join(f"{f} {getattr(model, f)}" for f in differ)
+            return (f"{profile.path}: measured on {measured.get('spec') or measured.get('name') or 'another model'} "
+                    f"({theirs}), not on {model.name} ({ours})")
+    hardware = profile.meta.get("hardware") if isinstance(profile.meta.get("hardware"), dict) else {}
+    if gpu is not None and str(hardware.get("device", "")).startswith("cuda"):
+        family = gpu.name.split("-")[0].lower()
+        device_name = str(hardware.get("device_name", ""))
+        if family not in device_name.lower().replace(" ", ""):
+            return f"{profile.path}: measured on {device_name or 'another GPU'}, not on {gpu.name}"
+    return None
+
+
+def make_profiled(model=None, gpu=None, tp: int = 1, profile_path=None, force: bool = False,
+                  **kwargs) -> ProfiledCostModel:
+    """The registry's factory. The profile must have been measured on this model (and, for a GPU
+    profile, on this GPU's family): a mismatch is a ProfileError unless force."""
     if kwargs:
         raise ValueError(f"profiled cost model: unexpected options {sorted(kwargs)}")
     if not profile_path:
         raise ValueError("the 'profiled' cost model needs a profile file (--profile PROFILE, made by `pagesim profile`)")
     if tp != 1:
         raise ValueError("profiled cost model: profiles are measured on one device (tp=1)")
-    return ProfiledCostModel.from_profile(profile_path)
+    profile = load_profile(profile_path)
+    problem = profile_mismatch(profile, model, gpu)
+    if problem and not force:
+        raise ProfileError(f"{problem}: its step times would price another system (give --force to use it anyway)")
+    return ProfiledCostModel.from_profile(profile)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from pagesim.core.step import BatchShape
+from pagesim.inputs import InputValueError, regular_file
 
 SHAPE_COLUMNS = tuple(f.name for f in fields(BatchShape))
 COLUMNS = SHAPE_COLUMNS + ("seconds",)
@@ -46,7 +47,10 @@ def write_step_shapes(path: str | Path, steps: Iterable[tuple[BatchShape, float]
 
 def read_step_shapes(path: str | Path) -> list[LoggedStep]:
     try:
+        regular_file(path, "step log")  # a FIFO would block the read forever
         f = open(path, newline="")
+    except InputValueError as e:
+        raise StepShapesError(f"{path}: cannot read ({str(e).removeprefix(f'{path}: ')})") from None
     except OSError as e:
         raise StepShapesError(f"{path}: cannot read ({e.strerror})") from None
     with f:
