@@ -201,11 +201,13 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
                 blocks_used[step] -= total
     finished = []
     if finishing:
-        for group in list(sched.running) if last_apart else [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:
+        # (sequences of a group grow in step: its first says whether it stops)
+        stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
+        for group in list(sched.running) if last_apart else stopping:
             if last_apart:
                 for seq in group.seqs:
                     kv.on_computed(seq)
-            if group.seqs[0].num_tokens >= group.stop_len:  # sequences of a group grow in step
+            if group.seqs[0].num_tokens >= group.stop_len:
                 sched.retire_stopped(group)
                 sched.finish_if_done(group, now, finished)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
