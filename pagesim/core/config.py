@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from pagesim.core.kv_groups import KVGroupSpec
 from pagesim.core.paged import BLOCK_KEYS
 from pagesim.core.policies import POLICIES, PoolConfig, make_scheduler
 from pagesim.core.reservation import ALLOCATORS
@@ -60,14 +61,17 @@ class ServingConfig:
                                max_model_len=max_model_len, preemption_mode=self.preemption,
                                chunked_prefill=self.chunked_prefill, eos_token_id=eos_token_id)
 
-    def pool(self, num_device_blocks: int, num_host_blocks: int) -> PoolConfig:
+    def pool(self, num_device_blocks: int, num_host_blocks: int, kv_groups: tuple[KVGroupSpec, ...] | None = None
+             ) -> PoolConfig:
+        """kv_groups: the model's KV cache groups (None: every layer keeps every token)."""
         return PoolConfig(num_device_blocks, num_host_blocks, self.block_size, self.prefix_caching, self.allocator,
-                          self.prefix_key)
+                          self.prefix_key, None if kv_groups is None else tuple(kv_groups))
 
     def make_scheduler(self, num_device_blocks: int, num_host_blocks: int, max_model_len: int,
-                       eos_token_id: int | None = None) -> Scheduler:
+                       eos_token_id: int | None = None, kv_groups: tuple[KVGroupSpec, ...] | None = None
+                       ) -> Scheduler:
         """The named system's KV manager and scheduler over a pool of this many blocks."""
-        return make_scheduler(self.policy, self.pool(num_device_blocks, num_host_blocks),
+        return make_scheduler(self.policy, self.pool(num_device_blocks, num_host_blocks, kv_groups),
                               self.scheduler_config(max_model_len, eos_token_id))
 
 

@@ -101,15 +101,19 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             seqs.append(seq)
     num_seqs = len(seqs)
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
+    if kv.frees_while_decoding and (sched.waiting or sched.swapped):
+        # a sliding window's freed block could let a queued group start: end with the step that frees one
+        horizon = min(horizon, kv.steps_until_window_frees(seqs))
     rooms = kv.steps_until_new_blocks(seqs)
+    tables = kv.num_tables  # a new block of a sequence is one per block table
     for i in forked:
-        if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0):
+        if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0) * tables:
             return None  # a shared last block must be copied first
     # per sequence that grows into new blocks: the step (from 0) taking the first
     opens_at = [room for room in rooms if room != INF]
     # The longest run whose new blocks all fit: past it, some step would preempt.
     bs = kv.block_size
-    free = kv.num_free_blocks
+    free = kv.num_free_blocks // tables  # (blocks a sliding window frees meanwhile are not counted on)
 
     def blocks_for(steps: int) -> int:
         return sum((steps - 1 - first) // bs + 1 for first in opens_at if first < steps)
@@ -177,21 +181,34 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     if opens:
         opens.sort()
         takers = []
+        tables = kv.num_tables
         for at in opens:
             step, order = divmod(at, num_seqs)
-            opened[step] += 1
+            opened[step] += tables
             takers.append(seqs[order])
         kv.append_blocks(takers)
     blocks_used = list(accumulate(opened, initial=used))[1:]
+    finishing = num_steps >= to_finish
+    # A window's frees at the last step go group by group between the finishes, as update() does
+    last_apart = finishing and kv.frees_while_decoding
     if kv.tracks_computed:
         # update() calls on_computed after every step: a prompt block whose cached twin was
-        # evicted during the run gets registered, as single steps would have done
-        for seq in seqs:
-            kv.on_computed(seq)
+        # evicted during the run gets registered, and a sliding window frees what it left
+        # behind, as single steps would have done
+        freed = kv.on_decode_run(seqs, num_steps, last_step=not last_apart)
+        if freed:
+            for step, total in enumerate(accumulate(freed)):
+                blocks_used[step] -= total
     finished = []
-    if num_steps >= to_finish:
-        for group in [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]:  # sequences of a group grow in step
-            sched.retire_stopped(group)
-            sched.finish_if_done(group, now, finished)
+    if finishing:
+        # (sequences of a group grow in step: its first says whether it stops)
+        stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
+        for group in list(sched.running) if last_apart else stopping:
+            if last_apart:
+                for seq in group.seqs:
+                    kv.on_computed(seq)
+            if group.seqs[0].num_tokens >= group.stop_len:
+                sched.retire_stopped(group)
+                sched.finish_if_done(group, now, finished)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
     return DecodeRun(num_steps, len(seqs), blocks_used, finished)

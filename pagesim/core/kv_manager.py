@@ -7,6 +7,7 @@ between running, swapped and waiting.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -39,6 +40,13 @@ class KVCacheManager(ABC):
     # prompt blocks, computed in the same step. The scheduler turns this off under chunked
     # prefill, where the first sequence may not finish its prompt in that step.
     share_on_readmission: bool = True
+    # The most tokens one step computes for a sequence when the scheduler chunks prefills (it sets
+    # this; None: a prompt or a recompute is computed whole). A sliding window's peak depends on it.
+    prefill_chunk: int | None = None
+    # Block tables per sequence (KV cache groups): a sequence's next block takes one in each.
+    num_tables: int = 1
+    # A sliding window frees blocks as sequences decode (see steps_until_window_frees).
+    frees_while_decoding: bool = False
 
     def __init__(self) -> None:
         # Copy-on-write and fork copies the scheduler hands to the executor, drained every step.
@@ -89,6 +97,11 @@ class KVCacheManager(ABC):
         """steps_until_new_block for each of seqs (one call per decode run; a manager may answer faster)."""
         return [self.steps_until_new_block(seq) for seq in seqs]
 
+    def steps_until_window_frees(self, seqs: list[Sequence]) -> float:
+        """Decode steps until the first of seqs frees a block that left its window (the step
+        that frees it counts); math.inf for a manager that frees nothing while decoding."""
+        return math.inf
+
     def append_block(self, seq: Sequence) -> None:
         """Give seq one more block at the end of its table (when steps_until_new_block says)."""
         raise NotImplementedError(f"{type(self).__name__} does not allocate on demand")
@@ -111,6 +124,15 @@ class KVCacheManager(ABC):
 
     def on_computed(self, seq: Sequence) -> None:
         """Hook after a step computed tokens of seq (prefix caching registers full blocks)."""
+
+    def on_decode_run(self, seqs: list[Sequence], num_steps: int, last_step: bool = True) -> list[int] | None:
+        """on_computed after num_steps decode steps of seqs taken at once (pagesim.core.decode_runs),
+        leaving the state single steps would. Returns the blocks freed at each step where the
+        manager frees any while decoding (a sliding window), else None. last_step=False: leave
+        the last step's frees to on_computed calls (the caller interleaves them with finishes)."""
+        for seq in seqs:
+            self.on_computed(seq)
+        return None
 
     # -- swapping (paged only) --------------------------------------------------------------
     def can_swap_out(self, group: SequenceGroup) -> bool:

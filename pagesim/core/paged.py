@@ -13,205 +13,10 @@ import hashlib
 from array import array
 from typing import Callable, Hashable
 
-from pagesim.core.errors import NegativeRefcount, OutOfBlocks
+from pagesim.core.block_pool import BlockPool, FreeBlockQueue  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
-
-
-class FreeBlockQueue:
-    """The free blocks of a pool in eviction order: taken from the head, returned to the tail.
-
-    A list with a moving head instead of an ordered dict, so that n blocks leave the head as one
-    slice. A cached block revived by a prefix hit leaves from the middle: its entry is only
-    marked stale (its position no longer matches) and skipped when the head reaches it.
-    """
-
-    __slots__ = ("_order", "_pos", "_head", "size", "_stale")
-
-    def __init__(self, num_blocks: int):
-        self._order = list(range(num_blocks))  # entries before _head are spent
-        # block -> index of its live entry in _order while free; below _head (taken) or -1
-        # (revived) while in use
-        self._pos = list(range(num_blocks))
-        self._head = 0
-        self.size = num_blocks
-        self._stale = 0  # stale entries at or after _head
-
-    def __len__(self) -> int:
-        return self.size  # also a plain attribute: the pool's hot paths read it without a call
-
-    def __contains__(self, block: int) -> bool:
-        return self._pos[block] >= self._head
-
-    def __iter__(self):
-        order, pos = self._order, self._pos
-        return (order[i] for i in range(self._head, len(order)) if pos[order[i]] == i)
-
-    def __copy__(self) -> FreeBlockQueue:
-        clone = FreeBlockQueue.__new__(FreeBlockQueue)
-        clone._order, clone._pos = list(self._order), list(self._pos)
-        clone._head, clone.size, clone._stale = self._head, self.size, self._stale
-        return clone
-
-    def popleft(self) -> int:
-        """The block at the head (callers check len first)."""
-        order, pos, head = self._order, self._pos, self._head
-        block = order[head]
-        while pos[block] != head:  # a stale entry
-            self._stale -= 1
-            head += 1
-            block = order[head]
-        self._head = head = head + 1
-        self.size -= 1
-        if head > len(pos):
-            self._compact()
-        return block
-
-    def popleft_n(self, n: int) -> list[int]:
-        """The n blocks at the head, in order (callers check len first)."""
-        order, head = self._order, self._head
-        if not self._stale:
-            blocks = order[head:head + n]
-            head += n
-        else:
-            pos, blocks = self._pos, []
-            while len(blocks) < n:
-                block = order[head]
-                if pos[block] == head:
-                    blocks.append(block)
-                else:
-                    self._stale -= 1
-                head += 1
-        self._head = head
-        self.size -= n
-        if head > len(self._pos):
-            self._compact()
-        return blocks
-
-    def append(self, block: int) -> None:
-        order = self._order
-        self._pos[block] = len(order)
-        order.append(block)
-        self.size += 1
-
-    def extend(self, blocks: list[int]) -> None:
-        pos = self._pos
-        for i, block in enumerate(blocks, len(self._order)):
-            pos[block] = i
-        self._order.extend(blocks)
-        self.size += len(blocks)
-
-    def remove(self, block: int) -> None:
-        self._pos[block] = -1
-        self.size -= 1
-        self._stale += 1
-        if self._stale > len(self._pos):
-            self._compact()
-
-    def _compact(self) -> None:
-        """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
-        live = list(self)
-        self._pos = pos = [-1] * len(self._pos)
-        for i, block in enumerate(live):
-            pos[block] = i
-        self._order, self._head, self._stale = live, 0, 0
-
-
-class BlockPool:
-    """Physical blocks of one memory (device or host) with reference counts and a free queue.
-
-    The free queue's order is the eviction order: blocks are taken from its head and returned
-    to its tail, so with prefix caching the least recently freed cached block is evicted first.
-    """
-
-    def __init__(self, num_blocks: int, enable_caching: bool = False):
-        self.num_blocks = num_blocks
-        self.refcount = [0] * num_blocks
-        self.free_queue = FreeBlockQueue(num_blocks)
-        self.enable_caching = enable_caching
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}  # block hash -> block id holding those tokens
-        self.num_evictions = 0
-        # Sum of all refcounts: every block-table entry that points into this pool. Kept as a
-        # running total so the memory-saving metric (1 - used / num_refs) costs nothing per step.
-        self.num_refs = 0
-
-    @property
-    def num_free(self) -> int:
-        return self.free_queue.size
-
-    def allocate(self) -> int:
-        if not self.free_queue.size:
-            raise OutOfBlocks(f"all {self.num_blocks} blocks are in use (callers check num_free first)")
-        block = self.free_queue.popleft()
-        if self.block_hash[block] is not None:
-            self._evict(block)
-        self.refcount[block] = 1
-        self.num_refs += 1
-        return block
-
-    def allocate_n(self, n: int) -> list[int]:
-        """n blocks from the head of the free queue, each with refcount 1: the same blocks, in
-        the same order, as n calls to allocate()."""
-        free = self.free_queue.size
-        if n > free:
-            state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
-            raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
-        blocks = self.free_queue.popleft_n(n)
-        refcount = self.refcount
-        for block in blocks:
-            refcount[block] = 1
-        if self.cached:
-            block_hash = self.block_hash
-            for block in blocks:
-                if block_hash[block] is not None:
-                    self._evict(block)
-        self.num_refs += n
-        return blocks
-
-    def _evict(self, block: int) -> None:
-        """Forget the cached contents of a block taken from the free queue."""
-        del self.cached[self.block_hash[block]]
-        self.block_hash[block] = None
-        self.num_evictions += 1
-
-    def incref(self, block: int) -> None:
-        count = self.refcount[block]
-        if not count:  # a cached block revived by a prefix hit
-            self.free_queue.remove(block)
-        self.refcount[block] = count + 1
-        self.num_refs += 1
-
-    def decref(self, block: int) -> None:
-        count = self.refcount[block]
-        if count <= 0:
-            raise NegativeRefcount(f"block {block} is already free (refcount {count})")
-        self.refcount[block] = count - 1
-        self.num_refs -= 1
-        if count == 1:
-            self.free_queue.append(block)
-
-    def release(self, blocks: list[int]) -> None:
-        """decref each block in turn; those that reach 0 join the free queue in that order, in
-        one extend instead of one queue operation per block."""
-        refcount, freed = self.refcount, []
-        for i, block in enumerate(blocks):
-            count = refcount[block]
-            if count <= 0:
-                self.free_queue.extend(freed)  # keep the pool consistent up to the bad block
-                self.num_refs -= i
-                raise NegativeRefcount(f"block {block} is already free (refcount {count})")
-            refcount[block] = count - 1
-            if count == 1:
-                freed.append(block)
-        self.num_refs -= len(blocks)
-        self.free_queue.extend(freed)
-
-    def register(self, block: int, block_hash: int) -> None:
-        """Record that block holds the full block of tokens identified by block_hash."""
-        if self.block_hash[block] is None and block_hash not in self.cached:
-            self.block_hash[block] = block_hash
-            self.cached[block_hash] = block
 
 
 def fast_block_key(parent: Hashable, tokens: tuple[int, ...]) -> int:
@@ -244,12 +49,37 @@ def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fas
     return hashes
 
 
+def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[int] | None, start: int,
+                   end: int) -> list[int]:
+    """Register table[i] under keys[i] for the indices in retry, then start..end-1 (index order, as
+    re-registering every block would); returns those left unregistered because another block
+    holds their key. A block that holds a key keeps it while a table holds it, so it is never
+    offered again; a freed sliding-window entry (negative) is dropped."""
+    register, block_hash = pool.register, pool.block_hash
+    left = []
+    for indices in (retry or (), range(start, end)):
+        for i in indices:
+            block = table[i]
+            if block >= 0:
+                register(block, keys[i])
+                if block_hash[block] is None:
+                    left.append(i)
+    return left
+
+
 class PagedKVManager(KVCacheManager):
     supports_swap = True
 
     def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
-                 enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key):
+                 enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key,
+                 kv_groups=None):
         super().__init__()
+        # KV cache groups (pagesim.core.kv_groups): one full or MLA group is this manager's
+        # layout, a block holding every layer; anything else needs one table per group.
+        self.layout = None if kv_groups is None else KVLayout.of(kv_groups)
+        if self.layout is not None and not self.layout.is_plain and type(self) is PagedKVManager:
+            raise ValueError("several KV groups or a sliding window need HybridKVManager "
+                             "(pagesim.core.hybrid_kv; make_kv_manager picks it)")
         self.block_key = block_key  # how a full prompt block is keyed in the prefix cache
         self.block_size = block_size
         self.num_device_blocks = num_device_blocks
@@ -261,6 +91,14 @@ class PagedKVManager(KVCacheManager):
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
+        # Prefix caching registers each full prompt block once, at the step that fills it:
+        # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
+        # still unregistered because another block held their hash (retried every step, as
+        # that block may be evicted meanwhile).
+        self._offered: dict[int, int] = {}
+        self._unregistered: dict[int, list[int]] = {}
+        self._settled: set[int] = set()  # seq_ids with every prompt block offered and none to retry
+        self._last_lookup: tuple = (None, [])  # (seq_id, cache size, evictions) -> its hits
         self.prefix_queries = 0  # prompt blocks looked up
         self.prefix_hits = 0  # prompt blocks found
 
@@ -294,12 +132,20 @@ class PagedKVManager(KVCacheManager):
     def _cached_blocks(self, seq: Sequence) -> list[int]:
         if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.has_token_ids:
             return []
+        cached = self.device.cached
+        # Admission asks up to three times in a row (hits, can_admit, admit). The cache only
+        # grows by registering and shrinks by evicting (which counts), so an unchanged size and
+        # eviction count mean unchanged contents, and the last answer stands.
+        state = (seq.seq_id, len(cached), self.device.num_evictions)
+        if self._last_lookup[0] == state:
+            return self._last_lookup[1]
         hits = []
         for h in self._hashes(seq):
-            block = self.device.cached.get(h)
+            block = cached.get(h)
             if block is None:
                 break
             hits.append(block)
+        self._last_lookup = (state, hits)
         return hits
 
     def match_prefix(self, seq: Sequence) -> int:
@@ -396,12 +242,41 @@ class PagedKVManager(KVCacheManager):
             seq.block_table.append(block)
 
     def on_computed(self, seq: Sequence) -> None:
-        if not self.enable_prefix_caching or not seq.has_token_ids:
+        if not self.enable_prefix_caching or seq.seq_id in self._settled or not seq.has_token_ids:
             return
+        seq_id = seq.seq_id
         hashes = self._hashes(seq)
         full = min(seq.num_computed_tokens // self.block_size, len(hashes))
-        for i in range(full):
-            self.device.register(seq.block_table[i], hashes[i])
+        offered = self._offered.get(seq_id, 0)
+        retry = self._unregistered.get(seq_id)
+        if full <= offered and not retry:
+            return  # (most steps: decode, or a prefill chunk that filled no prompt block)
+        left = offer_to_cache(self.device, seq.block_table, hashes, retry, offered, full)
+        if full > offered:
+            self._offered[seq_id] = full
+        if left:
+            self._unregistered[seq_id] = left
+        else:
+            if retry:
+                del self._unregistered[seq_id]
+            if full == len(hashes):
+                self._settled.add(seq_id)
+
+    def on_decode_run(self, seqs: list[Sequence], num_steps: int, last_step: bool = True) -> None:
+        if self.enable_prefix_caching:
+            settled = self._settled
+            for seq in seqs:
+                if seq.seq_id not in settled:  # (most: decoding sequences have offered every prompt block)
+                    self.on_computed(seq)
+
+    def _forget_registration(self, seq_id: int) -> None:
+        self._offered.pop(seq_id, None)
+        self._unregistered.pop(seq_id, None)
+        self._settled.discard(seq_id)
+
+    def block_tables(self, seq: Sequence) -> list[list[int]]:
+        """seq's block table of each table group of the layout (here one: seq.block_table)."""
+        return [seq.block_table]
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         for block in parent.block_table:
@@ -409,6 +284,12 @@ class PagedKVManager(KVCacheManager):
         child.block_table = list(parent.block_table)
         if parent.seq_id in self._prompt_hashes:
             self._prompt_hashes[child.seq_id] = self._prompt_hashes[parent.seq_id]
+        if parent.seq_id in self._offered:  # the same blocks, registered as far
+            self._offered[child.seq_id] = self._offered[parent.seq_id]
+            if parent.seq_id in self._unregistered:
+                self._unregistered[child.seq_id] = list(self._unregistered[parent.seq_id])
+        if parent.seq_id in self._settled:
+            self._settled.add(child.seq_id)
 
     def free(self, seq: Sequence) -> None:
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
@@ -417,6 +298,7 @@ class PagedKVManager(KVCacheManager):
         seq.block_table = []
         seq.num_computed_tokens = 0
         self._prompt_hashes.pop(seq.seq_id, None)
+        self._forget_registration(seq.seq_id)
 
     # -- swapping --------------------------------------------------------------------------
     @staticmethod
@@ -435,6 +317,8 @@ class PagedKVManager(KVCacheManager):
         return self._move(group, src=self.device, dst=self.host)
 
     def swap_in(self, group: SequenceGroup) -> list[tuple[int, int]]:
+        for seq in group.seqs:  # new device blocks, none registered yet
+            self._forget_registration(seq.seq_id)
         return self._move(group, src=self.host, dst=self.device)
 
     @staticmethod

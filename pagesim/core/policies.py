@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pagesim.core.hybrid_kv import HybridKVManager
+from pagesim.core.kv_groups import KVGroupSpec, KVLayout
 from pagesim.core.kv_manager import KVCacheManager
 from pagesim.core.paged import BLOCK_KEYS, PagedKVManager
 from pagesim.core.reservation import ReservationKVManager
@@ -36,6 +38,9 @@ class PoolConfig:
     prefix_caching: bool = False
     allocator: str = "buddy"  # reservation baselines only
     prefix_key: str = "fast"  # prefix-cache block key: "fast" (Python hash) or "sha256" (shared servers)
+    # the model's KV cache groups (pagesim.core.kv_groups); None: every layer keeps every token.
+    # num_device_blocks counts blocks of the groups' layout (KVLayout.num_blocks sizes it from bytes).
+    kv_groups: tuple[KVGroupSpec, ...] | None = None
 
 
 def make_kv_manager(policy: str, pool: PoolConfig, max_model_len: int) -> KVCacheManager:
@@ -45,8 +50,14 @@ def make_kv_manager(policy: str, pool: PoolConfig, max_model_len: int) -> KVCach
     if estimate is None:
         if pool.prefix_key not in BLOCK_KEYS:
             raise ValueError(f"unknown prefix key {pool.prefix_key!r}; choose from {', '.join(BLOCK_KEYS)}")
-        return PagedKVManager(pool.num_device_blocks, pool.block_size, pool.num_host_blocks,
-                              enable_prefix_caching=pool.prefix_caching, block_key=BLOCK_KEYS[pool.prefix_key])
+        plain = pool.kv_groups is None or KVLayout.of(pool.kv_groups).is_plain
+        manager = PagedKVManager if plain else HybridKVManager
+        return manager(pool.num_device_blocks, pool.block_size, pool.num_host_blocks,
+                       enable_prefix_caching=pool.prefix_caching, block_key=BLOCK_KEYS[pool.prefix_key],
+                       kv_groups=pool.kv_groups)
+    if pool.kv_groups is not None and not KVLayout.of(pool.kv_groups).is_plain:
+        raise ValueError(f"KV cache groups (sliding windows, mixed attention kinds) need paged blocks; policy "
+                         f"{policy!r} reserves contiguous ranges for every layer")
     if pool.prefix_caching:
         raise ValueError(f"prefix caching needs paged blocks; policy {policy!r} reserves contiguous ranges")
     return ReservationKVManager(pool.num_device_blocks, pool.block_size, estimate, max_model_len, pool.allocator)

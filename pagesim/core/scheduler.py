@@ -74,6 +74,7 @@ class Scheduler:
                              f"runs {config.max_model_len}: build both with the same length")
         # a chunked first sequence may not finish its prompt in the step its siblings start
         kv.share_on_readmission = not config.chunked_prefill
+        kv.prefill_chunk = config.max_num_batched_tokens if config.chunked_prefill else None
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []  # kept in arrival order: preemption takes the last
         self.swapped: list[SequenceGroup] = []  # arrival order: the oldest comes back first

@@ -17,7 +17,7 @@ import random
 from collections import Counter
 
 from pagesim.core import (
-    PagedKVManager, Request, ReservationKVManager, Sample, SamplingParams, Scheduler, SchedulerConfig,
+    HybridKVManager, KVLayout, PagedKVManager, Request, ReservationKVManager, Sample, SamplingParams, Scheduler, SchedulerConfig,
     SequenceStatus, StepResult,
 )
 
@@ -36,6 +36,17 @@ def copy_blocks(mem: dict, pairs, src_pool: str, dst_pool: str, block_size: int)
                 mem.pop((dst_pool, dst, off), None)
             else:
                 mem[(dst_pool, dst, off)] = value
+
+
+def tables_of(kv, seq) -> list[list[int]]:
+    """A sequence's block tables: one per KV cache group's table (a manager without groups has one)."""
+    return kv.block_tables(seq) if hasattr(kv, "block_tables") else [seq.block_table]
+
+
+def windows_of(kv) -> list[int | None]:
+    """The sliding window of each block table (None: keeps every token)."""
+    layout = getattr(kv, "layout", None)
+    return [None] if layout is None else [t.sliding_window for t in layout.tables]
 
 
 def token(request_id: int, branch: int, pos: int) -> int:
@@ -110,15 +121,17 @@ class FakeEngine:
         for seq, n in zip(out.seqs, out.num_new_tokens):
             c = seq.num_computed_tokens
             assert seq.status is SequenceStatus.RUNNING
-            assert len(seq.block_table) * self.bs >= c + n, "block table too short for the step"
-            for p in range(c, c + n):
-                b = seq.block_table[p // self.bs]
-                if paged:
-                    if self.kv.device.refcount[b] > 1:
-                        self._check_shared_write(seq, b, p)
-                    assert self.kv.device.block_hash[b] is None, f"write into cached block {b}"
-                if self.check_memory:
-                    self.mem[(DEV, b, p % self.bs)] = self._key(seq, p)
+            for table in tables_of(self.kv, seq):  # (one, unless the model has KV cache groups)
+                assert len(table) * self.bs >= c + n, "block table too short for the step"
+                for p in range(c, c + n):
+                    b = table[p // self.bs]
+                    assert b >= 0, f"position {p} of seq {seq.seq_id} is written into a freed (NULL) entry"
+                    if paged:
+                        if self.kv.device.refcount[b] > 1:
+                            self._check_shared_write(seq, b, p)
+                        assert self.kv.device.block_hash[b] is None, f"write into cached block {b}"
+                    if self.check_memory:
+                        self.mem[(DEV, b, p % self.bs)] = self._key(seq, p)
 
     def _check_shared_write(self, seq, block: int, p: int) -> None:
         """A write into a shared block is only allowed if every sharer wants that very K/V at
@@ -126,8 +139,9 @@ class FakeEngine:
         anything else is a missing copy-on-write."""
         for group in self.sched.running:
             for other in group.seqs:
-                if other is not seq and block in other.block_table:
-                    q = other.block_table.index(block) * self.bs + p % self.bs
+                table = next((t for t in tables_of(self.kv, other) if block in t), None)
+                if other is not seq and table is not None:
+                    q = table.index(block) * self.bs + p % self.bs
                     assert q < other.num_tokens and self._key(other, q) == self._key(seq, p), (
                         f"seq {seq.seq_id} writes position {p} into block {block} shared with seq {other.seq_id}")
 
@@ -138,9 +152,13 @@ class FakeEngine:
         for group in self.sched.running + self.sched.swapped:
             for seq in group.seqs:
                 pool = DEV if seq.status is SequenceStatus.RUNNING else HOST
-                for p in range(seq.num_computed_tokens + written.get(id(seq), 0)):
-                    got = self.mem.get((pool, seq.block_table[p // self.bs], p % self.bs))
-                    assert got == self._key(seq, p), f"request {group.request_id} seq {seq.seq_id} pos {p}: wrong K/V"
+                c = seq.num_computed_tokens
+                for table, window in zip(tables_of(self.kv, seq), windows_of(self.kv)):
+                    # a sliding window keeps what the next token (at position c) reads
+                    first = 0 if window is None else max(0, c - window + 1)
+                    for p in range(first, c + written.get(id(seq), 0)):
+                        got = self.mem.get((pool, table[p // self.bs], p % self.bs))
+                        assert got == self._key(seq, p), f"request {group.request_id} seq {seq.seq_id} pos {p}: wrong K/V"
 
     # -- checks ----------------------------------------------------------------------------
     def check_pools(self) -> None:
@@ -156,7 +174,7 @@ class FakeEngine:
             assert all(s.status is SequenceStatus.SWAPPED for s in g.seqs), g
         if isinstance(kv, PagedKVManager):
             for pool, groups in ((kv.device, sched.running), (kv.host, sched.swapped)):
-                refs = Counter(b for g in groups for s in g.seqs for b in s.block_table)
+                refs = Counter(b for g in groups for s in g.seqs for t in tables_of(kv, s) for b in t if b >= 0)
                 assert [pool.refcount[b] for b in range(pool.num_blocks)] == [refs[b] for b in range(pool.num_blocks)]
                 assert set(pool.free_queue) == {b for b in range(pool.num_blocks) if not refs[b]}
         else:
@@ -261,6 +279,8 @@ class FakeEngine:
             assert kv.host.num_free == kv.host.num_blocks
             assert not any(kv.device.refcount) and not any(kv.host.refcount)
             assert not kv._prompt_hashes, "per-sequence prefix hashes leaked"
+            assert not kv._offered and not kv._unregistered and not kv._settled, "per-sequence registration state leaked"
+            assert not getattr(kv, "_tables", None), "per-sequence block tables leaked"
         else:
             assert kv.allocator.free_chunks() == kv._make_allocator().free_chunks()
             assert not kv._reservation and not kv._spare
@@ -296,9 +316,11 @@ def random_requests(rng: random.Random, count: int, max_prompt: int = 48, max_ou
 def make_scheduler(policy: str, preemption: str = "recompute", chunked: bool = False, *, num_blocks: int = 64,
                    block_size: int = 4, num_host: int = 24, max_model_len: int = 128, max_num_seqs: int = 8,
                    max_tokens: int | None = None, caching: bool = False, allocator: str = "buddy",
-                   batching: str = "iteration") -> Scheduler:
+                   batching: str = "iteration", kv_groups=None) -> Scheduler:
     if policy == "paged":
-        kv = PagedKVManager(num_blocks, block_size, num_host, enable_prefix_caching=caching)
+        plain = kv_groups is None or KVLayout.of(kv_groups).is_plain
+        kv = (PagedKVManager if plain else HybridKVManager)(num_blocks, block_size, num_host,
+                                                            enable_prefix_caching=caching, kv_groups=kv_groups)
     else:
         kv = ReservationKVManager(num_blocks, block_size, estimate=policy, max_model_len=max_model_len, allocator=allocator)
     if max_tokens is None:

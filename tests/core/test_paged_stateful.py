@@ -38,6 +38,7 @@ def _clone(mgr: PagedKVManager, group: SequenceGroup):
     dev.block_hash = list(dev.block_hash)
     dev.cached = dict(dev.cached)
     clone._prompt_hashes = dict(mgr._prompt_hashes)
+    clone._offered, clone._unregistered, clone._settled = dict(mgr._offered), dict(mgr._unregistered), set(mgr._settled)
     clone.pending_copies = []
     seqs = []
     for s in group.seqs:
@@ -136,6 +137,9 @@ class PagedMachine(RuleBasedStateMachine):
         seq.num_computed_tokens = c + n
         self.mgr.on_computed(seq)
 
+    def _clone_for_trial(self, group):
+        return _clone(self.mgr, group)
+
     def _try_admit(self, group, chunk):
         mgr = self.mgr
         if hasattr(mgr, "admission_hits"):
@@ -154,7 +158,7 @@ class PagedMachine(RuleBasedStateMachine):
             counts.append(max(1, full * chunk // 4) if chunk and self.chunked else full)
         # What admit really takes, measured on a copy, must agree with can_admit exactly (also for
         # re-admitted groups whose sequences hit the same free cached blocks).
-        trial_mgr, trial_group = _clone(mgr, group)
+        trial_mgr, trial_group = self._clone_for_trial(group)
         free0 = mgr.num_free_blocks
         try:
             trial_mgr.admit(trial_group, counts)

@@ -1,0 +1,202 @@
+"""Physical blocks of one memory (device or host): reference counts and a free queue whose
+order is the eviction order (vLLM v1's block_pool.py), shared by every paged KV manager."""
+
+from __future__ import annotations
+
+from pagesim.core.errors import NegativeRefcount, OutOfBlocks
+
+
+class FreeBlockQueue:
+    """The free blocks of a pool in eviction order: taken from the head, returned to the tail.
+
+    A list with a moving head instead of an ordered dict, so that n blocks leave the head as one
+    slice. A cached block revived by a prefix hit leaves from the middle: its entry is only
+    marked stale (its position no longer matches) and skipped when the head reaches it.
+    """
+
+    __slots__ = ("_order", "_pos", "_head", "size", "_stale")
+
+    def __init__(self, num_blocks: int):
+        self._order = list(range(num_blocks))  # entries before _head are spent
+        # block -> index of its live entry in _order while free; below _head (taken) or -1
+        # (revived) while in use
+        self._pos = list(range(num_blocks))
+        self._head = 0
+        self.size = num_blocks
+        self._stale = 0  # stale entries at or after _head
+
+    def __len__(self) -> int:
+        return self.size  # also a plain attribute: the pool's hot paths read it without a call
+
+    def __contains__(self, block: int) -> bool:
+        return self._pos[block] >= self._head
+
+    def __iter__(self):
+        order, pos = self._order, self._pos
+        return (order[i] for i in range(self._head, len(order)) if pos[order[i]] == i)
+
+    def __copy__(self) -> FreeBlockQueue:
+        clone = FreeBlockQueue.__new__(FreeBlockQueue)
+        clone._order, clone._pos = list(self._order), list(self._pos)
+        clone._head, clone.size, clone._stale = self._head, self.size, self._stale
+        return clone
+
+    def popleft(self) -> int:
+        """The block at the head (callers check len first)."""
+        order, pos, head = self._order, self._pos, self._head
+        block = order[head]
+        while pos[block] != head:  # a stale entry
+            self._stale -= 1
+            head += 1
+            block = order[head]
+        self._head = head = head + 1
+        self.size -= 1
+        if head > len(pos):
+            self._compact()
+        return block
+
+    def popleft_n(self, n: int) -> list[int]:
+        """The n blocks at the head, in order (callers check len first)."""
+        order, head = self._order, self._head
+        if not self._stale:
+            blocks = order[head:head + n]
+            head += n
+        else:
+            pos, blocks = self._pos, []
+            while len(blocks) < n:
+                block = order[head]
+                if pos[block] == head:
+                    blocks.append(block)
+                else:
+                    self._stale -= 1
+                head += 1
+        self._head = head
+        self.size -= n
+        if head > len(self._pos):
+            self._compact()
+        return blocks
+
+    def append(self, block: int) -> None:
+        order = self._order
+        self._pos[block] = len(order)
+        order.append(block)
+        self.size += 1
+
+    def extend(self, blocks: list[int]) -> None:
+        pos = self._pos
+        for i, block in enumerate(blocks, len(self._order)):
+            pos[block] = i
+        self._order.extend(blocks)
+        self.size += len(blocks)
+
+    def remove(self, block: int) -> None:
+        self._pos[block] = -1
+        self.size -= 1
+        self._stale += 1
+        if self._stale > len(self._pos):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
+        live = list(self)
+        self._pos = pos = [-1] * len(self._pos)
+        for i, block in enumerate(live):
+            pos[block] = i
+        self._order, self._head, self._stale = live, 0, 0
+
+
+class BlockPool:
+    """Physical blocks of one memory (device or host) with reference counts and a free queue.
+
+    The free queue's order is the eviction order: blocks are taken from its head and returned
+    to its tail, so with prefix caching the least recently freed cached block is evicted first.
+    """
+
+    def __init__(self, num_blocks: int, enable_caching: bool = False):
+        self.num_blocks = num_blocks
+        self.refcount = [0] * num_blocks
+        self.free_queue = FreeBlockQueue(num_blocks)
+        self.enable_caching = enable_caching
+        self.block_hash: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}  # block hash -> block id holding those tokens
+        self.num_evictions = 0
+        # Sum of all refcounts: every block-table entry that points into this pool. Kept as a
+        # running total so the memory-saving metric (1 - used / num_refs) costs nothing per step.
+        self.num_refs = 0
+
+    @property
+    def num_free(self) -> int:
+        return self.free_queue.size
+
+    def allocate(self) -> int:
+        if not self.free_queue.size:
+            raise OutOfBlocks(f"all {self.num_blocks} blocks are in use (callers check num_free first)")
+        block = self.free_queue.popleft()
+        if self.block_hash[block] is not None:
+            self._evict(block)
+        self.refcount[block] = 1
+        self.num_refs += 1
+        return block
+
+    def allocate_n(self, n: int) -> list[int]:
+        """n blocks from the head of the free queue, each with refcount 1: the same blocks, in
+        the same order, as n calls to allocate()."""
+        free = self.free_queue.size
+        if n > free:
+            state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
+            raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
+        blocks = self.free_queue.popleft_n(n)
+        refcount = self.refcount
+        for block in blocks:
+            refcount[block] = 1
+        if self.cached:
+            block_hash = self.block_hash
+            for block in blocks:
+                if block_hash[block] is not None:
+                    self._evict(block)
+        self.num_refs += n
+        return blocks
+
+    def _evict(self, block: int) -> None:
+        """Forget the cached contents of a block taken from the free queue."""
+        del self.cached[self.block_hash[block]]
+        self.block_hash[block] = None
+        self.num_evictions += 1
+
+    def incref(self, block: int) -> None:
+        count = self.refcount[block]
+        if not count:  # a cached block revived by a prefix hit
+            self.free_queue.remove(block)
+        self.refcount[block] = count + 1
+        self.num_refs += 1
+
+    def decref(self, block: int) -> None:
+        count = self.refcount[block]
+        if count <= 0:
+            raise NegativeRefcount(f"block {block} is already free (refcount {count})")
+        self.refcount[block] = count - 1
+        self.num_refs -= 1
+        if count == 1:
+            self.free_queue.append(block)
+
+    def release(self, blocks: list[int]) -> None:
+        """decref each block in turn; those that reach 0 join the free queue in that order, in
+        one extend instead of one queue operation per block."""
+        refcount, freed = self.refcount, []
+        for i, block in enumerate(blocks):
+            count = refcount[block]
+            if count <= 0:
+                self.free_queue.extend(freed)  # keep the pool consistent up to the bad block
+                self.num_refs -= i
+                raise NegativeRefcount(f"block {block} is already free (refcount {count})")
+            refcount[block] = count - 1
+            if count == 1:
+                freed.append(block)
+        self.num_refs -= len(blocks)
+        self.free_queue.extend(freed)
+
+    def register(self, block: int, block_hash: int) -> None:
+        """Record that block holds the full block of tokens identified by block_hash."""
+        if self.block_hash[block] is None and block_hash not in self.cached:
+            self.block_hash[block] = block_hash
+            self.cached[block_hash] = block
