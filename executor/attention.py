@@ -20,7 +20,9 @@ class AttentionMetadata:
     """
 
     slot_mapping: torch.Tensor  # [num_tokens] int64: cache slot of each new token's K/V (-1 = skip)
-    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32, padded with 0 past a sequence's end
+    # [num_seqs, max_blocks] int32, padded with 0 past a sequence's end; an entry wholly before a
+    # sliding-window layer's window may be NULL_BLOCK (-1, freed): the kernels never read it
+    block_tables: torch.Tensor
     context_lens: torch.Tensor  # [num_seqs] int32: tokens in the cache after this step
     query_start_loc: torch.Tensor  # [num_seqs + 1] int32: packed query rows per sequence
     positions: torch.Tensor  # [num_tokens] int64
@@ -75,13 +77,17 @@ class PagedAttention(nn.Module):
 
     q [num_tokens, num_heads * head_dim], k/v [num_tokens, num_kv_heads * head_dim]; returns
     [num_tokens, num_heads * head_dim]. kv_cache is this layer's (key_cache, value_cache).
+    sliding_window: the layer sees the last that many tokens (None = all); the kernels never read
+    the blocks wholly before it, so a KV manager may free them (NULL_BLOCK in the table).
     """
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float,
+                 sliding_window: int | None = None):
         super().__init__()
         if num_heads % num_kv_heads:
             raise ValueError(f"{num_heads} query heads do not split into {num_kv_heads} KV groups")
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+        self.sliding_window = sliding_window
 
     def forward(self, q, k, v, kv_cache, md: AttentionMetadata) -> torch.Tensor:
         q = q.view(-1, self.num_heads, self.head_dim)
@@ -92,9 +98,9 @@ class PagedAttention(nn.Module):
         # cache: one code path for prompts, chunks, prefix hits and recompute.
         kernels.reshape_and_cache(k, v, key_cache, value_cache, md.slot_mapping)
         if md.decode_only:
-            out = kernels.paged_attention_decode(q, key_cache, value_cache, md.block_tables, md.context_lens, self.scale)
+            out = kernels.paged_attention_decode(q, key_cache, value_cache, md.block_tables, md.context_lens, self.scale,
+                                                 self.sliding_window)
         else:
-            out = kernels.paged_prefill_attention(
-                q, key_cache, value_cache, md.block_tables, md.query_start_loc, md.context_lens, self.scale
-            )
+            out = kernels.paged_prefill_attention(q, key_cache, value_cache, md.block_tables, md.query_start_loc,
+                                                  md.context_lens, self.scale, self.sliding_window)
         return out.reshape(-1, self.num_heads * self.head_dim)

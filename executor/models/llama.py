@@ -1,5 +1,7 @@
-"""LLaMA-family decoder (LLaMA 1/2, SmolLM2, ...): RMSNorm, RoPE, grouped-query attention, SiLU
-gated MLP. Parameter names follow HF's with q/k/v and gate/up merged."""
+"""LLaMA-style decoder (LLaMA 1/2, SmolLM2, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE): RMSNorm,
+RoPE, grouped-query attention, SiLU-gated MLP or a mixture of experts. What differs per family
+(biases, q/k norm, sliding windows, MoE layers) comes from executor.models.families.DecoderSpec.
+Parameter names follow HF's with q/k/v and gate/up merged."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import torch
 from torch import nn
 
 from executor.attention import AttentionMetadata, PagedAttention
+from executor.models.families import DecoderSpec, decoder_spec
 from executor.models.layers import MergedLinear, activation
+from executor.models.moe import SparseMoeBlock
 
 
 class RMSNorm(nn.Module):
@@ -57,19 +61,25 @@ def apply_rope(x, cos, sin):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+    def __init__(self, config, spec: DecoderSpec, layer: int, num_heads, num_kv_heads, head_dim):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        bias = getattr(config, "attention_bias", False)
         qkv = {"q": num_heads * head_dim, "k": num_kv_heads * head_dim, "v": num_kv_heads * head_dim}
-        self.qkv_proj = MergedLinear(config.hidden_size, qkv, bias=bias)
-        self.o_proj = nn.Linear(num_heads * head_dim, config.hidden_size, bias=bias)
-        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, head_dim**-0.5)
+        self.qkv_proj = MergedLinear(config.hidden_size, qkv, bias=spec.qkv_bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, config.hidden_size, bias=spec.o_bias)
+        if spec.qk_norm:  # Qwen3: RMSNorm over each head's dims, before RoPE
+            self.q_norm = RMSNorm(head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(head_dim, config.rms_norm_eps)
+        self.qk_norm = spec.qk_norm
+        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, head_dim**-0.5, spec.windows[layer])
 
     def forward(self, rope, x, kv_cache, md: AttentionMetadata):
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        q = apply_rope(q.view(-1, self.num_heads, self.head_dim), *rope)
-        k = apply_rope(k.view(-1, self.num_kv_heads, self.head_dim), *rope)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return self.o_proj(self.attn(q, k, v, kv_cache, md))
 
 
@@ -88,10 +98,10 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+    def __init__(self, config, spec: DecoderSpec, layer: int, num_heads, num_kv_heads, head_dim):
         super().__init__()
-        self.self_attn = LlamaAttention(config, num_heads, num_kv_heads, head_dim)
-        self.mlp = LlamaMLP(config)
+        self.self_attn = LlamaAttention(config, spec, layer, num_heads, num_kv_heads, head_dim)
+        self.mlp = SparseMoeBlock(config.hidden_size, spec.moe) if layer in spec.moe_layers else LlamaMLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -101,7 +111,7 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+    def __init__(self, config, spec: DecoderSpec, num_heads, num_kv_heads, head_dim):
         super().__init__()
         rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
         if rope_type != "default":
@@ -109,7 +119,7 @@ class LlamaModel(nn.Module):
         self.rotary = RotaryEmbedding(head_dim, rope_theta(config))
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, num_heads, num_kv_heads, head_dim) for _ in range(config.num_hidden_layers)
+            LlamaDecoderLayer(config, spec, i, num_heads, num_kv_heads, head_dim) for i in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -137,7 +147,8 @@ class LlamaForCausalLM(nn.Module):
         num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-        self.model = LlamaModel(config, num_heads, self.num_kv_heads, self.head_dim)
+        self.spec = decoder_spec(config)
+        self.model = LlamaModel(config, self.spec, num_heads, self.num_kv_heads, self.head_dim)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tied = getattr(config, "tie_word_embeddings", False)
         self.tie_weights()
@@ -153,7 +164,7 @@ class LlamaForCausalLM(nn.Module):
         """HF checkpoint name -> ours (before un-merging); None to skip."""
         if "rotary_emb.inv_freq" in name:  # older checkpoints saved this buffer
             return None
-        return name
+        return name.replace(".block_sparse_moe.", ".mlp.")  # Mixtral checkpoints' name for the MoE
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata: AttentionMetadata):
         """input_ids, positions [num_tokens] -> hidden states [num_tokens, hidden_size]."""

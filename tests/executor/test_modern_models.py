@@ -1,0 +1,207 @@
+"""Mistral (sliding window), Mixtral (MoE), Qwen2/Qwen3 (q/k norm, interleaved windows) and
+Qwen3-MoE on the paged cache against transformers' own models (CPU, fp32, random weights):
+prompt logits, decode logits step by step, greedy tokens through the engine (scheduler and
+paged KV manager), checkpoints, and malformed configs. Block size 4 and windows of 8 tokens, so
+every prompt and decode here crosses the window and the block boundaries inside it."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from executor.engine import EngineConfig, LLMEngine  # noqa: E402
+from executor.kernels.reference import NULL_BLOCK  # noqa: E402
+from executor.models import loader  # noqa: E402
+from pagesim.core import SamplingParams  # noqa: E402
+from tests.executor.test_models import Blocks, hf_logits, new_cache, prompt, randomize, run  # noqa: E402
+
+BS = 4
+VARIANTS = {  # name -> (tiny config, fields changed)
+    "mistral-tiny": ("mistral-tiny", {}),
+    "mixtral-tiny": ("mixtral-tiny", {}),
+    "mixtral-window": ("mixtral-tiny", {"sliding_window": 8}),
+    "qwen3-tiny": ("qwen3-tiny", {}),
+    "qwen3-moe-tiny": ("qwen3-moe-tiny", {}),
+    "qwen3-moe-unnormalised-window": ("qwen3-moe-tiny", {"norm_topk_prob": False, "use_sliding_window": True,
+                                                         "sliding_window": 8}),
+}
+
+
+def make_config(variant):
+    base, changes = VARIANTS[variant]
+    config = loader.tiny_config(base)
+    if changes:  # rebuilt, so derived fields (layer_types, qwen's sliding_window) follow
+        config = type(config)(**{**config.to_dict(), **changes})
+    return config
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def pair(request):
+    """(HF model, our LoadedModel with the same weights, variant name)."""
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(make_config(request.param)).eval()
+    randomize(hf, seed=1)
+    hf.generation_config.eos_token_id = None  # greedy runs go the full length
+    return hf, loader.from_hf_model(hf), request.param
+
+
+def test_the_variants_are_what_they_claim():
+    """The features under test are switched on: windows, MoE layers, renormalisation."""
+    spec = {v: loader.from_config(make_config(v)).model.spec for v in VARIANTS}
+    assert spec["mistral-tiny"].windows == (8, 8) and spec["mixtral-tiny"].windows == (None, None)
+    assert spec["qwen3-tiny"].windows == (None, 8) and spec["qwen3-tiny"].qk_norm
+    assert spec["mixtral-tiny"].moe_layers == {0, 1} and spec["mixtral-tiny"].moe.renormalize
+    assert spec["qwen3-moe-tiny"].moe_layers == {1} and spec["qwen3-moe-tiny"].moe.renormalize
+    assert spec["qwen3-moe-unnormalised-window"].windows == (8, 8)
+    assert not spec["qwen3-moe-unnormalised-window"].moe.renormalize
+
+
+def test_prompt_logits_match_hf(pair):
+    hf, lm, _ = pair
+    prompts = [prompt(n, seed=n) for n in (1, 7, 13, 22)]
+    blocks, cache = Blocks(96), new_cache(lm, BS)
+    logits, md = run(lm, cache, [(blocks.grow([], len(p), BS), 0, p) for p in prompts], BS)
+    starts = md.query_start_loc.tolist()
+    for i, p in enumerate(prompts):
+        torch.testing.assert_close(logits[starts[i]:starts[i + 1]], hf_logits(hf, p), atol=1e-4, rtol=0)
+
+
+def test_window_changes_the_logits(pair):
+    """The comparison above could not pass with the window ignored: the same weights without it
+    give other logits past the window."""
+    hf, lm, variant = pair
+    if not any(lm.model.spec.windows):
+        pytest.skip(f"{variant} has no sliding window")
+    unwindowed = copy.deepcopy(hf.config)
+    unwindowed.sliding_window = None
+    if getattr(unwindowed, "layer_types", None):
+        unwindowed.layer_types = ["full_attention"] * unwindowed.num_hidden_layers
+    full = loader.from_state_dict(unwindowed, hf.state_dict())
+    assert not any(full.model.spec.windows)
+    p = prompt(22, seed=22)
+    logits, _ = run(full, new_cache(full, BS), [(Blocks(96).grow([], 22, BS), 0, p)], BS)
+    assert (logits[-1] - hf_logits(hf, p)[-1]).abs().max() > 1e-2
+
+
+def free_outside_window(cache, table, num_tokens, window):
+    """What a sliding-window KV manager does once every layer's window has moved past a block:
+    the block goes back to the pool (here: poisoned with NaN) and its entry becomes NULL_BLOCK.
+    The next query sits at position num_tokens - 1 and sees from num_tokens - window on."""
+    for b in range(max(0, num_tokens - window) // BS):
+        if table[b] != NULL_BLOCK:
+            for k, v in cache.kv_caches:
+                k[table[b]], v[table[b]] = float("nan"), float("nan")
+            table[b] = NULL_BLOCK
+
+
+def test_decode_logits_match_hf_step_by_step(pair):
+    """Three sequences decode together (decode-only steps through the paged decode kernel); each
+    step's logits equal transformers' on the whole sequence. Where every layer has a window,
+    blocks that leave it are freed as the sequences grow, and nothing reads them."""
+    hf, lm, _ = pair
+    windows = lm.model.spec.windows
+    can_free = all(windows)
+    prompts = [prompt(5, 11), prompt(12, 12), prompt(9, 13)]
+    blocks, cache = Blocks(96), new_cache(lm, BS)
+    seqs = [{"tokens": list(p), "done": 0, "table": []} for p in prompts]
+    freed = 0
+    for step in range(10):
+        batch = [(blocks.grow(s["table"], len(s["tokens"]), BS), s["done"], s["tokens"][s["done"]:]) for s in seqs]
+        logits, md = run(lm, cache, batch, BS)
+        assert md.decode_only == (step > 0)
+        for s, row in zip(seqs, md.last_token_indices().tolist()):
+            torch.testing.assert_close(logits[row], hf_logits(hf, s["tokens"])[-1], atol=1e-4, rtol=0)
+            s["done"] = len(s["tokens"])
+            s["tokens"].append(int(logits[row].argmax()))
+            if can_free:
+                free_outside_window(cache, s["table"], len(s["tokens"]), min(windows))
+                freed += s["table"].count(NULL_BLOCK)
+    assert freed > 0 or not can_free
+
+
+def test_engine_greedy_equals_hf_generate(pair):
+    """The whole executor: scheduler, paged KV manager, batching of mixed lengths."""
+    hf, lm, _ = pair
+    prompts = [prompt(n, seed=100 + n) for n in (3, 9, 14, 6)]
+    engine = LLMEngine(lm, EngineConfig(block_size=BS, num_gpu_blocks=64, max_num_seqs=4))
+    ours = engine.generate(prompts, SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True))
+    for p, result in zip(prompts, ours):
+        with torch.no_grad():
+            want = hf.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False)[0, len(p):].tolist()
+        assert result.outputs[0] == want
+
+
+def test_safetensors_checkpoint_round_trip(pair, tmp_path):
+    """save_pretrained writes the checkpoint layout (one tensor per expert and projection, and
+    Mixtral's block_sparse_moe names); loading it gives the same model as the in-memory weights."""
+    hf, lm, variant = pair
+    hf.save_pretrained(tmp_path)
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
+        names = list(f.keys())
+    if lm.model.spec.moe is not None:
+        assert any(".experts.0." in n for n in names) and not any("gate_up_proj" in n for n in names)
+    loaded = loader.load_model(str(tmp_path))
+    p = prompt(20, 51)
+    want, _ = run(lm, new_cache(lm, BS), [(list(range(5)), 0, p)], BS)
+    got, _ = run(loaded, new_cache(loaded, BS), [(list(range(5)), 0, p)], BS)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_missing_expert_tensor_is_named(pair):
+    hf, lm, variant = pair
+    if lm.model.spec.moe is None:
+        pytest.skip(f"{variant} has no experts")
+    state = {k: v for k, v in hf.state_dict().items() if "layers.1.mlp.experts.down_proj" not in k}
+    with pytest.raises(loader.ModelLoadError, match=r"unset: \['model.layers.1.mlp.experts.down_proj'\]"):
+        loader.from_state_dict(hf.config, state)
+
+
+# ---------------------------------------------------------------- random:NAME and bad configs
+
+
+@pytest.mark.parametrize("name", list(loader.TINY_CONFIGS))
+def test_random_tiny_names(name):
+    a, b = loader.load_model(f"random:{name}", seed=3), loader.load_model(f"random:{name}", seed=3)
+    assert a.config.model_type == name.removesuffix("-tiny").replace("-", "_")
+    for (na, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        assert torch.equal(pa, pb), na
+    experts = [p for n, p in a.model.named_parameters() if "experts" in n]
+    assert all(p.std() > 0.01 for p in experts)  # filled, not left empty
+    assert (a.num_layers, a.num_kv_heads, a.head_dim) == (2, 2, 16)
+
+
+def write_config(tmp_path, base, **changes):
+    fields = {**loader.tiny_config(base).to_dict(), **changes}
+    for name, value in changes.items():
+        if value is None:
+            fields.pop(name)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    return path
+
+
+@pytest.mark.parametrize("base,changes,message", [
+    ("mixtral-tiny", {"num_local_experts": None}, "field 'num_local_experts' is missing"),
+    ("mixtral-tiny", {"num_experts_per_tok": 9}, "field 'num_experts_per_tok' is 9, more than the 4 experts"),
+    ("qwen3-moe-tiny", {"num_local_experts": None}, "field 'num_experts' is missing"),  # how transformers stores it
+    ("qwen3-moe-tiny", {"moe_intermediate_size": 0}, "field 'moe_intermediate_size' must be a positive integer"),
+    ("mistral-tiny", {"sliding_window": 512}, "field 'sliding_window' is 512, larger than max_position_embeddings 256"),
+    ("mistral-tiny", {"sliding_window": -4}, "field 'sliding_window' must be a positive integer, got -4"),
+    ("qwen3-tiny", {"layer_types": ["full_attention"]}, "must be equal to the number of `layer_types` (1)"),
+    ("qwen3-tiny", {"layer_types": ["full_attention", "chunked_attention"]}, "field 'layer_types': unsupported ['chunked_attention']"),
+])
+def test_malformed_configs_are_one_line_naming_the_field(tmp_path, base, changes, message):
+    path = write_config(tmp_path, base, **changes)
+    with pytest.raises(loader.ModelLoadError) as err:
+        loader.load_model(f"random:{path}")
+    text = str(err.value)
+    assert text.startswith(f"{path}: ") and message in text and "\n" not in text, text
+
