@@ -9,6 +9,10 @@ mixture of experts. One decoder (executor.models.llama) runs them all.
   qwen3     per-head RMSNorm of q and k before RoPE; sliding windows per layer_types
   qwen3_moe qwen3's attention; MoE MLPs on the layers decoder_sparse_step / mlp_only_layers
             select, top-k weights renormalised when norm_topk_prob
+  deepseek_v2  multi-head latent attention (executor.models.mla) with interleaved RoPE on its
+            rope dims; MoE from layer first_k_dense_replace on, with shared experts, greedy or
+            group-limited routing and routed_scaling_factor (as transformers 5, which never
+            renormalises the top-k weights of this family)
 
 A malformed config raises ConfigError naming the field.
 """
@@ -19,12 +23,14 @@ from dataclasses import dataclass
 
 from executor.models.moe import MoEConfig
 
-FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe")
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2")
 # Fields a config.json must state: transformers would fill a missing one with a default (8
 # experts for Mixtral), which makes a different model than the checkpoint's.
 REQUIRED_FIELDS = {
     "mixtral": ("num_local_experts", "num_experts_per_tok"),
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+    "deepseek_v2": ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "kv_lora_rank",
+                    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"),
 }
 
 
@@ -40,6 +46,7 @@ class DecoderSpec:
     windows: tuple[int | None, ...]  # per layer: sliding window in tokens, None = full attention
     moe: MoEConfig | None  # the experts of the MoE layers
     moe_layers: frozenset[int]  # layers whose MLP is the MoE
+    attention: str = "gqa"  # or "mla": multi-head latent attention over a latent cache
 
 
 def _positive_int(config, name: str, required: bool = True):
@@ -72,14 +79,30 @@ def layer_windows(config) -> tuple[int | None, ...]:
     return tuple(window if t == "sliding_attention" else None for t in types)
 
 
-def _moe(config, experts_field: str, renormalize: bool, in_model_dtype: bool) -> MoEConfig:
+def _moe(config, experts_field: str, renormalize: bool, in_model_dtype: bool, **extra) -> MoEConfig:
     num_experts = _positive_int(config, experts_field)
     top_k = _positive_int(config, "num_experts_per_tok")
     if top_k > num_experts:
         raise ConfigError(f"field 'num_experts_per_tok' is {top_k}, more than the {num_experts} experts ({experts_field})")
     inter_field = "moe_intermediate_size" if hasattr(config, "moe_intermediate_size") else "intermediate_size"
     return MoEConfig(num_experts, top_k, _positive_int(config, inter_field), renormalize, in_model_dtype,
-                     getattr(config, "hidden_act", "silu"))
+                     getattr(config, "hidden_act", "silu"), **extra)
+
+
+def _deepseek_moe(config) -> MoEConfig:
+    method = getattr(config, "topk_method", "greedy") or "greedy"
+    groups = {}
+    if method == "group_limited_greedy":
+        groups = dict(num_groups=_positive_int(config, "n_group"), topk_groups=_positive_int(config, "topk_group"))
+        if config.n_routed_experts % groups["num_groups"] or groups["topk_groups"] > groups["num_groups"]:
+            raise ConfigError(f"fields 'n_group' {config.n_group} / 'topk_group' {config.topk_group} do not divide "
+                              f"{config.n_routed_experts} experts")
+    elif method != "greedy":
+        raise ConfigError(f"field 'topk_method' is {method!r}; supported: greedy, group_limited_greedy")
+    shared = getattr(config, "n_shared_experts", None) or 0
+    return _moe(config, "n_routed_experts", renormalize=False, in_model_dtype=False, router_fp32=True,
+                routed_scaling=float(getattr(config, "routed_scaling_factor", 1.0) or 1.0),
+                shared_intermediate_size=shared * _positive_int(config, "moe_intermediate_size"), **groups)
 
 
 def decoder_spec(config) -> DecoderSpec:
@@ -103,4 +126,12 @@ def decoder_spec(config) -> DecoderSpec:
         dense = set(getattr(config, "mlp_only_layers", None) or [])
         layers = frozenset(i for i in range(n) if i not in dense and (i + 1) % step == 0)
         return DecoderSpec(bias, bias, True, windows, moe, layers)
+    if kind == "deepseek_v2":
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            _positive_int(config, name)
+        if config.qk_rope_head_dim % 2:
+            raise ConfigError(f"field 'qk_rope_head_dim' must be even, got {config.qk_rope_head_dim}")
+        _positive_int(config, "q_lora_rank", required=False)
+        first_moe = getattr(config, "first_k_dense_replace", 0) or 0
+        return DecoderSpec(bias, bias, False, windows, _deepseek_moe(config), frozenset(range(first_moe, n)), "mla")
     raise ConfigError(f"field 'model_type' is {kind!r}; the LLaMA-style decoder runs {', '.join(FAMILIES)}")

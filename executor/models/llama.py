@@ -10,21 +10,9 @@ from torch import nn
 
 from executor.attention import AttentionMetadata, PagedAttention
 from executor.models.families import DecoderSpec, decoder_spec
-from executor.models.layers import MergedLinear, activation
+from executor.models.layers import GatedMLP, MergedLinear, RMSNorm
+from executor.models.mla import MLAAttention
 from executor.models.moe import SparseMoeBlock
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        # The mean square in fp16/bf16 loses too much; compute in fp32 as the reference does.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
 
 
 def rope_theta(config) -> float:
@@ -83,25 +71,20 @@ class LlamaAttention(nn.Module):
         return self.o_proj(self.attn(q, k, v, kv_cache, md))
 
 
-class LlamaMLP(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        bias = getattr(config, "mlp_bias", False)
-        inter = config.intermediate_size
-        self.gate_up_proj = MergedLinear(config.hidden_size, {"gate": inter, "up": inter}, bias=bias)
-        self.down_proj = nn.Linear(inter, config.hidden_size, bias=bias)
-        self.act = activation(config.hidden_act)
-
-    def forward(self, x):
-        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
-        return self.down_proj(self.act(gate) * up)
+def make_mlp(config, spec: DecoderSpec, layer: int) -> nn.Module:
+    if layer in spec.moe_layers:
+        return SparseMoeBlock(config.hidden_size, spec.moe)
+    return GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, getattr(config, "mlp_bias", False))
 
 
 class LlamaDecoderLayer(nn.Module):
     def __init__(self, config, spec: DecoderSpec, layer: int, num_heads, num_kv_heads, head_dim):
         super().__init__()
-        self.self_attn = LlamaAttention(config, spec, layer, num_heads, num_kv_heads, head_dim)
-        self.mlp = SparseMoeBlock(config.hidden_size, spec.moe) if layer in spec.moe_layers else LlamaMLP(config)
+        if spec.attention == "mla":
+            self.self_attn = MLAAttention(config)
+        else:
+            self.self_attn = LlamaAttention(config, spec, layer, num_heads, num_kv_heads, head_dim)
+        self.mlp = make_mlp(config, spec, layer)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -116,7 +99,9 @@ class LlamaModel(nn.Module):
         rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
         if rope_type != "default":
             raise NotImplementedError(f"RoPE type {rope_type!r} is not supported (only 'default')")
-        self.rotary = RotaryEmbedding(head_dim, rope_theta(config))
+        # MLA rotates only the qk_rope_head_dim part of each head
+        rope_dim = config.qk_rope_head_dim if spec.attention == "mla" else head_dim
+        self.rotary = RotaryEmbedding(rope_dim, rope_theta(config))
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, spec, i, num_heads, num_kv_heads, head_dim) for i in range(config.num_hidden_layers)
@@ -145,10 +130,15 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.num_layers = config.num_hidden_layers
         num_heads = config.num_attention_heads
+        self.spec = spec = decoder_spec(config)
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-        self.spec = decoder_spec(config)
-        self.model = LlamaModel(config, self.spec, num_heads, self.num_kv_heads, self.head_dim)
+        self.model = LlamaModel(config, spec, num_heads, self.num_kv_heads, self.head_dim)
+        # What the KV cache holds per token and layer: K and V per KV head, or for MLA one latent
+        # vector (kv_shared: the cache tensor is both the kernels' K and V).
+        self.kv_shared = spec.attention == "mla"
+        if self.kv_shared:
+            self.num_kv_heads, self.head_dim = 1, config.kv_lora_rank + config.qk_rope_head_dim
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tied = getattr(config, "tie_word_embeddings", False)
         self.tie_weights()

@@ -44,6 +44,9 @@ class LoadedModel:
     dtype: torch.dtype
     device: torch.device
     tokenizer: Any = None  # an HF tokenizer where the source has one
+    # One cache tensor per layer serves as K and V (MLA's latent cache: num_kv_heads 1, head_dim
+    # kv_lora_rank + qk_rope_head_dim): half the bytes of separate K and V.
+    kv_shared: bool = False
 
     @property
     def name(self) -> str:
@@ -76,6 +79,12 @@ TINY_CONFIGS = {  # name -> (transformers config class, fields beyond _LLAMA_STY
     # layer 0 a dense MLP, layer 1 4 experts of 32, top-2, norm_topk_prob
     "qwen3-moe-tiny": ("Qwen3MoeConfig", dict(num_experts=4, moe_intermediate_size=32, norm_topk_prob=True,
                                               decoder_sparse_step=1, mlp_only_layers=[0], **_MOE_TINY)),
+    # MLA: latent 32 + rope 8 per token and layer (4 heads of 16 + 8 query/key dims, 16 value
+    # dims); layer 0 dense, layer 1 4 routed experts (top-2) and 1 shared
+    "deepseek-v2-tiny": ("DeepseekV2Config", dict(
+        num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=16, n_routed_experts=4, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+        **_MOE_TINY)),
 }
 
 
@@ -215,6 +224,7 @@ def build_model(config, dtype=None, device="cpu") -> LoadedModel:
         model=model, config=config, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
         head_dim=model.head_dim, vocab_size=config.vocab_size, eos_token_id=eos,
         max_model_len=config.max_position_embeddings, dtype=dtype, device=device,
+        kv_shared=getattr(model, "kv_shared", False),
     )
 
 
@@ -249,10 +259,10 @@ def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) 
                        tensor)
             continue
         for hf_part, (ours, shard) in model.packed_modules.items():
-            if f".{hf_part}." in name:
-                name = name.replace(f".{hf_part}.", f".{ours}.")
-                module_name, param_name = name.rsplit(".", 1)
-                load_shard(hf_name, name, module_name, param_name, shard, tensor)
+            merged = name.replace(f".{hf_part}.", f".{ours}.")
+            if merged != name and merged in params:  # MLA's q_proj, say, is not merged
+                module_name, param_name = merged.rsplit(".", 1)
+                load_shard(hf_name, merged, module_name, param_name, shard, tensor)
                 break
         else:
             if name not in params:

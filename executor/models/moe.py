@@ -1,5 +1,6 @@
-"""Mixture-of-experts MLP (Mixtral, Qwen3-MoE): a linear router picks top-k experts per token,
-each expert a SiLU-gated MLP. A plain torch path (a loop over the experts the batch touches,
+"""Mixture-of-experts MLP (Mixtral, Qwen3-MoE, DeepSeek-V2): a linear router picks top-k experts
+per token, each expert a SiLU-gated MLP; DeepSeek adds always-on shared experts, group-limited
+routing and a scaling of the routed weights. A plain torch path (a loop over the experts the batch touches,
 each a pair of matmuls on its tokens), not a fused kernel: clear and exact against transformers;
 a fused-MoE Triton kernel (vLLM's fused_moe: tokens sorted by expert, one grouped GEMM) would
 replace `FusedExperts.forward` without touching the routing.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from executor.models.layers import activation
+from executor.models.layers import GatedMLP, activation
 
 # A per-expert checkpoint tensor: <prefix>.experts.<e>.<projection>.weight
 EXPERT_TENSOR = re.compile(r"^(?P<module>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$")
@@ -38,6 +39,11 @@ class MoEConfig:
     renormalize: bool  # divide the top-k probabilities by their sum (Mixtral always; Qwen: norm_topk_prob)
     weights_in_model_dtype: bool  # Qwen casts the routing weights to the model dtype before scaling; Mixtral keeps fp32
     hidden_act: str = "silu"
+    router_fp32: bool = False  # DeepSeek: router logits from fp32 inputs and weights
+    routed_scaling: float = 1.0  # DeepSeek's routed_scaling_factor, applied to the top-k weights
+    num_groups: int | None = None  # DeepSeek group_limited_greedy: experts in n_group groups,
+    topk_groups: int | None = None  # tokens routed within the topk_group groups of best expert
+    shared_intermediate_size: int = 0  # DeepSeek's shared experts, as one gated MLP (0 = none)
 
 
 class FusedExperts(nn.Module):
@@ -83,17 +89,32 @@ class SparseMoeBlock(nn.Module):
         self.moe = moe
         self.gate = nn.Linear(hidden_size, moe.num_experts, bias=False)
         self.experts = FusedExperts(hidden_size, moe)
+        if moe.shared_intermediate_size:
+            self.shared_experts = GatedMLP(hidden_size, moe.shared_intermediate_size, moe.hidden_act)
 
     def route(self, x):
         """[T, H] -> (expert ids [T, top_k], weights [T, top_k])."""
-        logits = self.gate(x)
+        moe = self.moe
+        if moe.router_fp32:
+            logits = nn.functional.linear(x.float(), self.gate.weight.float())
+        else:
+            logits = self.gate(x)
         probs = torch.softmax(logits.float(), dim=-1)
-        weights, expert_ids = torch.topk(probs, self.moe.top_k, dim=-1)
-        if self.moe.renormalize:
+        if moe.num_groups:  # keep the experts of the topk_groups groups whose best expert scores highest
+            groups = probs.view(-1, moe.num_groups, moe.num_experts // moe.num_groups)
+            best = torch.topk(groups.amax(-1), moe.topk_groups, dim=-1).indices
+            keep = torch.zeros_like(groups[..., 0], dtype=torch.bool).scatter_(1, best, True)
+            probs = groups.masked_fill(~keep[..., None], 0.0).view_as(probs)
+        weights, expert_ids = torch.topk(probs, moe.top_k, dim=-1)
+        if moe.renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        if self.moe.weights_in_model_dtype:
-            weights = weights.to(logits.dtype)
+        weights = weights * moe.routed_scaling
+        if moe.weights_in_model_dtype:
+            weights = weights.to(x.dtype)
         return expert_ids, weights
 
     def forward(self, x):
-        return self.experts(x, *self.route(x))
+        out = self.experts(x, *self.route(x))
+        if self.moe.shared_intermediate_size:
+            out = out + self.shared_experts(x)
+        return out

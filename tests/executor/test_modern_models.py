@@ -1,5 +1,6 @@
-"""Mistral (sliding window), Mixtral (MoE), Qwen2/Qwen3 (q/k norm, interleaved windows) and
-Qwen3-MoE on the paged cache against transformers' own models (CPU, fp32, random weights):
+"""Mistral (sliding window), Mixtral (MoE), Qwen3 (q/k norm, interleaved windows), Qwen3-MoE
+and DeepSeek-V2 (MLA over a paged latent cache, shared experts, group-limited routing) on the
+paged cache against transformers' own models (CPU, fp32, random weights):
 prompt logits, decode logits step by step, greedy tokens through the engine (scheduler and
 paged KV manager), checkpoints, and malformed configs. Block size 4 and windows of 8 tokens, so
 every prompt and decode here crosses the window and the block boundaries inside it."""
@@ -7,6 +8,7 @@ every prompt and decode here crosses the window and the block boundaries inside 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 
 import pytest
@@ -15,13 +17,20 @@ import torch
 pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from executor.cache_engine import CacheEngine  # noqa: E402
 from executor.engine import EngineConfig, LLMEngine  # noqa: E402
 from executor.kernels.reference import NULL_BLOCK  # noqa: E402
 from executor.models import loader  # noqa: E402
 from pagesim.core import SamplingParams  # noqa: E402
-from tests.executor.test_models import Blocks, hf_logits, new_cache, prompt, randomize, run  # noqa: E402
+from tests.executor.test_models import Blocks, hf_logits, prompt, randomize, run  # noqa: E402
 
 BS = 4
+
+
+def new_cache(lm, block_size=BS, num_blocks=96):
+    """The model's paged cache: K and V per KV head, or MLA's one latent tensor per layer."""
+    return CacheEngine(lm.num_layers, lm.num_kv_heads, lm.head_dim, block_size, num_blocks, 8, torch.float32, "cpu",
+                       kv_shared=lm.kv_shared)
 VARIANTS = {  # name -> (tiny config, fields changed)
     "mistral-tiny": ("mistral-tiny", {}),
     "mixtral-tiny": ("mixtral-tiny", {}),
@@ -30,6 +39,10 @@ VARIANTS = {  # name -> (tiny config, fields changed)
     "qwen3-moe-tiny": ("qwen3-moe-tiny", {}),
     "qwen3-moe-unnormalised-window": ("qwen3-moe-tiny", {"norm_topk_prob": False, "use_sliding_window": True,
                                                          "sliding_window": 8}),
+    "deepseek-v2-tiny": ("deepseek-v2-tiny", {}),
+    # low-rank queries, experts in 2 groups of which the best 1 is routed to, scaled weights
+    "deepseek-v2-grouped": ("deepseek-v2-tiny", {"q_lora_rank": 24, "topk_method": "group_limited_greedy",
+                                                 "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.5}),
 }
 
 
@@ -41,14 +54,24 @@ def make_config(variant):
     return config
 
 
-@pytest.fixture(scope="module", params=list(VARIANTS))
-def pair(request):
+@functools.cache
+def build_pair(variant):
     """(HF model, our LoadedModel with the same weights, variant name)."""
     torch.manual_seed(0)
-    hf = AutoModelForCausalLM.from_config(make_config(request.param)).eval()
+    hf = AutoModelForCausalLM.from_config(make_config(variant)).eval()
     randomize(hf, seed=1)
     hf.generation_config.eos_token_id = None  # greedy runs go the full length
-    return hf, loader.from_hf_model(hf), request.param
+    return hf, loader.from_hf_model(hf), variant
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def pair(request):
+    return build_pair(request.param)
+
+
+WINDOWED = [v for v in VARIANTS if "mistral" in v or "window" in v or v == "qwen3-tiny"]
+MOE = [v for v in VARIANTS if "moe" in v or "mixtral" in v or "deepseek" in v]
+MLA = [v for v in VARIANTS if "deepseek" in v]
 
 
 def test_the_variants_are_what_they_claim():
@@ -60,24 +83,49 @@ def test_the_variants_are_what_they_claim():
     assert spec["qwen3-moe-tiny"].moe_layers == {1} and spec["qwen3-moe-tiny"].moe.renormalize
     assert spec["qwen3-moe-unnormalised-window"].windows == (8, 8)
     assert not spec["qwen3-moe-unnormalised-window"].moe.renormalize
+    assert spec["deepseek-v2-tiny"].attention == "mla" and spec["deepseek-v2-tiny"].moe_layers == {1}
+    assert spec["deepseek-v2-tiny"].moe.shared_intermediate_size == 32
+    grouped = spec["deepseek-v2-grouped"].moe
+    assert (grouped.num_groups, grouped.topk_groups, grouped.routed_scaling) == (2, 1, 1.5)
+
+
+@pytest.mark.parametrize("variant", MLA)
+def test_mla_cache_is_the_latent_transformers_caches(variant):
+    """DeepSeek-V2's paged cache holds, per token and layer, exactly the compressed KV and the
+    RoPE'd shared key that transformers caches (kv_lora_rank + qk_rope_head_dim values, one tensor
+    read as both K and V), not per-head keys and values."""
+    hf, lm, _ = build_pair(variant)
+    assert (lm.num_kv_heads, lm.head_dim, lm.kv_shared) == (1, 32 + 8, True)
+    cache = new_cache(lm)
+    assert all(k is v for k, v in cache.kv_caches)
+    assert CacheEngine.pool_bytes(2, 1, 40, BS, 96, torch.float32, kv_shared=True) == 2 * 96 * BS * 40 * 4
+    p = prompt(13, seed=5)
+    table = Blocks(96).grow([], 13, BS)
+    run(lm, cache, [(table, 0, p)], BS)
+    with torch.no_grad():
+        hf_cache = hf(torch.tensor([p]), use_cache=True).past_key_values
+    for layer, (latent, _) in enumerate(cache.kv_caches):
+        ours = torch.stack([latent[table[t // BS], t % BS, 0] for t in range(13)])
+        theirs = torch.cat([hf_cache.layers[layer].keys[0, 0], hf_cache.layers[layer].values[0, 0]], dim=-1)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
 
 
 def test_prompt_logits_match_hf(pair):
     hf, lm, _ = pair
     prompts = [prompt(n, seed=n) for n in (1, 7, 13, 22)]
-    blocks, cache = Blocks(96), new_cache(lm, BS)
+    blocks, cache = Blocks(96), new_cache(lm)
     logits, md = run(lm, cache, [(blocks.grow([], len(p), BS), 0, p) for p in prompts], BS)
     starts = md.query_start_loc.tolist()
     for i, p in enumerate(prompts):
         torch.testing.assert_close(logits[starts[i]:starts[i + 1]], hf_logits(hf, p), atol=1e-4, rtol=0)
 
 
-def test_window_changes_the_logits(pair):
+@pytest.mark.parametrize("variant", WINDOWED)
+def test_window_changes_the_logits(variant):
     """The comparison above could not pass with the window ignored: the same weights without it
     give other logits past the window."""
-    hf, lm, variant = pair
-    if not any(lm.model.spec.windows):
-        pytest.skip(f"{variant} has no sliding window")
+    hf, lm, _ = build_pair(variant)
+    assert any(lm.model.spec.windows)
     unwindowed = copy.deepcopy(hf.config)
     unwindowed.sliding_window = None
     if getattr(unwindowed, "layer_types", None):
@@ -85,7 +133,7 @@ def test_window_changes_the_logits(pair):
     full = loader.from_state_dict(unwindowed, hf.state_dict())
     assert not any(full.model.spec.windows)
     p = prompt(22, seed=22)
-    logits, _ = run(full, new_cache(full, BS), [(Blocks(96).grow([], 22, BS), 0, p)], BS)
+    logits, _ = run(full, new_cache(full), [(Blocks(96).grow([], 22, BS), 0, p)], BS)
     assert (logits[-1] - hf_logits(hf, p)[-1]).abs().max() > 1e-2
 
 
@@ -108,7 +156,7 @@ def test_decode_logits_match_hf_step_by_step(pair):
     windows = lm.model.spec.windows
     can_free = all(windows)
     prompts = [prompt(5, 11), prompt(12, 12), prompt(9, 13)]
-    blocks, cache = Blocks(96), new_cache(lm, BS)
+    blocks, cache = Blocks(96), new_cache(lm)
     seqs = [{"tokens": list(p), "done": 0, "table": []} for p in prompts]
     freed = 0
     for step in range(10):
@@ -150,15 +198,15 @@ def test_safetensors_checkpoint_round_trip(pair, tmp_path):
         assert any(".experts.0." in n for n in names) and not any("gate_up_proj" in n for n in names)
     loaded = loader.load_model(str(tmp_path))
     p = prompt(20, 51)
-    want, _ = run(lm, new_cache(lm, BS), [(list(range(5)), 0, p)], BS)
-    got, _ = run(loaded, new_cache(loaded, BS), [(list(range(5)), 0, p)], BS)
+    want, _ = run(lm, new_cache(lm), [(list(range(5)), 0, p)], BS)
+    got, _ = run(loaded, new_cache(loaded), [(list(range(5)), 0, p)], BS)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
-def test_missing_expert_tensor_is_named(pair):
-    hf, lm, variant = pair
-    if lm.model.spec.moe is None:
-        pytest.skip(f"{variant} has no experts")
+@pytest.mark.parametrize("variant", MOE)
+def test_missing_expert_tensor_is_named(variant):
+    hf, lm, _ = build_pair(variant)
+    assert lm.model.spec.moe is not None
     state = {k: v for k, v in hf.state_dict().items() if "layers.1.mlp.experts.down_proj" not in k}
     with pytest.raises(loader.ModelLoadError, match=r"unset: \['model.layers.1.mlp.experts.down_proj'\]"):
         loader.from_state_dict(hf.config, state)
@@ -175,7 +223,7 @@ def test_random_tiny_names(name):
         assert torch.equal(pa, pb), na
     experts = [p for n, p in a.model.named_parameters() if "experts" in n]
     assert all(p.std() > 0.01 for p in experts)  # filled, not left empty
-    assert (a.num_layers, a.num_kv_heads, a.head_dim) == (2, 2, 16)
+    assert (a.num_layers, a.num_kv_heads, a.head_dim) == ((2, 1, 40) if a.kv_shared else (2, 2, 16))
 
 
 def write_config(tmp_path, base, **changes):
