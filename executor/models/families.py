@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from executor.models.moe import MoEConfig
+from pagesim.core.kv_groups import KVGroupSpec
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2")
 # Fields a config.json must state: transformers would fill a missing one with a default (8
@@ -135,3 +136,19 @@ def decoder_spec(config) -> DecoderSpec:
         first_moe = getattr(config, "first_k_dense_replace", 0) or 0
         return DecoderSpec(bias, bias, False, windows, _deepseek_moe(config), frozenset(range(first_moe, n)), "mla")
     raise ConfigError(f"field 'model_type' is {kind!r}; the LLaMA-style decoder runs {', '.join(FAMILIES)}")
+
+
+def kv_groups(spec: DecoderSpec) -> tuple[list[KVGroupSpec], list[int]]:
+    """The model's KV cache groups (layers that keep their KV alike share block tables: full
+    attention, one per window size, MLA latent), in order of first appearance, and each layer's
+    group index. The core's KV manager gives a sequence one block table per group in this order."""
+    keys: list[tuple[str, int | None]] = []
+    layer_groups = []
+    for window in spec.windows:
+        kind = "mla" if spec.attention == "mla" else "sliding" if window else "full"
+        key = (kind, window if kind == "sliding" else None)
+        if key not in keys:
+            keys.append(key)
+        layer_groups.append(keys.index(key))
+    groups = [KVGroupSpec(kind, layer_groups.count(g), window) for g, (kind, window) in enumerate(keys)]
+    return groups, layer_groups

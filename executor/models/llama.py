@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from executor.attention import AttentionMetadata, PagedAttention
-from executor.models.families import DecoderSpec, decoder_spec
+from executor.models.families import DecoderSpec, decoder_spec, kv_groups
 from executor.models.layers import GatedMLP, MergedLinear, RMSNorm
 from executor.models.mla import MLAAttention
 from executor.models.moe import SparseMoeBlock
@@ -139,6 +139,9 @@ class LlamaForCausalLM(nn.Module):
         self.kv_shared = spec.attention == "mla"
         if self.kv_shared:
             self.num_kv_heads, self.head_dim = 1, config.kv_lora_rank + config.qk_rope_head_dim
+        self.kv_groups, self.layer_groups = kv_groups(spec)
+        for layer, group in zip(self.model.layers, self.layer_groups):
+            layer.self_attn.attn.kv_group = group
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tied = getattr(config, "tie_word_embeddings", False)
         self.tie_weights()

