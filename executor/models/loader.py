@@ -56,9 +56,14 @@ class LoadedModel:
     @property
     def name(self) -> str:
         """What reports call the model: its checkpoint's folder or file name (no absolute path,
-        so reports do not depend on where the package is installed), else the model class."""
+        so reports do not depend on where the package is installed), else transformers' class
+        name for the family (MixtralForCausalLM, though our LlamaForCausalLM runs it)."""
         source = getattr(self.config, "_name_or_path", "")
-        return Path(source).name if source else type(self.model).__name__
+        if source:
+            return Path(source).name
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(self.config.model_type, type(self.model).__name__)
 
 
 # ---------------------------------------------------------------- configs

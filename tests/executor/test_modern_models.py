@@ -224,6 +224,7 @@ def test_random_tiny_names(name):
     experts = [p for n, p in a.model.named_parameters() if "experts" in n]
     assert all(p.std() > 0.01 for p in experts)  # filled, not left empty
     assert (a.num_layers, a.num_kv_heads, a.head_dim) == ((2, 1, 40) if a.kv_shared else (2, 2, 16))
+    assert a.name == type(AutoModelForCausalLM.from_config(a.config)).__name__  # what reports call it
 
 
 def write_config(tmp_path, base, **changes):
@@ -253,3 +254,12 @@ def test_malformed_configs_are_one_line_naming_the_field(tmp_path, base, changes
     text = str(err.value)
     assert text.startswith(f"{path}: ") and message in text and "\n" not in text, text
 
+
+
+def test_pagesim_run_names_the_field_in_one_line(tmp_path):
+    from tests.executor.test_run_inputs import ALPACA, one_error
+    from tests.executor.test_run_inputs import run as pagesim_run
+
+    path = write_config(tmp_path, "mixtral-tiny", num_local_experts=None)
+    line = one_error(pagesim_run([ALPACA, "--model", f"random:{path}"]))
+    assert line == f"error: --model random:{path}: {path}: field 'num_local_experts' is missing (model_type 'mixtral' needs it)"
