@@ -12,7 +12,7 @@ pytest.importorskip("triton")
 from executor import kernels  # noqa: E402
 from executor.kernels import reference, torch_ops, triton_ops  # noqa: E402
 from executor.kernels.reference import NULL_BLOCK  # noqa: E402
-from executor.kernels.testing import random_paged_cache  # noqa: E402
+from executor.kernels.testing import poison_outside_window, random_paged_cache  # noqa: E402
 
 BS, HEADS, KV_HEADS, DIM = 4, 4, 2, 16
 SCALE = DIM ** -0.5
@@ -34,20 +34,6 @@ def windowed_attention(q, k, v, q_offset, window):
     allowed = (key <= pos) & (key > pos - window)
     scores = scores.masked_fill(~allowed[None], float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), vf)
-
-
-def poison_outside(kc, vc, tables, ctx_lens, first_query, window):
-    """Copies of the caches and tables where every block wholly before a sequence's first
-    visible position is NaN, and every other such table entry is NULL_BLOCK (a freed block)."""
-    kc, vc, tables = kc.clone(), vc.clone(), tables.clone()
-    for i, (ctx, q0) in enumerate(zip(ctx_lens, first_query)):
-        first_visible = max(0, q0 - window + 1)
-        for b in range(first_visible // BS):
-            kc[int(tables[i, b])] = float("nan")
-            vc[int(tables[i, b])] = float("nan")
-            if b % 2:
-                tables[i, b] = NULL_BLOCK
-    return kc, vc, tables
 
 
 DECODE = {
@@ -78,7 +64,7 @@ def test_decode_window_matches_dense_and_never_reads_outside(impl, window):
         want = windowed_attention(q[i:i + 1], dense_kv(kc, tables[i], c), dense_kv(vc, tables[i], c), c - 1, window)
         got = DECODE[impl](q[i:i + 1], kc, vc, tables[i:i + 1], ctx[i:i + 1], SCALE, sliding_window=window)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    pk, pv, ptables = poison_outside(kc, vc, tables, ctx_lens, [c - 1 for c in ctx_lens], window)
+    pk, pv, ptables = poison_outside_window(kc, vc, tables, [c - 1 for c in ctx_lens], window)
     assert torch.isnan(pk).any() and (ptables == NULL_BLOCK).any()  # the poison is there to find
     clean = DECODE[impl](q, kc, vc, tables, ctx, SCALE, sliding_window=window)
     poisoned = DECODE[impl](q, pk, pv, ptables, ctx, SCALE, sliding_window=window)
@@ -104,7 +90,7 @@ def test_prefill_window_matches_dense_and_never_reads_outside(impl, window):
                                       window)
             torch.testing.assert_close(out[lo:hi], want, atol=1e-5, rtol=1e-5)
     first_query = [c - n for c, n in zip(PREFILL_CTX, PREFILL_Q)]
-    pk, pv, ptables = poison_outside(kc, vc, tables, PREFILL_CTX, first_query, window)
+    pk, pv, ptables = poison_outside_window(kc, vc, tables, first_query, window)
     assert torch.isnan(pk).any() and (ptables == NULL_BLOCK).any()
     poisoned = PREFILL[impl](q, pk, pv, ptables, loc, ctx, SCALE, sliding_window=window)
     torch.testing.assert_close(poisoned, out, atol=1e-6, rtol=0)
