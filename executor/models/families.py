@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from executor.models.moe import MoEConfig
+from executor.models.rope import STATIC_ROPE_TYPES, rope_kind
 from pagesim.core.kv_groups import KVGroupSpec
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2")
@@ -109,6 +110,9 @@ def _deepseek_moe(config) -> MoEConfig:
 def decoder_spec(config) -> DecoderSpec:
     kind = config.model_type
     n = config.num_hidden_layers
+    if rope_kind(config) not in STATIC_ROPE_TYPES:
+        raise ConfigError(f"field 'rope_parameters': rope_type {rope_kind(config)!r} is not supported "
+                          f"({', '.join(STATIC_ROPE_TYPES)})")
     bias = bool(getattr(config, "attention_bias", False))
     windows = layer_windows(config)
     if kind in ("llama", "mistral"):

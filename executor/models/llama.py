@@ -13,39 +13,7 @@ from executor.models.families import DecoderSpec, decoder_spec, kv_groups
 from executor.models.layers import GatedMLP, MergedLinear, RMSNorm
 from executor.models.mla import MLAAttention
 from executor.models.moe import SparseMoeBlock
-
-
-def rope_theta(config) -> float:
-    """transformers 5 keeps it in rope_parameters; older configs have config.rope_theta."""
-    params = getattr(config, "rope_parameters", None) or {}
-    if "rope_theta" in params:
-        return float(params["rope_theta"])
-    return float(getattr(config, "rope_theta", 10000.0))
-
-
-class RotaryEmbedding:
-    """Non-interleaved RoPE: dimension i pairs with i + head_dim/2 (HF's rotate_half layout).
-
-    Not a module: a module buffer would follow model.half() and lose the frequencies' precision.
-    """
-
-    def __init__(self, head_dim: int, theta: float):
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
-        self.inv_freq = 1.0 / (theta**exponents)
-
-    def cos_sin(self, positions, dtype):
-        """[T, 1, head_dim] each, computed once per forward and shared by every layer. Angles in
-        fp32 from the positions: no max-length table to size, and exact."""
-        if self.inv_freq.device != positions.device:
-            self.inv_freq = self.inv_freq.to(positions.device)
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
-        return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x, cos, sin):
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+from executor.models.rope import RotaryEmbedding, apply_rope
 
 
 class LlamaAttention(nn.Module):
@@ -96,12 +64,9 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config, spec: DecoderSpec, num_heads, num_kv_heads, head_dim):
         super().__init__()
-        rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-        if rope_type != "default":
-            raise NotImplementedError(f"RoPE type {rope_type!r} is not supported (only 'default')")
         # MLA rotates only the qk_rope_head_dim part of each head
         rope_dim = config.qk_rope_head_dim if spec.attention == "mla" else head_dim
-        self.rotary = RotaryEmbedding(rope_dim, rope_theta(config))
+        self.rotary = RotaryEmbedding.from_config(config, rope_dim)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, spec, i, num_heads, num_kv_heads, head_dim) for i in range(config.num_hidden_layers)

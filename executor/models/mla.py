@@ -13,7 +13,7 @@ so attention is multi-query attention (one KV head) of head size L + R over the 
 with the queries absorbed through W_UK and the output expanded through W_UV afterwards: the same
 paged kernels as every other model (decode and prefill, Triton or torch), reading the cache
 tensor as both K and V. The softmax scale stays that of the original head size
-(qk_nope + qk_rope)^-0.5. The kernels return L + R dims per head of which the last R (the k_pe
+(qk_nope + qk_rope)^-0.5 (times YaRN's mscale squared where the config says). The kernels return L + R dims per head of which the last R (the k_pe
 part of the "value") are dropped: an MLA kernel reading V as the first L dims would save that
 R / (L + R) of the value work (64 / 576 = 11 % for DeepSeek-V2).
 """
@@ -25,16 +25,7 @@ from torch import nn
 
 from executor.attention import AttentionMetadata, PagedAttention
 from executor.models.layers import RMSNorm
-
-
-def apply_rope_interleaved(x, cos, sin):
-    """DeepSeek's RoPE: dims (2i, 2i + 1) rotate together by frequency i. cos/sin are the
-    rotary's [T, 1, R] tables in the half-split layout (frequency i at i and i + R/2)."""
-    half = x.shape[-1] // 2
-    c, s = cos[..., :half].float(), sin[..., :half].float()
-    pairs = x.float().unflatten(-1, (half, 2))
-    a, b = pairs[..., 0], pairs[..., 1]
-    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2).to(x.dtype)
+from executor.models.rope import apply_rope_interleaved, yarn_softmax_scale
 
 
 class MLAAttention(nn.Module):
@@ -57,7 +48,7 @@ class MLAAttention(nn.Module):
         self.kv_a_layernorm = RMSNorm(self.latent_dim, 1e-6)
         self.kv_b_proj = nn.Linear(self.latent_dim, heads * (self.nope_dim + self.v_dim), bias=False)
         self.o_proj = nn.Linear(heads * self.v_dim, hidden, bias=bias)
-        self.attn = PagedAttention(heads, 1, self.latent_dim + self.rope_dim, qk_dim**-0.5)
+        self.attn = PagedAttention(heads, 1, self.latent_dim + self.rope_dim, qk_dim**-0.5 * yarn_softmax_scale(config))
 
     def forward(self, rope, x, kv_cache, md: AttentionMetadata):
         num_tokens, heads = x.shape[0], self.num_heads

@@ -46,8 +46,20 @@ VARIANTS = {  # name -> (tiny config, fields changed)
 }
 
 
+# Scaled RoPE kinds real checkpoints use: Llama 3.1's llama3, YaRN (Qwen3 long context, DeepSeek-V2
+# with its extra softmax mscale); original lengths short enough that the tiny models' frequencies move.
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}
+ROPE_VARIANTS = {
+    "llama-llama3": ("llama-tiny", {"rope_parameters": LLAMA3}),
+    "qwen3-yarn": ("qwen3-tiny", {"rope_parameters": YARN}),
+    "deepseek-v2-yarn": ("deepseek-v2-tiny", {"rope_parameters": {**YARN, "mscale": 0.707, "mscale_all_dim": 0.707}}),
+}
+
+
 def make_config(variant):
-    base, changes = VARIANTS[variant]
+    base, changes = {**VARIANTS, **ROPE_VARIANTS}[variant]
     config = loader.tiny_config(base)
     if changes:  # rebuilt, so derived fields (layer_types, qwen's sliding_window) follow
         config = type(config)(**{**config.to_dict(), **changes})
@@ -135,6 +147,22 @@ def test_window_changes_the_logits(variant):
     p = prompt(22, seed=22)
     logits, _ = run(full, new_cache(full), [(Blocks(96).grow([], 22, BS), 0, p)], BS)
     assert (logits[-1] - hf_logits(hf, p)[-1]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("variant", list(ROPE_VARIANTS))
+def test_scaled_rope_matches_hf(variant):
+    hf, lm, _ = build_pair(variant)
+    prompts = [prompt(n, seed=n) for n in (7, 30)]
+    blocks = Blocks(96)
+    logits, md = run(lm, new_cache(lm), [(blocks.grow([], len(p), BS), 0, p) for p in prompts], BS)
+    starts = md.query_start_loc.tolist()
+    for i, p in enumerate(prompts):
+        torch.testing.assert_close(logits[starts[i]:starts[i + 1]], hf_logits(hf, p), atol=1e-4, rtol=0)
+    plain = copy.deepcopy(hf.config)
+    plain.rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
+    default = loader.from_state_dict(plain, hf.state_dict())
+    other, _ = run(default, new_cache(default), [(Blocks(96).grow([], 30, BS), 0, prompts[1])], BS)
+    assert (other[-1] - logits[-1]).abs().max() > 1e-2  # the scaling mattered
 
 
 def free_outside_window(cache, table, num_tokens, window):
@@ -246,6 +274,8 @@ def write_config(tmp_path, base, **changes):
     ("mistral-tiny", {"sliding_window": -4}, "field 'sliding_window' must be a positive integer, got -4"),
     ("qwen3-tiny", {"layer_types": ["full_attention"]}, "must be equal to the number of `layer_types` (1)"),
     ("qwen3-tiny", {"layer_types": ["full_attention", "chunked_attention"]}, "field 'layer_types': unsupported ['chunked_attention']"),
+    ("llama-tiny", {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}},
+     "field 'rope_parameters': rope_type 'dynamic' is not supported"),
 ])
 def test_malformed_configs_are_one_line_naming_the_field(tmp_path, base, changes, message):
     path = write_config(tmp_path, base, **changes)
