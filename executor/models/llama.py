@@ -1,11 +1,11 @@
-"""LLaMA-style decoder (LLaMA 1/2, SmolLM2, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE): RMSNorm,
-RoPE, grouped-query attention, SiLU-gated MLP or a mixture of experts. What differs per family
-(biases, q/k norm, sliding windows, MoE layers) comes from executor.models.families.DecoderSpec.
-Parameter names follow HF's with q/k/v and gate/up merged."""
+"""LLaMA-style decoder (LLaMA 1/2/3, SmolLM2, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE,
+DeepSeek-V2): RMSNorm, RoPE, grouped-query or multi-head latent attention, a SiLU-gated MLP or a
+mixture of experts. What differs per family (biases, q/k norm, sliding windows, MoE layers, MLA)
+comes from executor.models.families.DecoderSpec. Parameter names follow HF's with q/k/v and
+gate/up merged."""
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from executor.attention import AttentionMetadata, PagedAttention

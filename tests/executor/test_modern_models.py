@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from executor import kernels  # noqa: E402
 from executor.cache_engine import CacheEngine  # noqa: E402
 from executor.engine import EngineConfig, LLMEngine  # noqa: E402
 from executor.kernels.reference import NULL_BLOCK  # noqa: E402
@@ -293,3 +294,39 @@ def test_pagesim_run_names_the_field_in_one_line(tmp_path):
     path = write_config(tmp_path, "mixtral-tiny", num_local_experts=None)
     line = one_error(pagesim_run([ALPACA, "--model", f"random:{path}"]))
     assert line == f"error: --model random:{path}: {path}: field 'num_local_experts' is missing (model_type 'mixtral' needs it)"
+
+
+@pytest.mark.parametrize("variant", ["mistral-tiny", "qwen3-tiny", "deepseek-v2-tiny"])
+def test_triton_kernels_run_the_models(variant, monkeypatch):
+    """The Triton kernels (interpreted) behind the model: windowed prefill and decode, and MLA's
+    multi-query attention of head size 40 over the latent cache, equal to transformers."""
+    monkeypatch.setenv("PAGESIM_KERNELS", "triton")
+    assert kernels.backend("cpu") == "triton"
+    hf, lm, _ = build_pair(variant)
+    prompts = [prompt(13, seed=1), prompt(6, seed=2)]
+    blocks, cache = Blocks(96), new_cache(lm)
+    seqs = [{"tokens": list(p), "done": 0, "table": []} for p in prompts]
+    for step in range(3):
+        batch = [(blocks.grow(s["table"], len(s["tokens"]), BS), s["done"], s["tokens"][s["done"]:]) for s in seqs]
+        logits, md = run(lm, cache, batch, BS)
+        assert md.decode_only == (step > 0)
+        for s, row in zip(seqs, md.last_token_indices().tolist()):
+            torch.testing.assert_close(logits[row], hf_logits(hf, s["tokens"])[-1], atol=1e-4, rtol=0)
+            s["done"] = len(s["tokens"])
+            s["tokens"].append(int(logits[row].argmax()))
+
+
+def test_latent_cache_swaps_and_copies_once():
+    """MLA's one tensor per layer: swap out, in and copy-on-write move it (K and V are the same)."""
+    ce = CacheEngine(2, 1, 40, BS, num_gpu_blocks=6, num_cpu_blocks=4, dtype=torch.float32, device="cpu", kv_shared=True)
+    for k, _ in ce.kv_caches:
+        k.copy_(torch.randn(k.shape))
+    before = [k.clone() for k, _ in ce.kv_caches]
+    ce.swap_out({1: 0})
+    for k, _ in ce.kv_caches:
+        k[1].zero_()
+    ce.swap_in([(0, 2)])
+    ce.copy([(2, 5)])
+    for (k, v), k0 in zip(ce.kv_caches, before):
+        assert k is v and torch.equal(k[2], k0[1]) and torch.equal(k[5], k0[1]) and torch.equal(k[3], k0[3])
+    assert CacheEngine.bytes_per_block(2, 1, 40, BS, torch.float16, kv_shared=True) == 2 * BS * 40 * 2
