@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+LOG2E_C: tl.constexpr = tl.constexpr(LOG2E)  # what a jit function may read
 PARTITION_TOKENS = 512
 # Split only when the plain grid leaves the GPU's SMs idle (an H100/H200 has 132 SMs).
 SPLIT_BELOW_PROGRAMS = 256
@@ -69,6 +70,16 @@ def first_visible(query_pos, window):
 
 
 @triton.jit
+def soft_cap_log2(s, softcap):
+    """Gemma 2's soft-capping, c * tanh(x / c), of scores s in log2 units (x = s / LOG2E);
+    softcap 0 = none. tanh as 2 sigmoid(2y) - 1, which the interpreter has too."""
+    if softcap > 0:
+        y = s / (LOG2E_C * softcap)
+        s = (2.0 * tl.sigmoid(2.0 * y) - 1.0) * (softcap * LOG2E_C)
+    return s
+
+
+@triton.jit
 def online_softmax_step(s, v, m_i, l_i, acc):
     """One K/V tile of the online softmax: s are the rows' masked scores against the tile (log2
     units, -inf where not visible), v the tile's values; returns the new running max, sum and
@@ -86,7 +97,7 @@ def online_softmax_step(s, v, m_i, l_i, acc):
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     part_acc_ptr, part_max_ptr, part_sum_ptr,  # used only when PARTITION_TOKENS > 0
-    scale_log2, window,
+    scale_log2, window, softcap,
     stride_qs, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -130,7 +141,7 @@ def _decode_kernel(
                             stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, BLOCK_SIZE, UPCAST)
 
         # Scores in log2 units; masked before the max so padding never wins it.
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2
+        s = soft_cap_log2(tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2, softcap)
         s = tl.where(tok_mask[None, :], s, float("-inf"))
         m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc)
 
@@ -183,7 +194,8 @@ def _last_dim_contiguous(t):
 
 
 def paged_attention_decode_partitioned(query, key_cache, value_cache, block_tables, context_lens,
-                                       scale: float, partition_tokens: int | None, sliding_window: int | None = None):
+                                       scale: float, partition_tokens: int | None, sliding_window: int | None = None,
+                                       softcap: float | None = None):
     """The decode kernel with an explicit split: partition_tokens=None runs one pass per
     sequence, an int splits contexts into partitions of that many tokens (a multiple of the
     tile, itself max(32, block_size))."""
@@ -212,11 +224,11 @@ def paged_attention_decode_partitioned(query, key_cache, value_cache, block_tabl
         out.stride(0), out.stride(1),
     )
     scale_log2 = scale * LOG2E
-    window = int(sliding_window or 0)
+    window, cap = int(sliding_window or 0), float(softcap or 0.0)
     if partition_tokens is None:
         _decode_kernel[(num_seqs, num_kv_heads, 1)](
             query, key_cache, value_cache, block_tables, context_lens, out,
-            out, out, out, scale_log2, window, *strides, num_heads, 1,
+            out, out, out, scale_log2, window, cap, *strides, num_heads, 1,
             PARTITION_TOKENS=0, **meta)
         return out
 
@@ -229,7 +241,7 @@ def paged_attention_decode_partitioned(query, key_cache, value_cache, block_tabl
     part_sum = torch.empty((num_seqs, num_heads, num_partitions), **ws)
     _decode_kernel[(num_seqs, num_kv_heads, num_partitions)](
         query, key_cache, value_cache, block_tables, context_lens, out,
-        part_acc, part_max, part_sum, scale_log2, window, *strides, num_heads, num_partitions,
+        part_acc, part_max, part_sum, scale_log2, window, cap, *strides, num_heads, num_partitions,
         PARTITION_TOKENS=partition_tokens, **meta)
     _decode_reduce_kernel[(num_seqs, num_heads)](
         part_acc, part_max, part_sum, context_lens, out,
@@ -240,7 +252,7 @@ def paged_attention_decode_partitioned(query, key_cache, value_cache, block_tabl
 
 
 def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float,
-                           sliding_window: int | None = None):
+                           sliding_window: int | None = None, softcap: float | None = None):
     """Same contract as reference.paged_attention_decode."""
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     partition = max(PARTITION_TOKENS, block_size)
@@ -250,4 +262,4 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, context_
     few_programs = query.shape[0] * num_kv_heads < SPLIT_BELOW_PROGRAMS
     split = partition if long_context and few_programs else None
     return paged_attention_decode_partitioned(query, key_cache, value_cache, block_tables,
-                                              context_lens, scale, split, sliding_window)
+                                              context_lens, scale, split, sliding_window, softcap)

@@ -12,6 +12,9 @@ at positions p - W + 1 .. p (W tokens, its own included; transformers' and vLLM'
 that lie wholly before a sequence's first visible position are never read, so their block-table
 entries may be anything, NULL_BLOCK (-1) included: a KV manager frees them and puts the sentinel
 in their place.
+
+Soft-capping (softcap=c, None or 0 = none; Gemma 2): scores become c * tanh(scores / c) before
+the mask and the softmax.
 Attention math runs in fp32 and the result is cast back to the query's dtype.
 """
 
@@ -47,7 +50,13 @@ def first_visible(query_pos: int, sliding_window: int | None) -> int:
     return max(0, query_pos - sliding_window + 1) if sliding_window else 0
 
 
-def _attend(q, k, v, scale, causal_offset: int, key_offset: int = 0, sliding_window: int | None = None):
+def soft_cap(scores, softcap: float | None):
+    """Gemma 2's soft-capping of attention scores (in place of a large-logit clamp)."""
+    return torch.tanh(scores / softcap) * softcap if softcap else scores
+
+
+def _attend(q, k, v, scale, causal_offset: int, key_offset: int = 0, sliding_window: int | None = None,
+            softcap: float | None = None):
     """q [q_len, H, D] against k, v [n, KVH, D] holding positions key_offset .. key_offset + n - 1;
     query i sits at position causal_offset + i and sees keys up to its own, and within its window."""
     num_heads, num_kv_heads = q.shape[1], k.shape[1]
@@ -55,7 +64,7 @@ def _attend(q, k, v, scale, causal_offset: int, key_offset: int = 0, sliding_win
     qf = q.float().transpose(0, 1)  # [H, q_len, D]
     kf = k.float().repeat_interleave(group, dim=1).transpose(0, 1)  # [H, ctx, D]
     vf = v.float().repeat_interleave(group, dim=1).transpose(0, 1)
-    scores = torch.matmul(qf, kf.transpose(1, 2)) * scale  # [H, q_len, ctx]
+    scores = soft_cap(torch.matmul(qf, kf.transpose(1, 2)) * scale, softcap)  # [H, q_len, ctx]
     q_pos = torch.arange(q.shape[0], device=q.device) + causal_offset
     k_pos = torch.arange(k.shape[0], device=q.device) + key_offset
     hidden = k_pos[None, :] > q_pos[:, None]
@@ -67,7 +76,7 @@ def _attend(q, k, v, scale, causal_offset: int, key_offset: int = 0, sliding_win
 
 
 def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float,
-                           sliding_window: int | None = None):
+                           sliding_window: int | None = None, softcap: float | None = None):
     """One new token per sequence. query [num_seqs, num_heads, head_dim]; its own K/V is already in
     the cache, so context_lens counts it. Returns [num_seqs, num_heads, head_dim]."""
     out = torch.empty_like(query)
@@ -78,12 +87,12 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, context_
         start = first_visible(ctx - 1, sliding_window)
         k = gather_context(key_cache, block_tables[i], ctx, start)
         v = gather_context(value_cache, block_tables[i], ctx, start)
-        out[i] = _attend(query[i : i + 1], k, v, scale, ctx - 1, start, sliding_window)[0]
+        out[i] = _attend(query[i : i + 1], k, v, scale, ctx - 1, start, sliding_window, softcap)[0]
     return out
 
 
 def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_start_loc, context_lens, scale: float,
-                            sliding_window: int | None = None):
+                            sliding_window: int | None = None, softcap: float | None = None):
     """Several new tokens per sequence over a paged context (prompt, prefill chunk, prefix hit,
     recompute). query [num_tokens, num_heads, head_dim] is packed: sequence i owns rows
     query_start_loc[i]:query_start_loc[i+1], which are the last q_len_i tokens of its context of
@@ -99,7 +108,7 @@ def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_s
         start = first_visible(first_query, sliding_window)
         k = gather_context(key_cache, block_tables[i], ctx, start)
         v = gather_context(value_cache, block_tables[i], ctx, start)
-        out[lo:hi] = _attend(query[lo:hi], k, v, scale, first_query, start, sliding_window)
+        out[lo:hi] = _attend(query[lo:hi], k, v, scale, first_query, start, sliding_window, softcap)
     return out
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from executor.kernels.reference import copy_blocks, reshape_and_cache, swap_blocks
+from executor.kernels.reference import copy_blocks, reshape_and_cache, soft_cap, swap_blocks
 
 __all__ = ["paged_attention_decode", "paged_prefill_attention", "reshape_and_cache", "copy_blocks", "swap_blocks"]
 
@@ -62,7 +62,7 @@ def _first_visible(query_pos, sliding_window):
 
 
 def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float,
-                           sliding_window: int | None = None):
+                           sliding_window: int | None = None, softcap: float | None = None):
     """One new token per sequence. query [num_seqs, num_heads, head_dim]; its own K/V is already in
     the cache, so context_lens counts it. Returns [num_seqs, num_heads, head_dim].
 
@@ -96,6 +96,7 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, context_
     for j in range(num_kv_heads):
         torch.bmm(q[:, j], k[:, :, j].transpose(1, 2), out=scores[j])
     scores.mul_(scale)
+    scores = soft_cap(scores, softcap)
     pos = block_idx[:, None] * block_size + torch.arange(block_size, device=device)[None, :]
     hidden = (pos >= ctx[seq_of][:, None]) | (pos < lo[seq_of][:, None])
     scores.masked_fill_(hidden[None, :, None, :], float("-inf"))
@@ -135,7 +136,8 @@ def _buckets(q_lens: list[int], ctx_lens: list[int], slack: float = 2.0, floor: 
     return groups
 
 
-def _prefill_group(out, query, key_cache, value_cache, block_tables, starts, q_lens, ctx, ids, scale, sliding_window):
+def _prefill_group(out, query, key_cache, value_cache, block_tables, starts, q_lens, ctx, ids, scale, sliding_window,
+                   softcap):
     """Padded attention for the sequences `ids` (a list): writes their rows of out."""
     device = query.device
     num_heads, head_dim = query.shape[1:]
@@ -171,13 +173,17 @@ def _prefill_group(out, query, key_cache, value_cache, block_tables, starts, q_l
     if sliding_window:
         allowed &= k_pos[:, None, :] > q_pos[:, :, None] - sliding_window
     mask = allowed[:, None].expand(n, group, max_q, k.shape[2]).reshape(n, 1, group * max_q, k.shape[2])
-    res = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [n, KVH, G*max_q, D]
+    if softcap:  # SDPA has no soft-capping: the same attention written out
+        scores = soft_cap(q @ k.transpose(-1, -2) * scale, softcap).masked_fill(~mask, float("-inf"))
+        res = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v  # padded rows may see nothing
+    else:
+        res = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [n, KVH, G*max_q, D]
     res = res.view(n, num_kv_heads, group, max_q, head_dim).permute(0, 3, 1, 2, 4).reshape(n, max_q, num_heads, head_dim)
     out[token] = res[seq_of, row_of].to(out.dtype)
 
 
 def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_start_loc, context_lens, scale: float,
-                            sliding_window: int | None = None):
+                            sliding_window: int | None = None, softcap: float | None = None):
     """Several new tokens per sequence over a paged context (prompt, prefill chunk, prefix hit,
     recompute). query [num_tokens, num_heads, head_dim] is packed: sequence i owns rows
     query_start_loc[i]:query_start_loc[i+1], which are the last q_len_i tokens of its context of
@@ -195,5 +201,6 @@ def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_s
     q_lens = starts[1:] - starts[:-1]
     ctx = context_lens.to(device).long()
     for ids in _buckets(q_lens.tolist(), ctx.tolist()):
-        _prefill_group(out, query, key_cache, value_cache, block_tables, starts, q_lens, ctx, ids, scale, sliding_window)
+        _prefill_group(out, query, key_cache, value_cache, block_tables, starts, q_lens, ctx, ids, scale, sliding_window,
+                       softcap)
     return out

@@ -23,12 +23,15 @@ def dense_kv(cache, table, ctx):
     return torch.stack([cache[int(table[t // BS]), t % BS] for t in range(ctx)])
 
 
-def windowed_attention(q, k, v, q_offset, window):
+def windowed_attention(q, k, v, q_offset, window, softcap=None):
     """Plain attention with an explicit mask: query i at position q_offset + i sees key j when
-    q_offset + i - window < j <= q_offset + i. q [q_len, H, D], k/v [ctx, KVH, D]."""
+    q_offset + i - window < j <= q_offset + i. q [q_len, H, D], k/v [ctx, KVH, D]. softcap c:
+    scores become c tanh(scores / c) first."""
     group = q.shape[1] // k.shape[1]
     kf, vf = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
     scores = torch.einsum("qhd,khd->hqk", q.float(), kf) * SCALE
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
     pos = torch.arange(q.shape[0])[:, None] + q_offset
     key = torch.arange(k.shape[0])[None, :]
     allowed = (key <= pos) & (key > pos - window)
@@ -40,14 +43,12 @@ DECODE = {
     "reference": reference.paged_attention_decode,
     "torch": torch_ops.paged_attention_decode,
     "triton": triton_ops.paged_attention_decode,
-    "triton-split32": lambda *a, sliding_window: triton_ops.paged_attention_decode_partitioned(
-        *a, 32, sliding_window=sliding_window),
+    "triton-split32": lambda *a, **kw: triton_ops.paged_attention_decode_partitioned(*a, 32, **kw),
 }
 PREFILL = {
     "reference": reference.paged_prefill_attention,
     "torch": torch_ops.paged_prefill_attention,
-    "triton": lambda *a, sliding_window: triton_ops.paged_prefill_attention_tiled(
-        *a, 16, 16, sliding_window=sliding_window),
+    "triton": lambda *a, **kw: triton_ops.paged_prefill_attention_tiled(*a, 16, 16, **kw),
 }
 
 
@@ -117,3 +118,30 @@ def test_public_names_pass_the_window(monkeypatch):
         monkeypatch.setenv("PAGESIM_KERNELS", backend)
         torch.testing.assert_close(kernels.paged_attention_decode(q, kc, vc, tables, ctx, SCALE, sliding_window=6),
                                    want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", list(PREFILL))
+def test_softcap_matches_dense(impl):
+    """Gemma 2's soft-capped scores, with and without a window; a small cap (scores here reach
+    about 10) so it changes the result."""
+    kc, vc, tables, ctx = random_paged_cache(PREFILL_CTX, KV_HEADS, DIM, BS, torch.float32, seed=3)
+    loc = torch.tensor([0] + torch.tensor(PREFILL_Q).cumsum(0).tolist(), dtype=torch.int32)
+    g = torch.Generator().manual_seed(4)
+    q = 3 * torch.randn(int(loc[-1]), HEADS, DIM, generator=g)
+    qd = 3 * torch.randn(len(PREFILL_CTX), HEADS, DIM, generator=g)
+    for window in (None, 6):
+        span = window or 10**6
+        out = PREFILL[impl](q, kc, vc, tables, loc, ctx, SCALE, sliding_window=window, softcap=2.0)
+        decodes = [DECODE[name](qd, kc, vc, tables, ctx, SCALE, sliding_window=window, softcap=2.0)
+                   for name in DECODE if name.startswith(impl)]
+        for i, c in enumerate(PREFILL_CTX):
+            k, v = dense_kv(kc, tables[i], c), dense_kv(vc, tables[i], c)
+            lo, hi = int(loc[i]), int(loc[i + 1])
+            if hi > lo:
+                want = windowed_attention(q[lo:hi], k, v, c - (hi - lo), span, softcap=2.0)
+                torch.testing.assert_close(out[lo:hi], want, atol=1e-5, rtol=1e-5)
+                uncapped = windowed_attention(q[lo:hi], k, v, c - (hi - lo), span)
+                assert (uncapped - want).abs().max() > 1e-2
+            for dec in decodes:
+                want = windowed_attention(qd[i:i + 1], k, v, c - 1, span, softcap=2.0)
+                torch.testing.assert_close(dec[i:i + 1], want, atol=1e-5, rtol=1e-5)
