@@ -106,13 +106,14 @@ class PagedAttention(nn.Module):
     """
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float,
-                 sliding_window: int | None = None, kv_group: int = 0):
+                 sliding_window: int | None = None, kv_group: int = 0, softcap: float | None = None):
         super().__init__()
         if num_heads % num_kv_heads:
             raise ValueError(f"{num_heads} query heads do not split into {num_kv_heads} KV groups")
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
         self.sliding_window = sliding_window
         self.kv_group = kv_group  # which of the metadata's KV cache groups' tables this layer reads
+        self.softcap = softcap  # Gemma 2's soft-capping of the scores
 
     def forward(self, q, k, v, kv_cache, md: AttentionMetadata) -> torch.Tensor:
         q = q.view(-1, self.num_heads, self.head_dim)
@@ -125,8 +126,8 @@ class PagedAttention(nn.Module):
         kernels.reshape_and_cache(k, v, key_cache, value_cache, slot_mapping)
         if md.decode_only:
             out = kernels.paged_attention_decode(q, key_cache, value_cache, block_tables, md.context_lens, self.scale,
-                                                 self.sliding_window)
+                                                 self.sliding_window, self.softcap)
         else:
             out = kernels.paged_prefill_attention(q, key_cache, value_cache, block_tables, md.query_start_loc,
-                                                  md.context_lens, self.scale, self.sliding_window)
+                                                  md.context_lens, self.scale, self.sliding_window, self.softcap)
         return out.reshape(-1, self.num_heads * self.head_dim)

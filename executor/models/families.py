@@ -13,6 +13,8 @@ mixture of experts. One decoder (executor.models.llama) runs them all.
             rope dims; MoE from layer first_k_dense_replace on, with shared experts, greedy or
             group-limited routing and routed_scaling_factor (as transformers 5, which never
             renormalises the top-k weights of this family)
+  gemma2    (executor.models.gemma2) windows per layer_types (alternating), softmax scale
+            query_pre_attn_scalar^-0.5, attention scores soft-capped at attn_logit_softcapping
 
 A malformed config raises ConfigError naming the field.
 """
@@ -25,7 +27,7 @@ from executor.models.moe import MoEConfig
 from executor.models.rope import STATIC_ROPE_TYPES, rope_kind
 from pagesim.core.kv_groups import KVGroupSpec
 
-FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2")
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "gemma2")
 # Fields a config.json must state: transformers would fill a missing one with a default (8
 # experts for Mixtral), which makes a different model than the checkpoint's.
 REQUIRED_FIELDS = {
@@ -49,6 +51,8 @@ class DecoderSpec:
     moe: MoEConfig | None  # the experts of the MoE layers
     moe_layers: frozenset[int]  # layers whose MLP is the MoE
     attention: str = "gqa"  # or "mla": multi-head latent attention over a latent cache
+    attn_scale: float | None = None  # softmax scale; None = head_dim^-0.5
+    attn_softcap: float | None = None  # scores become c tanh(s / c) (Gemma 2)
 
 
 def _positive_int(config, name: str, required: bool = True):
@@ -139,6 +143,15 @@ def decoder_spec(config) -> DecoderSpec:
         _positive_int(config, "q_lora_rank", required=False)
         first_moe = getattr(config, "first_k_dense_replace", 0) or 0
         return DecoderSpec(bias, bias, False, windows, _deepseek_moe(config), frozenset(range(first_moe, n)), "mla")
+    if kind == "gemma2":
+        scalar = getattr(config, "query_pre_attn_scalar", None)
+        if not isinstance(scalar, (int, float)) or scalar <= 0:
+            raise ConfigError(f"field 'query_pre_attn_scalar' must be a positive number, got {scalar!r}")
+        cap = getattr(config, "attn_logit_softcapping", None)
+        if cap is not None and (not isinstance(cap, (int, float)) or cap <= 0):
+            raise ConfigError(f"field 'attn_logit_softcapping' must be a positive number or null, got {cap!r}")
+        return DecoderSpec(bias, bias, False, windows, None, frozenset(), attn_scale=float(scalar) ** -0.5,
+                           attn_softcap=cap)
     raise ConfigError(f"field 'model_type' is {kind!r}; the LLaMA-style decoder runs {', '.join(FAMILIES)}")
 
 

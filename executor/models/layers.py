@@ -24,6 +24,8 @@ def activation(name: str):
 
 
 class RMSNorm(nn.Module):
+    init_value = 1.0  # the weight of a freshly initialised model (random_init)
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps

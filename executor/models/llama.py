@@ -27,7 +27,8 @@ class LlamaAttention(nn.Module):
             self.q_norm = RMSNorm(head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(head_dim, config.rms_norm_eps)
         self.qk_norm = spec.qk_norm
-        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, head_dim**-0.5, spec.windows[layer])
+        scale = spec.attn_scale or head_dim**-0.5
+        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, scale, spec.windows[layer], softcap=spec.attn_softcap)
 
     def forward(self, rope, x, kv_cache, md: AttentionMetadata):
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
@@ -62,6 +63,8 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    layer_class, norm_class = LlamaDecoderLayer, RMSNorm  # Gemma 2 swaps both
+
     def __init__(self, config, spec: DecoderSpec, num_heads, num_kv_heads, head_dim):
         super().__init__()
         # MLA rotates only the qk_rope_head_dim part of each head
@@ -69,12 +72,15 @@ class LlamaModel(nn.Module):
         self.rotary = RotaryEmbedding.from_config(config, rope_dim)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, spec, i, num_heads, num_kv_heads, head_dim) for i in range(config.num_hidden_layers)
+            self.layer_class(config, spec, i, num_heads, num_kv_heads, head_dim) for i in range(config.num_hidden_layers)
         )
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = self.norm_class(config.hidden_size, config.rms_norm_eps)
+
+    def embed(self, input_ids):
+        return self.embed_tokens(input_ids)
 
     def forward(self, input_ids, positions, kv_caches, md):
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x = layer(rope, x, kv_cache, md)
@@ -82,6 +88,7 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
+    model_class = LlamaModel
     # HF checkpoint projection -> (our merged module, shard)
     packed_modules = {
         "q_proj": ("qkv_proj", "q"),
@@ -98,7 +105,7 @@ class LlamaForCausalLM(nn.Module):
         self.spec = spec = decoder_spec(config)
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-        self.model = LlamaModel(config, spec, num_heads, self.num_kv_heads, self.head_dim)
+        self.model = self.model_class(config, spec, num_heads, self.num_kv_heads, self.head_dim)
         # What the KV cache holds per token and layer: K and V per KV head, or for MLA one latent
         # vector (kv_shared: the cache tensor is both the kernels' K and V).
         self.kv_shared = spec.attention == "mla"

@@ -89,6 +89,9 @@ TINY_CONFIGS = {  # name -> (transformers config class, fields beyond _LLAMA_STY
     # layer 0 a dense MLP, layer 1 4 experts of 32, top-2, norm_topk_prob
     "qwen3-moe-tiny": ("Qwen3MoeConfig", dict(num_experts=4, moe_intermediate_size=32, norm_topk_prob=True,
                                               decoder_sparse_step=1, mlp_only_layers=[0], **_MOE_TINY)),
+    # layer 0 a window of 8, layer 1 full (alternating); scores and logits soft-capped; tied embeddings
+    "gemma2-tiny": ("Gemma2Config", dict(sliding_window=8, query_pre_attn_scalar=16, attn_logit_softcapping=50.0,
+                                         final_logit_softcapping=30.0, tie_word_embeddings=True)),
     # MLA: latent 32 + rope 8 per token and layer (4 heads of 16 + 8 query/key dims, 16 value
     # dims); layer 0 dense, layer 1 4 routed experts (top-2) and 1 shared
     "deepseek-v2-tiny": ("DeepseekV2Config", dict(
@@ -314,7 +317,7 @@ def random_init(model: nn.Module, config, seed: int = 0) -> None:
             module.gate_up_proj.data.normal_(0.0, std, generator=gen)
             module.down_proj.data.normal_(0.0, std, generator=gen)
         elif module.__class__.__name__.endswith(("LayerNorm", "RMSNorm")) and getattr(module, "weight", None) is not None:
-            module.weight.data.fill_(1.0)
+            module.weight.data.fill_(getattr(module, "init_value", 1.0))  # Gemma's norms scale by 1 + weight
         bias = getattr(module, "bias", None)
         if isinstance(bias, torch.Tensor):
             bias.data.zero_()

@@ -22,6 +22,7 @@ def test_groups_follow_the_layers():
     assert loader.load_model("random:qwen3-tiny").kv_groups == [KVGroupSpec("full", 1), KVGroupSpec("sliding", 1, 8)]
     assert loader.load_model("random:mistral-tiny").kv_groups == [KVGroupSpec("sliding", 2, 8)]
     assert loader.load_model("random:deepseek-v2-tiny").kv_groups == [KVGroupSpec("mla", 2)]
+    assert loader.load_model("random:gemma2-tiny").kv_groups == [KVGroupSpec("sliding", 1, 8), KVGroupSpec("full", 1)]
     lm = loader.load_model("random:qwen3-tiny")
     assert lm.layer_groups == [0, 1]
     assert [layer.self_attn.attn.kv_group for layer in lm.model.model.layers] == [0, 1]
@@ -35,13 +36,17 @@ def run_grouped(lm, cache, batch):
         return lm.model.compute_logits(lm.model(ids, md.positions, cache.kv_caches, md)), md
 
 
-def test_interleaved_windows_on_per_group_tables_with_freed_blocks():
-    """Qwen3 with layer 0 full and layer 1 a window of 8: each sequence has a full table and a
-    sliding table from the same pool; the sliding table's blocks that leave the window are freed
-    (NaN in every layer's tensor, NULL_BLOCK in the table) while three sequences decode."""
-    hf, lm, _ = build_pair("qwen3-tiny")
-    full, sliding = lm.layer_groups.index(0), lm.layer_groups.index(1)
-    assert lm.model.spec.windows[full] is None and lm.model.spec.windows[sliding] == 8
+@pytest.mark.parametrize("variant", ["qwen3-tiny", "gemma2-capped"])
+def test_interleaved_windows_on_per_group_tables_with_freed_blocks(variant):
+    """A full and a windowed layer (Qwen3: layer 1 a window of 8; Gemma 2: layer 0): each sequence
+    has a full table and a sliding table from the same pool; the sliding table's blocks that
+    leave the window are freed (NaN in every layer's tensor, NULL_BLOCK in the table) while three
+    sequences decode."""
+    hf, lm, _ = build_pair(variant)
+    kinds = [g.kind for g in lm.kv_groups]
+    assert sorted(kinds) == ["full", "sliding"]
+    full, sliding = kinds.index("full"), kinds.index("sliding")
+    assert lm.kv_groups[sliding].sliding_window == 8
     blocks, cache = Blocks(128), new_cache(lm, num_blocks=128)
     seqs = [{"tokens": prompt(n, seed=n), "done": 0, "tables": ([], [])} for n in (5, 12, 9)]
     freed = 0
@@ -54,7 +59,7 @@ def test_interleaved_windows_on_per_group_tables_with_freed_blocks():
             torch.testing.assert_close(logits[row], hf_logits(hf, s["tokens"])[-1], atol=1e-4, rtol=0)
             s["done"] = len(s["tokens"])
             s["tokens"].append(int(logits[row].argmax()))
-            window_table = s["tables"][1]
+            window_table = s["tables"][sliding]
             for b in range(max(0, len(s["tokens"]) - 8) // BS):  # wholly before the next query's window
                 if window_table[b] != NULL_BLOCK:
                     for k, v in cache.kv_caches:
@@ -63,7 +68,7 @@ def test_interleaved_windows_on_per_group_tables_with_freed_blocks():
                     freed += 1
     assert freed >= 6
     # the full group kept every block
-    assert all(NULL_BLOCK not in s["tables"][0] for s in seqs)
+    assert all(NULL_BLOCK not in s["tables"][full] for s in seqs)
 
 
 def test_a_new_token_in_a_freed_block_is_refused():

@@ -40,6 +40,9 @@ VARIANTS = {  # name -> (tiny config, fields changed)
     "qwen3-moe-tiny": ("qwen3-moe-tiny", {}),
     "qwen3-moe-unnormalised-window": ("qwen3-moe-tiny", {"norm_topk_prob": False, "use_sliding_window": True,
                                                          "sliding_window": 8}),
+    "gemma2-tiny": ("gemma2-tiny", {}),
+    # caps small enough that they bind (scores and logits here reach about 10)
+    "gemma2-capped": ("gemma2-tiny", {"attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0}),
     "deepseek-v2-tiny": ("deepseek-v2-tiny", {}),
     # low-rank queries, experts in 2 groups of which the best 1 is routed to, scaled weights
     "deepseek-v2-grouped": ("deepseek-v2-tiny", {"q_lora_rank": 24, "topk_method": "group_limited_greedy",
@@ -82,7 +85,7 @@ def pair(request):
     return build_pair(request.param)
 
 
-WINDOWED = [v for v in VARIANTS if "mistral" in v or "window" in v or v == "qwen3-tiny"]
+WINDOWED = [v for v in VARIANTS if "mistral" in v or "window" in v or v == "qwen3-tiny" or "gemma2" in v]
 MOE = [v for v in VARIANTS if "moe" in v or "mixtral" in v or "deepseek" in v]
 MLA = [v for v in VARIANTS if "deepseek" in v]
 
@@ -98,6 +101,8 @@ def test_the_variants_are_what_they_claim():
     assert not spec["qwen3-moe-unnormalised-window"].moe.renormalize
     assert spec["deepseek-v2-tiny"].attention == "mla" and spec["deepseek-v2-tiny"].moe_layers == {1}
     assert spec["deepseek-v2-tiny"].moe.shared_intermediate_size == 32
+    assert spec["gemma2-tiny"].windows == (8, None) and spec["gemma2-tiny"].attn_softcap == 50.0
+    assert spec["gemma2-tiny"].attn_scale == 16 ** -0.5
     grouped = spec["deepseek-v2-grouped"].moe
     assert (grouped.num_groups, grouped.topk_groups, grouped.routed_scaling) == (2, 1, 1.5)
 
@@ -164,6 +169,18 @@ def test_scaled_rope_matches_hf(variant):
     default = loader.from_state_dict(plain, hf.state_dict())
     other, _ = run(default, new_cache(default), [(Blocks(96).grow([], 30, BS), 0, prompts[1])], BS)
     assert (other[-1] - logits[-1]).abs().max() > 1e-2  # the scaling mattered
+
+
+def test_softcaps_change_the_logits():
+    """gemma2-capped's comparison could not pass with the caps ignored."""
+    hf, lm, _ = build_pair("gemma2-capped")
+    uncapped = copy.deepcopy(hf.config)
+    uncapped.attn_logit_softcapping = uncapped.final_logit_softcapping = None
+    plain = loader.from_state_dict(uncapped, hf.state_dict())
+    assert plain.model.spec.attn_softcap is None and not plain.model.final_softcap
+    p = prompt(22, seed=22)
+    logits, _ = run(plain, new_cache(plain), [(Blocks(96).grow([], 22, BS), 0, p)], BS)
+    assert (logits - hf_logits(hf, p)).abs().max() > 1e-1
 
 
 def free_outside_window(cache, table, num_tokens, window):
