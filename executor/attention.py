@@ -63,7 +63,8 @@ class AttentionMetadata:
             for pos in range(num_computed, end):
                 block = block_table[pos // block_size]
                 if block < 0:
-                    raise ValueError(f"position {pos} falls in a freed block (NULL_BLOCK): a new token needs a real block")
+                    raise ValueError(f"position {pos} falls in a freed block (NULL_BLOCK): a new token needs a "
+                                     "real block")
                 slots.append(block * block_size + pos % block_size)
                 positions.append(pos)
             context_lens.append(end)

@@ -68,9 +68,10 @@ def paged_attention_decode(query, key_cache, value_cache, block_tables, context_
 
     Works on the used blocks only, flattened over the batch (no padding to the longest context,
     which costs several times the useful work when lengths are spread, as in ShareGPT): gather
-    each sequence's blocks (from the first its window reaches) with one index_select, scores per (block, KV head) with the group's
-    queries as rows, a softmax whose max and sum are reduced per sequence across its blocks
-    (scatter/index_add), then the probability-weighted V summed back per sequence."""
+    each sequence's blocks (from the first its window reaches) with one index_select, scores per
+    (block, KV head) with the group's queries as rows, a softmax whose max and sum are reduced
+    per sequence across its blocks (scatter/index_add), then the probability-weighted V summed
+    back per sequence."""
     num_seqs, num_heads, head_dim = query.shape
     block_size, num_kv_heads = key_cache.shape[1:3]
     group = num_heads // num_kv_heads

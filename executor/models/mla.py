@@ -12,10 +12,11 @@ W_UV [H, v, L] (L = kv_lora_rank):
 so attention is multi-query attention (one KV head) of head size L + R over the latent cache,
 with the queries absorbed through W_UK and the output expanded through W_UV afterwards: the same
 paged kernels as every other model (decode and prefill, Triton or torch), reading the cache
-tensor as both K and V. The softmax scale stays that of the original head size
-(qk_nope + qk_rope)^-0.5 (times YaRN's mscale squared where the config says). The kernels return L + R dims per head of which the last R (the k_pe
-part of the "value") are dropped: an MLA kernel reading V as the first L dims would save that
-R / (L + R) of the value work (64 / 576 = 11 % for DeepSeek-V2).
+tensor as both K and V. The softmax scale stays that of the original head size,
+(qk_nope + qk_rope)^-0.5, times YaRN's mscale squared where the config says. The kernels return
+L + R dims per head of which the last R (the k_pe part of the "value") are dropped: an MLA
+kernel reading V as the first L dims would save that R / (L + R) of the value work (64 / 576 =
+11 % for DeepSeek-V2).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class MLAAttention(nn.Module):
             q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
         q_nope, q_pe = q.view(num_tokens, heads, -1).split([self.nope_dim, self.rope_dim], dim=-1)
         c, k_pe = self.kv_a_proj_with_mqa(x).split([self.latent_dim, self.rope_dim], dim=-1)
-        latent = torch.cat([self.kv_a_layernorm(c)[:, None, :], apply_rope_interleaved(k_pe[:, None, :], *rope)], dim=-1)
+        k_pe = apply_rope_interleaved(k_pe[:, None, :], *rope)  # one key part all heads share
+        latent = torch.cat([self.kv_a_layernorm(c)[:, None, :], k_pe], dim=-1)  # [T, 1, L + R]
         w_uk, w_uv = self.kv_b_proj.weight.view(heads, self.nope_dim + self.v_dim, self.latent_dim).split(
             [self.nope_dim, self.v_dim], dim=1)
         q_latent = torch.einsum("thn,hnl->thl", q_nope, w_uk)
