@@ -347,3 +347,26 @@ def test_latent_cache_swaps_and_copies_once():
     for (k, v), k0 in zip(ce.kv_caches, before):
         assert k is v and torch.equal(k[2], k0[1]) and torch.equal(k[5], k0[1]) and torch.equal(k[3], k0[3])
     assert CacheEngine.bytes_per_block(2, 1, 40, BS, torch.float16, kv_shared=True) == 2 * BS * 40 * 2
+
+
+@pytest.mark.parametrize("variant", ["mistral-tiny", "qwen3-moe-tiny", "deepseek-v2-tiny"])
+@pytest.mark.parametrize("preemption", ["swap", "recompute"])
+def test_engine_under_preemption_equals_hf(variant, preemption):
+    """A pool too small for every sequence at once: the core preempts (swapping blocks out and in
+    through the cache engine, MLA's one latent tensor included, or recomputing) and each output
+    is still transformers' greedy continuation; chunked prefill splits the longer prompts."""
+    hf, lm, _ = build_pair(variant)
+    prompts = [prompt(n, seed=200 + n) for n in (11, 6, 14, 9)]
+    config = EngineConfig(block_size=BS, num_gpu_blocks=14, num_cpu_blocks=32, max_num_seqs=4, preemption=preemption,
+                          chunked_prefill=True, max_num_batched_tokens=8)
+    engine = LLMEngine(lm, config)
+    swaps = []
+    swap_out = engine.cache.swap_out
+    engine.cache.swap_out = lambda mapping: (swaps.append(len(mapping)), swap_out(mapping))
+    ours = engine.generate(prompts, SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True))
+    assert sum(r.group.num_preemptions for r in ours) > 0
+    assert (sum(swaps) > 0) == (preemption == "swap")
+    for p, result in zip(prompts, ours):
+        with torch.no_grad():
+            want = hf.generate(torch.tensor([p]), max_new_tokens=10, do_sample=False)[0, len(p):].tolist()
+        assert result.outputs[0] == want
