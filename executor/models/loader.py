@@ -84,6 +84,8 @@ TINY_CONFIGS = {  # name -> (transformers config class, fields beyond _LLAMA_STY
     "mistral-tiny": ("MistralConfig", dict(sliding_window=8)),
     # 4 experts, top-2, renormalised
     "mixtral-tiny": ("MixtralConfig", dict(num_local_experts=4, sliding_window=None, **_MOE_TINY)),
+    # q/k/v biases; layer 0 full attention, layer 1 a window of 8
+    "qwen2-tiny": ("Qwen2Config", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
     # per-head q/k norm; layer 0 full attention, layer 1 a window of 8 (interleaved windows)
     "qwen3-tiny": ("Qwen3Config", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
     # layer 0 a dense MLP, layer 1 4 experts of 32, top-2, norm_topk_prob

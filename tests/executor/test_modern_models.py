@@ -36,6 +36,7 @@ VARIANTS = {  # name -> (tiny config, fields changed)
     "mistral-tiny": ("mistral-tiny", {}),
     "mixtral-tiny": ("mixtral-tiny", {}),
     "mixtral-window": ("mixtral-tiny", {"sliding_window": 8}),
+    "qwen2-tiny": ("qwen2-tiny", {}),
     "qwen3-tiny": ("qwen3-tiny", {}),
     "qwen3-moe-tiny": ("qwen3-moe-tiny", {}),
     "qwen3-moe-unnormalised-window": ("qwen3-moe-tiny", {"norm_topk_prob": False, "use_sliding_window": True,
@@ -85,7 +86,7 @@ def pair(request):
     return build_pair(request.param)
 
 
-WINDOWED = [v for v in VARIANTS if "mistral" in v or "window" in v or v == "qwen3-tiny" or "gemma2" in v]
+WINDOWED = [v for v in VARIANTS if "mistral" in v or "window" in v or v in ("qwen2-tiny", "qwen3-tiny") or "gemma2" in v]
 MOE = [v for v in VARIANTS if "moe" in v or "mixtral" in v or "deepseek" in v]
 MLA = [v for v in VARIANTS if "deepseek" in v]
 
@@ -95,6 +96,7 @@ def test_the_variants_are_what_they_claim():
     spec = {v: loader.from_config(make_config(v)).model.spec for v in VARIANTS}
     assert spec["mistral-tiny"].windows == (8, 8) and spec["mixtral-tiny"].windows == (None, None)
     assert spec["qwen3-tiny"].windows == (None, 8) and spec["qwen3-tiny"].qk_norm
+    assert spec["qwen2-tiny"].windows == (None, 8) and spec["qwen2-tiny"].qkv_bias and not spec["qwen2-tiny"].o_bias
     assert spec["mixtral-tiny"].moe_layers == {0, 1} and spec["mixtral-tiny"].moe.renormalize
     assert spec["qwen3-moe-tiny"].moe_layers == {1} and spec["qwen3-moe-tiny"].moe.renormalize
     assert spec["qwen3-moe-unnormalised-window"].windows == (8, 8)
