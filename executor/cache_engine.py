@@ -2,6 +2,9 @@
 
 Block ids are the block manager's: device block b of every layer is the same logical block, so
 one (src, dst) mapping moves or copies a block in all layers at once.
+
+kv_shared (MLA's latent cache): each layer has one tensor that the kernels read as both K and V,
+so key_caches[i] is value_caches[i] and the pools take half the bytes.
 """
 
 from __future__ import annotations
@@ -21,23 +24,30 @@ def _mapping(pairs, device) -> torch.Tensor:
 
 
 class CacheEngine:
-    def __init__(self, num_layers, num_kv_heads, head_dim, block_size, num_gpu_blocks, num_cpu_blocks, dtype, device):
+    def __init__(self, num_layers, num_kv_heads, head_dim, block_size, num_gpu_blocks, num_cpu_blocks, dtype, device,
+                 kv_shared: bool = False):
         self.num_layers, self.block_size = num_layers, block_size
         self.num_gpu_blocks, self.num_cpu_blocks = num_gpu_blocks, num_cpu_blocks
-        self.dtype, self.device = dtype, torch.device(device)
+        self.dtype, self.device, self.kv_shared = dtype, torch.device(device), kv_shared
         shape = (block_size, num_kv_heads, head_dim)
         # Zeros rather than empty: a kernel that reads a padded block-table entry must not see NaNs.
         self.key_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
-        self.value_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
         # Pinned host memory makes device<->host copies DMA transfers; only meaningful with CUDA.
         pin = self.device.type == "cuda"
         self.cpu_key_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)]
-        self.cpu_value_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)]
+        if kv_shared:
+            self.value_caches, self.cpu_value_caches = self.key_caches, self.cpu_key_caches
+        else:
+            self.value_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device)
+                                 for _ in range(num_layers)]
+            self.cpu_value_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin)
+                                     for _ in range(num_layers)]
 
     @staticmethod
-    def pool_bytes(num_layers, num_kv_heads, head_dim, block_size, num_blocks, dtype) -> int:
+    def pool_bytes(num_layers, num_kv_heads, head_dim, block_size, num_blocks, dtype, kv_shared: bool = False) -> int:
         """Bytes of one pool (K and V, every layer) of num_blocks blocks: what __init__ allocates."""
-        return 2 * num_layers * num_blocks * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+        tensors = 1 if kv_shared else 2
+        return tensors * num_layers * num_blocks * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
 
     @property
     def kv_caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -47,12 +57,14 @@ class CacheEngine:
     def swap_in(self, mapping) -> None:
         """Host -> device: mapping of (cpu_block, gpu_block)."""
         self._swap(self.cpu_key_caches, self.key_caches, mapping)
-        self._swap(self.cpu_value_caches, self.value_caches, mapping)
+        if not self.kv_shared:
+            self._swap(self.cpu_value_caches, self.value_caches, mapping)
 
     def swap_out(self, mapping) -> None:
         """Device -> host: mapping of (gpu_block, cpu_block)."""
         self._swap(self.key_caches, self.cpu_key_caches, mapping)
-        self._swap(self.value_caches, self.cpu_value_caches, mapping)
+        if not self.kv_shared:
+            self._swap(self.value_caches, self.cpu_value_caches, mapping)
 
     def copy(self, mapping) -> None:
         """Copy-on-write inside the device pool: mapping of (src_block, dst_block)."""
@@ -68,10 +80,10 @@ class CacheEngine:
                 kernels.swap_blocks(src, dst, m)
 
     @staticmethod
-    def bytes_per_block(num_layers, num_kv_heads, head_dim, block_size, dtype) -> int:
+    def bytes_per_block(num_layers, num_kv_heads, head_dim, block_size, dtype, kv_shared: bool = False) -> int:
         """K and V of one block in every layer."""
         itemsize = torch.empty((), dtype=dtype).element_size()
-        return 2 * num_layers * block_size * num_kv_heads * head_dim * itemsize
+        return (1 if kv_shared else 2) * num_layers * block_size * num_kv_heads * head_dim * itemsize
 
 
 def num_gpu_blocks(block_bytes: int, device, fraction: float = 0.9, num_blocks: int | None = None,

@@ -61,7 +61,7 @@ class LLMEngine:
         self.scheduler = cfg.make_scheduler(cfg.num_gpu_blocks, cfg.num_cpu_blocks, max_model_len, lm.eos_token_id)
         self.max_model_len = max_model_len
         self.cache = CacheEngine(lm.num_layers, lm.num_kv_heads, lm.head_dim, cfg.block_size, cfg.num_gpu_blocks,
-                                 cfg.num_cpu_blocks, lm.dtype, lm.device)
+                                 cfg.num_cpu_blocks, lm.dtype, lm.device, kv_shared=lm.kv_shared)
         # Parallel sampling: sample i of a request draws from its own generator seeded seed + i
         # (seed drawn at random when the request has none), so it gets exactly the tokens a
         # request of n = 1 with seed + i gets.

@@ -76,14 +76,16 @@ def _impl(tensor):
     return _ops_for(tensor.device)
 
 
-def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float):
+def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float,
+                           sliding_window: int | None = None, softcap: float | None = None):
     return _impl(query).paged_attention_decode(
-        query, key_cache, value_cache, block_tables, context_lens, scale)
+        query, key_cache, value_cache, block_tables, context_lens, scale, sliding_window, softcap)
 
 
-def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_start_loc, context_lens, scale: float):
+def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_start_loc, context_lens, scale: float,
+                            sliding_window: int | None = None, softcap: float | None = None):
     return _impl(query).paged_prefill_attention(
-        query, key_cache, value_cache, block_tables, query_start_loc, context_lens, scale)
+        query, key_cache, value_cache, block_tables, query_start_loc, context_lens, scale, sliding_window, softcap)
 
 
 def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:

@@ -7,6 +7,11 @@ heads are the rows of a [GROUP_PAD, D_PAD] tile (padded to >= 16 rows for tl.dot
 in tiles of TILE_N tokens; each token finds its physical block through the block table, so block
 sizes below the tile (8) and above it (128) use the same code.
 
+A sliding window (sliding_window=W > 0; 0 = full attention) starts the walk at the first position
+the query sees, ctx - W: blocks wholly before it are never read (not even their block-table
+entries, so a freed entry may hold NULL_BLOCK), and the partially covered block is masked by
+position.
+
 Long contexts can be split into partitions of PARTITION_TOKENS tokens (flash-decoding): each
 partition writes its unnormalised output, running max and sum, and a reduce kernel merges them.
 """
@@ -18,6 +23,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+LOG2E_C: tl.constexpr = tl.constexpr(LOG2E)  # what a jit function may read
 PARTITION_TOKENS = 512
 # Split only when the plain grid leaves the GPU's SMs idle (an H100/H200 has 132 SMs).
 SPLIT_BELOW_PROGRAMS = 256
@@ -54,6 +60,26 @@ def load_query_rows(q_ptr, row_offsets, row_mask, dims, dim_mask, UPCAST: tl.con
 
 
 @triton.jit
+def first_visible(query_pos, window):
+    """The first key position a query at query_pos sees: 0, or within a window of `window`
+    tokens (its own included) when window > 0. Shared by the decode and prefill kernels."""
+    lo = query_pos * 0
+    if window > 0:
+        lo = tl.maximum(query_pos - window + 1, 0)
+    return lo
+
+
+@triton.jit
+def soft_cap_log2(s, softcap):
+    """Gemma 2's soft-capping, c * tanh(x / c), of scores s in log2 units (x = s / LOG2E);
+    softcap 0 = none. tanh as 2 sigmoid(2y) - 1, which the interpreter has too."""
+    if softcap > 0:
+        y = s / (LOG2E_C * softcap)
+        s = (2.0 * tl.sigmoid(2.0 * y) - 1.0) * (softcap * LOG2E_C)
+    return s
+
+
+@triton.jit
 def online_softmax_step(s, v, m_i, l_i, acc):
     """One K/V tile of the online softmax: s are the rows' masked scores against the tile (log2
     units, -inf where not visible), v the tile's values; returns the new running max, sum and
@@ -71,7 +97,7 @@ def online_softmax_step(s, v, m_i, l_i, acc):
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr,
     part_acc_ptr, part_max_ptr, part_sum_ptr,  # used only when PARTITION_TOKENS > 0
-    scale_log2,
+    scale_log2, window, softcap,
     stride_qs, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -87,13 +113,14 @@ def _decode_kernel(
     kv_head = tl.program_id(1)
     part = tl.program_id(2)
     ctx = tl.load(context_lens_ptr + seq).to(tl.int32)
+    lo = first_visible(ctx - 1, window)
     if PARTITION_TOKENS > 0:
-        start = part * PARTITION_TOKENS
-        if start >= ctx:  # the reduce ignores partitions past the context
+        start = tl.maximum(part * PARTITION_TOKENS, lo)
+        end = tl.minimum(part * PARTITION_TOKENS + PARTITION_TOKENS, ctx)
+        if start >= end:  # the reduce ignores partitions past the context or before the window
             return
-        end = tl.minimum(start + PARTITION_TOKENS, ctx)
     else:
-        start = 0
+        start = lo
         end = ctx
 
     rows = tl.arange(0, GROUP_PAD)
@@ -114,7 +141,7 @@ def _decode_kernel(
                             stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, BLOCK_SIZE, UPCAST)
 
         # Scores in log2 units; masked before the max so padding never wins it.
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2
+        s = soft_cap_log2(tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2, softcap)
         s = tl.where(tok_mask[None, :], s, float("-inf"))
         m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc)
 
@@ -134,7 +161,7 @@ def _decode_kernel(
 @triton.jit
 def _decode_reduce_kernel(
     part_acc_ptr, part_max_ptr, part_sum_ptr, context_lens_ptr, out_ptr,
-    stride_os, stride_oh, num_heads, num_partitions,
+    stride_os, stride_oh, num_heads, num_partitions, window,
     HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, NP_PAD: tl.constexpr,
     PARTITION_TOKENS: tl.constexpr,
 ):
@@ -142,8 +169,9 @@ def _decode_reduce_kernel(
     head = tl.program_id(1)
     ctx = tl.load(context_lens_ptr + seq).to(tl.int32)
     used = (ctx + PARTITION_TOKENS - 1) // PARTITION_TOKENS
+    first = first_visible(ctx - 1, window) // PARTITION_TOKENS
     parts = tl.arange(0, NP_PAD)
-    part_mask = parts < used
+    part_mask = (parts >= first) & (parts < used)
     dims = tl.arange(0, D_PAD)
     dim_mask = dims < HEAD_DIM
 
@@ -166,7 +194,8 @@ def _last_dim_contiguous(t):
 
 
 def paged_attention_decode_partitioned(query, key_cache, value_cache, block_tables, context_lens,
-                                       scale: float, partition_tokens: int | None):
+                                       scale: float, partition_tokens: int | None, sliding_window: int | None = None,
+                                       softcap: float | None = None):
     """The decode kernel with an explicit split: partition_tokens=None runs one pass per
     sequence, an int splits contexts into partitions of that many tokens (a multiple of the
     tile, itself max(32, block_size))."""
@@ -195,10 +224,11 @@ def paged_attention_decode_partitioned(query, key_cache, value_cache, block_tabl
         out.stride(0), out.stride(1),
     )
     scale_log2 = scale * LOG2E
+    window, cap = int(sliding_window or 0), float(softcap or 0.0)
     if partition_tokens is None:
         _decode_kernel[(num_seqs, num_kv_heads, 1)](
             query, key_cache, value_cache, block_tables, context_lens, out,
-            out, out, out, scale_log2, *strides, num_heads, 1,
+            out, out, out, scale_log2, window, cap, *strides, num_heads, 1,
             PARTITION_TOKENS=0, **meta)
         return out
 
@@ -211,22 +241,25 @@ def paged_attention_decode_partitioned(query, key_cache, value_cache, block_tabl
     part_sum = torch.empty((num_seqs, num_heads, num_partitions), **ws)
     _decode_kernel[(num_seqs, num_kv_heads, num_partitions)](
         query, key_cache, value_cache, block_tables, context_lens, out,
-        part_acc, part_max, part_sum, scale_log2, *strides, num_heads, num_partitions,
+        part_acc, part_max, part_sum, scale_log2, window, cap, *strides, num_heads, num_partitions,
         PARTITION_TOKENS=partition_tokens, **meta)
     _decode_reduce_kernel[(num_seqs, num_heads)](
         part_acc, part_max, part_sum, context_lens, out,
-        out.stride(0), out.stride(1), num_heads, num_partitions,
+        out.stride(0), out.stride(1), num_heads, num_partitions, window,
         HEAD_DIM=head_dim, D_PAD=meta["D_PAD"], NP_PAD=triton.next_power_of_2(num_partitions),
         PARTITION_TOKENS=partition_tokens)
     return out
 
 
-def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float):
+def paged_attention_decode(query, key_cache, value_cache, block_tables, context_lens, scale: float,
+                           sliding_window: int | None = None, softcap: float | None = None):
     """Same contract as reference.paged_attention_decode."""
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     partition = max(PARTITION_TOKENS, block_size)
-    long_context = block_tables.shape[1] * block_size > partition
+    # A window bounds the tokens read, whatever the table's width.
+    span = block_tables.shape[1] * block_size
+    long_context = min(span, sliding_window or span) > partition
     few_programs = query.shape[0] * num_kv_heads < SPLIT_BELOW_PROGRAMS
     split = partition if long_context and few_programs else None
     return paged_attention_decode_partitioned(query, key_cache, value_cache, block_tables,
-                                              context_lens, scale, split)
+                                              context_lens, scale, split, sliding_window, softcap)

@@ -4,7 +4,8 @@ tokens), prefill chunks, prefix-cache hits and recompute: all K/V, the new token
 from the cache.
 
 Grid: (sequence, query head, query tile of BLOCK_M rows). A tile walks the context in BLOCK_N
-token steps up to its last query's position (causal), gathering each token's physical block from
+token steps up to its last query's position (causal), from its first query's window start when
+there is a sliding window (blocks before it are never read), gathering each token's physical block from
 the block table, with an online softmax in fp32.
 """
 
@@ -14,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from executor.kernels.paged_attention import load_kv_tile, load_query_rows, online_softmax_step
+from executor.kernels.paged_attention import (first_visible, load_kv_tile, load_query_rows, online_softmax_step,
+                                              soft_cap_log2)
 
 LOG2E = 1.4426950408889634
 
@@ -22,7 +24,7 @@ LOG2E = 1.4426950408889634
 @triton.jit
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, context_lens_ptr,
-    out_ptr, scale_log2,
+    out_ptr, scale_log2, window, softcap,
     stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -57,14 +59,18 @@ def _prefill_kernel(
     # Causal: nothing past the tile's last query position is visible to any of its rows.
     kv_end = tl.minimum(ctx, ctx - q_len + tile_lo + BLOCK_M)
     table_row = block_tables_ptr + seq * stride_bt
-    for t0 in range(0, kv_end, BLOCK_N):
+    # Sliding window: nothing before the first row's window is visible to any row of the tile.
+    kv_start = first_visible(ctx - q_len + tile_lo, window)
+    for t0 in range(kv_start, kv_end, BLOCK_N):
         toks = t0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < kv_end
         k, v = load_kv_tile(k_cache_ptr, v_cache_ptr, table_row, toks, tok_mask, dims, dim_mask, kv_head,
                             stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh, BLOCK_SIZE, UPCAST)
 
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2
+        s = soft_cap_log2(tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2, softcap)
         visible = tok_mask[None, :] & (toks[None, :] <= q_pos[:, None])
+        if window > 0:
+            visible = visible & (toks[None, :] > q_pos[:, None] - window)
         s = tl.where(visible, s, float("-inf"))  # before the max, so padding never wins it
         m_i, l_i, acc = online_softmax_step(s, v, m_i, l_i, acc)
 
@@ -74,7 +80,8 @@ def _prefill_kernel(
 
 
 def paged_prefill_attention_tiled(query, key_cache, value_cache, block_tables, query_start_loc,
-                                  context_lens, scale: float, block_m: int = 64, block_n: int = 64):
+                                  context_lens, scale: float, block_m: int = 64, block_n: int = 64,
+                                  sliding_window: int | None = None, softcap: float | None = None):
     """The prefill kernel with explicit tile sizes (powers of two, >= 16)."""
     query = query if query.stride(-1) == 1 else query.contiguous()
     assert key_cache.stride(-1) == 1 and value_cache.stride(-1) == 1
@@ -93,7 +100,7 @@ def paged_prefill_attention_tiled(query, key_cache, value_cache, block_tables, q
     grid = (num_seqs, num_heads, triton.cdiv(max_q_len, block_m))
     _prefill_kernel[grid](
         query, key_cache, value_cache, block_tables, query_start_loc, context_lens, out,
-        scale * LOG2E,
+        scale * LOG2E, int(sliding_window or 0), float(softcap or 0.0),
         query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
@@ -107,7 +114,8 @@ def paged_prefill_attention_tiled(query, key_cache, value_cache, block_tables, q
 
 
 def paged_prefill_attention(query, key_cache, value_cache, block_tables, query_start_loc,
-                            context_lens, scale: float):
+                            context_lens, scale: float, sliding_window: int | None = None,
+                            softcap: float | None = None):
     """Same contract as reference.paged_prefill_attention."""
-    return paged_prefill_attention_tiled(query, key_cache, value_cache, block_tables,
-                                         query_start_loc, context_lens, scale)
+    return paged_prefill_attention_tiled(query, key_cache, value_cache, block_tables, query_start_loc,
+                                         context_lens, scale, sliding_window=sliding_window, softcap=softcap)

@@ -35,6 +35,23 @@ def random_paged_cache(ctx_lens, num_kv_heads: int, head_dim: int, block_size: i
     return key_cache.to(device), value_cache.to(device), tables.to(device), ctx.to(device)
 
 
+def poison_outside_window(key_cache, value_cache, block_tables, first_query, window: int):
+    """Copies of the caches and tables where every block wholly before a sequence's first visible
+    position (first_query[i] - window + 1) is NaN and every other such table entry is NULL_BLOCK
+    (a freed block): a kernel that reads outside the window gives NaN or fails."""
+    from executor.kernels.reference import NULL_BLOCK
+
+    key_cache, value_cache, block_tables = key_cache.clone(), value_cache.clone(), block_tables.clone()
+    block_size = key_cache.shape[1]
+    for i, q0 in enumerate(first_query):
+        for b in range(max(0, q0 - window + 1) // block_size):
+            key_cache[int(block_tables[i, b])] = float("nan")
+            value_cache[int(block_tables[i, b])] = float("nan")
+            if b % 2:
+                block_tables[i, b] = NULL_BLOCK
+    return key_cache, value_cache, block_tables
+
+
 # Kernel outputs against the references: |out - ref| <= atol + rtol * |ref|, atol = rtol = this
 # per dtype; the cache ops (reshape_and_cache, copy_blocks) must be bit-exact.
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 2e-2}
@@ -55,8 +72,9 @@ def _decode_impls(impl_name, mod, split_tokens):
     """(label, fn) decode variants to check for one implementation."""
     out = [("auto", mod.paged_attention_decode)]
     if impl_name.startswith("triton"):
-        out.append(("one-pass", lambda *a: mod.paged_attention_decode_partitioned(*a, None)))
-        out.append((f"split-{split_tokens}", lambda *a: mod.paged_attention_decode_partitioned(*a, split_tokens)))
+        out.append(("one-pass", lambda *a, **kw: mod.paged_attention_decode_partitioned(*a, None, **kw)))
+        out.append((f"split-{split_tokens}",
+                    lambda *a, **kw: mod.paged_attention_decode_partitioned(*a, split_tokens, **kw)))
     return out
 
 
@@ -64,8 +82,9 @@ def check_kernels(impl_name: str, mod, K: dict, device, rows: list[dict], time_l
                   reraise: tuple[type[BaseException], ...] = ()) -> None:
     """Check one implementation (a module with the kernels' functions) against the references on
     random paged caches, appending one row per check to `rows`: decode (every variant), prefill
-    (each split kind of K["prefill"]), reshape_and_cache and copy_blocks (bit-exact), for each
-    (dtype, (heads, kv heads), block size) of K["combos"]. A kernel that raises becomes a failing
+    (each split kind of K["prefill"]), both again with a sliding window of block size + 3 tokens
+    over caches whose out-of-window blocks are NaN / NULL_BLOCK, reshape_and_cache and copy_blocks
+    (bit-exact), for each (dtype, (heads, kv heads), block size) of K["combos"]. A kernel that raises becomes a failing
     row with the error; exceptions in `reraise` (an outer timeout) go through."""
     from executor.kernels import reference
 
@@ -86,6 +105,9 @@ def check_kernels(impl_name: str, mod, K: dict, device, rows: list[dict], time_l
         ref = reference.paged_attention_decode(q, kc, vc, tables, ctx_t, scale)
         split = K["split_tokens"] or max(32, bs)
         split = max(split, max(32, bs))
+        window = bs + 3  # cuts blocks: one partially covered, the ones before it never read
+        ref_window = reference.paged_attention_decode(q, kc, vc, tables, ctx_t, scale, sliding_window=window)
+        pk, pv, ptables = poison_outside_window(kc, vc, tables, [c - 1 for c in ctx], window)
         for label, fn in _decode_impls(impl_name, mod, split):
             row = dict(kernel="decode", impl=impl_name, variant=label, dtype=dtype_name, heads=heads,
                        block=bs, head_dim=D, case=f"ctx {min(ctx)}..{max(ctx)} x{len(ctx)} (partial blocks)",
@@ -94,7 +116,12 @@ def check_kernels(impl_name: str, mod, K: dict, device, rows: list[dict], time_l
                 out = fn(q, kc, vc, tables, ctx_t, scale)
                 synchronize(device)
                 row["max_abs_err"], row["passed"] = max_abs_error(out, ref, tol, tol)
-        del kc, vc
+            row = dict(row, variant=f"{label} window {window}", case=row["case"] + ", outside the window NaN/-1")
+            with CheckRow(rows, row, reraise):
+                out = fn(q, pk, pv, ptables, ctx_t, scale, sliding_window=window)
+                synchronize(device)
+                row["max_abs_err"], row["passed"] = max_abs_error(out, ref_window, tol, tol)
+        del kc, vc, pk, pv
         # ---- prefill, one batch per split kind
         for split_name, seqs in K["prefill"].items():
             q_lens = [q_ for q_, _ in seqs]
@@ -110,7 +137,15 @@ def check_kernels(impl_name: str, mod, K: dict, device, rows: list[dict], time_l
                 out = mod.paged_prefill_attention(qp, kc, vc, tables, loc, ctx_t, scale)
                 synchronize(device)
                 row["max_abs_err"], row["passed"] = max_abs_error(out, ref, tol, tol)
-            del kc, vc
+            window = bs + 3
+            ref = reference.paged_prefill_attention(qp, kc, vc, tables, loc, ctx_t, scale, sliding_window=window)
+            pk, pv, ptables = poison_outside_window(kc, vc, tables, [c - q_ for q_, c in seqs], window)
+            row = dict(row, variant=f"{split_name} window {window}", case=row["case"] + ", outside the window NaN/-1")
+            with CheckRow(rows, row, reraise):
+                out = mod.paged_prefill_attention(qp, pk, pv, ptables, loc, ctx_t, scale, sliding_window=window)
+                synchronize(device)
+                row["max_abs_err"], row["passed"] = max_abs_error(out, ref, tol, tol)
+            del kc, vc, pk, pv
         # ---- reshape_and_cache: random distinct slots, some -1
         n_tok = K["rc_tokens"]
         num_blocks = n_tok // bs + 8

