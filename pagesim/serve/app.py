@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -31,6 +32,9 @@ from pagesim.serve.stats_log import log_stats_every
 log = logging.getLogger("pagesim.serve")
 
 
+_TYPE_TAG = re.compile(r"^(str|int|float|bool|none|.*\[.*\])$")  # pydantic's name for one type of a union
+
+
 def parse_body(raw: bytes, model: type[BaseModel]):
     """The request body as `model`, or BadRequest saying what is wrong with it."""
     try:
@@ -46,8 +50,11 @@ def parse_body(raw: bytes, model: type[BaseModel]):
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        # a field of several accepted types gets an error per type: the one past the type check
+        # ("at most 32 items", "greater than 0") says more than "should be a valid string"
+        errors = e.errors()
+        first = next((x for x in errors if not x["type"].endswith("_type")), errors[0])
+        where = ".".join(str(p) for p in first.get("loc", ()) if not _TYPE_TAG.match(str(p))) or "body"
         raise BadRequest(f"{where}: {first.get('msg')}", where) from None
     except RecursionError:  # nesting pydantic walks (inside a field it validates)
         raise BadRequest("body: the JSON is nested too deeply", "body") from None

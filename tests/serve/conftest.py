@@ -113,3 +113,19 @@ def stop_with_a_stream_in_flight(server: ServerProcess) -> tuple[int, str, bool]
     status, stderr = server.stop()
     thread.join(30)
     return status, stderr, not thread.is_alive()
+
+
+@pytest.fixture(scope="package")
+def reference():
+    """generate(prompt ids, params) -> output token lists, on the model the server loaded."""
+    from executor.engine import EngineConfig, LLMEngine
+    from executor.models.loader import load_model
+    from pagesim.core import SamplingParams
+
+    lm = load_model(MODEL)
+
+    def generate(prompt: list[int], **params) -> list[list[int]]:
+        engine = LLMEngine(lm, EngineConfig(num_gpu_blocks=128, num_cpu_blocks=64))
+        return engine.generate([prompt], SamplingParams(**params))[0].outputs
+
+    return generate
