@@ -52,6 +52,8 @@ def serve(
                                      help="largest request body in MiB (413 above)"),
     max_connections: int = typer.Option(HttpLimits.max_connections, parser=POSITIVE_INT,
                                         help="open connections at once, at most (503 above)"),
+    drain_timeout: float = typer.Option(HttpLimits.drain_s, parser=POSITIVE,
+                                        help="on SIGTERM / Ctrl-C: seconds open requests may still run"),
 ) -> None:
     """Serve MODEL over HTTP: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics."""
     try:
@@ -66,7 +68,8 @@ def serve(
     if api_key is not None and not api_key.strip():
         fail("--api-key: empty (leave it out to serve without a key)")
     limits = HttpLimits(header_timeout_s=header_timeout, body_timeout_s=body_timeout,
-                        max_body_bytes=max_body_mib * 2**20, max_connections=max_connections)
+                        max_body_bytes=max_body_mib * 2**20, max_connections=max_connections,
+                        drain_s=drain_timeout)
     try:  # before the model loads: a port in use is one line at once
         sock = listen_socket(host, port)
     except AddressError as e:
