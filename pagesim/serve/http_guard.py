@@ -74,6 +74,8 @@ def guarded_protocol(limits: HttpLimits) -> type[H11Protocol]:
             self._disarm()
             if self.conn.their_state is h11.ERROR and len(self.conn.trailing_data[0]) >= limits.max_header_bytes:
                 msg = f"the request line and headers exceed {limits.max_header_bytes} bytes"
+            else:  # uvicorn's own text names nothing
+                msg = "not valid HTTP/1.1 (its request line, headers or body framing)"
             self._refuse(400, f"invalid HTTP request: {msg}")
 
         def _arm_header_deadline(self) -> None:

@@ -6,6 +6,7 @@ listened on is one line and exit 2 before the model loads."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -28,7 +29,7 @@ BODY = {"prompt": [5, 6, 7, 8], "max_tokens": 3, "ignore_eos": True}
 def guarded():
     """The server and, once the module is done, its SIGTERM status and stderr."""
     with running_server("--api-key", KEY, "--header-timeout", "1", "--body-timeout", "1", "--max-body-mib", "1",
-                        "--stats-interval", "1", "--log-level", "info", "--drain-timeout", "60") as s:
+                        "--stats-interval", "1", "--log-level", "info", "--drain-timeout", "60", "--max-connections", "4") as s:
         yield s
 
 
@@ -96,6 +97,30 @@ def test_headers_over_the_limit_are_refused(guarded):
     seconds, answer = raw_exchange(port_of(guarded), b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 2**20 + b"\r\n\r\n")
     assert seconds < 5
     assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer  # the reply may be lost to our unread bytes
+
+
+def test_a_connection_over_the_limit_gets_503(guarded):
+    held = [socket.create_connection(("127.0.0.1", port_of(guarded)), timeout=10) for _ in range(4)]
+    try:
+        time.sleep(0.2)  # the server has accepted them (well inside the 1 s header deadline)
+        seconds, answer = raw_exchange(port_of(guarded), b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503"), answer
+        assert json.loads(body)["error"]["code"] == "too_many_connections"
+    finally:
+        for conn in held:
+            conn.close()
+    time.sleep(0.3)
+    assert httpx.get(f"{guarded.base}/health", timeout=10).status_code == 200  # room again
+
+
+@pytest.mark.parametrize("data", [b"\x00\x01garbage\r\n\r\n",
+                                  b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"])
+def test_malformed_http_gets_an_openai_400(guarded, data):
+    seconds, answer = raw_exchange(port_of(guarded), data)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and seconds < 5, answer
+    assert "not valid HTTP/1.1" in json.loads(body)["error"]["message"]
 
 
 def test_sigterm_drains_a_stream_exits_0_and_the_log_has_access_and_stats_lines(guarded):
