@@ -5,11 +5,14 @@ Requests and aborts are queued by the event loop and applied between steps (the 
 thread-safe and needs no locks this way). After every step each request that advanced gets one
 RequestUpdate with the tokens its samples produced, delivered into its asyncio queue.
 
-A step that raises (a sampling or forward failure) fails the requests in that step, each with
-the error (the server answers 500), frees their blocks, and the loop goes on with the others.
-MAX_FAILED_STEPS failures in a row, or a failure the core cannot clean up after, mean the
-engine cannot run: the loop ends, every waiting client gets the error, and on_fatal is called
-(the server then shuts down and exits with status 1; it never lingers answering 503).
+A request whose sampling raises is failed alone (the engine runs with isolate_failures: it
+aborts that request and goes on with the rest of the batch); a step that raises (a forward
+failure) fails the requests in that step. Each gets the error (the server answers 500), their
+blocks are freed, and the loop goes on with the others. MAX_FAILED_STEPS failures in a row (a
+step whose every request failed to sample counts as one), or a failure the core cannot clean up
+after, mean the engine cannot run: the loop ends, every waiting client gets the error, and
+on_fatal is called (the server then shuts down and exits with status 1; it never lingers
+answering 503).
 """
 
 from __future__ import annotations
@@ -116,14 +119,33 @@ class EngineLoop:
                     continue
                 stats = self.engine.step(time.perf_counter)
                 self.stats.on_step(self.engine.scheduler)
+                self._fail_sampling(stats.failed)
                 self._publish(stats.out.groups, stats.finished)
-                failed_in_a_row = 0
+                # a step whose every request failed to sample (NaN logits from a broken model) is a failed step
+                every_one = stats.failed and set(stats.failed) >= {g.request_id for g in stats.out.groups}
+                failed_in_a_row = failed_in_a_row + 1 if every_one else 0
+                if failed_in_a_row >= MAX_FAILED_STEPS:
+                    reason = next(iter(stats.failed.values()))
+                    self._die(RuntimeError(f"sampling failed for every request of {failed_in_a_row} steps ({reason})"))
+                    return
             except Exception as e:  # noqa: BLE001 - one step's failure ends its requests, not the server
                 failed_in_a_row += 1
                 log.exception("an engine step failed (%d in a row); its requests end with the error", failed_in_a_row)
                 if failed_in_a_row >= MAX_FAILED_STEPS or not self._fail_stepped(e):
                     self._die(e)
                     return
+
+    def _fail_sampling(self, failed: dict[int, str]) -> None:
+        """End the requests whose sampling failed this step (the engine has aborted them)."""
+        for request_id, reason in failed.items():
+            tracked = self._tracked.pop(request_id, None)
+            if tracked is None:
+                continue
+            log.error("request %d: sampling failed: %s", request_id, reason)
+            tracked.deliver(RequestUpdate(finished=True, error=f"sampling failed: {reason}", error_kind="step_failed"))
+            self.stats.on_finish(tracked.group, "abort")
+        if failed:
+            self.stats.refresh(self.engine.scheduler)
 
     def _fail_stepped(self, error: Exception) -> bool:
         """End, with the error, every request the failed step may have touched: those running
@@ -149,12 +171,12 @@ class EngineLoop:
     def _die(self, error: Exception) -> None:
         self.error = error
         log.error("the engine cannot run (%s: %s); the server shuts down", type(error).__name__, error)
+        if self.on_fatal is not None:  # first: a client told of the failure finds the shutdown under way
+            self.on_fatal(error)
         for tracked in self._tracked.values():
             tracked.deliver(RequestUpdate(finished=True, error=f"the engine stopped: {type(error).__name__}: {error}",
                                           error_kind="engine_failed"))
         self._tracked.clear()
-        if self.on_fatal is not None:
-            self.on_fatal(error)
 
     def _apply_commands(self) -> None:
         if not self._commands:

@@ -73,7 +73,7 @@ class Server:
 
     def __post_init__(self):
         self.tokenizer = server_tokenizer(self.lm)
-        self.engine = LLMEngine(self.lm, self.engine_cfg)
+        self.engine = LLMEngine(self.lm, self.engine_cfg, isolate_failures=True)  # one request's failure is its own
         self.max_model_len = self.engine.scheduler.config.max_model_len
         self.stats = ServerStats(self.model_name, self.engine_cfg.num_gpu_blocks)
         self.loop = EngineLoop(self.engine, self.stats)

@@ -129,3 +129,69 @@ def test_the_server_process_exits_1_when_the_engine_cannot_run(lm):
             app.state.server.loop.on_fatal(RuntimeError("test teardown"))
             thread.join(10)
         sock.close()
+
+
+MARK = 0.123  # the temperature of the request whose sampling is made to fail
+
+
+@pytest.fixture
+def sampling_fails_for_the_marked_request(monkeypatch):
+    import executor.engine as engine_module
+
+    real = engine_module.sample
+
+    def sample(logits, params, generator, num=1):
+        if params.temperature == MARK:
+            raise ValueError("the model produced NaN or +inf logits")
+        return real(logits, params, generator, num)
+
+    monkeypatch.setattr(engine_module, "sample", sample)
+
+
+def test_a_sampling_failure_fails_that_request_alone(lm, sampling_fails_for_the_marked_request):
+    """Two requests in one batch: the marked one is aborted, the other gets exactly the tokens
+    it gets alone (the reference: a separate engine without the marked request)."""
+    from executor.engine import LLMEngine
+    from pagesim.core import SamplingParams
+
+    good = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    [expected] = LLMEngine(lm, EngineConfig(num_gpu_blocks=32, num_cpu_blocks=8)).generate([[5, 6, 7, 8]], good)
+    engine = LLMEngine(lm, EngineConfig(num_gpu_blocks=32, num_cpu_blocks=8), isolate_failures=True)
+    bad = engine.add_request([9, 10, 11], SamplingParams(max_tokens=6, temperature=MARK, ignore_eos=True), 0.0, 1)
+    ok = engine.add_request([5, 6, 7, 8], good, 0.0, 2)
+    first = engine.step(0.0)
+    assert set(first.failed) == {1} and "NaN" in first.failed[1]
+    assert {g.request_id for g in first.out.groups} == {1, 2}, "they were in one batch"
+    assert bad.finished_seqs and not bad.seqs and bad not in engine.scheduler.running
+    now = 1.0
+    while engine.has_unfinished():
+        assert not engine.step(now).failed
+        now += 1.0
+    assert ok.finished_seqs[0].output_token_ids == expected.outputs[0]
+    assert engine.scheduler.kv.num_used_blocks == 0
+    with pytest.raises(ValueError, match="NaN"):  # offline (the default), the error propagates
+        LLMEngine(lm, EngineConfig(num_gpu_blocks=32, num_cpu_blocks=8)).generate(
+            [[9, 10]], SamplingParams(max_tokens=2, temperature=MARK))
+
+
+def test_the_server_answers_500_for_that_request_and_serves_the_next(lm, sampling_fails_for_the_marked_request):
+    app = make_app(lm)
+    with TestClient(app) as client:
+        failed = client.post("/v1/completions", json={**BODY, "temperature": MARK})
+        assert failed.status_code == 500
+        assert "sampling failed: ValueError: the model produced NaN" in failed.json()["error"]["message"]
+        assert client.post("/v1/completions", json=BODY).status_code == 200
+        assert client.get("/health").status_code == 200
+        assert app.state.server.engine.scheduler.kv.num_used_blocks == 0
+
+
+def test_sampling_that_fails_for_everyone_is_a_dead_engine(lm, sampling_fails_for_the_marked_request):
+    app = make_app(lm)
+    fatal = []
+    app.state.server.loop.on_fatal = fatal.append
+    with TestClient(app) as client:
+        codes = [client.post("/v1/completions", json={**BODY, "temperature": MARK}).status_code
+                 for _ in range(MAX_FAILED_STEPS)]
+        assert codes == [500] * MAX_FAILED_STEPS
+        assert len(fatal) == 1 and "sampling failed for every request of 3 steps" in str(fatal[0])
+        assert client.get("/health").status_code == 500
