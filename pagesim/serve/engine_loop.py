@@ -85,7 +85,7 @@ class EngineLoop:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and self.error is None  # error: set before the thread ends
 
     def submit(self, prompt_ids: list[int], sampling: SamplingParams) -> tuple[int, asyncio.Queue]:
         """Queue a request; its RequestUpdates arrive on the returned queue."""
@@ -119,15 +119,15 @@ class EngineLoop:
                     continue
                 stats = self.engine.step(time.perf_counter)
                 self.stats.on_step(self.engine.scheduler)
-                self._fail_sampling(stats.failed)
-                self._publish(stats.out.groups, stats.finished)
                 # a step whose every request failed to sample (NaN logits from a broken model) is a failed step
                 every_one = stats.failed and set(stats.failed) >= {g.request_id for g in stats.out.groups}
                 failed_in_a_row = failed_in_a_row + 1 if every_one else 0
-                if failed_in_a_row >= MAX_FAILED_STEPS:
+                if failed_in_a_row >= MAX_FAILED_STEPS:  # before anyone is told: they learn the engine stopped
                     reason = next(iter(stats.failed.values()))
                     self._die(RuntimeError(f"sampling failed for every request of {failed_in_a_row} steps ({reason})"))
                     return
+                self._fail_sampling(stats.failed)
+                self._publish(stats.out.groups, stats.finished)
             except Exception as e:  # noqa: BLE001 - one step's failure ends its requests, not the server
                 failed_in_a_row += 1
                 log.exception("an engine step failed (%d in a row); its requests end with the error", failed_in_a_row)
