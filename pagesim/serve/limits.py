@@ -11,7 +11,7 @@ class HttpLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_body_bytes: int = 16 * 2**20
-    max_header_bytes: int = 64 * 2**10
+    max_header_bytes: int = 16 * 2**10  # h11 and uvicorn default: a request line and headers, at most
     max_connections: int = 1024
     keep_alive_s: float = 5.0  # an idle connection between requests (uvicorn's timeout_keep_alive)
     drain_s: float = 5.0  # on SIGTERM / Ctrl-C: how long open requests may still run

@@ -93,7 +93,7 @@ def test_a_body_over_the_limit_is_refused_at_once(guarded):
 
 def test_headers_over_the_limit_are_refused(guarded):
     # 1 MB: more than one read of the socket (asyncio reads up to 256 KiB), so h11 sees the
-    # incomplete headers pass its 64 KiB limit
+    # incomplete headers pass the 16 KiB limit
     seconds, answer = raw_exchange(port_of(guarded), b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 2**20 + b"\r\n\r\n")
     assert seconds < 5
     assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer  # the reply may be lost to our unread bytes
