@@ -40,6 +40,8 @@ class StepStats:
     shape: BatchShape  # the step as the simulator's cost models see it
     finished: list[SequenceGroup]
     seconds: float
+    # isolate_failures: request_id -> why its sampling failed this step (it was aborted)
+    failed: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,8 +56,13 @@ class RequestOutput:
 
 
 class LLMEngine:
-    def __init__(self, lm: LoadedModel, config: EngineConfig | None = None):
+    def __init__(self, lm: LoadedModel, config: EngineConfig | None = None, isolate_failures: bool = False):
+        """isolate_failures (a server's choice): a request whose sampling raises is aborted and
+        reported in StepStats.failed, and the step goes on for the others; otherwise the error
+        propagates, as an offline run wants."""
         self.lm = lm
+        self.isolate_failures = isolate_failures
+        self._failed: dict[int, str] = {}  # this step's sampling failures (isolate_failures)
         self.config = cfg = config or EngineConfig()
         max_model_len = cfg.max_model_len or lm.max_model_len
         self.scheduler = cfg.make_scheduler(cfg.num_gpu_blocks, cfg.num_cpu_blocks, max_model_len, lm.eos_token_id)
@@ -138,12 +145,19 @@ class LLMEngine:
         if self.lm.device.type == "cuda":
             torch.cuda.synchronize()
         finished = self.scheduler.update(out, StepResult(samples=samples), now())
+        failed, self._failed = self._failed, {}
+        for request_id in failed:  # their placeholder tokens fork nothing and end no beam search
+            self._forks.pop(request_id, None)
+            self._beams.pop(request_id, None)
         self._after_update(out)
         for group in finished:
             self._forget(group)
             if group.request_id in self._beams:
                 self.finished_beams[group.request_id] = self._beams.pop(group.request_id)
-        return StepStats(out, out.batch_shape(), finished, time.perf_counter() - start)
+        for request_id in failed:
+            self.abort_request(request_id, now())  # None if the placeholder token ended it: already freed
+        finished = [g for g in finished if g.request_id not in failed]
+        return StepStats(out, out.batch_shape(), finished, time.perf_counter() - start, failed)
 
     def _execute(self, out: SchedulerOutput) -> dict[int, list[Sample]]:
         lm, bs = self.lm, self.config.block_size
@@ -171,11 +185,19 @@ class LLMEngine:
                 continue
             due = {seq.seq_id: logits[row + i] for i, seq in enumerate(due_seqs)}
             row += len(due_seqs)
-            beams = self._beams.get(group.request_id)
-            if beams is not None:
-                samples[group.request_id] = beams.step(group, due)
-            else:
-                samples[group.request_id] = self._sample_group(group, due)
+            try:
+                beams = self._beams.get(group.request_id)
+                if beams is not None:
+                    samples[group.request_id] = beams.step(group, due)
+                else:
+                    samples[group.request_id] = self._sample_group(group, due)
+            except Exception as e:
+                if not self.isolate_failures:
+                    raise
+                # one token per due sequence keeps the core's update whole; the request is
+                # aborted right after it, so the token is never seen
+                self._failed[group.request_id] = f"{type(e).__name__}: {e}"
+                samples[group.request_id] = [Sample(seq.seq_id, seq.token_ids[-1]) for seq in due_seqs]
         return samples
 
     def _sample_group(self, group: SequenceGroup, due: dict[int, torch.Tensor]) -> list[Sample]:

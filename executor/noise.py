@@ -8,13 +8,16 @@ Measured by benchmarks/bench_executor_noise.py (reports/executor_noise.md). The 
 - gc_during_steps=False: the garbage collector is disabled inside a step and re-enabled after,
   so its collections (whose cost grows with every object the process holds) fall between
   steps, not inside a timed one; gc.freeze() after the model loads moves the objects that live
-  for the whole run out of the collector's generations;
+  for the whole run out of the collector's generations (and gc.unfreeze() at exit hands them
+  back: frozen objects are never collected, and triton's, which torch imports, then make
+  nanobind print ~30 lines of "leaked ..." when the interpreter ends);
 - warmup_steps: forward passes on a throwaway engine before t = 0 (the first passes allocate
   tensors and fill caches), never recorded.
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 from contextlib import contextmanager
@@ -43,6 +46,8 @@ class NoiseControl:
         if not self.gc_during_steps:
             gc.collect()
             gc.freeze()
+            atexit.unregister(gc.unfreeze)  # once, however many runs a process makes
+            atexit.register(gc.unfreeze)
 
     @contextmanager
     def step(self):

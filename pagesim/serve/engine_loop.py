@@ -4,6 +4,15 @@ concurrent HTTP requests.
 Requests and aborts are queued by the event loop and applied between steps (the core is not
 thread-safe and needs no locks this way). After every step each request that advanced gets one
 RequestUpdate with the tokens its samples produced, delivered into its asyncio queue.
+
+A request whose sampling raises is failed alone (the engine runs with isolate_failures: it
+aborts that request and goes on with the rest of the batch); a step that raises (a forward
+failure) fails the requests in that step. Each gets the error (the server answers 500), their
+blocks are freed, and the loop goes on with the others. MAX_FAILED_STEPS failures in a row (a
+step whose every request failed to sample counts as one), or a failure the core cannot clean up
+after, mean the engine cannot run: the loop ends, every waiting client gets the error, and
+on_fatal is called (the server then shuts down and exits with status 1; it never lingers
+answering 503).
 """
 
 from __future__ import annotations
@@ -19,6 +28,9 @@ from executor.engine import LLMEngine, samples_in_order
 from pagesim.core import SamplingParams, SequenceGroup, SequenceStatus
 from pagesim.serve.metrics import ServerStats
 
+log = logging.getLogger("pagesim.serve")
+MAX_FAILED_STEPS = 3  # failed steps in a row after which the engine is taken as broken
+
 
 @dataclass
 class SampleDelta:
@@ -32,8 +44,10 @@ class SampleDelta:
 class RequestUpdate:
     samples: list[SampleDelta] = field(default_factory=list)
     finished: bool = False
-    error: str | None = None  # the engine refused the request (e.g. it can never fit the KV pool)
-    engine_failed: bool = False  # the error is the engine thread's own failure, not the request's
+    error: str | None = None  # why the request ended without its tokens (see error_kind)
+    # "refused": the engine cannot take it (e.g. it can never fit the KV pool), a 400;
+    # "step_failed": a step it was in raised, a 500; "engine_failed": the engine stopped, a 503
+    error_kind: str = "refused"
 
 
 @dataclass
@@ -43,6 +57,7 @@ class _Tracked:
     sent: dict[int, int] = field(default_factory=dict)  # sample index -> output tokens delivered
     logprob_sum: dict[int, float] = field(default_factory=dict)  # sample index -> their log-probs' sum
     ended: set[int] = field(default_factory=set)  # sample indices whose finish was delivered
+    abort_reason: str = "abort"  # how an abort from the server counts in /metrics ("stop": a stop string)
 
 
 class EngineLoop:
@@ -57,6 +72,7 @@ class EngineLoop:
         self._id_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="pagesim-engine", daemon=True)
         self.error: BaseException | None = None  # what stopped the loop, if it died
+        self.on_fatal = None  # called (in the engine thread) with the error when the loop dies
 
     # -- called from the event loop -----------------------------------------------------------
     def start(self) -> None:
@@ -69,7 +85,7 @@ class EngineLoop:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and self.error is None  # error: set before the thread ends
 
     def submit(self, prompt_ids: list[int], sampling: SamplingParams) -> tuple[int, asyncio.Queue]:
         """Queue a request; its RequestUpdates arrive on the returned queue."""
@@ -85,14 +101,17 @@ class EngineLoop:
         self._wake.set()
         return request_id, updates
 
-    def abort(self, request_id: int) -> None:
-        self._commands.append(("abort", request_id))
+    def abort(self, request_id: int, reason: str = "abort") -> None:
+        """Stop a request between steps. reason is how it counts in /metrics: "stop" when the
+        server ended it at a stop string, "abort" when the client went away."""
+        self._commands.append(("abort", request_id, reason))
         self._wake.set()
 
     # -- the engine thread --------------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            while not self._stop:
+        failed_in_a_row = 0
+        while not self._stop:
+            try:
                 self._apply_commands()
                 if not self.engine.has_unfinished():
                     self._wake.wait(0.5)
@@ -100,12 +119,64 @@ class EngineLoop:
                     continue
                 stats = self.engine.step(time.perf_counter)
                 self.stats.on_step(self.engine.scheduler)
+                # a step whose every request failed to sample (NaN logits from a broken model) is a failed step
+                every_one = stats.failed and set(stats.failed) >= {g.request_id for g in stats.out.groups}
+                failed_in_a_row = failed_in_a_row + 1 if every_one else 0
+                if failed_in_a_row >= MAX_FAILED_STEPS:  # before anyone is told: they learn the engine stopped
+                    reason = next(iter(stats.failed.values()))
+                    self._die(RuntimeError(f"sampling failed for every request of {failed_in_a_row} steps ({reason})"))
+                    return
+                self._fail_sampling(stats.failed)
                 self._publish(stats.out.groups, stats.finished)
-        except Exception as e:  # noqa: BLE001 - reported by /health, the log and to every waiting client
-            self.error = e
-            logging.getLogger("pagesim.serve").exception("the engine thread failed; the server answers 503 from now on")
-            for tracked in self._tracked.values():
-                tracked.deliver(RequestUpdate(finished=True, error=f"engine failed: {e!r}", engine_failed=True))
+            except Exception as e:  # noqa: BLE001 - one step's failure ends its requests, not the server
+                failed_in_a_row += 1
+                log.exception("an engine step failed (%d in a row); its requests end with the error", failed_in_a_row)
+                if failed_in_a_row >= MAX_FAILED_STEPS or not self._fail_stepped(e):
+                    self._die(e)
+                    return
+
+    def _fail_sampling(self, failed: dict[int, str]) -> None:
+        """End the requests whose sampling failed this step (the engine has aborted them)."""
+        for request_id, reason in failed.items():
+            tracked = self._tracked.pop(request_id, None)
+            if tracked is None:
+                continue
+            log.error("request %d: sampling failed: %s", request_id, reason)
+            tracked.deliver(RequestUpdate(finished=True, error=f"sampling failed: {reason}", error_kind="step_failed"))
+            self.stats.on_finish(tracked.group, "abort")
+        if failed:
+            self.stats.refresh(self.engine.scheduler)
+
+    def _fail_stepped(self, error: Exception) -> bool:
+        """End, with the error, every request the failed step may have touched: those running
+        (the step's batch) and those that left the scheduler without their last update. False if
+        the core could not free them (its state is not to be trusted)."""
+        scheduler = self.engine.scheduler
+        waiting = {id(g) for g in (*scheduler.waiting, *scheduler.swapped)}
+        message = f"the engine step failed: {type(error).__name__}: {error}"
+        try:
+            for request_id, tracked in list(self._tracked.items()):
+                if id(tracked.group) in waiting:
+                    continue
+                self.engine.abort_request(request_id, time.perf_counter())
+                del self._tracked[request_id]
+                tracked.deliver(RequestUpdate(finished=True, error=message, error_kind="step_failed"))
+                self.stats.on_finish(tracked.group, "abort")
+            self.stats.refresh(scheduler)
+        except Exception:  # noqa: BLE001 - reported by the caller, which stops the loop
+            log.exception("could not free the failed step's requests")
+            return False
+        return True
+
+    def _die(self, error: Exception) -> None:
+        self.error = error
+        log.error("the engine cannot run (%s: %s); the server shuts down", type(error).__name__, error)
+        if self.on_fatal is not None:  # first: a client told of the failure finds the shutdown under way
+            self.on_fatal(error)
+        for tracked in self._tracked.values():
+            tracked.deliver(RequestUpdate(finished=True, error=f"the engine stopped: {type(error).__name__}: {error}",
+                                          error_kind="engine_failed"))
+        self._tracked.clear()
 
     def _apply_commands(self) -> None:
         if not self._commands:
@@ -128,6 +199,7 @@ class EngineLoop:
                 tracked = self._tracked.get(command[1])
                 if tracked is None:
                     continue
+                tracked.abort_reason = command[2]
                 group = self.engine.abort_request(command[1], time.perf_counter())
                 if group is not None:
                     self._publish([], [group])
@@ -160,7 +232,8 @@ class EngineLoop:
                 update.samples.append(SampleDelta(index, new, logprobs, reason))
             if update.finished:
                 del self._tracked[group.request_id]
-                self.stats.on_finish(group, _finish_reason(samples_in_order(group)[0], group, self.engine.lm.eos_token_id))
+                reason = _finish_reason(samples_in_order(group)[0], group, self.engine.lm.eos_token_id)
+                self.stats.on_finish(group, tracked.abort_reason if reason == "abort" else reason)
             if update.samples or update.finished:
                 tracked.deliver(update)
 

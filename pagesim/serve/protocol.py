@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Optional, Union
+from typing import Annotated, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+MAX_STOP_STRINGS = 32  # each is searched for after every token, in the event loop
 
 
 class StreamOptions(BaseModel):
@@ -17,14 +19,15 @@ class StreamOptions(BaseModel):
 class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str
+    model: Optional[str] = None  # None: the served model (as recent vLLM)
     max_tokens: Optional[int] = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)  # vLLM's extension; 0 = off
+    # a temperature below executor.sampler.SAMPLING_EPS samples greedily, as vLLM's
+    temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int = Field(0, ge=-1)  # vLLM's extension; 0 or -1 = off
     n: int = Field(1, ge=1)
     seed: Optional[int] = Field(None, ge=-2**63, le=2**63 - 1)  # what a torch generator takes, + n
-    stop: Optional[Union[str, list[str]]] = None
+    stop: Optional[Union[str, Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)]]] = None
     ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens (trace replay)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
@@ -40,11 +43,33 @@ class CompletionRequest(SamplingFields):
     logprobs: Optional[int] = Field(None, ge=0, le=20)
 
 
+class ContentPart(BaseModel):
+    """One part of a message's content (OpenAI's list form); only text parts are served."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: Optional[str] = None
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: str
-    content: str
+    content: Union[str, list[ContentPart], None] = None  # None: an assistant turn without text
+
+    def text(self, index: int) -> str:
+        """The content as text: a list of text parts is joined with newlines, as vLLM does.
+        ValueError names the first part that is not text."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        texts = []
+        for k, part in enumerate(self.content):
+            if part.type != "text" or part.text is None:
+                raise ValueError(f"messages[{index}].content[{k}] is of type {part.type!r}: this server takes "
+                                 "text parts only ({\"type\": \"text\", \"text\": ...})")
+            texts.append(part.text)
+        return "\n".join(texts)
 
 
 class ChatRequest(SamplingFields):

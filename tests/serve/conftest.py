@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -18,12 +18,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "random:llama-tiny"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli_env() -> dict:
@@ -34,47 +28,68 @@ def cli_env() -> dict:
 @dataclass
 class ServerProcess:
     proc: subprocess.Popen
-    base: str  # http://127.0.0.1:PORT
+    base: str = ""  # http://127.0.0.1:PORT, once the server said where it listens
+    lines: list[str] = field(default_factory=list)  # its stderr so far (read by a thread: a full pipe would block it)
+    listening: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self):
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            found = re.search(r"on (http://127\.0\.0\.1:\d+)/v1$", line.rstrip())
+            if found and not self.base:
+                self.base = found[1]
+                self.listening.set()
+        self.listening.set()
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
 
     def metrics(self) -> dict[str, float]:
         from pagesim.bench.scrape import parse_prometheus
 
         return parse_prometheus(httpx.get(f"{self.base}/metrics", timeout=10).text)
 
-    def stop(self, timeout: float = 20.0) -> tuple[int, str]:
-        """SIGINT (Ctrl-C), as a user stops it; returns (exit status, stderr). Once stopped, a
-        second call returns the status only."""
-        if self.proc.returncode is not None:
-            return self.proc.returncode, ""
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            _, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-            return -9, err
-        return self.proc.returncode, err
+    def stop(self, timeout: float = 20.0, sig: int = signal.SIGINT) -> tuple[int, str]:
+        """SIGINT (Ctrl-C) or SIGTERM, as a user or a supervisor stops it; returns (exit status,
+        stderr). Once stopped, a second call returns the same."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self._reader.join(10)
+                return -9, self.stderr
+        self._reader.join(10)
+        return self.proc.returncode, self.stderr
 
 
 @contextlib.contextmanager
 def running_server(*extra: str, startup_s: float = 90.0):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pagesim.cli", "serve", "--model", MODEL, "--port", str(port),
+    """`pagesim serve` on a free loopback port (--port 0: the server picks it and says which)."""
+    proc = subprocess.Popen([sys.executable, "-m", "pagesim.cli", "serve", "--model", MODEL, "--port", "0",
                              "--num-gpu-blocks", "128", "--num-cpu-blocks", "64", *extra],
                             cwd=ROOT, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    server = ServerProcess(proc, f"http://127.0.0.1:{port}")
+    server = ServerProcess(proc)
     try:
         deadline = time.monotonic() + startup_s
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"pagesim serve exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                server.stop()
+                pytest.fail(f"pagesim serve exited with {proc.returncode}: {server.stderr[-2000:]}")
             try:
-                if httpx.get(f"{server.base}/health", timeout=1).status_code == 200:
+                if server.base and httpx.get(f"{server.base}/health", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"pagesim serve did not answer /health within {startup_s} s")
+                pytest.fail(f"pagesim serve did not answer /health within {startup_s} s: {server.stderr[-2000:]}")
             time.sleep(0.2)
         yield server
     finally:
@@ -113,3 +128,19 @@ def stop_with_a_stream_in_flight(server: ServerProcess) -> tuple[int, str, bool]
     status, stderr = server.stop()
     thread.join(30)
     return status, stderr, not thread.is_alive()
+
+
+@pytest.fixture(scope="package")
+def reference():
+    """generate(prompt ids, params) -> output token lists, on the model the server loaded."""
+    from executor.engine import EngineConfig, LLMEngine
+    from executor.models.loader import load_model
+    from pagesim.core import SamplingParams
+
+    lm = load_model(MODEL)
+
+    def generate(prompt: list[int], **params) -> list[list[int]]:
+        engine = LLMEngine(lm, EngineConfig(num_gpu_blocks=128, num_cpu_blocks=64))
+        return engine.generate([prompt], SamplingParams(**params))[0].outputs
+
+    return generate

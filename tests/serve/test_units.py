@@ -1,4 +1,5 @@
-"""The server's pieces without a server: Prometheus text, the byte tokenizer, stop strings."""
+"""The server's pieces without a server: Prometheus text, the byte tokenizer, stop strings, the
+stats line, content parts."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_byte_tokenizer_round_trips_and_refuses_bytes_outside_its_vocabulary():
 
 
 def test_streamed_text_holds_back_a_possible_stop_string():
-    from pagesim.serve.app import SampleState, Server
+    from pagesim.serve.generation import SampleState, Server
 
     state = SampleState(text="abc<e")
     assert Server.streamable(state, ["<end>"]) == "abc"  # "<e" may begin "<end>"
@@ -48,29 +49,6 @@ def test_streamed_text_holds_back_a_possible_stop_string():
     assert Server.streamable(state, ["<end>"]) == "<ex"
     state.text = "abc<exy\ufffd"
     assert Server.streamable(state, ["<end>"]) == "y"  # half a UTF-8 character waits too
-
-
-def test_a_dead_engine_thread_answers_503_and_health_500():
-    from fastapi.testclient import TestClient
-
-    from executor.engine import EngineConfig
-    from executor.models.loader import load_model
-    from pagesim.serve.app import create_app
-
-    app = create_app(load_model("random:llama-tiny"), EngineConfig(num_gpu_blocks=32, num_cpu_blocks=8), "m")
-    engine = app.state.server.engine
-
-    def broken(clock):
-        raise RuntimeError("device lost")
-
-    engine.step = broken
-    with TestClient(app) as client:
-        assert client.get("/health").status_code == 200
-        first = client.post("/v1/completions", json={"model": "m", "prompt": [5, 6, 7], "max_tokens": 2})
-        assert first.status_code == 503 and "device lost" in first.json()["error"]["message"]
-        assert client.get("/health").status_code == 500
-        again = client.post("/v1/completions", json={"model": "m", "prompt": [5, 6, 7], "max_tokens": 2})
-        assert again.status_code == 503
 
 
 def test_the_cli_and_the_bench_client_stay_light():
@@ -86,3 +64,31 @@ def test_the_cli_and_the_bench_client_stay_light():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_stats_line_gives_rates_over_the_interval():
+    from pagesim.serve.stats_log import StatsSnapshot, stats_line
+
+    before = StatsSnapshot(prompt_tokens=100, generation_tokens=50, running=0, waiting=0, swapped=0, kv_blocks_used=0,
+                           kv_blocks_total=128, preemptions=1, finished=3)
+    now = StatsSnapshot(prompt_tokens=160, generation_tokens=250, running=2, waiting=1, swapped=0, kv_blocks_used=32,
+                        kv_blocks_total=128, preemptions=2, finished=5)
+    line = stats_line(before, now, 4.0)
+    # (160 - 100) / 4 = 15.0, (250 - 50) / 4 = 50.0, 32 / 128 = 25 %
+    assert "prompt throughput 15.0 tokens/s" in line and "generation throughput 50.0 tokens/s" in line
+    assert "running 2 reqs, waiting 1 reqs" in line and "KV cache usage 25.0% (32/128 blocks)" in line
+    assert "finished 2 reqs, preemptions 1" in line
+    idle = StatsSnapshot(160, 250, 0, 0, 0, 0, 128, 2, 5)
+    assert stats_line(idle, idle, 4.0) is None, "an idle server is quiet"
+    assert stats_line(now, idle, 4.0) is not None, "the interval that saw the last work is logged"
+
+
+def test_content_parts_join_as_text_and_other_parts_are_named():
+    from pagesim.serve.protocol import ChatMessage
+
+    parts = ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])
+    assert parts.text(0) == "a\nb"  # vLLM joins text parts with a newline
+    assert ChatMessage(role="assistant", content=None).text(0) == ""
+    image = ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}}])
+    with pytest.raises(ValueError, match=r"messages\[3\]\.content\[1\] is of type 'image_url'.*text parts only"):
+        image.text(3)
