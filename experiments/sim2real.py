@@ -175,7 +175,9 @@ def main(argv=None) -> Path:
     engines, full, stable = fit_h100(groups["h100"], out_dir, max_iterations=1 if args.quick else 4,
                                      refine=0 if args.quick else args.refine)
     h100 = run_group(groups["h100"], "h100-80gb", lambda real: engines[real.name], baselines=not args.quick)
-    rtx = run_group(groups["rtx"], "rtx-pro-6000-96gb", lambda real: "vllm-0.19", baselines=not args.quick)
+    # the vllm-0.19 profile ships the H100 fit's parameters (no v0.19 run on a GPU with operator data)
+    rtx = run_group(groups["rtx"], "rtx-pro-6000-96gb", lambda real: str(out_dir / "profiles" / "all-stable.json"),
+                    baselines=not args.quick)
     a100 = run_group(groups["a100"], "a100-80gb", lambda real: "paper", baselines=False)
     scatter(h100, out_dir / "e2e_scatter.png")
     with open(out_dir / "errors.csv", "w", newline="") as f:

@@ -39,11 +39,12 @@ METRIC_WEIGHTS = {"e2e": 0.0, "ttft": 1.0, "itl": 1.0}
 # step), so the fit is a maximum a posteriori estimate: each parameter has a physical prior
 # (value, spread), and the data move it as far as they can tell it apart. Sources:
 # gpu_time_scale: the operator measurements themselves (1.0) to within 15 %;
+# attention_time_scale: the decode attention measurements (A100 FlashAttention, scaled) to within 30 %;
 # graph_kernel_s: a kernel boundary inside a CUDA graph costs 1-3 us on A100/H100;
 # allreduce_latency_s: vLLM's custom one-shot all-reduce, 5-15 us for small messages on NVLink;
 # cpu_step_s / cpu_per_seq_s: what async scheduling leaves exposed, up to ~1 ms and ~10 us;
 # request_host_s: HTTP, tokenization and the client's stack, tens of ms at most.
-PRIORS = {"gpu_time_scale": (1.0, 0.15), "graph_kernel_s": (2e-6, 1.5e-6), "allreduce_latency_s": (8e-6, 6e-6),
+PRIORS = {"gpu_time_scale": (1.0, 0.15), "attention_time_scale": (1.0, 0.3), "graph_kernel_s": (2e-6, 1.5e-6), "allreduce_latency_s": (8e-6, 6e-6),
           "cpu_step_s": (5e-4, 5e-4), "cpu_per_seq_s": (0.0, 1e-5), "request_host_s": (0.0, 0.05)}
 # Relative error of one stage mean that counts as much as one prior spread (run-to-run noise).
 STAGE_MEAN_NOISE = 0.02
@@ -86,11 +87,14 @@ class StepCapture:
         self.rows.append(f.linear + (f.fixed,))
 
     def on_decode_run(self, ends, durations, num_seqs: int, context_tokens: int) -> None:
-        f = self.cost.features(BatchShape(num_decode_seqs=num_seqs))
-        per_ctx = self.cost._dec_busy_per_ctx
-        rest = f.linear[1:] + (f.fixed,)
+        # only the decode attention's context read changes along a run (features() caps it for
+        # sliding-window layers), so the rest is worked out once
+        base = self.cost.features(BatchShape(num_decode_seqs=num_seqs))
+        head, rest = base.linear[0], base.linear[2:] + (base.fixed,)
+        features = self.cost.features
         for j in range(len(ends)):
-            self.rows.append((f.linear[0] + (context_tokens + j * num_seqs) * per_ctx,) + rest)
+            f = features(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens + j * num_seqs))
+            self.rows.append((head, f.linear[1]) + rest)
         self.ends.extend(ends)
         self.durations.extend(durations)
 
@@ -216,15 +220,36 @@ class FitResult:
     history: list[dict]
 
 
+def objective(windows: list[RunWindows], params: EngineParams, priors: dict = PRIORS) -> float:
+    """What solve() minimises, evaluated on the replays themselves rather than on their
+    linearisation: the weighted squared relative errors of the stage-mean ITL and TTFT of a replay
+    at `params`, plus the priors' penalty."""
+    theta = np.array([getattr(params, p) for p in PARAMS])
+    total = 0.0
+    for w in windows:
+        rows, fixed, measured, labels = stage_rows(w)
+        for row, f, m, label in zip(rows, fixed, measured, labels):
+            weight = METRIC_WEIGHTS.get(label.rsplit(" ", 1)[1], 0.0)
+            if weight and m > 0 and math.isfinite(m):
+                total += (weight / STAGE_MEAN_NOISE * ((row @ theta + f) / m - 1)) ** 2
+    return total + sum(((getattr(params, p) - v) / s) ** 2 for p, (v, s) in priors.items())
+
+
 def fit_engine(runs: list[FitRun], base: EngineProfile, start: EngineParams | None = None, max_iterations: int = 5,
                tolerance: float = 0.02, progress: Callable[[str], None] | None = None,
                priors: dict = PRIORS) -> FitResult:
     """Alternate replays and linear solves until every parameter moves by less than `tolerance`
-    of its prior spread, or `max_iterations` is reached."""
+    of its prior spread, or `max_iterations` is reached; return the replayed parameters whose
+    replays scored best (objective): near saturation the schedule moves with the parameters,
+    and an iteration can overshoot."""
     params = start or base.params
     history = []
+    best = (math.inf, params)
     for iteration in range(1, max_iterations + 1):
         windows = [replay_with(run, params, base)[0] for run in runs]
+        score = objective(windows, params, priors)
+        if score < best[0]:
+            best = (score, params)
         old_v = np.array([getattr(params, p) for p in PARAMS])
         theta = solve(windows, priors)
         if iteration > 1:  # damped: the schedule moves with the parameters, and a full step can overshoot
@@ -232,11 +257,12 @@ def fit_engine(runs: list[FitRun], base: EngineProfile, start: EngineParams | No
         new = EngineParams(**dict(zip(PARAMS, (float(x) for x in theta))))
         spreads = np.array([priors[p][1] for p in PARAMS])
         change = float(np.max(np.abs(theta - old_v) / spreads))
-        history.append({"iteration": iteration, "params": {p: getattr(new, p) for p in PARAMS}, "max_change": change})
+        history.append({"iteration": iteration, "replayed_score": score, "max_change": change,
+                        "params": {p: getattr(new, p) for p in PARAMS}})
         if progress is not None:
-            progress(f"iteration {iteration}: largest move {change:.2f} prior spreads; "
+            progress(f"iteration {iteration}: replay score {score:.1f}, largest move {change:.2f} prior spreads; "
                      + ", ".join(f"{p} {getattr(new, p):.4g}" for p in PARAMS))
         params = new
         if change < tolerance:
             break
-    return FitResult(params, len(history), history)
+    return FitResult(best[1], len(history), history)

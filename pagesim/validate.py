@@ -103,6 +103,10 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
     v1 = engine != "paper"
     options = {"model": model, "gpu": gpu, "engine": engine, "policy": "vllm-v1" if v1 else "paged",
                "rate": None, "num_requests": None, "tp": s.tensor_parallel_size or 1}
+    if (s.data_parallel_size or 1) > 1 and s.enable_expert_parallel:
+        options["ep"] = s.data_parallel_size * (s.tensor_parallel_size or 1)
+    if s.kv_cache_dtype and s.kv_cache_dtype != "auto":
+        options["kv_cache_dtype"] = s.kv_cache_dtype
     for name, value in (("max_num_seqs", s.max_num_seqs), ("max_num_batched_tokens", s.max_num_batched_tokens),
                         ("num_gpu_blocks", s.num_gpu_blocks), ("block_size", s.block_size),
                         ("prefix_caching", s.enable_prefix_caching), ("chunked_prefill", s.enable_chunked_prefill),
@@ -124,6 +128,7 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
 
 def fit_run(run, **overrides) -> FitRun:
     """The run as the engine fit replays it (pagesim.engine_fit): same configuration as validate."""
+    run, _ = one_rank(run)
     cfg, _ = replay_config(run, **overrides)
     measured = [MeasuredRequest(i, r.ttft_s, r.e2e_s, r.generated_len, r.stage or 0)
                 for i, r in enumerate(run.requests) if r.ok]
@@ -205,9 +210,25 @@ class Validation:
                 "cost_model": self.replay.summary.get("cost_model")}
 
 
+def one_rank(run):
+    """A data-parallel run as one rank sees it: every dp-th request (vLLM's front end balances
+    requests over the ranks; round robin is the even share), the rest left out, said so."""
+    dp = run.server.data_parallel_size or 1
+    if dp <= 1:
+        return run, []
+    from dataclasses import replace
+
+    kept = [r for i, r in enumerate(run.requests) if i % dp == 0]
+    return replace(run, requests=kept), [f"data parallel {dp}: one rank replayed, with every {dp}th request "
+                                         f"({len(kept)} of {len(run.requests)}; the ranks' experts shared with "
+                                         f"expert parallelism {dp * (run.server.tensor_parallel_size or 1)})"]
+
+
 def validate(run, progress=None, **overrides) -> Validation:
     """Replay `run` and compare (see the module docstring)."""
+    run, rank_notes = one_rank(run)
     cfg, notes = replay_config(run, **overrides)
+    notes = rank_notes + notes
     sim = Replay(cfg, run.to_trace())
     sim.on_progress = progress
     result = sim.run()

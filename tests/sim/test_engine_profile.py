@@ -26,7 +26,7 @@ CAL = Calibration(
     elementwise={k: Line(E_FLOOR, 0.0) for k in ("norm", "rope", "act", "add", "emb")},
     attention=AttentionTerms(A_DEC_FLOOR, A_PER_SEQ, 0.0, A_PRE_FLOOR, 0.0, 0.0),
     all_reduce={2: Line(50e-6, 0.0)}, cpu=CpuTerms(1e-3, 1e-5, 0.0))
-PARAMS = EngineParams(gpu_time_scale=0.5, graph_kernel_s=3e-6, allreduce_latency_s=7e-6, cpu_step_s=2e-4,
+PARAMS = EngineParams(gpu_time_scale=0.5, attention_time_scale=0.8, graph_kernel_s=3e-6, allreduce_latency_s=7e-6, cpu_step_s=2e-4,
                       cpu_per_seq_s=1e-6, request_host_s=0.01)
 PROFILE = EngineProfile("test", cuda_graphs=True, params=PARAMS, custom_allreduce_max_bytes=1024)
 
@@ -58,7 +58,7 @@ def test_decode_step_runs_a_full_graph_padded_to_the_next_size():
     # 3 decode sequences -> graph of 4 rows; every kernel (4 GEMMs, 6 elementwise incl. the second
     # residual add, emb, attention) pays the graph kernel time; only the LM head (3 rows) stays eager.
     shape = BatchShape(num_decode_seqs=3, decode_context_tokens=30)
-    busy = 0.5 * (gemm_bytes(4, 1) * G_BYTE + lm_bytes(3, 1) * G_BYTE + 3 * A_PER_SEQ)
+    busy = 0.5 * (gemm_bytes(4, 1) * G_BYTE + lm_bytes(3, 1) * G_BYTE) + 0.8 * 3 * A_PER_SEQ
     graphed = (4 + 6 + 1 + 1) * 3e-6
     eager = G_FLOOR  # the LM head's floor
     cpu = 2e-4 + 3 * 1e-6
@@ -73,7 +73,7 @@ def test_mixed_step_is_piecewise_with_eager_attention_and_custom_all_reduce():
     shape = BatchShape(num_prefill_tokens=9, num_prefill_seqs=1, prefill_attn_pairs=45, num_decode_seqs=2,
                        decode_context_tokens=20)
     m = model(tp=2)
-    busy = 0.5 * (gemm_bytes(16, 2) * G_BYTE + lm_bytes(3, 2) * G_BYTE + 2 * A_PER_SEQ)
+    busy = 0.5 * (gemm_bytes(16, 2) * G_BYTE + lm_bytes(3, 2) * G_BYTE) + 0.8 * 2 * A_PER_SEQ
     graphed = (4 + 6 + 1) * 3e-6
     eager = G_FLOOR + A_PRE_FLOOR
     all_reduce = 2 * (7e-6 + 256 * 1.0 / 1e9)

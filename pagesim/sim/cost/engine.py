@@ -11,7 +11,9 @@ engine runs the same kernels differently, and a profile says how:
   tokens up to the largest size runs *piecewise* graphs padded to the next size: attention
   stays eager (its measured floors), the rest is graphed. Larger steps run eagerly.
 - GPU time. The kernels' busy time (the calibrated terms less their floors) times
-  ``gpu_time_scale``: newer kernels (FlashAttention 3, current cuBLAS) against the measured ones.
+  ``gpu_time_scale``: newer kernels (FlashAttention 3, current cuBLAS) against the measured ones;
+  decode attention's (its KV reads and per-sequence work) times ``attention_time_scale``, apart,
+  since the paged decode kernels changed more than the GEMMs and weigh most in MHA models.
 - All-reduce. Custom all-reduce (vLLM's one-shot/two-shot kernels over NVLink) for messages up to
   ``custom_allreduce_max_bytes``: ``allreduce_latency_s`` + the ring volume 2 (tp - 1) / tp x bytes
   over the interconnect's per-direction bandwidth; NCCL (the measured line) above that size.
@@ -50,7 +52,8 @@ ENGINE_FORMAT = "pagesim-engine/1"
 PAPER_ENGINE = "paper"
 DEFAULT_ENGINE = "vllm-0.19"  # the newest vLLM profile shipped
 ENGINE_NAMES = ("vllm-0.19", "vllm-0.15", PAPER_ENGINE)
-FEATURES = ("gpu_time_scale", "graph_kernel_s", "allreduce_latency_s", "cpu_step_s", "cpu_per_seq_s")
+FEATURES = ("gpu_time_scale", "attention_time_scale", "graph_kernel_s", "allreduce_latency_s", "cpu_step_s",
+            "cpu_per_seq_s")
 # vLLM's custom all-reduce takes messages up to this size (its default max_size, 8 MiB); NCCL above.
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 2**20
 
@@ -64,6 +67,7 @@ class EngineParams:
     """The fitted parameters (see the module docstring for each)."""
 
     gpu_time_scale: float = 1.0
+    attention_time_scale: float = 1.0
     graph_kernel_s: float = 2e-6
     allreduce_latency_s: float = 8e-6
     cpu_step_s: float = 5e-4
@@ -169,7 +173,7 @@ def load_engine_profile(name_or_path: str | Path | EngineProfile) -> EngineProfi
 class StepFeatures:
     """One step's time split: step = sum(theta_k * linear[k]) + fixed."""
 
-    linear: tuple[float, ...]  # gpu busy seconds, graphed kernels, custom all-reduces, 1, sequences
+    linear: tuple[float, ...]  # busy seconds (GEMMs etc., decode attention), graphed kernels, custom all-reduces, 1, seqs
     fixed: float               # eager launch floors, all-reduce bandwidth and NCCL terms, block moves
 
 
@@ -211,8 +215,8 @@ class EngineCostModel(CostModel):
         self._cache: dict[tuple[int, bool], tuple[float, float, float, float]] = {}
         self._seq_cache: dict[int, tuple[float, float]] = {}
         self._moves = kern._block_moves
-        self._per_ctx = self.theta[0] * self._dec_busy_per_ctx  # the one term a decode run changes
-        self._per_window_ctx = self.theta[0] * self._dec_busy_per_window_ctx
+        self._per_ctx = self.theta[1] * self._dec_busy_per_ctx  # the one term a decode run changes
+        self._per_window_ctx = self.theta[1] * self._dec_busy_per_window_ctx
 
     # -- parts -----------------------------------------------------------------------------
     def padded(self, shape: BatchShape) -> tuple[int, str]:
@@ -263,19 +267,20 @@ class EngineCostModel(CostModel):
         lm_busy, lm_fixed = self._seq_part(seqs) if seqs else (0.0, 0.0)
         busy += lm_busy
         fixed += lm_fixed
+        attn = 0.0
         if n_dec or n_pre:
             # one attention kernel per layer for the whole batch (v1's varlen attention)
             if mode == "full":
                 kernels += self.layers
             else:
                 fixed += self._pre_floor if n_pre else self._dec_floor
-            busy += (n_dec * self._dec_busy_per_seq + shape.prefill_attn_pairs * self._pre_busy_per_pair
-                     + n_pre * self._pre_busy_per_token)
+            attn += n_dec * self._dec_busy_per_seq
+            busy += shape.prefill_attn_pairs * self._pre_busy_per_pair + n_pre * self._pre_busy_per_token
             if self._window and n_pre:
                 busy += min(shape.prefill_attn_pairs, n_pre * self._window) * self._pre_busy_per_window_pair
         if shape.num_swap_blocks or shape.num_copy_blocks:
             fixed += self._moves(shape)
-        return StepFeatures((busy, kernels, ar_calls, 1.0 if seqs else 0.0, float(seqs)), fixed)
+        return StepFeatures((busy, attn, kernels, ar_calls, 1.0 if seqs else 0.0, float(seqs)), fixed)
 
     def features(self, shape: BatchShape) -> StepFeatures:
         """The step's time split into the fitted parameters' features and a fixed part."""
@@ -283,7 +288,7 @@ class EngineCostModel(CostModel):
         ctx_busy = shape.decode_context_tokens * self._dec_busy_per_ctx
         if self._window:
             ctx_busy += min(shape.decode_context_tokens, shape.num_decode_seqs * self._window) * self._dec_busy_per_window_ctx
-        return StepFeatures((f.linear[0] + ctx_busy,) + f.linear[1:], f.fixed)
+        return StepFeatures((f.linear[0], f.linear[1] + ctx_busy) + f.linear[2:], f.fixed)
 
     # -- CostModel -------------------------------------------------------------------------
     def iteration_time(self, shape: BatchShape) -> float:
