@@ -112,7 +112,7 @@ class Replay:
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
         if cfg.ep != 1 and cost_model is None and cfg.cost_model.lower() not in EP_COST_MODELS:
             raise ValueError(f"--ep is priced by the {' and '.join(EP_COST_MODELS)} cost models, not {cfg.cost_model!r}")
-        extra = {"force": True} if cfg.force_profile else {}  # only the profiled model takes it
+        extra = {"force": True} if cfg.force_profile and cfg.cost_model.lower() == "profiled" else {}  # only it takes one
         if cfg.ep != 1:  # only the models that price expert parallelism take it
             extra["ep"] = cfg.ep
         self.cost = cost_model or make_cost_model(cfg.cost_model, model, cfg.gpu, cfg.tp, profile_path=cfg.profile,
