@@ -69,6 +69,21 @@ def run_group(paths, gpu, engine_for_run, baselines=True, progress=print):
     return rows
 
 
+def saved_fit(paths, out_dir: Path):
+    """The profiles a previous run of this script wrote (--reuse-fit), as fit_h100 returns them."""
+    from pagesim.realruns import load_real_run
+    from pagesim.sim.cost.engine import load_engine_profile
+
+    profiles = out_dir / "profiles"
+    full = load_engine_profile(str(profiles / "all-stable.json"))
+    engines = {}
+    for p in paths:
+        name = load_real_run(p).name
+        fold = profiles / f"without-{name}.json"
+        engines[name] = str(fold if fold.exists() else profiles / "all-stable.json")
+    return engines, full, list(full.provenance["runs"])
+
+
 def fit_h100(paths, out_dir: Path, progress=print, max_iterations: int = 4, refine: int = 1):
     """The H100 fit: leave-one-run-out over the runs without client timeouts; profiles written."""
     from pagesim.engine_fit import fit_engine
@@ -165,6 +180,8 @@ def main(argv=None) -> Path:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=ROOT / "reports")
     parser.add_argument("--quick", action="store_true", help="no baselines, one fit iteration (a smoke run)")
+    parser.add_argument("--reuse-fit", action="store_true", help="take the fitted profiles a previous run wrote under "
+                        "OUT/sim2real/profiles (the validations only)")
     parser.add_argument("--refine", type=int, default=1, help="re-solves of each leave-one-out fold on its own "
                         "training runs (each replays them; 0: the fold's solve is linearised at the full fit)")
     args = parser.parse_args(argv)
@@ -172,8 +189,11 @@ def main(argv=None) -> Path:
     groups = shared_runs(args.data)
     out_dir = args.out / "sim2real"
     out_dir.mkdir(parents=True, exist_ok=True)
-    engines, full, stable = fit_h100(groups["h100"], out_dir, max_iterations=1 if args.quick else 4,
-                                     refine=0 if args.quick else args.refine)
+    if args.reuse_fit:
+        engines, full, stable = saved_fit(groups["h100"], out_dir)
+    else:
+        engines, full, stable = fit_h100(groups["h100"], out_dir, max_iterations=1 if args.quick else 4,
+                                         refine=0 if args.quick else args.refine)
     h100 = run_group(groups["h100"], "h100-80gb", lambda real: engines[real.name], baselines=not args.quick)
     # the vllm-0.19 profile ships the H100 fit's parameters (no v0.19 run on a GPU with operator data)
     rtx = run_group(groups["rtx"], "rtx-pro-6000-96gb", lambda real: str(out_dir / "profiles" / "all-stable.json"),
@@ -208,7 +228,8 @@ def main(argv=None) -> Path:
         "",
         *table(h100),
         "",
-        f"Fitted on all of the fit set (the shipped `vllm-0.15` profile): `{json.dumps({k: round(v, 9) for k, v in vars(full.params).items()})}`",
+        "Fitted on all of the fit set (the shipped `vllm-0.15` profile): `"
+        + json.dumps({k: float(f"{v:.4g}") for k, v in vars(full.params).items()}) + "`",
         "",
         "Published on the same campaign: " + "; ".join(f"{n} {e}" for n, e in PUBLISHED) + f" ({PUBLISHED_BEST}).",
         "",

@@ -99,8 +99,9 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
     if not gpu:
         raise ValidateError(f"{run.path}: the run does not record its GPU: give --gpu (a catalog name)")
     gpu = catalog_gpu(gpu)
-    engine = given.pop("engine", None) or engine_for(s.engine_version)
-    v1 = engine != "paper"
+    recorded_engine = engine_for(s.engine_version)
+    engine = given.pop("engine", None) or recorded_engine
+    v1 = recorded_engine != "paper"  # the scheduler is the run's, whichever engine profile prices it
     options = {"model": model, "gpu": gpu, "engine": engine, "policy": "vllm-v1" if v1 else "paged",
                "rate": None, "num_requests": None, "tp": s.tensor_parallel_size or 1}
     if (s.data_parallel_size or 1) > 1 and s.enable_expert_parallel:

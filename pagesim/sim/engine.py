@@ -19,6 +19,7 @@ import simpy
 from pagesim.core import SchedulerOutput, ServingConfig, StepResult
 from pagesim.core.decode_runs import DecodePlan, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
+from pagesim.core.kv_groups import KVLayout
 from pagesim import inputs
 from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
@@ -104,12 +105,25 @@ class Replay:
                                               max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
             num_blocks = self.capacity.num_blocks(cfg.block_size)
             host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
+        # A hybrid model (sliding-window layers beside full ones) keeps one block table per group over
+        # one pool of blocks that each hold a group's worth of layers (pagesim.core.kv_groups): its
+        # pool in blocks is worked out from bytes, and a sliding table frees what leaves its window.
+        layout = KVLayout.of(model.kv_groups)
+        self.kv_groups = None if layout.is_plain else model.kv_groups
+        if self.kv_groups is not None and not cfg.policy.startswith("orca") and cfg.policy != "static":
+            layer_bytes = max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
+                * kv_bytes_per_token_per_gpu(model, cfg.tp) // model.kv_bytes_per_token
+            if cfg.num_gpu_blocks is None:
+                num_blocks = layout.num_blocks(self.capacity.pool_bytes_per_gpu, cfg.block_size, layer_bytes)
+            host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, layer_bytes)
+        else:
+            self.kv_groups = None
         for what, blocks in (("num_gpu_blocks", num_blocks), ("swap_space_gib", host_blocks)):
             if blocks > MAX_POOL_BLOCKS:
                 raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
                                  "simulator keeps track of")
-        self.pool = cfg.pool(num_blocks, host_blocks)
-        self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len)
+        self.pool = cfg.pool(num_blocks, host_blocks, self.kv_groups)
+        self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len, kv_groups=self.kv_groups)
         if cfg.ep != 1 and cost_model is None and cfg.cost_model.lower() not in EP_COST_MODELS:
             raise ValueError(f"--ep is priced by the {' and '.join(EP_COST_MODELS)} cost models, not {cfg.cost_model!r}")
         extra = {"force": True} if cfg.force_profile and cfg.cost_model.lower() == "profiled" else {}  # only it takes one

@@ -20,7 +20,8 @@ from pagesim.sim.specs import ModelSpec
 MS = 1e-3
 # the one number rule (pagesim.inputs): shapes of a real model, times a real operator can take
 # (a denormal or 1e308 ms made `calibrate check --json` print NaN)
-SHAPE_INT = NumberRule(lo=1, hi=10_000_000, integer=True)
+SHAPE_INT = NumberRule(lo=1, hi=10_000_000, integer=True)  # model shapes and token counts
+BYTES_INT = NumberRule(lo=1, hi=2**40, integer=True, why="bytes")  # all-reduce message sizes (Vidur measures past 10 MB)
 MILLISECONDS = NumberRule(lo=0, hi=3_600_000, tiny=1e-9, why="milliseconds, 0 for not measured")
 SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
                  "num_tokens", "num_tensor_parallel_workers")
@@ -55,7 +56,8 @@ def _rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[tuple[
         raise MeasurementError(f"{path}: not a readable CSV file ({e})") from None
 
 
-def _number(path: Path, line: int, row: dict, column: str, *, integer: bool = False, optional: bool = False):
+def _number(path: Path, line: int, row: dict, column: str, *, integer: bool = False, optional: bool = False,
+            rule: NumberRule | None = None):
     raw = (row.get(column) or "").strip()
     if raw == "" and optional:
         return None
@@ -64,7 +66,7 @@ def _number(path: Path, line: int, row: dict, column: str, *, integer: bool = Fa
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise MeasurementError(f"{path}: line {line}, column {column}: expected {kind}, got {raw!r}") from None
-    problem = (SHAPE_INT if integer else MILLISECONDS).problem(value)
+    problem = (rule or (SHAPE_INT if integer else MILLISECONDS)).problem(value)
     if problem:
         raise MeasurementError(f"{path}: line {line}, column {column}: {problem}")
     return value
@@ -205,7 +207,7 @@ def read_all_reduce_csv(path: str | Path, dtype_bytes: int = 2) -> list[AllReduc
         workers = _number(path, line, row, "num_workers", integer=True)
         if _number(path, line, row, "devices_per_node", integer=True) != workers:
             continue
-        out.append(AllReduceRow(workers, _number(path, line, row, "size", integer=True) * dtype_bytes,
+        out.append(AllReduceRow(workers, _number(path, line, row, "size", integer=True, rule=BYTES_INT) * dtype_bytes,
                                 _number(path, line, row, _median_column("all_reduce")) * MS))
     return out
 
