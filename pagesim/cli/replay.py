@@ -15,10 +15,12 @@ from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE
                                 check_workload, fail, load_trace_file, progress_bar, warn)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
+from pagesim.metrics.files import STEPS_CHOICES
 
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).
 Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
 Preemption = enum.Enum("Preemption", {name: name for name in CHOICES["preemption"]}, type=str)
+Steps = enum.Enum("Steps", {name: name for name in STEPS_CHOICES}, type=str)
 BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, the model's max length))"
 
 
@@ -57,6 +59,8 @@ def replay(
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     seed: int = typer.Option(0, parser=COUNT, help="seed of the arrival process"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
+    steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
+                                "second, or none"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
@@ -76,7 +80,8 @@ def replay(
                    chunked_prefill=chunked_prefill, n=n, beam_width=beam_width, beam_ancestry=beam_ancestry,
                    cost_model=cost_model, profile=profile, seed=seed, warmup=warmup)
     try:
-        sim = prepare_replay(loaded, keep_steps=out is not None, **options)  # steps only for steps.csv
+        # per-step records only for a steps.csv
+        sim = prepare_replay(loaded, keep_steps=out is not None and steps.value != "none", **options)
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(sim.requests, warmup, duration)
@@ -86,17 +91,17 @@ def replay(
         result = finish_replay(sim, trace)
     cfg = sim.cfg
     emit_results(result.summary, result.metrics, out, as_json,
-                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}")
+                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}", steps.value)
 
 
-def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str) -> None:
+def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str, steps: str = "all") -> None:
     """What `replay` and `run` do with a finished run: write the results folder (atomically),
-    then print the summary as JSON or as a table."""
+    then print the summary as JSON or as a table. steps: which steps.csv rows (STEPS_CHOICES)."""
     if out is not None:
         from pagesim.results import results_folder
 
         with results_folder(out) as folder:
-            metrics.write(folder, summary)
+            metrics.write(folder, summary, steps)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
     else:
@@ -104,7 +109,8 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
 
         print_summary(summary, Console(), title)
         if out is not None:
-            Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json")
+            written = ("requests.csv", "steps.csv", "summary.json") if steps != "none" else ("requests.csv", "summary.json")
+            Console().print(f"wrote {out}/" + ", ".join(written))
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:

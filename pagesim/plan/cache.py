@@ -24,8 +24,8 @@ from pagesim.workload.trace import Trace, dumps_trace
 
 CACHE_FORMAT = 1  # bump when the stored record's layout changes
 DEFAULT_CACHE_DIR = Path(".pagesim-cache") / "plan"
-_CODE_DIRS = ("core", "sim", "workload")
-_CODE_FILES = ("metrics.py", "plan/run.py")
+_CODE_DIRS = ("core", "sim", "workload", "metrics")
+_CODE_FILES = ("plan/run.py",)
 
 
 @lru_cache(maxsize=1)
