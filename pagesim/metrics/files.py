@@ -27,7 +27,7 @@ from pagesim.metrics.records import REQUEST_FIELDS, STEP_FIELDS, RequestRecord, 
 from pagesim.metrics.step_log import StepLog
 
 STEPS_CHOICES = ("all", "sampled", "none")
-CHUNK_ROWS = 1 << 16  # steps.csv lines joined per write: memory stays flat however many steps
+CHUNK_ROWS = 1 << 13  # steps.csv lines joined per write: memory stays flat however many steps
 
 # the fields requests.csv keeps (the others are derived from them), and their types when read
 _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time": float, "first_scheduled_time": float,
@@ -82,13 +82,17 @@ def _step_lines(log: StepLog):
             text = utilization[used] = fmt(used / total if total else 0.0)
         return text
 
-    before, after = [], []  # the held values' text before and after the block columns, per step
-    for first, stop, held in log.segments():
-        before.append(repeat(",".join(map(str, held[:6])), stop - first))
-        after.append(repeat(",".join(map(str, held[6:])), stop - first))
-    return map(",".join, zip(map(fmt, log.time), map(fmt, log.duration), chain.from_iterable(before),
-                             map(str, log.kv_blocks_used), map(str, log.kv_blocks_logical),
-                             map(util_of, log.kv_blocks_used), chain.from_iterable(after)))
+    times, durations = map(fmt, log.time), map(fmt, log.duration)
+    used, logical, util = map(str, log.kv_blocks_used), map(str, log.kv_blocks_logical), map(util_of, log.kv_blocks_used)
+
+    def stretches():  # (built as they are written: memory stays flat)
+        for first, stop, held in log.segments():
+            n = stop - first
+            yield map(",".join, zip(islice(times, n), islice(durations, n), repeat(",".join(map(str, held[:6])), n),
+                                    islice(used, n), islice(logical, n), islice(util, n),
+                                    repeat(",".join(map(str, held[6:])), n)))
+
+    return chain.from_iterable(stretches())
 
 
 def sampled_steps(times) -> list[int]:
