@@ -110,15 +110,14 @@ class MetricsRecorder:
         stop = len(log)
         spans_of = self.token_spans
         steps = stop - first
-        for rid in request_ids:  # a request that got a token at the step before extends its last span
-            spans = spans_of.get(rid)
+        for rid, spans in zip(request_ids, map(spans_of.get, request_ids)):
             if spans is None:
                 spans_of[rid] = [steps, first, stop]
-                continue
-            spans[0] += steps
-            if spans[-1] == first:
+            elif spans[-1] == first:  # it got a token at the step before: its last span goes on
+                spans[0] += steps
                 spans[-1] = stop
             else:
+                spans[0] += steps
                 spans += (first, stop)
 
     def record_waste(self, now: float, scheduler) -> None:

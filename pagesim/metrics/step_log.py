@@ -90,9 +90,8 @@ class StepLog:
         self.used_sum += sum(used)
         self.logical_sum += sum(logical)
         self.peak_used = max(self.peak_used, max(used))
-        self.held_sums = list(map(add, self.held_sums, held_last))
-        if num_steps > 1:
-            self.held_sums = list(map(add, self.held_sums, [value * (num_steps - 1) for value in held]))
+        # (integers: exact in any order) the held values num_steps - 1 times, then the last step's
+        self.held_sums = list(map(add, self.held_sums, map(add, held_last, map(mul, held, repeat(num_steps - 1)))))
 
     def _check_kept(self) -> None:
         if not self.keep_steps:
