@@ -184,6 +184,7 @@ def main() -> None:
     ap.add_argument("--paths", default="", help="comma-separated path names to run (default: all)")
     ap.add_argument("--peer", action="append", default=[], metavar="PATH=CMD",
                     help="another simulator's command, run after PATH in every round (PATH defaults to chunked)")
+    ap.add_argument("--peer-note", default="", help="what the peer commands are (a sentence for the report)")
     ap.add_argument("--compare-requests", type=int, default=2_000, help="requests for the in-process comparisons")
     ap.add_argument("--policies", default="paged,orca-max")
     ap.add_argument("--skip-in-process", action="store_true", help="only the whole commands and start-up")
@@ -265,7 +266,8 @@ def main() -> None:
     if peers:
         lines += ["", "## Side by side with another simulator", "",
                   "Each peer command ran right after its pagesim path in every round; the ratio is of the two medians. "
-                  "That the two simulate the same workload is the quoter's claim, not checked here.", "",
+                  "That the two simulate the same workload is the quoter's claim, not checked here."
+                  + (f" {args.peer_note}" if args.peer_note else ""), "",
                   "| pagesim path | pagesim median (s) | peer command | peer runs (s) | peer median (s) | pagesim / peer |",
                   "|---|---|---|---|---|---|"]
         for i, (name, cmd) in enumerate(peers):

@@ -12,7 +12,7 @@ import typer
 
 from pagesim.cli import app
 from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, check_arrival_flags, check_run_size,
-                                check_workload, fail, load_trace_file, progress_bar, warn)
+                                check_workload, fail, given, load_trace_file, progress_bar, warn)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.metrics.files import STEPS_CHOICES
@@ -69,6 +69,8 @@ def replay(
     check_arrival_flags(ctx, duration=duration)
     if profile is not None and cost_model.lower() != "profiled":
         fail(f"--profile is read only by --cost-model profiled (this run uses {cost_model})")
+    if out is None and given(ctx, "steps"):
+        warn(f"--steps {steps.value} chooses the steps.csv rows --out writes; without --out nothing is written")
     loaded = load_trace_file(trace)
     if prefix_caching and not any(r.prompt_token_ids for r in loaded.requests):
         warn(f"--prefix-caching: {trace} has no prompt_token_ids, so no prefix can be recognised and nothing is cached")

@@ -183,3 +183,12 @@ def test_cli_steps_choice(tmp_path, steps, expect_steps_csv):
         rows = (out / "steps.csv").read_text().splitlines()
         assert rows[0] == (default / "steps.csv").read_text().splitlines()[0]
         assert set(rows) < set((default / "steps.csv").read_text().splitlines())
+
+
+def test_cli_steps_without_out_warns(tmp_path):
+    from pagesim.cli import app
+
+    result = CliRunner().invoke(app, ["replay", str(ROOT / "traces" / "alpaca.json"), "--num-requests", "5",
+                                      "--steps", "sampled", "--json"])
+    assert result.exit_code == 0
+    assert "warning: --steps sampled chooses the steps.csv rows --out writes" in result.output
