@@ -5,7 +5,8 @@
    the machine's load hits all of them alike; the report gives each path's median over the
    rounds, and the ratios the targets are stated in, each from medians of the same rounds:
    - main:        10,000 ShareGPT requests at 2 req/s, OPT-13B on one A100-40GB, --json
-   - main-out:    the same with --out DIR (requests.csv, steps.csv, summary.json), vs main
+   - main-out:    the same with --out DIR (requests.csv, steps.csv, summary.json), vs main;
+                  main-sampled with --steps sampled (one steps.csv row per simulated second)
    - chunked:     the same requests on Llama-2-7B / A100-80GB with chunked prefill (the workload
                   the compiled simulator BLIS was compared on), and chunked-out with --out
    - chat / chat-prefix: ShareGPT multi-turn conversations on the chunked workload, without and
@@ -61,6 +62,10 @@ class Command:
         return statistics.median(r["wall_s"] for r in self.runs)
 
     @property
+    def median_cpu(self) -> float:
+        return statistics.median(r["cpu_s"] for r in self.runs)
+
+    @property
     def peak_rss(self) -> float:
         return max(r["max_rss_mb"] for r in self.runs)
 
@@ -68,6 +73,7 @@ class Command:
 # (name, ratio of, to, target): the ratios the targets are stated in
 RATIOS = [
     ("main-out / main", "main-out", "main", 1.2),
+    ("main-sampled / main", "main-sampled", "main", 1.2),
     ("chunked-out / chunked", "chunked-out", "chunked", 1.2),
     ("chat-prefix / chat", "chat-prefix", "chat", 1.2),
     ("big-out / big", "big-out", "big", 1.2),
@@ -120,6 +126,8 @@ def make_paths(args) -> list[Command]:
     paths = [
         Command("main", base + [n, "--json"], "OPT-13B, 1 x A100-40GB, paged"),
         Command("main-out", base + [n, "--out", "OUT", "--json"], "the same, writing the results folder"),
+        Command("main-sampled", base + [n, "--out", "OUT", "--steps", "sampled", "--json"],
+                "the same, steps.csv with one row per simulated second"),
         Command("chunked", base + [n] + CHUNKED_ARGS + ["--json"], "Llama-2-7B, A100-80GB, chunked prefill"),
         Command("chunked-out", base + [n] + CHUNKED_ARGS + ["--out", "OUT", "--json"], "the same, writing the results folder"),
         Command("chat", chat + ["--json"], "ShareGPT conversations, chunked workload"),
@@ -243,15 +251,19 @@ def main() -> None:
         lines.append(f"| {p.name} | `{shlex.join(p.args)}` | {walls(p.runs)} | "
                      f"{p.median_wall:.2f} | {statistics.median(r['cpu_s'] for r in p.runs):.2f} | {p.peak_rss:.0f} | "
                      f"{'-' if csv_mb is None else f'{csv_mb:.1f}'} |")
-    lines += ["", "| target | measured | verdict |", "|---|---|---|"]
+    lines += ["", "Targets are on wall time; beside it the child's own CPU time (user + sys), which other work on "
+              "the machine inflates less.", "",
+              "| target | measured (wall) | the same in CPU time | verdict (wall) |", "|---|---|---|---|"]
     for name, limit in WALL_TARGETS.items():
         if name in by_name:
             wall = by_name[name].median_wall
-            lines.append(f"| `{name}` whole command <= {limit:g} s | {wall:.2f} s | {verdict(wall <= limit)} |")
+            lines.append(f"| `{name}` whole command <= {limit:g} s | {wall:.2f} s | {by_name[name].median_cpu:.2f} s | "
+                         f"{verdict(wall <= limit)} |")
     for label, top, bottom, limit in RATIOS:
         if top in by_name and bottom in by_name:
             ratio = by_name[top].median_wall / by_name[bottom].median_wall
-            lines.append(f"| {label} <= {limit:g} | {ratio:.2f} | {verdict(ratio <= limit)} |")
+            cpu_ratio = by_name[top].median_cpu / by_name[bottom].median_cpu
+            lines.append(f"| {label} <= {limit:g} | {ratio:.2f} | {cpu_ratio:.2f} | {verdict(ratio <= limit)} |")
     if "big" in by_name:
         rss = max(by_name[n].peak_rss for n in ("big", "big-out") if n in by_name)
         lines.append(f"| big paths max RSS <= {BIG_RSS_TARGET_MB:.0f} MB | {rss:.0f} MB | {verdict(rss <= BIG_RSS_TARGET_MB)} |")
@@ -268,13 +280,15 @@ def main() -> None:
                   "Each peer command ran right after its pagesim path in every round; the ratio is of the two medians. "
                   "That the two simulate the same workload is the quoter's claim, not checked here."
                   + (f" {args.peer_note}" if args.peer_note else ""), "",
-                  "| pagesim path | pagesim median (s) | peer command | peer runs (s) | peer median (s) | pagesim / peer |",
-                  "|---|---|---|---|---|---|"]
+                  "| pagesim path | pagesim median (s) | peer command | peer runs (s) | peer median (s) | pagesim / peer "
+                  "| the same in CPU time |",
+                  "|---|---|---|---|---|---|---|"]
         for i, (name, cmd) in enumerate(peers):
             mine = by_name[name].median_wall
             theirs = statistics.median(r["wall_s"] for r in peer_runs[i])
+            cpu_ratio = by_name[name].median_cpu / statistics.median(r["cpu_s"] for r in peer_runs[i])
             lines.append(f"| {name} | {mine:.2f} | `{cmd}` | {walls(peer_runs[i])} | "
-                         f"{theirs:.2f} | {mine / theirs:.2f} |")
+                         f"{theirs:.2f} | {mine / theirs:.2f} | {cpu_ratio:.2f} |")
     lines += [
         "",
         "## Start-up",
