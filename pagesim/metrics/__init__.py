@@ -240,7 +240,11 @@ def _saving_per_step(log: StepLog) -> float:
 
 def percentile(values: list[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default), without numpy."""
-    values = sorted(values)
+    return _sorted_percentile(sorted(values), q)
+
+
+def _sorted_percentile(values: list[float], q: float) -> float:
+    """percentile() of values already sorted."""
     pos = (len(values) - 1) * q / 100
     lo = math.floor(pos)
     hi = min(lo + 1, len(values) - 1)
@@ -274,8 +278,9 @@ def _stats(name: str, values) -> dict:
     values = [v for v in values if v is not None]
     if not values:
         return {f"{name}_mean": None, f"{name}_p50": None, f"{name}_p90": None, f"{name}_p99": None}
-    return {f"{name}_mean": sum(values) / len(values), f"{name}_p50": percentile(values, 50),
-            f"{name}_p90": percentile(values, 90), f"{name}_p99": percentile(values, 99)}
+    ordered = sorted(values)  # (once for the three percentiles; the mean sums in the records' order)
+    return {f"{name}_mean": sum(values) / len(values), f"{name}_p50": _sorted_percentile(ordered, 50),
+            f"{name}_p90": _sorted_percentile(ordered, 90), f"{name}_p99": _sorted_percentile(ordered, 99)}
 
 
 def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
