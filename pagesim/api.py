@@ -8,7 +8,7 @@ the same simulation from the same options.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -87,17 +87,15 @@ class ReplayRun:
     def steps(self) -> pandas.DataFrame:
         import pandas
 
-        from pagesim.metrics import STEP_FIELDS
+        return pandas.DataFrame(self.metrics.step_log.columns())  # (columns in STEP_FIELDS order)
 
-        return pandas.DataFrame([asdict(s) for s in self.metrics.steps], columns=list(STEP_FIELDS))
-
-    def write(self, out_dir: str | os.PathLike) -> None:
+    def write(self, out_dir: str | os.PathLike, steps: str = "all") -> None:
         """requests.csv, steps.csv and summary.json, as `pagesim replay --out` writes them
-        (atomically: see pagesim.results)."""
+        (atomically: see pagesim.results); steps: which steps.csv rows, as `--steps` chooses."""
         from pagesim.results import results_folder
 
         with results_folder(out_dir) as folder:
-            self.metrics.write(folder, self.summary)
+            self.metrics.write(folder, self.summary, steps)
 
 
 def finish_replay(sim: Replay, trace: TraceLike) -> ReplayRun:

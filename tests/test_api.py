@@ -32,7 +32,7 @@ def test_import_pagesim_is_light():
 
 def test_replay_options_are_the_cli_flags():
     command = typer.main.get_command(app).commands["replay"]
-    flags = {p.name for p in command.params} - {"trace", "out", "as_json"}
+    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json"}  # (what --out writes: ReplayRun.write)
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
     assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "waste_interval_s",

@@ -17,12 +17,14 @@ from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQU
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
+from pagesim.metrics.files import STEPS_CHOICES
 
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).
 Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
 Preemption = enum.Enum("Preemption", {name: name for name in CHOICES["preemption"]}, type=str)
 GPU_MEMORY_SHARE = Number(lo=0, lo_open=True, hi=1)  # vLLM's --gpu-memory-utilization, in (0, 1]
 KVCacheDtype = enum.Enum("KVCacheDtype", {name: name for name in ("auto", "fp8")}, type=str)
+Steps = enum.Enum("Steps", {name: name for name in STEPS_CHOICES}, type=str)
 BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, the model's max length))"
 
 
@@ -74,6 +76,8 @@ def replay(
     force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
     seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process"),
     out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
+    steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
+                                "second, or none"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
@@ -82,6 +86,8 @@ def replay(
     check_arrival_flags(ctx, duration=duration)
     if profile is not None and cost_model.lower() != "profiled":
         fail(f"--profile is read only by --cost-model profiled (this run uses {cost_model})")
+    if out is None and given(ctx, "steps"):
+        warn(f"--steps {steps.value} chooses the steps.csv rows --out writes; without --out nothing is written")
     loaded = load_trace_file(trace)
     if prefix_caching and not any(r.prompt_token_ids for r in loaded.requests):
         warn(f"--prefix-caching: {trace} has no prompt_token_ids, so no prefix can be recognised and nothing is cached")
@@ -96,7 +102,8 @@ def replay(
                    gpu_memory_utilization=gpu_memory_utilization)
     drop_preset_defaults(ctx, options)
     try:
-        sim = prepare_replay(loaded, keep_steps=out is not None, **options)  # steps only for steps.csv
+        # per-step records only for a steps.csv
+        sim = prepare_replay(loaded, keep_steps=out is not None and steps.value != "none", **options)
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(sim.requests, warmup, duration)
@@ -106,7 +113,7 @@ def replay(
         result = finish_replay(sim, trace)
     cfg = sim.cfg
     emit_results(result.summary, result.metrics, out, as_json,
-                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}")
+                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}", steps.value)
 
 
 def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
@@ -122,14 +129,14 @@ def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
             del options[name]
 
 
-def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str) -> None:
+def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str, steps: str = "all") -> None:
     """What `replay` and `run` do with a finished run: write the results folder (atomically),
-    then print the summary as JSON or as a table."""
+    then print the summary as JSON or as a table. steps: which steps.csv rows (STEPS_CHOICES)."""
     if out is not None:
         from pagesim.results import results_folder
 
         with results_folder(out) as folder:
-            metrics.write(folder, summary)
+            metrics.write(folder, summary, steps)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
     else:
@@ -137,7 +144,8 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
 
         print_summary(summary, Console(), title)
         if out is not None:
-            Console().print(f"wrote {out}/requests.csv, steps.csv, summary.json", markup=False)
+            written = ("requests.csv", "steps.csv", "summary.json") if steps != "none" else ("requests.csv", "summary.json")
+            Console().print(f"wrote {out}/" + ", ".join(written), markup=False)
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:

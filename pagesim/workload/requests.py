@@ -54,16 +54,24 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     if len(times) > len(trace):
         notes.append(f"trace cycled: {len(times)} requests from {len(trace)} records")
     requests = []
-    for i, t in enumerate(times):
-        rec = trace.requests[i % len(trace)]
+    records = trace.requests
+    # SamplingParams are frozen: requests asking for the same share one (10k requests hold a few
+    # hundred distinct ones; building each costs a validated frozen dataclass)
+    shared: dict[tuple[int, int, int], SamplingParams] = {}
+    for i, t in enumerate(times.tolist()):
+        rec = records[i % len(records)]
         req_n = n if n is not None else (rec.n or 1)
         req_beam = beam_width if beam_width is not None else (rec.beam_width or 1)
         if n is not None and n > 1 and beam_width is None:
             req_beam = 1  # the override replaces the record's beam search
         if beam_width is not None and beam_width > 1 and n is None:
             req_n = 1  # and the other way round
-        sampling = SamplingParams(n=req_n, beam_width=req_beam, max_tokens=rec.output_len, ignore_eos=True)
-        requests.append(Request(i, rec.prompt_len, sampling, float(t), rec.prompt_token_ids))
+        key = (req_n, req_beam, rec.output_len)
+        sampling = shared.get(key)
+        if sampling is None:
+            sampling = shared[key] = SamplingParams(n=req_n, beam_width=req_beam, max_tokens=rec.output_len,
+                                                    ignore_eos=True)
+        requests.append(Request(i, rec.prompt_len, sampling, t, rec.prompt_token_ids))
     return requests, notes
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import pagesim.metrics
+import pagesim.metrics.files
 import pagesim.results
 from pagesim.cli import app
 from pagesim.results import INCOMPLETE, results_folder
@@ -32,25 +32,30 @@ def test_interrupt_while_writing_keeps_the_previous_results(tmp_path, monkeypatc
     before = snapshot(out)
     assert set(before) == {"requests.csv", "steps.csv", "summary.json"}
 
-    real = pagesim.metrics._write_csv
+    files = pagesim.metrics.files
+    real_requests, real_steps = files.write_requests_csv, files.write_steps_csv
     calls = []
 
-    def interrupted(path, columns, rows):
+    def requests_written(path, *args):
         calls.append(path.name)
-        if path.name == "steps.csv":  # requests.csv is complete by now; Ctrl-C halfway through steps.csv
-            with open(path, "w") as f:
-                f.write("time,num_")
-            raise KeyboardInterrupt
-        real(path, columns, rows)
+        real_requests(path, *args)
 
-    monkeypatch.setattr(pagesim.metrics, "_write_csv", interrupted)
+    def interrupted(path, *args):  # requests.csv is complete by now; Ctrl-C halfway through steps.csv
+        calls.append(path.name)
+        with open(path, "w") as f:
+            f.write("time,num_")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files, "write_requests_csv", requests_written)
+    monkeypatch.setattr(files, "write_steps_csv", interrupted)
     result = replay(out, seed=1)
     assert calls == ["requests.csv", "steps.csv"]
     assert result.exit_code == 130
     assert snapshot(out) == before  # not a byte of the new run reached the target
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # and the staging folder is gone
 
-    monkeypatch.setattr(pagesim.metrics, "_write_csv", real)
+    monkeypatch.setattr(files, "write_requests_csv", real_requests)
+    monkeypatch.setattr(files, "write_steps_csv", real_steps)
     assert replay(out, seed=1).exit_code == 0
     after = snapshot(out)
     assert set(after) == set(before) and after["requests.csv"] != before["requests.csv"]

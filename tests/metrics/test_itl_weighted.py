@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagesim.metrics import (RequestRecord, _pooled_inter_token_latencies, exact_weighted_sum, summarize_requests,
-                             weighted_percentiles)
+from pagesim.metrics import (RequestRecord, _pooled_inter_token_latencies, _vllm_stats, exact_weighted_sum,
+                             summarize_requests, weighted_percentiles)
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import load_trace
 
@@ -28,6 +28,18 @@ def test_weighted_percentiles_are_numpys_on_the_repeated_values(seed):
     qs = [0, 1, 37.5, 50, 90, 99, 100]
     expected = np.percentile(np.repeat(values, weights), qs)
     assert weighted_percentiles(values, weights, qs) == list(expected)  # exactly, not approximately
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_vllm_stats_are_numpys(seed):
+    # (computed without np.percentile, which imports numpy.ma: the same floats, to the bit)
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 500))
+    seconds = rng.exponential(0.05, size) if seed % 2 else rng.integers(0, 4, size) * 0.125  # ties in half the cases
+    s = _vllm_stats("x", list(seconds))
+    median, p99 = np.percentile(seconds, [50, 99]) * 1000.0
+    assert (s["median_x_ms"], s["p99_x_ms"]) == (float(median), float(p99))
+    assert (s["mean_x_ms"], s["std_x_ms"]) == (float(seconds.mean()) * 1000.0, float(seconds.std()) * 1000.0)
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -1,0 +1,146 @@
+"""The step log: every step's record, kept as columns (see StepLog)."""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from itertools import chain, islice, repeat
+from operator import add, mul, truediv
+
+from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
+
+
+class StepLog:
+    """Every step's StepRecord, in time order, stored as columns so that memory stays flat over a
+    long run: the four fields that change every step are packed arrays, the other ten are held
+    values (a new row of them only where they change: at every single step, twice per decode
+    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame).
+
+    What the summary needs is summed as steps arrive, in step order (the same floats as summing
+    the columns afterwards), so a run that writes no steps.csv (keep_steps=False) keeps only the
+    step end times, which the requests' output-token times point into."""
+
+    def __init__(self, total_blocks: int, keep_steps: bool = True):
+        self.total_blocks = total_blocks
+        self.keep_steps = keep_steps
+        self.time = array("d")
+        self.duration = array("d")
+        self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
+        self.kv_blocks_logical = array("i")
+        # rows of held values: the first step each holds from (until the next row's), and the
+        # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
+        self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
+        self.held = array("i")  # (counts of requests, sequences, tokens and blocks in one step)
+        # running totals over the steps so far (time-weighted ones: value x duration)
+        self.duration_sum = 0.0
+        self.used_time = 0.0
+        self.logical_time = 0.0
+        self.utilization_time = 0.0
+        self.used_sum = 0
+        self.logical_sum = 0
+        self.peak_used = 0
+        self.held_sums = [0] * len(HELD_FIELDS)
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+    def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
+        self.time.append(time)
+        self._add_totals([duration], [used], [logical], held, held, 1)
+        if self.keep_steps:
+            self.held_from.append(len(self.time) - 1)
+            self.held.extend(held)
+            self.duration.append(duration)
+            self.kv_blocks_used.append(used)
+            self.kv_blocks_logical.append(logical)
+
+    def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
+                held: tuple, held_last: tuple) -> int:
+        """Steps of one decode run: shared is logical minus used blocks during the run and at its
+        last step; held and held_last the held values during it and at its last step. Returns the
+        index of its first step."""
+        first = len(self.time)
+        last = first + len(ends) - 1
+        self.time.extend(ends)
+        gap = shared[0]
+        logical = [u + gap for u in used]
+        logical[-1] += shared[1] - gap
+        self._add_totals(durations, used, logical, held, held_last, len(ends))
+        if self.keep_steps:
+            if last > first:
+                self.held_from.append(first)
+                self.held.extend(held)
+            self.held_from.append(last)
+            self.held.extend(held_last)
+            self.duration.extend(durations)
+            self.kv_blocks_used.extend(used)
+            self.kv_blocks_logical.extend(logical)
+        return first
+
+    def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
+                    num_steps: int) -> None:
+        # sum(values, start) adds one value at a time to start: step order, as one sum over the
+        # whole column would
+        self.duration_sum = sum(durations, self.duration_sum)
+        self.used_time = sum(map(mul, used, durations), self.used_time)
+        self.logical_time = sum(map(mul, logical, durations), self.logical_time)
+        if self.total_blocks:
+            self.utilization_time = sum(map(mul, map(truediv, used, repeat(self.total_blocks)), durations),
+                                        self.utilization_time)
+        self.used_sum += sum(used)
+        self.logical_sum += sum(logical)
+        self.peak_used = max(self.peak_used, max(used))
+        # (integers: exact in any order) the held values num_steps - 1 times, then the last step's
+        self.held_sums = list(map(add, self.held_sums, map(add, held_last, map(mul, held, repeat(num_steps - 1)))))
+
+    def _check_kept(self) -> None:
+        if not self.keep_steps:
+            raise ValueError("this run kept no per-step records (keep_steps=False): replay it with them to get steps")
+
+    def segments(self):
+        """(first step, stop step, held values) for each row of held values, in step order: the
+        steps from first to stop - 1 hold those values (HELD_FIELDS in order)."""
+        self._check_kept()
+        width = len(HELD_FIELDS)
+        held, starts = self.held, self.held_from
+        stops = chain(islice(starts, 1, None), (len(self.time),))
+        for i, (first, stop) in enumerate(zip(starts, stops)):
+            yield first, stop, held[i * width:(i + 1) * width]
+
+    def held_column(self, name: str):
+        """One held field, step by step."""
+        at = HELD_FIELDS.index(name)
+        return chain.from_iterable(repeat(values[at], stop - first) for first, stop, values in self.segments())
+
+    def held_sum(self, name: str) -> int:
+        return self.held_sums[HELD_FIELDS.index(name)]
+
+    def utilization(self):
+        total = self.total_blocks
+        return map(truediv, self.kv_blocks_used, repeat(total)) if total else repeat(0.0, len(self.time))
+
+    def row(self, step: int) -> tuple:
+        """One step's StepRecord fields, in STEP_FIELDS order."""
+        self._check_kept()
+        width = len(HELD_FIELDS)
+        at = bisect_right(self.held_from, step) - 1  # the held row the step is in
+        h = self.held[at * width:(at + 1) * width]
+        used = self.kv_blocks_used[step]
+        util = used / self.total_blocks if self.total_blocks else 0.0
+        return (self.time[step], self.duration[step], *h[:6], used, self.kv_blocks_logical[step], util, *h[6:])
+
+    def columns(self) -> dict[str, list]:
+        """Every StepRecord field as a list over the steps, in STEP_FIELDS order (a DataFrame's columns)."""
+        self._check_kept()
+        cols = {name: list(self.held_column(name)) for name in HELD_FIELDS}
+        cols.update(time=self.time.tolist(), duration=self.duration.tolist(), kv_blocks_used=self.kv_blocks_used.tolist(),
+                    kv_blocks_logical=self.kv_blocks_logical.tolist(), kv_utilization=list(self.utilization()))
+        return {name: cols[name] for name in STEP_FIELDS}
+
+    def records(self):
+        """StepRecords, built on demand."""
+        self._check_kept()
+        held = zip(*(self.held_column(name) for name in HELD_FIELDS))
+        for time, duration, used, logical, util, h in zip(self.time, self.duration, self.kv_blocks_used,
+                                                          self.kv_blocks_logical, self.utilization(), held):
+            yield StepRecord(time, duration, *h[:6], used, logical, util, *h[6:])
