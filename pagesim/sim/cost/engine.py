@@ -15,8 +15,10 @@ engine runs the same kernels differently, and a profile says how:
   decode attention's (its KV reads and per-sequence work) times ``attention_time_scale``, apart,
   since the paged decode kernels changed more than the GEMMs and weigh most in MHA models.
 - All-reduce. Custom all-reduce (vLLM's one-shot/two-shot kernels over NVLink) for messages up to
-  ``custom_allreduce_max_bytes``: ``allreduce_latency_s`` + the ring volume 2 (tp - 1) / tp x bytes
-  over the interconnect's per-direction bandwidth; NCCL (the measured line) above that size.
+  ``custom_allreduce_max_bytes``: a latency + the ring volume 2 (tp - 1) / tp x bytes over the
+  interconnect's per-direction bandwidth; NCCL (the measured line) above that size. The latency
+  is ``allreduce_latency_s`` for 2 GPUs, and grows with the group as the GPU's measured
+  all-reduce floors do (x1.84 for 4 H100s, x1.72 for 8).
 - CPU. Async scheduling and output processing overlap most host work with the GPU; what is left
   exposed is ``cpu_step_s`` + ``cpu_per_seq_s`` x scheduled sequences per step.
 - Async output (``output_delay_steps`` = 1): the host turns step n's tokens into output while
@@ -212,6 +214,11 @@ class EngineCostModel(CostModel):
         self._pre_busy_per_window_pair = kern._pre_per_window_pair
         self._ar_bytes_per_token = m.hidden_size * m.dtype_bytes
         self._ar_s_per_byte = (2 * (tp - 1) / tp / kern.gpu.interconnect_bandwidth) if tp > 1 else 0.0
+        # allreduce_latency_s is a 2-GPU all-reduce's; a larger group's latency grows as the measured
+        # all-reduce floors of the GPU's calibration do (DGX H100: x1.84 for 4 GPUs, x1.72 for 8)
+        floors = kern.calibration.all_reduce
+        self._ar_group_factor = (kern.calibration.all_reduce_seconds(tp, 0) / floors[min(floors)].floor_s
+                                 if tp > 1 and floors else 1.0)
         self._cache: dict[tuple[int, bool], tuple[float, float, float, float]] = {}
         self._seq_cache: dict[int, tuple[float, float]] = {}
         self._moves = kern._block_moves
@@ -243,7 +250,7 @@ class EngineCostModel(CostModel):
             nbytes = tokens * self._ar_bytes_per_token
             calls = 2 * self.layers
             if nbytes <= self.engine.custom_allreduce_max_bytes:
-                ar_calls = calls
+                ar_calls = calls * self._ar_group_factor
                 fixed += calls * nbytes * self._ar_s_per_byte
             else:  # NCCL, as measured
                 fixed += calls * kern.calibration.all_reduce_seconds(self.tp, nbytes)
