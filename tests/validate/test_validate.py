@@ -96,3 +96,20 @@ def test_a_client_timeout_aborts_and_counts_the_request():
     assert by_id[0].status == "rejected" and "client timeout" in by_id[0].reject_reason
     assert by_id[1].status == "finished"
     assert result.summary["num_finished"] == 1 and result.summary["num_rejected"] == 1
+
+
+def test_calibrate_engine_writes_a_profile_replay_can_use(tmp_path):
+    from pagesim.sim.cost.engine import load_engine_profile
+
+    a, _ = distserve_run(tmp_path / "vllm-30-2.exp")
+    b, _ = distserve_run(tmp_path / "vllm-20-1.exp", n=20)
+    out = tmp_path / "mine.json"
+    result = CliRunner().invoke(app, ["calibrate", "engine", str(a), str(b), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "leave-one-run-out mean |error| of the mean E2E" in result.output
+    profile = load_engine_profile(str(out))
+    assert profile.name == "mine" and profile.provenance["runs"] == ["vllm-30-2", "vllm-20-1"]
+    assert set(profile.provenance["leave_one_run_out"]) == {"vllm-30-2", "vllm-20-1"}
+    replay = CliRunner().invoke(app, ["validate", str(a), "--engine", str(out), "--json"])
+    assert replay.exit_code == 0, replay.output
+    assert json.loads(replay.output)["cost_model"]["engine"] == "mine"
