@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 import json
 import os
 import time
@@ -39,7 +40,7 @@ METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean")
 def shared_runs(data: Path) -> dict[str, list[Path]]:
     blis = sorted((data / "blis-h100-vllm0.15" / "replay_data").glob("*.json.gz"))
     return {"h100": [p for p in blis if not p.name.endswith("_ground_truth.json.gz")],
-            "rtx": sorted((data / "llmservingsim-vllm0.19").glob("*/vllm/requests.jsonl")),
+            "rtx": sorted(p.parent.parent for p in (data / "llmservingsim-vllm0.19").glob("*/*/vllm/requests.jsonl")),
             "a100": sorted((data / "distserve-a100").rglob("*.exp"))}
 
 
@@ -116,6 +117,36 @@ def fit_h100(paths, out_dir: Path, progress=print, max_iterations: int = 4, refi
     return engines, full, [r.name for r in stable]
 
 
+def fit_distserve(paths, out_dir: Path, progress=print):
+    """An eager engine (no CUDA graphs, tokens delivered at their own step) fitted to DistServe's
+    runs, leave one run out; each fold's profile written."""
+    from pagesim.engine_fit import fit_engine
+    from pagesim.realruns import load_real_run
+    from pagesim.sim.cost.engine import EngineParams, EngineProfile
+    from pagesim.validate import fit_run, leave_one_out
+
+    base = EngineProfile("distserve-2024", "DistServe's early-2024 vLLM fork (eager, Ray workers)", cuda_graphs=False,
+                         output_delay_steps=0)
+    runs = [load_real_run(p) for p in paths]
+    fit_runs = [fit_run(r, gpu="a100-80gb", engine=_write_base(base, out_dir)) for r in runs]
+    full = fit_engine(fit_runs, base, progress=progress)
+    loo = leave_one_out(fit_runs, base, full.params)
+    engines = {}
+    for r in runs:
+        path = out_dir / "profiles" / f"distserve-without-{r.name}.json"
+        write_profile(path, replace(base, name=f"distserve-2024-without-{r.name}",
+                                    params=EngineParams(**loo[r.name]["params"])), [s.name for s in runs if s is not r])
+        engines[r.name] = str(path)
+    return engines
+
+
+def _write_base(profile, out_dir: Path) -> str:
+    path = out_dir / "profiles" / f"{profile.name}-start.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_profile(path, profile, [])
+    return str(path)
+
+
 def write_profile(path: Path, profile, runs: list[str]) -> None:
     data = profile.to_json()
     data["provenance"] = {"fitted_by": "experiments/sim2real.py (pagesim.engine_fit)", "runs": runs}
@@ -167,7 +198,9 @@ def table(rows, keys=("pagesim", "paper", "roofline")) -> list[str]:
             e = r.get(k)
             cells.append("-" if not e else f"{_pct(e['e2e_mean'])} / {_pct(e['ttft_mean'])} / {_pct(e['itl_mean'])}")
         p = r["pagesim"]
-        lines.append(f"| {r['run']} | {Path(str(r['model'])).parent.name or r['model']} ({r['tp']}) | "
+        model = str(r["model"])
+        model = Path(model).parent.name if model.endswith("config.json") else model.rsplit("/", 1)[-1]
+        lines.append(f"| {r['run']} | {model} ({r['tp']}) | "
                      f"{r['counts']['compared']:,} | " + " | ".join(cells) + f" | {_pct(p['e2e_p90'])} / {_pct(p['ttft_p90'])} |")
     lines.append("| **mean abs** | | | " + " | ".join(
         " / ".join(_pct(_mean_abs(rows, k, m)).replace("+", "") for m in ("e2e_mean", "ttft_mean", "itl_mean"))
@@ -199,11 +232,15 @@ def main(argv=None) -> Path:
     rtx = run_group(groups["rtx"], "rtx-pro-6000-96gb", lambda real: str(out_dir / "profiles" / "all-stable.json"),
                     baselines=not args.quick)
     a100 = run_group(groups["a100"], "a100-80gb", lambda real: "paper", baselines=False)
+    # the same runs with an eager engine profile fitted to them (`pagesim calibrate engine`'s use:
+    # a cluster of one's own), each run predicted by the fit on the other seven
+    a100_engines = fit_distserve(groups["a100"], out_dir)
+    a100_fit = run_group(groups["a100"], "a100-80gb", lambda real: a100_engines[real.name], baselines=False)
     scatter(h100, out_dir / "e2e_scatter.png")
     with open(out_dir / "errors.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["group", "run", "system"] + list(METRICS))
-        for group, rows in (("h100", h100), ("rtx", rtx), ("a100", a100)):
+        for group, rows in (("h100", h100), ("rtx", rtx), ("a100", a100), ("a100-fitted", a100_fit)):
             for r in rows:
                 for key in ("pagesim", "paper", "roofline"):
                     if r.get(key):
@@ -215,7 +252,10 @@ def main(argv=None) -> Path:
     lines = [
         "# pagesim against real vLLM servers",
         "",
-        f"Made by `python -m experiments.sim2real` in {time.perf_counter() - started:.0f} s. Errors are signed "
+        f"Made by `python -m experiments.sim2real{''.join(' ' + a for a in (argv if argv is not None else sys.argv[1:]))}` "
+        f"in {time.perf_counter() - started:.0f} s"
+        + (" (the validations only: the H100 fits are those a run without `--reuse-fit` wrote under "
+           "sim2real/profiles)" if args.reuse_fit else "") + ". Errors are signed "
         "(predicted / measured - 1) over the requests that succeeded in the real run and finished in the replay. "
         "ITL is the token-weighted mean gap; TTFT and E2E are per-request means and p90s.",
         "",
@@ -239,9 +279,17 @@ def main(argv=None) -> Path:
         "",
         *table(rtx),
         "",
-        "## A100-80GB, DistServe's early-2024 vLLM: the paper-era engine",
+        "## A100-80GB, DistServe's early-2024 vLLM: the paper-era engine, and an engine fitted to these runs",
+        "",
+        "The paper-era engine as the operator measurements give it (no parameter fitted to these runs):",
         "",
         *table(a100, keys=("pagesim",)),
+        "",
+        "An eager engine profile (no CUDA graphs, tokens delivered at their own step) fitted by "
+        "`pagesim.engine_fit` to these runs, each run predicted by the fit on the other seven "
+        "(what `pagesim calibrate engine` does for a cluster of one's own):",
+        "",
+        *table(a100_fit, keys=("pagesim",)),
         "",
         ANALYSIS_MARK + (analysis or "\n\n(analysis to be written)\n"),
     ]
