@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the heavy modules load when a function runs, not when pages
 TraceLike = Trace | str | os.PathLike
 
 # CLI flag (as a Python name) -> ReplayConfig field, where the two differ
-_RENAMED = {"swap_space": "swap_space_gib", "warmup": "warmup_s", "force": "force_profile"}
+RENAMED_OPTIONS = _RENAMED = {"swap_space": "swap_space_gib", "warmup": "warmup_s", "force": "force_profile"}
 
 
 def replay_options() -> list[str]:
@@ -36,13 +36,18 @@ def replay_options() -> list[str]:
 
 
 def replay_config(**options) -> ReplayConfig:
-    """A ReplayConfig from CLI-named options; `rate=0` means the trace's own arrival times."""
+    """A ReplayConfig from CLI-named options, or from ReplayConfig's own field names (those of
+    summary.json's `config`, so `replay(trace, **summary["config"])` re-creates a run);
+    `rate=0` means the trace's own arrival times."""
     from pagesim.sim.engine import ReplayConfig
 
     valid = replay_options()
-    unknown = sorted(set(options) - set(valid))
+    unknown = sorted(set(options) - set(valid) - set(_RENAMED.values()))
     if unknown:
         raise TypeError(f"unknown replay option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+    both = sorted(flag for flag, field in _RENAMED.items() if flag in options and field in options)
+    if both:
+        raise TypeError(f"replay option(s) given twice: {', '.join(f'{k} and {_RENAMED[k]}' for k in both)}")
     values = {_RENAMED.get(k, k): v for k, v in options.items()}
     if "rate" in values:
         values["rate"] = values["rate"] or None
@@ -111,8 +116,9 @@ def replay(trace: TraceLike, *, progress: Callable[[int], None] | None = None, *
     >>> run = pagesim.replay("traces/sharegpt.json", num_requests=100, rate=2.0)
     >>> run.summary["mean_normalized_latency"], run.requests.ttft.median()
 
-    Options are `pagesim replay`'s flags (see `replay_options()`); progress(num_done) is called
-    as requests finish."""
+    Options are `pagesim replay`'s flags (see `replay_options()`), or the field names of a
+    summary's `config` (`replay(trace, **summary["config"])` re-creates that run);
+    progress(num_done) is called as requests finish."""
     sim = prepare_replay(trace, **options)
     sim.on_progress = progress
     return finish_replay(sim, trace)

@@ -157,14 +157,27 @@ def warn(message: str) -> None:
 
 
 def given(ctx, name: str) -> bool:
-    """Was the option set by the user (command line or environment), not left at its default?"""
+    """Was the option set by the user (command line, environment or --config file), not left at
+    its default?"""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "DEFAULT_MAP")
+
+
+def typed(ctx, name: str) -> bool:
+    """Was the option set on the command line (or environment), over any --config file?"""
     source = ctx.get_parameter_source(name)
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
-def check_arrival_flags(ctx, duration: float | None) -> None:
+def check_arrival_flags(ctx, duration: float | None) -> float | None:
+    """The --duration the run uses: a run is sized by a count or by seconds, and a flag on the
+    command line overrides the other one set in a --config file."""
     if duration is not None and given(ctx, "num_requests"):
-        fail("give --num-requests or --duration, not both (a run is sized by a count or by seconds of arrivals)")
+        if typed(ctx, "num_requests") and not typed(ctx, "duration"):
+            return None  # --num-requests over the file's duration
+        if typed(ctx, "duration") == typed(ctx, "num_requests"):
+            fail("give --num-requests or --duration, not both (a run is sized by a count or by seconds of arrivals)")
+    return duration
 
 
 def check_run_size(rate: float | None, num_requests: int | None, duration: float | None) -> None:

@@ -10,7 +10,9 @@ from typing import Optional
 
 import typer
 
+from pagesim.api import RENAMED_OPTIONS
 from pagesim.cli import app
+from pagesim.cli.config_file import config_extra, config_option
 from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
@@ -25,6 +27,8 @@ Preemption = enum.Enum("Preemption", {name: name for name in CHOICES["preemption
 GPU_MEMORY_SHARE = Number(lo=0, lo_open=True, hi=1)  # vLLM's --gpu-memory-utilization, in (0, 1]
 KVCacheDtype = enum.Enum("KVCacheDtype", {name: name for name in ("auto", "fp8")}, type=str)
 Steps = enum.Enum("Steps", {name: name for name in STEPS_CHOICES}, type=str)
+# summary.json's config names three options by their ReplayConfig fields: --config takes both names
+CONFIG_FIELD_KEYS = {field: flag for flag, field in RENAMED_OPTIONS.items()}
 BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, the model's max length))"
 
 
@@ -32,6 +36,7 @@ BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, 
 def replay(
     ctx: typer.Context,
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
+    config: Optional[Path] = config_option(lambda ctx: config_only_keys(ctx), aliases=CONFIG_FIELD_KEYS),
     model: str = typer.Option("opt-13b", help="model from the catalog (pagesim model list) or a Hugging Face config.json"),
     gpu: str = typer.Option("a100-40gb", help="GPU from the catalog"),
     tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=TP, help="tensor-parallel degree"),
@@ -83,7 +88,7 @@ def replay(
     """Replay TRACE through the engine core in simulated time."""
     from pagesim.api import finish_replay, prepare_replay
 
-    check_arrival_flags(ctx, duration=duration)
+    duration = check_arrival_flags(ctx, duration=duration)
     if profile is not None and cost_model.lower() != "profiled":
         fail(f"--profile is read only by --cost-model profiled (this run uses {cost_model})")
     if out is None and given(ctx, "steps"):
@@ -101,6 +106,7 @@ def replay(
                    cost_model=cost_model, engine=engine, profile=profile, seed=seed, warmup=warmup, force=force,
                    gpu_memory_utilization=gpu_memory_utilization)
     drop_preset_defaults(ctx, options)
+    options.update(config_extra(ctx))  # the file's ReplayConfig fields that have no flag
     try:
         # per-step records only for a steps.csv
         sim = prepare_replay(loaded, keep_steps=out is not None and steps.value != "none", **options)
@@ -112,8 +118,34 @@ def replay(
         sim.on_progress = advance
         result = finish_replay(sim, trace)
     cfg = sim.cfg
-    emit_results(result.summary, result.metrics, out, as_json,
+    summary = result.summary if out is None else dict(result.summary, reproduce=reproduce_line(trace, out, steps.value))
+    emit_results(summary, result.metrics, out, as_json,
                  f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}", steps.value)
+
+
+def config_only_keys(ctx) -> dict:
+    """The ReplayConfig fields without a flag that a --config file may set (summary.json's config
+    holds them all), each checked as ReplayConfig checks it."""
+    from pagesim.api import replay_config, replay_options
+
+    flags = {p.name for p in ctx.command.params}
+
+    def checker(name: str):
+        def check(value):
+            replay_config(**{name: value})
+            return value
+        return check
+
+    return {name: checker(name) for name in replay_options() if name not in flags}
+
+
+def reproduce_line(trace: Path, out: Path, steps: str) -> str:
+    """The command that re-creates the run written to `out`, from its summary.json's config."""
+    import shlex
+
+    words = ["pagesim", "replay", str(trace), "--config", str(out / "summary.json")]
+    words += ["--steps", steps] if steps != "all" else []
+    return shlex.join(words + ["--out"]) + " NEW_FOLDER"
 
 
 def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
@@ -146,6 +178,8 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
         if out is not None:
             written = ("requests.csv", "steps.csv", "summary.json") if steps != "none" else ("requests.csv", "summary.json")
             Console().print(f"wrote {out}/" + ", ".join(written), markup=False)
+        if summary.get("reproduce"):
+            Console().print(f"reproduce with: {summary['reproduce']}", markup=False, soft_wrap=True)
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:
