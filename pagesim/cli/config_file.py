@@ -16,6 +16,7 @@ such as `allocator`): `extra_keys` names them and checks each; they are stored i
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +27,8 @@ from pagesim.cli.checks import fail
 
 EXTRA = "pagesim.config_extra"  # ctx.meta key: {name: value} of the file's keys that have no flag
 SOURCE = "pagesim.config_file"  # ctx.meta key: the file read
-SKIPPED = ("config", "help")  # options a config file cannot set
+SKIPPED = ("config", "help")
+FLAG_PREFIX = re.compile(r"^--[\w-]+:? ")  # a config field's problem said as a flag's ("--allocator: ...")  # options a config file cannot set
 
 # A file's null, where the option's default is not None: what it means (summary.json's config
 # stores the run's resolved values, and `rate: null` there is the trace's own arrival times).
@@ -49,6 +51,8 @@ def read_config_file(path: Path) -> dict:
     doc = _parse(path, text)
     if isinstance(doc, dict) and isinstance(doc.get("config"), dict):  # a summary.json
         doc = doc["config"]
+    if doc is None:
+        fail(f"{path}: the config file is empty")
     if not isinstance(doc, dict):
         fail(f"{path}: a config file holds a mapping of option names to values, got {type(doc).__name__}")
     return doc
@@ -108,6 +112,11 @@ def _flag(param) -> str:
     return param.opts[0]
 
 
+def _key(param) -> str:
+    """The option's key as the list of valid keys shows it: its first flag as a Python name."""
+    return param.opts[0].lstrip("-").replace("-", "_")
+
+
 def _coerce(param, ctx: typer.Context, value: Any) -> Any:
     """The option's value from `value`, as its flag's parsing makes it (typer's coercion in the
     typers that have one, click's type otherwise)."""
@@ -135,12 +144,12 @@ def apply_config(ctx: typer.Context, path: Path, extra_keys: ExtraKeys | None = 
         set_by[target] = str(key)
         if param is None:
             if key not in extras_known:
-                valid = sorted({p.name for p in names.values()} | set(extras_known))
+                valid = sorted({_key(p) for p in names.values()} | set(extras_known))
                 fail(f"{path}: unknown key {key!r} for `{ctx.command_path}` (valid: {', '.join(valid)})")
             try:
                 extra[key] = extras_known[key](value)
-            except (TypeError, ValueError) as e:
-                fail(f"{path}: {key}: {e}")
+            except (TypeError, ValueError) as e:  # (said as a flag's problem: the key names it here)
+                fail(f"{path}: {key}: {FLAG_PREFIX.sub('', str(e))}")
             continue
         if value is None:
             if param.name in NULL_MEANS:
@@ -154,7 +163,7 @@ def apply_config(ctx: typer.Context, path: Path, extra_keys: ExtraKeys | None = 
         try:
             _coerce(param, ctx, value)  # the flag's own parser, as if typed after it
         except typer.BadParameter as e:
-            fail(f"{path}: {key}: {' '.join(e.format_message().split())}")
+            fail(f"{path}: {key}: {' '.join(e.message.removeprefix('Value error, ').split())}")
         defaults[param.name] = value
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     ctx.meta[EXTRA] = extra
