@@ -32,7 +32,8 @@ def test_import_pagesim_is_light():
 
 def test_replay_options_are_the_cli_flags():
     command = typer.main.get_command(app).commands["replay"]
-    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json"}  # (what --out writes: ReplayRun.write)
+    # (what --out writes: ReplayRun.write; --config: a file of these options)
+    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config"}
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
     assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "waste_interval_s",
@@ -44,7 +45,9 @@ def test_replay_matches_the_cli_files(tmp_path):
     result = CliRunner().invoke(app, ["replay", str(SHAREGPT), *args, "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     run = pagesim.replay(str(SHAREGPT), num_requests=40, rate=3, seed=2, model="opt-13b", block_size=32)
-    assert run.summary == json.loads((tmp_path / "summary.json").read_text())
+    written_summary = json.loads((tmp_path / "summary.json").read_text())
+    assert written_summary.pop("reproduce").startswith(f"pagesim replay {SHAREGPT} --config {tmp_path}/summary.json")
+    assert run.summary == written_summary
     written = pd.read_csv(tmp_path / "requests.csv", dtype={"reject_reason": str}).fillna({"reject_reason": ""})  # "" reads back as NaN
     pd.testing.assert_frame_equal(run.requests, written, check_dtype=False)
     pd.testing.assert_frame_equal(run.steps, pd.read_csv(tmp_path / "steps.csv"), check_dtype=False)
@@ -61,6 +64,24 @@ def test_replay_takes_a_trace_object_and_rejects_unknown_options():
     assert pagesim.api.replay_config(rate=0).rate is None  # 0: the trace's own arrival times, as the flag
     with pytest.raises(TypeError, match="unknown replay option.*num_request\\b.*valid: .*num_requests"):
         pagesim.replay(trace, num_request=5)
+
+
+def test_a_summary_config_recreates_the_run(tmp_path):
+    # swap_space_gib, warmup_s, force_profile: summary.json names them as ReplayConfig does
+    args = ["--num-requests", "30", "--rate", "4", "--swap-space", "1.5", "--warmup", "2", "--preemption", "swap",
+            "--max-num-seqs", "6", "--seed", "5"]
+    result = CliRunner().invoke(app, ["replay", str(SHAREGPT), *args, "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {"swap_space_gib", "warmup_s", "force_profile"} <= set(summary["config"])
+    run = pagesim.replay(str(SHAREGPT), **summary["config"])
+    assert run.config.swap_space_gib == 1.5 and run.config.warmup_s == 2 and run.config.max_num_seqs == 6
+    summary.pop("reproduce")
+    assert run.summary == summary
+    written = pd.read_csv(tmp_path / "requests.csv", dtype={"reject_reason": str}).fillna({"reject_reason": ""})
+    pd.testing.assert_frame_equal(run.requests, written, check_dtype=False)
+    with pytest.raises(TypeError, match="given twice: swap_space and swap_space_gib"):
+        pagesim.api.replay_config(swap_space=1, swap_space_gib=1)
 
 
 def test_plan_matches_the_cli(tmp_path):

@@ -145,7 +145,7 @@ def apply_config(ctx: typer.Context, path: Path, extra_keys: ExtraKeys | None = 
         if param is None:
             if key not in extras_known:
                 valid = sorted({_key(p) for p in names.values()} | set(extras_known))
-                fail(f"{path}: unknown key {key!r} for `{ctx.command_path}` (valid: {', '.join(valid)})")
+                fail(f"{path}: unknown key {key!r} for `pagesim {ctx.info_name}` (valid: {', '.join(valid)})")
             try:
                 extra[key] = extras_known[key](value)
             except (TypeError, ValueError) as e:  # (said as a flag's problem: the key names it here)
