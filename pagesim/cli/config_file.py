@@ -188,3 +188,23 @@ def config_option(extra_keys: ExtraKeys | None = None, aliases: dict[str, str] |
 def config_extra(ctx: typer.Context) -> dict:
     """The file's keys that have no flag (empty without --config)."""
     return dict(ctx.meta.get(EXTRA, {}))
+
+
+def given_options_line(ctx: typer.Context, *arguments, skip: tuple[str, ...] = ("out", "as_json", "config")) -> str:
+    """`pagesim CMD ARGUMENTS --flag value ...` with every option the user set (on the command
+    line or in a --config file) and nothing else, then `--out NEW_FOLDER`: a command's
+    "reproduce with" line where its results hold no config file to point at."""
+    import shlex
+
+    from pagesim.cli.checks import given
+
+    words = ["pagesim", ctx.info_name, *map(str, arguments)]
+    for param in ctx.command.params:
+        if getattr(param, "param_type_name", "") != "option" or param.name in skip or not given(ctx, param.name):
+            continue
+        value = getattr(ctx.params[param.name], "value", ctx.params[param.name])  # (an enum's text)
+        if isinstance(value, bool):
+            words += [param.opts[0]] if value else param.secondary_opts[:1]
+        elif value is not None:
+            words += [param.opts[0], str(value)]
+    return shlex.join(words + ["--out"]) + " NEW_FOLDER"

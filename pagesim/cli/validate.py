@@ -11,15 +11,18 @@ import typer
 
 from pagesim.cli import app
 from pagesim.cli.checks import BLOCKS, OUT_DIR, TP, fail, progress_bar
+from pagesim.cli.config_file import config_option, given_options_line
 
 ROWS = [("TTFT", "ttft", "s"), ("TPOT", "tpot", "s"), ("E2E", "e2e", "s")]
 
 
 @app.command()
 def validate(
+    ctx: typer.Context,
     run: Path = typer.Argument(..., help="a recorded real run: inference-perf/BLIS replay_data JSON, LLMServingSim "
                                "requests.jsonl (or its folder), DistServe .exp, vllm bench serve JSON, guidellm JSON, "
                                "or a pagesim bench folder (docs/validate.md)"),
+    config: Optional[Path] = config_option(),
     gpu: Optional[str] = typer.Option(None, help="GPU from the catalog (default: as the run records it)"),
     model: Optional[str] = typer.Option(None, help="catalog model or config.json (default: as the run records it)"),
     engine: Optional[str] = typer.Option(None, help="engine profile (default: the one for the run's vLLM version)"),
@@ -49,6 +52,7 @@ def validate(
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     report = result.to_json()
     if out is not None:
+        report["reproduce"] = given_options_line(ctx, run)
         write_results(out, result, report)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
@@ -56,6 +60,7 @@ def validate(
     print_validation(result)
     if out is not None:
         typer.echo(f"wrote {out}/requests.csv, steps.csv, summary.json, validate.json")
+        typer.echo(f"reproduce with: {report['reproduce']}")
 
 
 def write_results(out: Path, result, report: dict) -> None:

@@ -165,3 +165,22 @@ def test_a_named_fifo_is_refused_at_once(tmp_path):
     os.mkfifo(tmp_path / "fifo")  # no writer: reading it would wait forever
     result = replay("--config", tmp_path / "fifo")
     assert result.exit_code == 2 and "fifo: is a FIFO, not a regular file (expected a config file)" in result.output
+
+
+def test_validate_takes_a_config_and_says_how_to_reproduce(tmp_path):
+    from tests.validate.test_validate import distserve_run
+
+    run_path, _ = distserve_run(tmp_path / "vllm-30-2.exp")
+    config = write(tmp_path / "v.toml", 'gpu = "a100-80gb"\nnum-gpu-blocks = 3000\n')
+    first = CliRunner().invoke(app, ["validate", str(run_path), "--config", str(config), "--engine", "paper",
+                                     "--out", str(tmp_path / "A")])
+    assert first.exit_code == 0, first.output
+    line = f"pagesim validate {run_path} --gpu a100-80gb --engine paper --num-gpu-blocks 3000 --out NEW_FOLDER"
+    assert f"reproduce with: {line}" in first.output
+    report = json.loads((tmp_path / "A" / "validate.json").read_text())
+    assert report["reproduce"] == line and report["config"]["gpu"] == "a100-80gb"
+    again = CliRunner().invoke(app, line.split()[1:-1] + [str(tmp_path / "B")])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "A" / "requests.csv").read_bytes() == (tmp_path / "B" / "requests.csv").read_bytes()
+    bad = CliRunner().invoke(app, ["validate", str(run_path), "--config", str(write(tmp_path / "b.yaml", "tp: 0\n"))])
+    assert bad.exit_code == 2 and f"{tmp_path}/b.yaml: tp: must be an integer" in bad.output
