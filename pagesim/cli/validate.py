@@ -22,7 +22,8 @@ def validate(
     run: Path = typer.Argument(..., help="a recorded real run: inference-perf/BLIS replay_data JSON, LLMServingSim "
                                "requests.jsonl (or its folder), DistServe .exp, vllm bench serve JSON, guidellm JSON, "
                                "or a pagesim bench folder (docs/validate.md)"),
-    config: Optional[Path] = config_option(),
+    config: Optional[Path] = config_option(help_text="TOML, YAML or JSON file of options named as the flags; flags "
+                                           "given here override it"),
     gpu: Optional[str] = typer.Option(None, help="GPU from the catalog (default: as the run records it)"),
     model: Optional[str] = typer.Option(None, help="catalog model or config.json (default: as the run records it)"),
     engine: Optional[str] = typer.Option(None, help="engine profile (default: the one for the run's vLLM version)"),
