@@ -46,7 +46,7 @@ def test_replay_matches_the_cli_files(tmp_path):
     assert result.exit_code == 0, result.output
     run = pagesim.replay(str(SHAREGPT), num_requests=40, rate=3, seed=2, model="opt-13b", block_size=32)
     written_summary = json.loads((tmp_path / "summary.json").read_text())
-    assert written_summary.pop("reproduce").startswith(f"pagesim replay {SHAREGPT} --config {tmp_path}/summary.json")
+    assert written_summary.pop("reproduce").startswith(f"pagesim replay {SHAREGPT} --config SUMMARY_JSON --out")
     assert run.summary == written_summary
     written = pd.read_csv(tmp_path / "requests.csv", dtype={"reject_reason": str}).fillna({"reject_reason": ""})  # "" reads back as NaN
     pd.testing.assert_frame_equal(run.requests, written, check_dtype=False)

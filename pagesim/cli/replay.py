@@ -118,9 +118,10 @@ def replay(
         sim.on_progress = advance
         result = finish_replay(sim, trace)
     cfg = sim.cfg
-    summary = result.summary if out is None else dict(result.summary, reproduce=reproduce_line(trace, out, steps.value))
+    summary = result.summary if out is None else dict(result.summary, reproduce=reproduce_line(trace, steps.value))
     emit_results(summary, result.metrics, out, as_json,
-                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}", steps.value)
+                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}", steps.value,
+                 reproduce=None if out is None else reproduce_line(trace, steps.value, out / "summary.json"))
 
 
 def config_only_keys(ctx) -> dict:
@@ -139,11 +140,16 @@ def config_only_keys(ctx) -> dict:
     return {name: checker(name) for name in replay_options() if name not in flags}
 
 
-def reproduce_line(trace: Path, out: Path, steps: str) -> str:
-    """The command that re-creates the run written to `out`, from its summary.json's config."""
+THIS_SUMMARY = "SUMMARY_JSON"  # in summary.json's "reproduce": the file itself (printed as its path)
+
+
+def reproduce_line(trace: Path, steps: str, summary: Path | str = THIS_SUMMARY) -> str:
+    """The command that re-creates a run from its summary.json's config. summary.json stores it
+    naming itself THIS_SUMMARY, not by its folder, so a run's summary.json is the same bytes
+    wherever it is written; the line printed names the file."""
     import shlex
 
-    words = ["pagesim", "replay", str(trace), "--config", str(out / "summary.json")]
+    words = ["pagesim", "replay", str(trace), "--config", str(summary)]
     words += ["--steps", steps] if steps != "all" else []
     return shlex.join(words + ["--out"]) + " NEW_FOLDER"
 
@@ -161,9 +167,11 @@ def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
             del options[name]
 
 
-def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str, steps: str = "all") -> None:
+def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str, steps: str = "all",
+                 reproduce: str | None = None) -> None:
     """What `replay` and `run` do with a finished run: write the results folder (atomically),
-    then print the summary as JSON or as a table. steps: which steps.csv rows (STEPS_CHOICES)."""
+    then print the summary as JSON or as a table. steps: which steps.csv rows (STEPS_CHOICES);
+    reproduce: the command that re-creates the run, printed after the table."""
     if out is not None:
         from pagesim.results import results_folder
 
@@ -178,8 +186,8 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
         if out is not None:
             written = ("requests.csv", "steps.csv", "summary.json") if steps != "none" else ("requests.csv", "summary.json")
             Console().print(f"wrote {out}/" + ", ".join(written), markup=False)
-        if summary.get("reproduce"):
-            Console().print(f"reproduce with: {summary['reproduce']}", markup=False, soft_wrap=True)
+        if reproduce:
+            Console().print(f"reproduce with: {reproduce}", markup=False, soft_wrap=True)
 
 
 def _fmt(value, unit: str = "", digits: int = 3) -> str:

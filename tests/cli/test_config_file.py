@@ -107,35 +107,28 @@ def test_a_null_rate_in_the_file_is_the_traces_own_times(tmp_path):
     assert result.exit_code == 2 and "no arrival_time" in result.output
 
 
-def _files(folder: Path) -> dict:
-    summary = json.loads((folder / "summary.json").read_text())
-    return {"requests.csv": (folder / "requests.csv").read_bytes(), "steps.csv": (folder / "steps.csv").read_bytes(),
-            "summary": summary}
-
-
-def reproduce_line(folder: Path) -> str:
-    return f"pagesim replay {SHAREGPT} --config {folder}/summary.json --steps sampled --out NEW_FOLDER"
+def reproduce_line(summary: Path | str) -> str:
+    return f"pagesim replay {SHAREGPT} --config {summary} --steps sampled --out NEW_FOLDER"
 
 
 def test_a_run_is_recreated_from_its_summary_config(tmp_path):
     first = replay("--policy", "vllm-v1", "--gpu", "h100-80gb", "--rate", 3, "--duration", 15, "--warmup", 1,
                    "--swap-space", 2, "--seed", 4, "--steps", "sampled", "--out", tmp_path / "A")
     assert first.exit_code == 0, first.output
-    assert f"reproduce with: {reproduce_line(tmp_path / 'A')}" in " ".join(first.output.split())
-    a = _files(tmp_path / "A")
-    assert a["summary"].pop("reproduce") == reproduce_line(tmp_path / "A")
-    config = json.dumps(a["summary"]["config"])
+    assert f"reproduce with: {reproduce_line(tmp_path / 'A' / 'summary.json')}" in " ".join(first.output.split())
+    a = {name: (tmp_path / "A" / name).read_bytes() for name in ("requests.csv", "steps.csv", "summary.json")}
+    summary = json.loads(a["summary.json"])
+    # stored naming the file itself, not its folder: the same bytes wherever the run is written
+    assert summary["reproduce"] == reproduce_line("SUMMARY_JSON")
+    config = json.dumps(summary["config"])
     for name, folder in (("config.json", tmp_path / "B"), ("config.yaml", tmp_path / "C")):  # JSON is YAML too
         again = replay("--config", write(tmp_path / name, config), "--steps", "sampled", "--out", folder)
         assert again.exit_code == 0, again.output
-        b = _files(folder)
-        assert a["requests.csv"] == b["requests.csv"] and a["steps.csv"] == b["steps.csv"]
-        # everything but the line that names the output folder
-        assert b["summary"].pop("reproduce") == reproduce_line(folder)
-        assert a["summary"] == b["summary"]
+        for file, content in a.items():
+            assert (folder / file).read_bytes() == content, file
     # summary.json itself is a config file: its `config` is read
     again = replay("--config", tmp_path / "A" / "summary.json", "--steps", "sampled", "--out", tmp_path / "D")
-    assert again.exit_code == 0 and _files(tmp_path / "D")["requests.csv"] == a["requests.csv"]
+    assert again.exit_code == 0 and (tmp_path / "D" / "summary.json").read_bytes() == a["summary.json"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash for process substitution")
@@ -147,7 +140,8 @@ def test_python_dash_m_pagesim_reads_a_config_from_a_pipe(tmp_path):
               f"<({sys.executable} -c 'import json; print(json.dumps(json.load(open(\"{tmp_path}/A/summary.json\"))[\"config\"]))')")
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "A" / "requests.csv").read_bytes() == (tmp_path / "B" / "requests.csv").read_bytes()
+    for name in ("requests.csv", "steps.csv", "summary.json"):
+        assert (tmp_path / "A" / name).read_bytes() == (tmp_path / "B" / name).read_bytes(), name
 
 
 def test_python_dash_m_pagesim_is_the_command():
@@ -181,6 +175,7 @@ def test_validate_takes_a_config_and_says_how_to_reproduce(tmp_path):
     assert report["reproduce"] == line and report["config"]["gpu"] == "a100-80gb"
     again = CliRunner().invoke(app, line.split()[1:-1] + [str(tmp_path / "B")])
     assert again.exit_code == 0, again.output
-    assert (tmp_path / "A" / "requests.csv").read_bytes() == (tmp_path / "B" / "requests.csv").read_bytes()
+    for name in ("requests.csv", "steps.csv", "summary.json"):
+        assert (tmp_path / "A" / name).read_bytes() == (tmp_path / "B" / name).read_bytes(), name
     bad = CliRunner().invoke(app, ["validate", str(run_path), "--config", str(write(tmp_path / "b.yaml", "tp: 0\n"))])
     assert bad.exit_code == 2 and f"{tmp_path}/b.yaml: tp: must be an integer" in bad.output
