@@ -12,10 +12,10 @@ import typer
 
 from pagesim.api import RENAMED_OPTIONS
 from pagesim.cli import app
-from pagesim.cli.config_file import config_extra, config_option
 from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
+from pagesim.cli.config_file import config_extra, config_option
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES

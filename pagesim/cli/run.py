@@ -11,6 +11,7 @@ from pagesim.cli import app
 from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, TOKENS, check_arrival_flags, check_run_size,
                                 check_workload, fail, load_trace_file, progress_bar, warn)
+from pagesim.cli.config_file import given_options_line
 from pagesim.cli.executor_model import (GC_DURING_STEPS_OPTION, PIN_CPU_OPTION, WARMUP_STEPS_OPTION, check_cache_fits,
                                         dtype_name, load_executor_model, noise_settings)
 from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption, emit_results
@@ -96,7 +97,10 @@ def run(
             fail(str(e))
     summary["trace"] = str(trace)
     summary["model_spec"] = model
-    emit_results(summary, metrics, out, as_json, f"{policy.value} · {model} on {device} · block {block_size}")
+    if out is not None:  # the same requests and settings again (wall-clock timings differ run to run)
+        summary["reproduce"] = given_options_line(ctx, trace)
+    emit_results(summary, metrics, out, as_json, f"{policy.value} · {model} on {device} · block {block_size}",
+                 reproduce=summary.get("reproduce"))
 
 
 def check_model_fits_trace(lm, trace, path: Path, model: str, max_model_len: int | None) -> None:

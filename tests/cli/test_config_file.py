@@ -179,3 +179,16 @@ def test_validate_takes_a_config_and_says_how_to_reproduce(tmp_path):
         assert (tmp_path / "A" / name).read_bytes() == (tmp_path / "B" / name).read_bytes(), name
     bad = CliRunner().invoke(app, ["validate", str(run_path), "--config", str(write(tmp_path / "b.yaml", "tp: 0\n"))])
     assert bad.exit_code == 2 and f"{tmp_path}/b.yaml: tp: must be an integer" in bad.output
+
+
+def test_run_stores_and_prints_its_reproduce_line(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.chdir(ROOT)
+    args = ["run", "traces/alpaca.json", "--model", "random:llama-tiny", "--num-requests", "4", "--rate", "1000",
+            "--max-model-len", "512"]
+    first = CliRunner().invoke(app, args + ["--out", str(tmp_path / "A")])
+    assert first.exit_code == 0, first.output
+    line = ("pagesim run traces/alpaca.json --model random:llama-tiny --rate 1000.0 --num-requests 4 "
+            "--max-model-len 512 --out NEW_FOLDER")  # every option given, in the command's order
+    assert f"reproduce with: {line}" in first.output
+    assert json.loads((tmp_path / "A" / "summary.json").read_text())["reproduce"] == line
