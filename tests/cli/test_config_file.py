@@ -1,6 +1,6 @@
 """`pagesim replay --config FILE` (docs/cli.md): keys named as the flags, the flags' own checks,
-the command line over the file, and a run re-created from its summary.json byte for byte; and
-`python -m pagesim`."""
+the command line over the file, and a run re-created from its summary.json byte for byte;
+`validate --config`; the "reproduce with" lines of replay, validate and run; `python -m pagesim`."""
 
 from __future__ import annotations
 
