@@ -26,9 +26,8 @@ import typer
 from pagesim.cli.checks import fail
 
 EXTRA = "pagesim.config_extra"  # ctx.meta key: {name: value} of the file's keys that have no flag
-SOURCE = "pagesim.config_file"  # ctx.meta key: the file read
-SKIPPED = ("config", "help")
-FLAG_PREFIX = re.compile(r"^--[\w-]+:? ")  # a config field's problem said as a flag's ("--allocator: ...")  # options a config file cannot set
+SKIPPED = ("config", "help")  # options a config file cannot set
+FLAG_PREFIX = re.compile(r"^--[\w-]+:? ")  # a config field's problem said as a flag's ("--allocator: ...")
 
 # A file's null, where the option's default is not None: what it means (summary.json's config
 # stores the run's resolved values, and `rate: null` there is the trace's own arrival times).
@@ -83,6 +82,8 @@ def _parse(path: Path, text: str) -> Any:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             fail(f"{path}: not TOML ({e})")
+        except RecursionError:
+            fail(f"{path}: nested too deep to be a config file")
     if suffix == ".json":
         from pagesim.inputs import parse_json
 
@@ -93,6 +94,8 @@ def _parse(path: Path, text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         fail(f"{path}: not YAML or JSON ({' '.join(str(e).split())})")
+    except RecursionError:
+        fail(f"{path}: nested too deep to be a config file")
 
 
 def _flag_names(command: typer.core.TyperCommand, aliases: dict[str, str]) -> dict:
@@ -167,7 +170,6 @@ def apply_config(ctx: typer.Context, path: Path, extra_keys: ExtraKeys | None = 
         defaults[param.name] = value
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     ctx.meta[EXTRA] = extra
-    ctx.meta[SOURCE] = path
 
 
 def config_option(extra_keys: ExtraKeys | None = None, aliases: dict[str, str] | None = None,

@@ -84,6 +84,7 @@ def test_an_option_set_in_the_file_counts_as_given(tmp_path):
     ("- 1\n- 2\n", "c.yaml: a config file holds a mapping of option names to values, got list"),
     ("", "c.yaml: the config file is empty"),
     ("rate: [\n", "c.yaml: not YAML or JSON"),
+    ("rate: " + "[" * 5000 + "]" * 5000 + "\n", "c.yaml: nested too deep to be a config file"),
 ])
 def test_a_bad_key_or_value_is_one_line_naming_the_file_and_the_key(tmp_path, text, says):
     result = replay("--config", write(tmp_path / "c.yaml", text))
@@ -94,7 +95,8 @@ def test_a_bad_key_or_value_is_one_line_naming_the_file_and_the_key(tmp_path, te
 
 def test_bad_toml_and_json_and_missing_files_are_one_line(tmp_path):
     for name, text, says in [("c.toml", "rate = = 1\n", "not TOML"), ("c.json", "{nope", "not JSON"),
-                             ("c.json", '{"rate": NaN}', "not JSON")]:
+                             ("c.json", '{"rate": NaN}', "not JSON"),
+                             ("d.toml", "rate = " + "[" * 5000 + "]" * 5000, "nested too deep to be a config file")]:
         result = replay("--config", write(tmp_path / name, text))
         assert result.exit_code == 2 and f"{tmp_path / name}: {says}" in result.output
     result = replay("--config", tmp_path / "absent.yaml")
