@@ -113,7 +113,17 @@ def replay(
         result = finish_replay(sim, trace)
     cfg = sim.cfg
     emit_results(result.summary, result.metrics, out, as_json,
-                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}", steps.value)
+                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu}{engine_label(cfg)} · block {cfg.block_size}",
+                 steps.value)
+
+
+def engine_label(cfg) -> str:
+    """' · engine NAME' where the calibrated cost model runs under an engine profile."""
+    if cfg.cost_model.lower() != "calibrated":
+        return ""
+    from pathlib import PurePath
+
+    return f" · engine {PurePath(cfg.engine).stem if cfg.engine.endswith('.json') else cfg.engine}"
 
 
 def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
