@@ -300,7 +300,7 @@ def main(argv=None) -> Path:
         "LLMServingSim's own predictions of the same runs (its `validation/summary.txt`, from layer profiles measured "
         "on this GPU, casys-kaist/LLMServingSim 5daddb2): " + "; ".join(llmservingsim_published(groups["rtx"])) + ". "
         "pagesim has no measurement of this GPU: its kernel terms are the A100's scaled by the datasheet "
-        "(bandwidth x1.28, FP16 x0.62 in time), and its PCIe all-reduce is priced as the NVLink one; "
+        "(time per byte x1.28, per FLOP x0.62), and its PCIe all-reduce is priced as the NVLink one; "
         "LLMServingSim's own cluster file gives the link as 16 GB/s with 20 us latency.",
         "",
         "## A100-80GB, DistServe's early-2024 vLLM: the paper-era engine, and an engine fitted to these runs",
