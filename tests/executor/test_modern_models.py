@@ -63,8 +63,15 @@ ROPE_VARIANTS = {
 }
 
 
+# KV layouts of several tables per kind (tests/executor/test_engine_kv_groups.py): 2 full and 4
+# windowed layers make 2-layer tables, one full and two sliding
+LAYOUT_VARIANTS = {
+    "qwen3-six-layers": ("qwen3-tiny", {"num_hidden_layers": 6, "max_window_layers": 2, "layer_types": None}),
+}
+
+
 def make_config(variant):
-    base, changes = {**VARIANTS, **ROPE_VARIANTS}[variant]
+    base, changes = {**VARIANTS, **ROPE_VARIANTS, **LAYOUT_VARIANTS}[variant]
     config = loader.tiny_config(base)
     if changes:  # rebuilt, so derived fields (layer_types, qwen's sliding_window) follow
         config = type(config)(**{**config.to_dict(), **changes})
