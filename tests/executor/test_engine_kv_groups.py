@@ -96,3 +96,23 @@ def test_engine_on_hybrid_kv_equals_hf_and_frees_behind_the_window(variant):
         # the logits of every sampled token: those transformers gives at the token before it
         theirs = hf_logits(hf, p + want)[len(p) - 1:-1]
         torch.testing.assert_close(torch.stack(logits_of[seq.seq_id]), theirs, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("variant", ["mistral-tiny", "gemma2-tiny"])
+def test_prefix_hits_on_hybrid_kv_equal_hf(variant):
+    """Prefix caching per table: a second request sharing a 20-token prefix with a finished one
+    starts from cached blocks (its sliding tables NULL before the window) and still gives
+    transformers' greedy tokens."""
+    hf, lm, _ = build_pair(variant)
+    engine = LLMEngine(lm, EngineConfig(block_size=BS, num_gpu_blocks=64, max_num_seqs=4, prefix_caching=True))
+    shared = prompt(20, seed=7)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    first, second = shared + prompt(3, seed=8), shared + prompt(5, seed=9)
+    (out_first,) = engine.generate([first], params)
+    hits_before = engine.scheduler.kv.prefix_hits
+    (out_second,) = engine.generate([second], params)
+    assert engine.scheduler.kv.prefix_hits - hits_before == 20 // BS
+    for p, result in ((first, out_first), (second, out_second)):
+        with torch.no_grad():
+            want = hf.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False)[0, len(p):].tolist()
+        assert result.outputs[0] == want
