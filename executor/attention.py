@@ -31,12 +31,24 @@ class AttentionMetadata:
     # keep their own block tables over the shared pool; group_tables[g] is g's (slot_mapping,
     # block_tables), group 0's being the two fields above. None: one group, every layer uses those.
     group_tables: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    # True: group_tables follow the core's KVLayout.tables (the engine on a HybridKVManager) and a
+    # layer reads its table's entry (PagedAttention.kv_table), not its group's
+    by_table: bool = False
 
     def for_group(self, group: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(slot_mapping, block_tables) of the layers in KV cache group `group`."""
         if self.group_tables is None:
             return self.slot_mapping, self.block_tables
         return self.group_tables[group]
+
+    def for_layer(self, attn: "PagedAttention") -> tuple[torch.Tensor, torch.Tensor]:
+        """(slot_mapping, block_tables) this attention layer uses."""
+        if not self.by_table:
+            return self.for_group(attn.kv_group)
+        if attn.kv_table is None:
+            raise ValueError("metadata built per core block table, but this layer was given no table "
+                             "(executor.kv_layout.place_layers)")
+        return self.group_tables[attn.kv_table]
 
     @property
     def num_seqs(self) -> int:
@@ -86,14 +98,17 @@ class AttentionMetadata:
         )
 
     @classmethod
-    def build_grouped(cls, seqs, block_size: int, device="cpu") -> "AttentionMetadata":
+    def build_grouped(cls, seqs, block_size: int, device="cpu", by_table: bool = False) -> "AttentionMetadata":
         """seqs: (block tables, one per KV cache group in the model's kv_groups order,
-        num_computed_tokens, num_new_tokens) per sequence."""
+        num_computed_tokens, num_new_tokens) per sequence. by_table: the tables are the core
+        layout's (KVLayout.tables order; HybridKVManager.block_tables), each layer reading its
+        kv_table's."""
         num_groups = len(seqs[0][0]) if seqs else 1
         per_group = [cls.build([(tables[g], done, new) for tables, done, new in seqs], block_size, device)
                      for g in range(num_groups)]
         md = per_group[0]
         md.group_tables = [(m.slot_mapping, m.block_tables) for m in per_group]
+        md.by_table = by_table
         return md
 
 
@@ -114,6 +129,7 @@ class PagedAttention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
         self.sliding_window = sliding_window
         self.kv_group = kv_group  # which of the metadata's KV cache groups' tables this layer reads
+        self.kv_table = None  # its table in the core's KV layout, set by the engine (executor.kv_layout)
         self.softcap = softcap  # Gemma 2's soft-capping of the scores
 
     def forward(self, q, k, v, kv_cache, md: AttentionMetadata) -> torch.Tensor:
@@ -121,7 +137,7 @@ class PagedAttention(nn.Module):
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         key_cache, value_cache = kv_cache
-        slot_mapping, block_tables = md.for_group(self.kv_group)
+        slot_mapping, block_tables = md.for_layer(self)
         # New tokens first, so attention reads every context token (its own included) from the
         # cache: one code path for prompts, chunks, prefix hits and recompute.
         kernels.reshape_and_cache(k, v, key_cache, value_cache, slot_mapping)

@@ -3,6 +3,11 @@
 Block ids are the block manager's: device block b of every layer is the same logical block, so
 one (src, dst) mapping moves or copies a block in all layers at once.
 
+layer_slots (KV cache groups, executor.kv_layout): layer i uses cache tensor layer_slots[i].
+Layers of different block tables share a tensor (a pool block belongs to one table at a time),
+so a hybrid model keeps layers_per_block tensors, not one per layer; moves and copies then touch
+each tensor once.
+
 kv_shared (MLA's latent cache): each layer has one tensor that the kernels read as both K and V,
 so key_caches[i] is value_caches[i] and the pools take half the bytes.
 """
@@ -25,34 +30,39 @@ def _mapping(pairs, device) -> torch.Tensor:
 
 class CacheEngine:
     def __init__(self, num_layers, num_kv_heads, head_dim, block_size, num_gpu_blocks, num_cpu_blocks, dtype, device,
-                 kv_shared: bool = False):
+                 kv_shared: bool = False, layer_slots: list[int] | None = None):
         self.num_layers, self.block_size = num_layers, block_size
+        self.layer_slots = list(range(num_layers)) if layer_slots is None else list(layer_slots)
+        if len(self.layer_slots) != num_layers:
+            raise ValueError(f"layer_slots names {len(self.layer_slots)} layers, the model has {num_layers}")
+        num_tensors = max(self.layer_slots, default=-1) + 1
         self.num_gpu_blocks, self.num_cpu_blocks = num_gpu_blocks, num_cpu_blocks
         self.dtype, self.device, self.kv_shared = dtype, torch.device(device), kv_shared
         shape = (block_size, num_kv_heads, head_dim)
         # Zeros rather than empty: a kernel that reads a padded block-table entry must not see NaNs.
-        self.key_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.key_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device) for _ in range(num_tensors)]
         # Pinned host memory makes device<->host copies DMA transfers; only meaningful with CUDA.
         pin = self.device.type == "cuda"
-        self.cpu_key_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_layers)]
+        self.cpu_key_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin) for _ in range(num_tensors)]
         if kv_shared:
             self.value_caches, self.cpu_value_caches = self.key_caches, self.cpu_key_caches
         else:
             self.value_caches = [torch.zeros(num_gpu_blocks, *shape, dtype=dtype, device=self.device)
-                                 for _ in range(num_layers)]
+                                 for _ in range(num_tensors)]
             self.cpu_value_caches = [torch.zeros(num_cpu_blocks, *shape, dtype=dtype, pin_memory=pin)
-                                     for _ in range(num_layers)]
+                                     for _ in range(num_tensors)]
 
     @staticmethod
     def pool_bytes(num_layers, num_kv_heads, head_dim, block_size, num_blocks, dtype, kv_shared: bool = False) -> int:
-        """Bytes of one pool (K and V, every layer) of num_blocks blocks: what __init__ allocates."""
+        """Bytes of one pool (K and V, every layer) of num_blocks blocks: what __init__ allocates.
+        num_layers: the layer tensors (a hybrid layout's layers_per_block, see executor.kv_layout)."""
         tensors = 1 if kv_shared else 2
         return tensors * num_layers * num_blocks * block_size * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
 
     @property
     def kv_caches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """What the models take: one (key_cache, value_cache) per layer."""
-        return list(zip(self.key_caches, self.value_caches))
+        return [(self.key_caches[s], self.value_caches[s]) for s in self.layer_slots]
 
     def swap_in(self, mapping) -> None:
         """Host -> device: mapping of (cpu_block, gpu_block)."""

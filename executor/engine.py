@@ -14,13 +14,15 @@ from typing import Callable
 
 import torch
 
-from executor.attention import AttentionMetadata
+from executor.attention import AttentionMetadata, PagedAttention
 from executor.beam import BeamSearch
 from executor.cache_engine import CacheEngine
+from executor.kv_layout import place_layers
 from executor.models.loader import LoadedModel
 from executor.sampler import make_generator, random_seed, sample
 from pagesim.core import (BatchShape, Request, Sample, SamplingParams, SchedulerOutput, SequenceGroup, ServingConfig,
                           StepResult)
+from pagesim.core.policies import POLICIES
 from pagesim.core.step import is_due
 
 
@@ -65,10 +67,27 @@ class LLMEngine:
         self._failed: dict[int, str] = {}  # this step's sampling failures (isolate_failures)
         self.config = cfg = config or EngineConfig()
         max_model_len = cfg.max_model_len or lm.max_model_len
-        self.scheduler = cfg.make_scheduler(cfg.num_gpu_blocks, cfg.num_cpu_blocks, max_model_len, lm.eos_token_id)
+        # A model whose layers keep KV differently (sliding windows, hybrids) runs on the core's
+        # HybridKVManager: one block table per layout table, each layer reading its table's, and
+        # one cache tensor per place in a table (executor.kv_layout). Plain models: as always.
+        placement = place_layers(lm.kv_groups, lm.layer_groups)
+        # (the reservation baselines reserve every layer's KV contiguously: they keep the plain path)
+        paged = POLICIES.get(cfg.policy, (None,))[0] is None
+        self.placement = None if placement.is_plain or not paged else placement
+        kv_groups = None if self.placement is None else tuple(lm.kv_groups)
+        self.scheduler = cfg.make_scheduler(cfg.num_gpu_blocks, cfg.num_cpu_blocks, max_model_len, lm.eos_token_id,
+                                            kv_groups=kv_groups)
         self.max_model_len = max_model_len
+        slots = None
+        if self.placement is not None:
+            attention = attention_layers(lm.model)
+            if len(attention) != lm.num_layers:
+                raise ValueError(f"found {len(attention)} attention layers in a model of {lm.num_layers}")
+            for attn, table in zip(attention, self.placement.table):
+                attn.kv_table = table  # the same for every engine on this model: it follows from lm alone
+            slots = self.placement.slot
         self.cache = CacheEngine(lm.num_layers, lm.num_kv_heads, lm.head_dim, cfg.block_size, cfg.num_gpu_blocks,
-                                 cfg.num_cpu_blocks, lm.dtype, lm.device, kv_shared=lm.kv_shared)
+                                 cfg.num_cpu_blocks, lm.dtype, lm.device, kv_shared=lm.kv_shared, layer_slots=slots)
         # Parallel sampling: sample i of a request draws from its own generator seeded seed + i
         # (seed drawn at random when the request has none), so it gets exactly the tokens a
         # request of n = 1 with seed + i gets.
@@ -163,14 +182,19 @@ class LLMEngine:
         lm, bs = self.lm, self.config.block_size
         input_ids, layout, sampled_rows = [], [], []
         row = 0
+        by_table = self.placement is not None
+        block_tables = self.scheduler.kv.block_tables if by_table else None
         for seq, n in zip(out.seqs, out.num_new_tokens):
             start = seq.num_computed_tokens
             input_ids.extend(seq.token_ids[start:start + n])
-            layout.append((seq.block_table, start, n))
+            layout.append((block_tables(seq) if by_table else seq.block_table, start, n))
             row += n
             if is_due(seq, n):
                 sampled_rows.append(row - 1)
-        md = AttentionMetadata.build(layout, bs, lm.device)
+        if by_table:
+            md = AttentionMetadata.build_grouped(layout, bs, lm.device, by_table=True)
+        else:
+            md = AttentionMetadata.build(layout, bs, lm.device)
         ids = torch.tensor(input_ids, dtype=torch.long, device=lm.device)
         hidden = lm.model(ids, md.positions, self.cache.kv_caches, md)
         logits = lm.model.compute_logits(hidden, torch.tensor(sampled_rows, dtype=torch.long, device=lm.device))
@@ -253,6 +277,11 @@ class LLMEngine:
                 outputs = [seq.output_token_ids for seq in samples_in_order(group)]
                 results.append(RequestOutput(group.request_id, list(prompt), outputs, group))
         return results
+
+
+def attention_layers(model: torch.nn.Module) -> list[PagedAttention]:
+    """The model's paged attention layers, in layer order (modules register in that order)."""
+    return [m for m in model.modules() if isinstance(m, PagedAttention)]
 
 
 def samples_in_order(group: SequenceGroup) -> list:

@@ -37,6 +37,24 @@ ANALYSIS_MARK = "<!-- analysis: hand-written, kept by experiments/sim2real.py --
 METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean")
 
 
+def llmservingsim_published(run_dirs) -> list[str]:
+    """LLMServingSim's own predictions of its runs (validation/summary.txt: 'Metric vLLM Sim Diff%')."""
+    out = []
+    for d in run_dirs:
+        path = Path(d) / "validation" / "summary.txt"
+        if not path.exists():
+            continue
+        diffs = {}
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[1] == "Mean" and parts[0] in ("TTFT", "TPOT", "Latency"):
+                diffs[parts[0]] = parts[-1]
+        if diffs:
+            out.append(f"{Path(d).name}: E2E {diffs.get('Latency', '-')}, TTFT {diffs.get('TTFT', '-')}, "
+                       f"TPOT {diffs.get('TPOT', '-')}")
+    return out
+
+
 def shared_runs(data: Path) -> dict[str, list[Path]]:
     blis = sorted((data / "blis-h100-vllm0.15" / "replay_data").glob("*.json.gz"))
     return {"h100": [p for p in blis if not p.name.endswith("_ground_truth.json.gz")],
@@ -278,6 +296,12 @@ def main(argv=None) -> Path:
         "## RTX PRO 6000 (no operator measurements), vLLM 0.19: the vllm-0.19 profile, never fitted to these runs",
         "",
         *table(rtx),
+        "",
+        "LLMServingSim's own predictions of the same runs (its `validation/summary.txt`, from layer profiles measured "
+        "on this GPU, casys-kaist/LLMServingSim 5daddb2): " + "; ".join(llmservingsim_published(groups["rtx"])) + ". "
+        "pagesim has no measurement of this GPU: its kernel terms are the A100's scaled by the datasheet "
+        "(time per byte x1.28, per FLOP x0.62), and its PCIe all-reduce is priced as the NVLink one; "
+        "LLMServingSim's own cluster file gives the link as 16 GB/s with 20 us latency.",
         "",
         "## A100-80GB, DistServe's early-2024 vLLM: the paper-era engine, and an engine fitted to these runs",
         "",

@@ -225,12 +225,13 @@ def one_rank(run):
                                          f"expert parallelism {dp * (run.server.tensor_parallel_size or 1)})"]
 
 
-def validate(run, progress=None, **overrides) -> Validation:
-    """Replay `run` and compare (see the module docstring)."""
+def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Validation:
+    """Replay `run` and compare (see the module docstring). keep_steps=False: no per-step records
+    (nothing will write steps.csv; the comparison is the same)."""
     run, rank_notes = one_rank(run)
     cfg, notes = replay_config(run, **overrides)
     notes = rank_notes + notes
-    sim = Replay(cfg, run.to_trace())
+    sim = Replay(cfg, run.to_trace(), keep_steps=keep_steps)
     sim.on_progress = progress
     result = sim.run()
     records = {r.request_id: r for r in result.metrics.requests}

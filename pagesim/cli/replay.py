@@ -120,7 +120,8 @@ def replay(
     cfg = sim.cfg
     summary = result.summary if out is None else dict(result.summary, reproduce=reproduce_line(trace, steps.value))
     emit_results(summary, result.metrics, out, as_json,
-                 f"{cfg.policy} · {cfg.model} on {cfg.tp} x {cfg.gpu} · block {cfg.block_size}", steps.value,
+                 f"{cfg.policy} · {hardware_label(cfg, result.summary)}{engine_label(cfg)} · block {cfg.block_size}",
+                 steps.value,
                  reproduce=None if out is None else reproduce_line(trace, steps.value, out / "summary.json"))
 
 
@@ -152,6 +153,27 @@ def reproduce_line(trace: Path, steps: str, summary: Path | str = THIS_SUMMARY) 
     words = ["pagesim", "replay", str(trace), "--config", str(summary)]
     words += ["--steps", steps] if steps != "all" else []
     return shlex.join(words + ["--out"]) + " NEW_FOLDER"
+
+
+def hardware_label(cfg, summary: dict) -> str:
+    """What the step costs describe: the model on its GPUs (marking kernel terms scaled from another
+    GPU), or, for a profiled cost model, the profile itself rather than a GPU it never measured."""
+    from pathlib import PurePath
+
+    if cfg.cost_model.lower() == "profiled" and cfg.profile:
+        return f"{cfg.model} · costs from profile {PurePath(cfg.profile).name}"
+    label = f"{cfg.model} on {cfg.tp} x {cfg.gpu}"
+    scaled = (summary.get("cost_model") or {}).get("calibration_source", {}).get("scaled_from")
+    return label + (f" (kernel terms scaled from {scaled})" if scaled else "")
+
+
+def engine_label(cfg) -> str:
+    """' · engine NAME' where the calibrated cost model runs under an engine profile."""
+    if cfg.cost_model.lower() != "calibrated":
+        return ""
+    from pathlib import PurePath
+
+    return f" · engine {PurePath(cfg.engine).stem if cfg.engine.endswith('.json') else cfg.engine}"
 
 
 def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
@@ -216,7 +238,9 @@ def print_summary(s: dict, console, title: str) -> None:
     table.add_column(justify="right")
     rows = [
         ("requests finished", f"{s['num_finished']:,} / {s['num_requests']:,}", "rejected", _fmt(s["num_rejected"])),
-        ("duration", _fmt(s["duration_s"], " s", 1), "steps", _fmt(s["num_steps"])),
+        # a replay's span is simulated time (its cost model says so); a run's or bench's is measured
+        ("simulated time" if "cost_model" in s else "duration", _fmt(s["duration_s"], " s", 1), "steps",
+         _fmt(s["num_steps"])),
         ("request throughput", _fmt(s["request_throughput"], " req/s"), "output tokens/s", _fmt(s["output_token_throughput"], "", 1)),
         ("mean normalized latency", _fmt(s["mean_normalized_latency"], " s/token", 4), "mean batched requests", _fmt(s["mean_batched_requests"], "", 2)),
         ("TTFT mean / p50", f"{_fmt(s['ttft_mean'], ' s')} / {_fmt(s['ttft_p50'], ' s')}", "TTFT p99", _fmt(s["ttft_p99"], " s")),

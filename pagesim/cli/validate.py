@@ -47,8 +47,8 @@ def validate(
         fail(str(e))
     try:
         with progress_bar("validate", "requests", len(real.requests), quiet=as_json) as advance:
-            result = run_validation(real, progress=advance, gpu=gpu, model=model, engine=engine, tp=tp,
-                                    num_gpu_blocks=num_gpu_blocks)
+            result = run_validation(real, progress=advance, keep_steps=out is not None, gpu=gpu, model=model,
+                                    engine=engine, tp=tp, num_gpu_blocks=num_gpu_blocks)
     except (ValidateError, KeyError, ValueError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     report = result.to_json()
