@@ -256,13 +256,24 @@ class Scheduler:
             self.swapped.pop(0)
             self._move(group, self.kv.swap_in, out.blocks_to_swap_in, SequenceStatus.RUNNING, self.running)
             num_seqs += len(group.seqs)
-            # A group swapped out in the middle of a chunked prefill continues next step; a
-            # decoding one decodes now, in the block per sequence can_swap_in kept free.
+            # A decoding group decodes now, in the block per sequence can_swap_in kept free.
             if all(seq.num_uncomputed_tokens == 1 for seq in group.seqs):
                 for seq in group.seqs:
                     self.kv.allocate_slots(seq, 1)
                 budget -= len(group.seqs)
                 out.add(group, [1] * len(group.seqs))
+            elif len(group.seqs) == 1:
+                # One swapped out in the middle of a chunked prefill takes its next chunk now too, as
+                # much as the budget and the free blocks allow: left for the next step, it could be
+                # this step's only work, a step that computes nothing while new requests wait.
+                seq = group.seqs[0]
+                n = int(min(seq.num_uncomputed_tokens, budget))
+                while n > 1 and self.kv.blocks_needed(seq, n) > self.kv.num_free_blocks:
+                    n //= 2
+                if n >= 1 and self.kv.blocks_needed(seq, n) <= self.kv.num_free_blocks:
+                    self.kv.allocate_slots(seq, n)
+                    budget -= n
+                    out.add(group, [n])
         return budget
 
     def _move(self, group: SequenceGroup, swap, moves: list, status: SequenceStatus, queue: list) -> None:

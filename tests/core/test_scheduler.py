@@ -352,3 +352,14 @@ def test_samples_are_traced_to_the_sequences_they_went_into():
         assert seq.token_ids[-1] == sample.token_id
         assert seq.token_ids[-2] == {a: 10, b: 11}[sample.parent_seq_id]  # descends from its parent
     assert g.sample_seq_ids[0] == b and g.sample_seq_ids[1] == a  # a parent keeps its first sample
+
+
+def test_a_group_swapped_in_mid_prefill_takes_its_next_chunk_at_once():
+    """Chunked prefill with swap: a group swapped out in the middle of its prefill and swapped back
+    in while nothing else runs used to leave a step with nothing to compute (the waiting requests
+    held back behind the swapped group), which the driver reports as a stall. It now takes its
+    next chunk in the step that swaps it in; every request finishes with its exact tokens."""
+    rng = random.Random("mla-False-True-swap")
+    sched = make_scheduler("paged", "swap", True, num_blocks=28)
+    FakeEngine(sched).run(random_requests(random.Random("mla-False-True-swap"), 150, multi=0.2, oversize=0.03,
+                                          max_model_len=128), rng)
