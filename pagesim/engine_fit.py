@@ -51,6 +51,15 @@ STAGE_MEAN_NOISE = 0.02
 DAMPING = 0.5  # share of each later iteration's step taken
 
 
+def params_vector(params: EngineParams) -> np.ndarray:
+    """The parameters in PARAMS order (what solve() works on)."""
+    return np.array([getattr(params, p) for p in PARAMS])
+
+
+def params_from(theta) -> EngineParams:
+    return EngineParams(**dict(zip(PARAMS, (float(x) for x in theta))))
+
+
 @dataclass
 class MeasuredRequest:
     request_id: int
@@ -73,7 +82,7 @@ class FitRun:
 
 @dataclass
 class StepCapture:
-    """Every step of a replay: end time, duration and features (5 linear + fixed)."""
+    """Every step of a replay: end time, duration and features (the linear ones, then fixed)."""
 
     cost: EngineCostModel
     ends: list = field(default_factory=list)
@@ -87,14 +96,10 @@ class StepCapture:
         self.rows.append(f.linear + (f.fixed,))
 
     def on_decode_run(self, ends, durations, num_seqs: int, context_tokens: int) -> None:
-        # only the decode attention's context read changes along a run (features() caps it for
-        # sliding-window layers), so the rest is worked out once
-        base = self.cost.features(BatchShape(num_decode_seqs=num_seqs))
-        head, rest = base.linear[0], base.linear[2:] + (base.fixed,)
         features = self.cost.features
-        for j in range(len(ends)):
+        for j in range(len(ends)):  # the context grows by num_seqs a step
             f = features(BatchShape(num_decode_seqs=num_seqs, decode_context_tokens=context_tokens + j * num_seqs))
-            self.rows.append((head, f.linear[1]) + rest)
+            self.rows.append(f.linear + (f.fixed,))
         self.ends.extend(ends)
         self.durations.extend(durations)
 
@@ -120,7 +125,7 @@ class StepCapture:
 @dataclass
 class RunWindows:
     """Per measured request matched with the replay: the feature sums over its E2E and TTFT
-    windows (columns: the 5 step features and the fixed seconds)."""
+    windows (columns: the step features of FEATURES and the fixed seconds)."""
 
     name: str
     measured: list[MeasuredRequest]
@@ -129,7 +134,7 @@ class RunWindows:
     simulated: dict  # request_id -> (ttft, e2e) of every request the replay finished
 
 
-def replay_with(run: FitRun, params: EngineParams, base: EngineProfile) -> tuple[RunWindows, dict]:
+def replay_with(run: FitRun, params: EngineParams, base: EngineProfile) -> RunWindows:
     """Replay a run under `base` with `params`, capturing every step."""
     profile = replace(base, params=params)
     cost = EngineCostModel(run.config.model, run.config.gpu, run.config.tp, profile,
@@ -146,9 +151,8 @@ def replay_with(run: FitRun, params: EngineParams, base: EngineProfile) -> tuple
     first = np.array([records[m.request_id].first_token_time for m in matched])
     finish = np.array([records[m.request_id].finish_time for m in matched])
     c_entry = at(entry)
-    windows = RunWindows(run.name, matched, at(finish) - c_entry, at(first) - c_entry,
-                         {rid: (r.ttft, r.e2e_latency) for rid, r in records.items()})
-    return windows, result.summary
+    return RunWindows(run.name, matched, at(finish) - c_entry, at(first) - c_entry,
+                      {rid: (r.ttft, r.e2e_latency) for rid, r in records.items()})
 
 
 def stage_rows(w: RunWindows) -> tuple[list[np.ndarray], list[float], list[float], list[str]]:
@@ -162,9 +166,8 @@ def stage_rows(w: RunWindows) -> tuple[list[np.ndarray], list[float], list[float
     for stage in sorted(set(stages.tolist())):
         sel = stages == stage
         multi = sel & (outs > 1)
-        for metric, win, real, host in (("e2e", w.e2e[sel], real_e2e[sel], 1.0),
-                                        ("ttft", w.ttft[sel], real_ttft[sel], 1.0)):
-            rows.append(np.append(win[:, :-1].mean(axis=0), host))
+        for metric, win, real in (("e2e", w.e2e[sel], real_e2e[sel]), ("ttft", w.ttft[sel], real_ttft[sel])):
+            rows.append(np.append(win[:, :-1].mean(axis=0), 1.0))  # the host time counts once in each
             fixed.append(float(win[:, -1].mean()))
             measured.append(float(real.mean()))
             labels.append(f"{w.name} stage {stage} {metric}")
@@ -178,6 +181,17 @@ def stage_rows(w: RunWindows) -> tuple[list[np.ndarray], list[float], list[float
     return rows, fixed, measured, labels
 
 
+def weighted_rows(windows: list[RunWindows]):
+    """(metric, weight, row, fixed, measured) of every stage row the fit counts: a metric with a
+    weight, and a positive, finite measured value."""
+    for w in windows:
+        for row, f, m, label in zip(*stage_rows(w)):
+            metric = label.rsplit(" ", 1)[1]
+            weight = METRIC_WEIGHTS.get(metric, 0.0) / STAGE_MEAN_NOISE
+            if weight and m > 0 and math.isfinite(m):
+                yield metric, weight, row, f, m
+
+
 def solve(windows: list[RunWindows], priors: dict = PRIORS) -> np.ndarray:
     """The parameters in two steps, each a least squares on relative error with the priors:
     the step terms from every stage's mean ITL (a sum of step times over a request's decode,
@@ -185,15 +199,9 @@ def solve(windows: list[RunWindows], priors: dict = PRIORS) -> np.ndarray:
     the step terms fixed. E2E is not fitted: it is what the fit is judged on (queueing near
     saturation makes it the least linear of the three)."""
     step_a, step_b, host_a, host_b = [], [], [], []
-    for w in windows:
-        rows, fixed, measured, labels = stage_rows(w)
-        for row, f, m, label in zip(rows, fixed, measured, labels):
-            metric = label.rsplit(" ", 1)[1]
-            if m <= 0 or not math.isfinite(m) or not METRIC_WEIGHTS.get(metric):
-                continue
-            weight = METRIC_WEIGHTS[metric] / STAGE_MEAN_NOISE
-            (step_a if metric == "itl" else host_a).append(weight * row / m)
-            (step_b if metric == "itl" else host_b).append(weight * (1.0 - f / m))
+    for metric, weight, row, f, m in weighted_rows(windows):
+        (step_a if metric == "itl" else host_a).append(weight * row / m)
+        (step_b if metric == "itl" else host_b).append(weight * (1.0 - f / m))
     n = len(FEATURES)
     prior = np.array([priors[p][0] for p in PARAMS])
     spread = np.array([priors[p][1] for p in PARAMS])
@@ -224,14 +232,8 @@ def objective(windows: list[RunWindows], params: EngineParams, priors: dict = PR
     """What solve() minimises, evaluated on the replays themselves rather than on their
     linearisation: the weighted squared relative errors of the stage-mean ITL and TTFT of a replay
     at `params`, plus the priors' penalty."""
-    theta = np.array([getattr(params, p) for p in PARAMS])
-    total = 0.0
-    for w in windows:
-        rows, fixed, measured, labels = stage_rows(w)
-        for row, f, m, label in zip(rows, fixed, measured, labels):
-            weight = METRIC_WEIGHTS.get(label.rsplit(" ", 1)[1], 0.0)
-            if weight and m > 0 and math.isfinite(m):
-                total += (weight / STAGE_MEAN_NOISE * ((row @ theta + f) / m - 1)) ** 2
+    theta = params_vector(params)
+    total = sum((weight * ((row @ theta + f) / m - 1)) ** 2 for _, weight, row, f, m in weighted_rows(windows))
     return total + sum(((getattr(params, p) - v) / s) ** 2 for p, (v, s) in priors.items())
 
 
@@ -246,15 +248,15 @@ def fit_engine(runs: list[FitRun], base: EngineProfile, start: EngineParams | No
     history = []
     best = (math.inf, params)
     for iteration in range(1, max_iterations + 1):
-        windows = [replay_with(run, params, base)[0] for run in runs]
+        windows = [replay_with(run, params, base) for run in runs]
         score = objective(windows, params, priors)
         if score < best[0]:
             best = (score, params)
-        old_v = np.array([getattr(params, p) for p in PARAMS])
+        old_v = params_vector(params)
         theta = solve(windows, priors)
         if iteration > 1:  # damped: the schedule moves with the parameters, and a full step can overshoot
             theta = old_v + DAMPING * (theta - old_v)
-        new = EngineParams(**dict(zip(PARAMS, (float(x) for x in theta))))
+        new = params_from(theta)
         spreads = np.array([priors[p][1] for p in PARAMS])
         change = float(np.max(np.abs(theta - old_v) / spreads))
         history.append({"iteration": iteration, "replayed_score": score, "max_change": change,

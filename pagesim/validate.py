@@ -22,7 +22,6 @@ from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.engine import Replay, ReplayConfig, with_policy_presets
 
 METRICS = ("ttft", "tpot", "e2e")
-STATS = ("mean", "median", "p90", "p99")
 # Runs of an engine older than vLLM v1 (DistServe's early-2024 fork) replay the paper's system.
 V1_FIRST_VERSION = (0, 8)
 
@@ -238,14 +237,14 @@ def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Valida
     real_all, sim_all = Sample(), Sample()
     real_stage: dict[int, Sample] = {}
     sim_stage: dict[int, Sample] = {}
-    sim_failed = real_failed = 0
+    real_failed = failed_in_replay_only = 0
     for i, r in enumerate(run.requests):
         if not r.ok:
             real_failed += 1
             continue
-        rec = records.get(i)
-        if rec is None or rec.status != "finished":
-            sim_failed += 1
+        rec = records.get(i)  # every request has a record, finished or not
+        if rec.status != "finished":
+            failed_in_replay_only += 1
             continue
         stage = r.stage or 0
         for sample, ttft, e2e in ((real_all, r.ttft_s, r.e2e_s), (sim_all, rec.ttft, rec.e2e_latency)):
@@ -254,10 +253,8 @@ def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Valida
         sim_stage.setdefault(stage, Sample()).add(rec.ttft, rec.e2e_latency, r.generated_len, r.arrival_s)
     if not real_all.e2e:
         raise ValidateError(f"{run.path}: no request succeeded in both the real run and the replay")
-    sim_only_failed = sum(1 for i, r in enumerate(run.requests) if r.ok and records.get(i) is not None
-                          and records[i].status != "finished")
     counts = {"requests": len(run.requests), "compared": len(real_all.e2e), "failed_real": real_failed,
-              "failed_in_replay_only": sim_only_failed,
+              "failed_in_replay_only": failed_in_replay_only,
               "failed_in_replay": sum(1 for r in result.metrics.requests if r.status != "finished")}
     overall = compare(real_all.stats(), sim_all.stats())
     stages = {k: compare(real_stage[k].stats(), sim_stage[k].stats()) for k in sorted(real_stage)}
@@ -286,18 +283,15 @@ def leave_one_out(runs: list[FitRun], base, start, progress=None, refine: int = 
     so the fold's first solve is linearised around that schedule) and re-solves on its own
     training runs `refine` more times, replaying them at the fold's parameters; the held-out
     run's rows never enter its fold's solve."""
-    from pagesim.engine_fit import PARAMS, replay_with, solve
-    from pagesim.sim.cost.engine import EngineParams
+    from pagesim.engine_fit import PARAMS, params_from, replay_with, solve
 
-    shared = [replay_with(run, start, base)[0] for run in runs]
+    shared = [replay_with(run, start, base) for run in runs]
     out = {}
     for i, held in enumerate(runs):
-        train = shared[:i] + shared[i + 1:]
-        params = EngineParams(**dict(zip(PARAMS, (float(x) for x in solve(train)))))
+        params = params_from(solve(shared[:i] + shared[i + 1:]))
         for _ in range(refine):
-            train = [replay_with(run, params, base)[0] for j, run in enumerate(runs) if j != i]
-            params = EngineParams(**dict(zip(PARAMS, (float(x) for x in solve(train)))))
-        windows, _ = replay_with(held, params, base)
+            params = params_from(solve([replay_with(run, params, base) for j, run in enumerate(runs) if j != i]))
+        windows = replay_with(held, params, base)
         out[held.name] = {"params": {k: getattr(params, k) for k in PARAMS}, "refine": refine,
                           "errors": fit_errors(held, windows.simulated)}
         if progress is not None:

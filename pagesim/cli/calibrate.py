@@ -111,8 +111,7 @@ def engine(
 
     try:
         profile = load_engine_profile(base)
-        fit_runs = [fit_run(load_real_run(path), gpu=gpu, engine=profile.name if not str(base).endswith(".json") else base)
-                    for path in runs]
+        fit_runs = [fit_run(load_real_run(path), gpu=gpu, engine=base) for path in runs]
     except (RealRunError, ValidateError, EngineProfileError, KeyError, ValueError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     echo = lambda message: typer.echo(message, err=True)  # noqa: E731

@@ -179,12 +179,14 @@ def engine_label(cfg) -> str:
 def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
     """Options left at their defaults give way to the named system's presets (--policy vllm-v1
     turns chunked prefill and prefix caching on unless a flag says otherwise)."""
-    from pagesim.core.policies import POLICY_PRESETS
+    from pagesim.sim.engine import policy_preset
 
     policy = getattr(options.get("policy"), "value", options.get("policy"))
-    if policy not in POLICY_PRESETS:
-        return
-    for name in list(POLICY_PRESETS[policy]) + ["max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"]:
+    try:
+        preset = policy_preset(policy, options["gpu"])
+    except KeyError as e:  # an unknown --gpu
+        fail(str(e.args[0]))
+    for name in preset:
         if name in options and not given(ctx, name):
             del options[name]
 

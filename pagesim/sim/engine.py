@@ -380,20 +380,26 @@ VLLM_V1_SMALL_GPU = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
 VLLM_V1_GPU_MEMORY_UTILIZATION = 0.9
 
 
-def with_policy_presets(options: dict) -> dict:
-    """ReplayConfig fields with the named system's presets filled in where `options` does not set
-    them (pagesim.core.policies.POLICY_PRESETS; for vllm-v1 also v1's limits for the GPU and its
-    memory utilization)."""
+def policy_preset(policy: str, gpu: str) -> dict:
+    """The ReplayConfig fields a named system sets unless a run sets them itself
+    (pagesim.core.policies.POLICY_PRESETS; for vllm-v1 also v1's limits for the GPU and its
+    memory utilization). Empty for a system without presets."""
     from pagesim.core.policies import POLICY_PRESETS
     from pagesim.sim.specs import get_gpu
 
-    policy = options.get("policy", ServingConfig.policy)
     preset = dict(POLICY_PRESETS.get(policy, {}))
     if policy == "vllm-v1":
-        gpu = get_gpu(options.get("gpu", ReplayConfig.gpu))
-        large = gpu.memory_bytes >= 70 * 2**30 and not gpu.name.startswith("a100")
+        spec = get_gpu(gpu)
+        large = spec.memory_bytes >= 70 * 2**30 and not spec.name.startswith("a100")
         preset.update(VLLM_V1_LARGE_GPU if large else VLLM_V1_SMALL_GPU)
         preset["gpu_memory_utilization"] = VLLM_V1_GPU_MEMORY_UTILIZATION
+    return preset
+
+
+def with_policy_presets(options: dict) -> dict:
+    """ReplayConfig fields with the named system's presets filled in where `options` does not set
+    them (policy_preset)."""
+    preset = policy_preset(options.get("policy", ServingConfig.policy), options.get("gpu", ReplayConfig.gpu))
     return {**preset, **{k: v for k, v in options.items() if v is not None or k not in preset}}
 
 

@@ -29,14 +29,14 @@ def synthetic_run(name: str, rate: float, seed: int, count: int = 250) -> FitRun
                                               "rate": None, "num_requests": None, "max_num_seqs": 64,
                                               "max_num_batched_tokens": 2048, "engine": "vllm-0.15"}))
     truth = FitRun(name, cfg, trace, [])
-    windows, _ = replay_with(truth, TRUE, BASE)
+    windows = replay_with(truth, TRUE, BASE)
     measured = [MeasuredRequest(rid, ttft, e2e, records[rid].output_len) for rid, (ttft, e2e) in windows.simulated.items()]
     return replace(truth, measured=measured)
 
 
 def test_windows_add_up_to_the_simulated_latencies():
     run = synthetic_run("a", 6.0, 1, count=120)
-    windows, _ = replay_with(run, TRUE, BASE)
+    windows = replay_with(run, TRUE, BASE)
     theta = np.array([getattr(TRUE, p) for p in PARAMS[:-1]])
     e2e = windows.e2e[:, :-1] @ theta + windows.e2e[:, -1] + TRUE.request_host_s
     ttft = windows.ttft[:, :-1] @ theta + windows.ttft[:, -1] + TRUE.request_host_s
@@ -54,7 +54,7 @@ def test_known_parameters_are_recovered_from_a_synthetic_run():
     # host time is told apart by TTFT; the step terms together by ITL and E2E
     assert fitted.params.request_host_s == pytest.approx(TRUE.request_host_s, rel=0.15)
     for run in runs:
-        windows, _ = replay_with(run, fitted.params, BASE)
+        windows = replay_with(run, fitted.params, BASE)
         errors = fit_errors(run, windows.simulated)
         for metric in ("e2e_mean", "ttft_mean", "itl_mean"):
             assert abs(errors[metric]["error"]) < 0.03, (run.name, metric, errors[metric])

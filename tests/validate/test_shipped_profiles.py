@@ -23,7 +23,7 @@ def test_shipped_vllm_015_is_the_fits_fixed_point():
     runs = [load_real_run(p) for p in sorted(BLIS.glob("*.json.gz")) if not p.name.endswith("_ground_truth.json.gz")]
     fit_set = [r for r in runs if kept_up(r)]
     assert sorted(r.name for r in fit_set) == sorted(profile.provenance["runs"])
-    windows = [replay_with(fit_run(r, gpu="h100-80gb", engine="vllm-0.15"), profile.params, profile)[0] for r in fit_set]
+    windows = [replay_with(fit_run(r, gpu="h100-80gb", engine="vllm-0.15"), profile.params, profile) for r in fit_set]
     theta = solve(windows)
     for name, value in zip(PARAMS, theta):
         # one more (damped) iteration of the fit moves no parameter by more than a fifth of its prior
