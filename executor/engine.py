@@ -22,7 +22,7 @@ from executor.models.loader import LoadedModel
 from executor.sampler import make_generator, random_seed, sample
 from pagesim.core import (BatchShape, Request, Sample, SamplingParams, SchedulerOutput, SequenceGroup, ServingConfig,
                           StepResult)
-from pagesim.core.policies import POLICIES
+from pagesim.core.policies import uses_paged_blocks
 from pagesim.core.step import is_due
 
 
@@ -72,8 +72,7 @@ class LLMEngine:
         # one cache tensor per place in a table (executor.kv_layout). Plain models: as always.
         placement = place_layers(lm.kv_groups, lm.layer_groups)
         # (the reservation baselines reserve every layer's KV contiguously: they keep the plain path)
-        paged = POLICIES.get(cfg.policy, (None,))[0] is None
-        self.placement = None if placement.is_plain or not paged else placement
+        self.placement = None if placement.is_plain or not uses_paged_blocks(cfg.policy) else placement
         kv_groups = None if self.placement is None else tuple(lm.kv_groups)
         self.scheduler = cfg.make_scheduler(cfg.num_gpu_blocks, cfg.num_cpu_blocks, max_model_len, lm.eos_token_id,
                                             kv_groups=kv_groups)

@@ -43,6 +43,12 @@ class PoolConfig:
     kv_groups: tuple[KVGroupSpec, ...] | None = None
 
 
+def uses_paged_blocks(policy: str) -> bool:
+    """Whether the named system keeps KV in paged blocks (and so can keep one table per KV cache
+    group); the reservation baselines reserve contiguous ranges instead."""
+    return POLICIES.get(policy, (None,))[0] is None
+
+
 def make_kv_manager(policy: str, pool: PoolConfig, max_model_len: int) -> KVCacheManager:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")

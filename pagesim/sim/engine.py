@@ -21,6 +21,7 @@ from pagesim.core import SchedulerOutput, ServingConfig, StepResult
 from pagesim.core.decode_runs import DecodePlan, DecodeRun, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
 from pagesim.core.kv_groups import KVLayout
+from pagesim.core.policies import uses_paged_blocks
 from pagesim import inputs
 from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
@@ -110,15 +111,13 @@ class Replay:
         # one pool of blocks that each hold a group's worth of layers (pagesim.core.kv_groups): its
         # pool in blocks is worked out from bytes, and a sliding table frees what leaves its window.
         layout = KVLayout.of(model.kv_groups)
-        self.kv_groups = None if layout.is_plain else model.kv_groups
-        if self.kv_groups is not None and not cfg.policy.startswith("orca") and cfg.policy != "static":
+        self.kv_groups = None if layout.is_plain or not uses_paged_blocks(cfg.policy) else model.kv_groups
+        if self.kv_groups is not None:
             layer_bytes = max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
                 * kv_bytes_per_token_per_gpu(model, cfg.tp) // model.kv_bytes_per_token
             if cfg.num_gpu_blocks is None:
                 num_blocks = layout.num_blocks(self.capacity.pool_bytes_per_gpu, cfg.block_size, layer_bytes)
             host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, layer_bytes)
-        else:
-            self.kv_groups = None
         for what, blocks in (("num_gpu_blocks", num_blocks), ("swap_space_gib", host_blocks)):
             if blocks > MAX_POOL_BLOCKS:
                 raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
