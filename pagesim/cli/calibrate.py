@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
+from pagesim.cli.checks import OUT_FILE
 from pagesim.cli.replay import fail
 
 calibrate_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -97,7 +98,7 @@ def engine(
     base: str = typer.Option("vllm-0.15", help="engine profile whose structure (CUDA graphs, async output) the fit keeps "
                              "and whose parameters it starts from"),
     name: Optional[str] = typer.Option(None, help="name of the fitted profile (default: the output file's stem)"),
-    out: Path = typer.Option(..., help="write the fitted profile (JSON) here; use it with --engine FILE"),
+    out: Path = typer.Option(..., parser=OUT_FILE, help="write the fitted profile (JSON) here; use it with --engine FILE"),
     loo: bool = typer.Option(True, help="also fit once per run without it and print its held-out errors"),
 ) -> None:
     """Fit an engine profile's parameters to real runs (docs/validate.md) and print the
