@@ -155,7 +155,9 @@ class Replay:
         # callables (end, duration, BatchShape) and (ends, durations, num_seqs, context_tokens):
         # every step as it is taken (the engine-profile fit reads the step shapes)
         self.on_step = self.on_decode_run = None
-        self._groups: list = []  # per submitted request, in arrival order (for client timeouts)
+        # per submitted request, in arrival order, while its client may still give up (kept only
+        # with a client timeout, and dropped as its deadline passes: memory stays flat in requests)
+        self._groups: list = []
         self._next_deadline_index = 0
         # step ends and durations, kept where the engine delivers tokens a step late
         self._delayed_steps = (array("d"), array("d")) if self.cost.output_delay_steps else None
@@ -200,7 +202,8 @@ class Replay:
             if enters > env.now:
                 yield env.timeout(enters - env.now)
             group = self.scheduler.add_request(request)
-            self._groups.append(group)
+            if self.cfg.client_timeout_s is not None:
+                self._groups.append(group)
             self.num_submitted += 1
             if group.reject_reason:
                 self._done(group)
@@ -346,6 +349,7 @@ class Replay:
             if request.arrival_time + timeout > now:
                 break
             group = self._groups[self._next_deadline_index]
+            self._groups[self._next_deadline_index] = None
             self._next_deadline_index += 1
             if self.scheduler.abort(group, now):
                 group.reject_reason = f"client timeout: not finished {timeout:g} s after arrival"
