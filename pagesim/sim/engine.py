@@ -29,6 +29,7 @@ from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_bytes_per_token_per_gpu, kv_cache_capacity, with_kv_cache_dtype
+from pagesim.workload.feeds import Feed, RequestFeed
 from pagesim.workload.requests import WorkloadConfig, time_origin
 from pagesim.workload.trace import Trace
 
@@ -92,8 +93,10 @@ class Replay:
     """One simulated run. Build with a config and a trace, then call run()."""
 
     def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True,
-                 keep_steps: bool = True):
-        """keep_steps=False: keep no per-step records (no steps.csv; the summary is the same)."""
+                 keep_steps: bool = True, feed: Feed | None = None):
+        """keep_steps=False: keep no per-step records (no steps.csv; the summary is the same).
+        feed: where requests come from and when (pagesim.workload.feeds); default: the trace's
+        requests at their arrival times. A cluster gives its replicas a feed it releases itself."""
         model = with_kv_cache_dtype(get_model(cfg.model), cfg.kv_cache_dtype)
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
@@ -134,6 +137,7 @@ class Replay:
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace)
+        self.feed = feed if feed is not None else RequestFeed(self.requests)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
         # model with one generator per request (so a request's ancestry does not depend on
@@ -155,9 +159,10 @@ class Replay:
         # callables (end, duration, BatchShape) and (ends, durations, num_seqs, context_tokens):
         # every step as it is taken (the engine-profile fit reads the step shapes)
         self.on_step = self.on_decode_run = None
-        # per submitted request, in arrival order, while its client may still give up (kept only
+        # per submitted request, in submission order, while its client may still give up (kept only
         # with a client timeout, and dropped as its deadline passes: memory stays flat in requests)
         self._groups: list = []
+        self._released = None  # event an idle dynamic feed waits on (see _arrivals)
         self._next_deadline_index = 0
         # step ends and durations, kept where the engine delivers tokens a step late
         self._delayed_steps = (array("d"), array("d")) if self.cost.output_delay_steps else None
@@ -165,19 +170,34 @@ class Replay:
     def _done(self, group) -> None:
         self.metrics.record_request(group)
         self.num_done += 1
+        self.feed.on_finished(group.request, self.env.now)
+        if self._released is not None and not self._released.triggered and self.feed.next_time() < math.inf:
+            self._released.succeed()  # the end released another request: wake the arrivals
         if self.on_progress is not None:
             self.on_progress(self.num_done)
 
     def run(self) -> ReplayResult:
         env = simpy.Environment()
+        env.process(self._arrivals(env))
+        env.run(until=self.start(env))
+        return self.finish()
+
+    def start(self, env: simpy.Environment):
+        """Start the engine on env (its process, to wait on); requests come through submit()."""
         self.env = env
         self.idle = env.event()  # triggered by an arrival while the engine has nothing to do
-        env.process(self._arrivals(env))
-        engine = env.process(self._engine(env))
-        env.run(until=engine)
+        return env.process(self._engine(env))
+
+    def finish(self) -> ReplayResult:
+        """The result, once the engine's process has ended."""
         if self._delayed_steps is not None:
             self._delay_outputs()
         return ReplayResult(self.cfg, self.summary(), self.metrics, self.notes)
+
+    def wake(self) -> None:
+        """Wake the engine if it waits for work (after a submission, or when its feed ran dry)."""
+        if not self.idle.triggered:
+            self.idle.succeed()
 
     def _delay_outputs(self) -> None:
         """Async output (the engine profile's output_delay_steps): a request's first token and its
@@ -197,27 +217,42 @@ class Replay:
                 record.finish_time = max(delivered(record.finish_time), record.first_token_time)
 
     def _arrivals(self, env: simpy.Environment):
-        for request in self.requests:
-            enters = request.arrival_time + self.request_host_s
-            if enters > env.now:
-                yield env.timeout(enters - env.now)
-            group = self.scheduler.add_request(request)
-            if self.cfg.client_timeout_s is not None:
-                self._groups.append(group)
-            self.num_submitted += 1
-            if group.reject_reason:
-                self._done(group)
-            # Wake an idle engine for a new request, and also after a rejection: if that was
-            # the last request, the engine must see that everything is done and end the run.
-            if not self.idle.triggered:
-                self.idle.succeed()
+        """Release the feed's requests into the engine (each after the host time per request)."""
+        feed, host_s = self.feed, self.request_host_s
+        while not feed.exhausted:
+            released = feed.next_time()
+            if not feed.static:
+                # a release may come sooner than the one waited for: an end while waiting releases it
+                self._released = env.event()
+                if released == math.inf:
+                    yield self._released
+                    continue
+                if released + host_s > env.now:
+                    yield self._released | env.timeout(released + host_s - env.now)
+                    continue
+            elif released + host_s > env.now:
+                yield env.timeout(released + host_s - env.now)
+            self.submit(feed.pop())
+        self.wake()  # a dynamic feed can run dry after the last submission: let the engine end
+
+    def submit(self, request) -> None:
+        """A request enters the engine now."""
+        group = self.scheduler.add_request(request)
+        if self.cfg.client_timeout_s is not None:
+            self._groups.append(group)
+        self.num_submitted += 1
+        if group.reject_reason:
+            self._done(group)
+        # Wake an idle engine for a new request, and also after a rejection: if that was
+        # the last request, the engine must see that everything is done and end the run.
+        self.wake()
 
     def _engine(self, env: simpy.Environment):
         scheduler, cost, metrics = self.scheduler, self.cost, self.metrics
         waste_every = self.cfg.waste_interval_s
         self.next_waste = 0.0 if waste_every is not None else math.inf
-        total = len(self.requests)
-        while self.num_done < total:
+        feed = self.feed
+        while not (feed.exhausted and self.num_done == self.num_submitted):
             if not scheduler.has_unfinished:
                 self.idle = env.event()
                 yield self.idle
@@ -330,25 +365,23 @@ class Replay:
         return durations, ends
 
     def _next_arrival_time(self) -> float:
-        i = self.num_submitted
-        return self.requests[i].arrival_time + self.request_host_s if i < len(self.requests) else math.inf
+        return self.feed.next_time() + self.request_host_s
 
     def _next_deadline(self) -> float:
         """When the oldest request that may still be running runs out of client patience."""
         i, timeout = self._next_deadline_index, self.cfg.client_timeout_s
         if timeout is None or i >= self.num_submitted:
             return math.inf
-        return self.requests[i].arrival_time + timeout
+        return self._groups[i].request.arrival_time + timeout
 
     def _abort_timed_out(self, now: float) -> None:
         """Between steps: abort every request whose client has given up (deadlines come in
         arrival order, so one pointer walks them)."""
         timeout = self.cfg.client_timeout_s
         while self._next_deadline_index < self.num_submitted:
-            request = self.requests[self._next_deadline_index]
-            if request.arrival_time + timeout > now:
-                break
             group = self._groups[self._next_deadline_index]
+            if group.request.arrival_time + timeout > now:
+                break
             self._groups[self._next_deadline_index] = None
             self._next_deadline_index += 1
             if self.scheduler.abort(group, now):
