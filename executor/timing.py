@@ -1,5 +1,5 @@
 """The one timer for work measured on a device (kernels, block moves, recomputes): the checks in
-experiments/gpu_check.py, Figs. 18a and 19a, and benchmarks/bench_kernels.py all time with it."""
+pagesim/experiments/gpu_check.py, Figs. 18a and 19a, and benchmarks/bench_kernels.py all time with it."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   exit 3
 fi
 
-timeout -k 20 540 "$PY" experiments/gpu_check.py --device cuda --out "$OUT/gpu_check_cuda.md" 2>&1 | tee "$OUT/gpu_check_cuda.log"
+timeout -k 20 540 "$PY" -m pagesim.experiments.gpu_check --device cuda --out "$OUT/gpu_check_cuda.md" 2>&1 | tee "$OUT/gpu_check_cuda.log"
 rc=${PIPESTATUS[0]}
 echo "gpu_check exit status $rc (0: every section ok; 1: a section failed or was cut; 124/137: outer timeout)"
 exit "$rc"

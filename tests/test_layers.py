@@ -39,7 +39,7 @@ def test_the_tree_keeps_its_layers():
 def test_an_upward_import_breaks_a_contract(tmp_path, module, imports, broken):
     # the layers' packages, empty but for one import that goes the wrong way
     for pkg in ("pagesim", "pagesim/core", "pagesim/workload", "pagesim/models", "pagesim/sim", "pagesim/plan",
-                "pagesim/cli", "executor", "experiments", "pagesim/realruns", "pagesim/cluster"):
+                "pagesim/cli", "executor", "pagesim/experiments", "pagesim/realruns", "pagesim/cluster"):
         (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
         (tmp_path / pkg / "__init__.py").write_text("")
     for name in ("pagesim/metrics.py", "pagesim/compare.py", "pagesim/validate.py", "pagesim/engine_fit.py",

@@ -1,5 +1,5 @@
 """Checking kernels against their references: random paged caches, the tolerances, and the
-checks themselves (tests/executor, experiments/gpu_check.py)."""
+checks themselves (tests/executor, pagesim/experiments/gpu_check.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`pagesim figures`: run the paper's figure scripts (experiments/figNN_*.py) in parallel and write
-reports/paper.md. The work is experiments/run_all.py's; this is its CLI face."""
+"""`pagesim figures`: run the paper's figure scripts (pagesim/experiments/figNN_*.py) in parallel and write
+reports/paper.md. The work is pagesim/experiments/run_all.py's; this is its CLI face."""
 
 from __future__ import annotations
 
@@ -26,11 +26,8 @@ def figures(
     from rich.console import Console
     from rich.table import Table
 
-    try:
-        from experiments import run_all
-    except ImportError:
-        fail("the `experiments` package is not importable: `pagesim figures` needs the source checkout "
-             "(run it from the repository root, or `pip install -e .` there)")
+    from pagesim.experiments import run_all
+
     if full and smoke:
         fail("--full and --smoke exclude each other")
     try:

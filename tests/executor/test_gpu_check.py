@@ -1,4 +1,4 @@
-"""experiments/gpu_check.py end to end on CPU with --tiny: every section runs, writes its table and
+"""pagesim/experiments/gpu_check.py end to end on CPU with --tiny: every section runs, writes its table and
 finite, positive numbers, and every correctness row passes."""
 
 import importlib.util
@@ -18,7 +18,7 @@ SECTION_KEYS = ["correctness", "bandwidth", "end_to_end", "profile"]
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "experiments" / "gpu_check.py")
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "pagesim" / "experiments" / "gpu_check.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -112,7 +112,7 @@ def test_profile_numbers(run):
 
 
 def test_calibration_runs_the_repeated_protocol(run):
-    from experiments.fidelity_cpu import RUNS
+    from pagesim.experiments.fidelity_cpu import RUNS
 
     _, out, data = run
     cal = data["sections"]["calibration"]["data"]

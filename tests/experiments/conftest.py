@@ -18,9 +18,9 @@ class SmokeRun:
 
 
 def run_smoke(name: str, out_dir: Path, columns) -> SmokeRun:
-    """experiments/<name>.py --smoke: its png/csv/md exist, the csv has the columns, the md names
+    """pagesim/experiments/<name>.py --smoke: its png/csv/md exist, the csv has the columns, the md names
     the exact command."""
-    module = importlib.import_module(f"experiments.{name}")
+    module = importlib.import_module(f"pagesim.experiments.{name}")
     result = module.main(["--smoke", "--out-dir", str(out_dir)])
     for ext in ("png", "csv", "md"):
         path = out_dir / f"{name}.{ext}"
@@ -31,7 +31,7 @@ def run_smoke(name: str, out_dir: Path, columns) -> SmokeRun:
         assert set(columns) <= set(reader.fieldnames), set(columns) - set(reader.fieldnames)
     assert rows
     md = (out_dir / f"{name}.md").read_text()
-    assert f"python experiments/{name}.py --smoke --out-dir {out_dir}" in md
+    assert f"python -m pagesim.experiments.{name} --smoke --out-dir {out_dir}" in md
     return SmokeRun(result, rows, md)
 
 

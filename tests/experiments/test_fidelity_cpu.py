@@ -1,4 +1,4 @@
-"""experiments/fidelity_cpu.py --smoke end to end (tiny random model, K=2, five runs): the report,
+"""pagesim/experiments/fidelity_cpu.py --smoke end to end (tiny random model, K=2, five runs): the report,
 its data, and that each run's settings reached the executor."""
 
 import json
@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 
 
 def test_fidelity_report_smoke(tmp_path, capsys):
-    from experiments import fidelity_cpu
+    from pagesim.experiments import fidelity_cpu
 
     out, data_dir = tmp_path / "fidelity_cpu.md", tmp_path / "fidelity"
     notes = tmp_path / "fidelity_cpu_notes.md"
@@ -20,7 +20,7 @@ def test_fidelity_report_smoke(tmp_path, capsys):
     md = out.read_text()
     assert notes.read_text() == "the lead's analysis\n"  # never overwritten
     head = md.split("## Setup")[0]
-    assert f"python experiments/fidelity_cpu.py --smoke --out {out} --data-dir {data_dir}" in head
+    assert f"python -m pagesim.experiments.fidelity_cpu --smoke --out {out} --data-dir {data_dir}" in head
     assert "[fidelity_cpu_notes.md](fidelity_cpu_notes.md)" in head
     labels = [label for label, _, _ in fidelity_cpu.RUNS]
     from pagesim.compare import METRICS

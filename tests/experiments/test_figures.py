@@ -6,8 +6,8 @@ import importlib
 
 import pytest
 
-from experiments import paper
-from experiments.figures import read_verdicts
+from pagesim.experiments import paper
+from pagesim.experiments.figures import read_verdicts
 
 
 def _paper_numbers(name: str) -> list[float]:
@@ -89,7 +89,7 @@ def test_smoke_outputs_fig12_18_19(name, tmp_path, smoke):
 def test_sustainable_rate_search_against_a_known_curve():
     """The search on a made-up latency curve with a known knee finds it within the resolution,
     and never probes above a failing rate."""
-    fig12 = importlib.import_module("experiments.fig12_latency_vs_rate")
+    fig12 = importlib.import_module("pagesim.experiments.fig12_latency_vs_rate")
     knee = 37.3
     search = fig12.Search(paper.FIG12_SETUPS[0], "sharegpt", "paged")
     probed = []
@@ -112,7 +112,7 @@ def test_sustainable_rate_search_against_a_known_curve():
 
 def test_fig12_verdict_rows_use_the_paper_bands():
     """Ratios inside / outside the ShareGPT bands give within / NOT within, from paper.py's numbers."""
-    fig12 = importlib.import_module("experiments.fig12_latency_vs_rate")
+    fig12 = importlib.import_module("pagesim.experiments.fig12_latency_vs_rate")
     setup = paper.FIG12_SETUPS[0]
     lo_o, hi_o = paper.FIG12_SHAREGPT_RATIO_BANDS["orca-oracle"]
     lo_m, hi_m = paper.FIG12_SHAREGPT_RATIO_BANDS["orca-max"]
@@ -137,12 +137,12 @@ def test_fig12_verdict_rows_use_the_paper_bands():
 def test_runner_discovers_scripts_and_writes_paper_md(tmp_path):
     """Discovery picks up any figNN_*.py with a main(); paper.md gets one row per figure with its
     verdict count and links, and a failing script is reported as failed."""
-    from experiments import run_all
+    from pagesim.experiments import run_all
     exp = tmp_path / "experiments"
     exp.mkdir()
     out = tmp_path / "reports" / "figures"
     (exp / "fig98_good.py").write_text(
-        "from experiments.figures import Row, outputs, write_report, base_parser\n"
+        "from pagesim.experiments.figures import Row, outputs, write_report, base_parser\n"
           "def main(argv=None):\n"
           "    a = base_parser('t').parse_args(argv)\n"
           "    f = outputs(a.out_dir, 'fig98_good')\n"
@@ -166,11 +166,11 @@ def test_runner_discovers_scripts_and_writes_paper_md(tmp_path):
     assert "1 of 2 within" in good and "q2" in good and "(fig98_good.png)" in good
     bad = next(line for line in md.splitlines() if line.startswith("| fig99 "))
     assert "FAILED (exit 3" in bad
-    assert "run_all.py" in md and "--smoke" in md
+    assert "pagesim.experiments.run_all" in md and "--smoke" in md
 
 
 def test_real_scripts_are_discovered():
-    from experiments import run_all
+    from pagesim.experiments import run_all
     keys = {f.key for f in run_all.discover()}
     assert {"fig02", "fig11", "fig12", "fig13", "fig18", "fig19"} <= keys
 
@@ -180,7 +180,7 @@ def test_committed_figures_are_never_replaced_with_less(tmp_path):
     overwrote the committed results. Each is refused (exit 2) before any script runs."""
     from typer.testing import CliRunner
 
-    from experiments import run_all
+    from pagesim.experiments import run_all
     from pagesim.cli import app
 
     with pytest.raises(ValueError, match="names no figure"):
@@ -224,7 +224,7 @@ def test_figure_scripts_end_with_the_runner(tmp_path):
         f"    open({str(pids)!r}, 'w').write(f'{{__import__(\"os\").getpid()}} {{child.pid}}')\n"
         "    time.sleep(120)\n"
         "if __name__ == '__main__':\n    main()\n")
-    runner = ("from pathlib import Path\nfrom experiments import run_all\n"
+    runner = ("from pathlib import Path\nfrom pagesim.experiments import run_all\n"
               f"run_all.run(run_all.discover(None, Path({str(exp)!r})), out_dir=Path({str(tmp_path / 'out')!r}), "
               "progress=False)\n")
     for signame in ("SIGTERM", "SIGHUP"):

@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-figures = importlib.import_module("experiments.figures")
-paper = importlib.import_module("experiments.paper")
-fig12 = importlib.import_module("experiments.fig12_latency_vs_rate")
-fig14 = importlib.import_module("experiments.fig14_parallel_beam")
+figures = importlib.import_module("pagesim.experiments.figures")
+paper = importlib.import_module("pagesim.experiments.paper")
+fig12 = importlib.import_module("pagesim.experiments.fig12_latency_vs_rate")
+fig14 = importlib.import_module("pagesim.experiments.fig14_parallel_beam")
 
 PROBE_COLUMNS = ["setting", "k", "system", "rate", "mean_normalized_latency", "aborted", "mean_batched_requests"]
 RATE_COLUMNS = ["setting", "k", "system", "threshold", "sustainable_rate", "first_failing_rate", "ratio_vllm_over_system"]
@@ -79,11 +79,11 @@ def test_fig14_verdicts_use_the_papers_numbers_and_band():
 
 
 def test_fig16_only_vllm_shares_the_prefix_and_fig17_nobody_does():
-    fig16 = importlib.import_module("experiments.fig16_shared_prefix")
+    fig16 = importlib.import_module("pagesim.experiments.fig16_shared_prefix")
     assert dict(fig16.extra_for("paged")) == {"prefix_caching": True}
     for system in ("orca-oracle", "orca-pow2", "orca-max"):
         assert dict(fig16.extra_for(system)) == {}
-    fig17 = importlib.import_module("experiments.fig17_chatbot")
+    fig17 = importlib.import_module("pagesim.experiments.fig17_chatbot")
     t = fig12.THRESHOLDS
     # paper: 2x over every Orca version, band [1.5, 2.5]
     results = [_result("chatbot", "paged", {x: 4.0 for x in t}), _result("chatbot", "orca-oracle", {x: 2.2 for x in t}),
@@ -93,7 +93,7 @@ def test_fig16_only_vllm_shares_the_prefix_and_fig17_nobody_does():
 
 
 def test_fig15_verdicts_follow_points_and_ranges():
-    fig15 = importlib.import_module("experiments.fig15_memory_saving")
+    fig15 = importlib.import_module("pagesim.experiments.fig15_memory_saving")
     runs = [{"trace": "alpaca", "kind": "beam", "k": 4, "saving": 0.5812, "preemptions": 0, "throughput": 1.0},  # 53.13 + 4.99
             {"trace": "alpaca", "kind": "parallel", "k": 2, "saving": 0.0008, "preemptions": 0, "throughput": 1.0},  # 6.09 - 6.01
             {"trace": "sharegpt", "kind": "parallel", "k": 6, "saving": 0.305, "preemptions": 0, "throughput": 1.0},

@@ -2,7 +2,7 @@
 """Fig. 2: shares of KV cache slots (token states, reservation, internal fragmentation, external
 fragmentation & others), Orca (Max / Pow2 / Oracle) vs vLLM, OPT-13B ShareGPT at 4 req/s.
 
-    python experiments/fig02_memory_waste.py [--smoke] [--full] [--duration 600] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig02_memory_waste [--smoke] [--full] [--duration 600] [--out-dir reports/figures]
 
 Simulated on 1 x A100-40GB, Poisson arrivals for --duration seconds (600 by default, 3600 with
 --full, 20 with --smoke). The KV waste breakdown is sampled every second (waste_interval_s=1.0)
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
+from pagesim.experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
                                  save_figure, start_figure, within, write_csv, write_report)
-from experiments.paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE,
+from pagesim.experiments.paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE,
                                FIG02_TRACE, FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B)
 
 from pagesim.sim.engine import ReplayConfig, replay

@@ -2,9 +2,9 @@
 """The CPU fidelity report: the simulator (cost model `profiled`) against the executor
 (SmolLM2-135M, torch CPU path, one thread), five runs, each repeated K times in interleaved rounds.
 
-    python experiments/fidelity_cpu.py                      # the report: reports/fidelity_cpu.md
-    python experiments/fidelity_cpu.py --estimate           # only print the estimated time (no executor runs)
-    python experiments/fidelity_cpu.py --smoke --out X.md --data-dir D   # tiny random model, K=2 (tests)
+    python -m pagesim.experiments.fidelity_cpu                      # the report: reports/fidelity_cpu.md
+    python -m pagesim.experiments.fidelity_cpu --estimate           # only print the estimated time (no executor runs)
+    python -m pagesim.experiments.fidelity_cpu --smoke --out X.md --data-dir D   # tiny random model, K=2 (tests)
 
 Protocol (docs/calibration.md; pagesim.compare.compare_repeated does steps 3-5):
 1. load the model once; profile the executor (executor.profiler, the default grid);
@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     if args.num_requests < 4:
         ap.error("--num-requests must be at least 4 (the n=4 run gets half)")
     proto = Protocol.smoke() if args.smoke else Protocol.real(args.num_requests, args.repeat, not args.no_reprofile)
-    command = "python experiments/fidelity_cpu.py" + (" " + shlex.join(argv) if argv else "")
+    command = "python -m pagesim.experiments.fidelity_cpu" + (" " + shlex.join(argv) if argv else "")
     trace = scaled_trace(load_trace(ROOT / proto.trace), proto.length_scale)
     if args.speed_check:
         print(speed_corrected(Path(args.data_dir), trace), end="")
@@ -389,7 +389,7 @@ def report(results, meta: dict, proto: Protocol, specs: list[RunSpec], data_dir:
         "Each system re-simulated with the profile's step times multiplied by the executor's measured speed "
         "(*speed vs profile used* above): its own runs' median (in sample: what is left once the step times "
         "agree) and the other systems' median (held out: a correction judged on runs it was not taken from) "
-        "(`python experiments/fidelity_cpu.py --speed-check`).",
+        "(`python -m pagesim.experiments.fidelity_cpu --speed-check`).",
         "",
         speed_corrected(staging, trace),
     ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fig. 12: normalized latency against request rate, and each system's sustainable rate.
 
-    python experiments/fig12_latency_vs_rate.py [--smoke] [--full] [--duration 600] [--jobs N] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig12_latency_vs_rate [--smoke] [--full] [--duration 600] [--jobs N] [--out-dir reports/figures]
 
 OPT-13B on 1 x A100-40GB, OPT-66B on 4 x A100-40GB, OPT-175B on 8 x A100-80GB; ShareGPT and
 Alpaca; vLLM (paged), Orca (Oracle / Pow2 / Max) and FasterTransformer-style static batching.
@@ -28,15 +28,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.figures import (Row, named_trace, Timer, command_line, pyplot, rate_axes, replay_parser, replay_window,
+from pagesim.experiments.figures import (Row, named_trace, Timer, command_line, pyplot, rate_axes, replay_parser, replay_window,
                                  save_figure, start_figure, write_csv, write_report)
-from experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS,
+from pagesim.experiments.paper import (FIG12_ALPACA_175B_LESS_PRONOUNCED, FIG12_FT_MAX_RATIO, FIG12_SETUPS,
                                FIG12_SHAREGPT_RATIO_BANDS, FIG12_SOURCE, FIG12_SWEPT_RATES, FIG12_SYSTEMS,
                                FIG12_TRACES, POLICY_LABELS, Setup)
 from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate, run_unless_hopeless
 
 STEM = "fig12_latency_vs_rate"
-TAKES_JOBS = True  # experiments/run_all.py passes --jobs: the searches run in a process pool
+TAKES_JOBS = True  # pagesim/experiments/run_all.py passes --jobs: the searches run in a process pool
 # s/token. The paper's panels are cut near 1 s/token, where every curve has already turned up;
 # 0.5 sits on the knee too. Unloaded normalized latency is ~0.03-0.1 s/token, so both are far
 # above it and far below the runaway values past the knee.

@@ -1,6 +1,6 @@
 """What every figure script shares: the compared rows and their verdicts, the .md report with the
 exact command, CSV and plot output, argument parsers, and the executor device. The paper's
-numbers themselves live in experiments/paper.py."""
+numbers themselves live in pagesim/experiments/paper.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from experiments.paper import ARXIV, SHARING_RATIO_REL_TOL
+from pagesim.experiments.paper import ARXIV, SHARING_RATIO_REL_TOL
 
-DEFAULT_OUT_DIR = Path(__file__).resolve().parent.parent / "reports" / "figures"
-TRACES_DIR = Path(__file__).resolve().parent.parent / "traces"
+DEFAULT_OUT_DIR = Path(__file__).resolve().parents[2] / "reports" / "figures"
+TRACES_DIR = Path(__file__).resolve().parents[2] / "traces"
 
 
 @lru_cache(maxsize=None)
@@ -67,7 +67,7 @@ def rows_markdown(rows: list[Row], digits: int = 2) -> str:
 
 def command_line(script: str, argv: list[str] | None) -> str:
     args = sys.argv[1:] if argv is None else argv
-    return " ".join(["python", f"experiments/{Path(script).name}", *map(shlex.quote, args)])
+    return " ".join(["python", "-m", f"pagesim.experiments.{Path(script).stem}", *map(shlex.quote, args)])
 
 
 def write_report(path: Path, title: str, command: str, rows: list[Row], sections: list[tuple[str, str]] = (),

@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Run every figure script in parallel processes and write reports/paper.md.
 
-    python experiments/run_all.py [--only fig12 fig13 ...] [--jobs N] [--full | --smoke] [--out-dir reports/figures]
+    python -m pagesim.experiments.run_all [--only fig12 fig13 ...] [--jobs N] [--full | --smoke] [--out-dir reports/figures]
     pagesim figures [...]   (the same, from the CLI)
 
-A figure script is any experiments/figNN_<name>.py that defines main(argv) and takes --smoke,
+A figure script is any pagesim/experiments/figNN_<name>.py that defines main(argv) and takes --smoke,
 --full and --out-dir (the paper.py parsers give all three); new ones are picked up without a
 change here. A script that sets `TAKES_JOBS = True` also gets --jobs N (its own process pool; the
-runner's slots are its upper bound). Each runs as its own process (python experiments/figNN_<name>.py ...), its output
+runner's slots are its upper bound). Each runs as its own process (python pagesim/experiments/figNN_<name>.py ...), its output
 in <out-dir>/logs/figNN_<name>.log, the slowest first. paper.md (reports/paper.md for the default
 <out-dir>, else inside <out-dir>) gets one row per
 figure: how many of the paper's numbers ours matches, the ones it does not, and links to the
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent
-ROOT = EXPERIMENTS.parent
+ROOT = EXPERIMENTS.parents[1]
 
-from experiments.figures import DEFAULT_OUT_DIR, read_verdicts
+from pagesim.experiments.figures import DEFAULT_OUT_DIR, read_verdicts
 from pagesim.children import ending_on_signals, stop
-from experiments.paper import ARXIV
+from pagesim.experiments.paper import ARXIV
 
 SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
 # Measured wall times at the default settings (s), to start the slowest first (on two slots the
@@ -158,7 +158,7 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
     finally:  # however the runner ends, no figure script outlives it
         stop([f.process for f in running], group=True)
     paper_md = Path(paper_md) if paper_md else default_paper_md(out_dir)
-    command = " ".join(["python experiments/run_all.py", *(["--only", *[f.key for f in figures]] if figures else []),
+    command = " ".join(["python -m pagesim.experiments.run_all", *(["--only", *[f.key for f in figures]] if figures else []),
                         f"--jobs {jobs}", *(["--full"] if full else []), *(["--smoke"] if smoke else []),
                         f"--out-dir {_rel(out_dir, ROOT)}"])
     write_paper_md(paper_md, figures, out_dir, command, time.perf_counter() - t0, jobs)

@@ -2,7 +2,7 @@
 """One-shot check of the executor on a device: kernel correctness, bandwidth, end-to-end
 throughput against transformers, and a step-time profile for the simulator's cost model.
 
-    python experiments/gpu_check.py [--device cuda|cpu] [--tiny] --out reports/gpu_check_<device>.md
+    python -m pagesim.experiments.gpu_check [--device cuda|cpu] [--tiny] --out reports/gpu_check_<device>.md
 
 Writes the markdown report and a .json beside it (same stem) with the raw numbers. Sections:
 
@@ -13,7 +13,7 @@ Writes the markdown report and a .json beside it (same stem) with the raw number
   2. bandwidth    device-copy ceiling, paged decode vs. SDPA on gathered K/V, cache ops.
   3. end_to_end   LLMEngine on ShareGPT requests vs. transformers generate() on the same weights.
   4. profile      engine step times on a small grid of iteration shapes.
-  5. calibration  experiments/fidelity_cpu.py's protocol with a smaller K: executor/profiler.py's grid
+  5. calibration  pagesim/experiments/fidelity_cpu.py's protocol with a smaller K: executor/profiler.py's grid
                   -> the simulator's `profiled` cost model -> pagesim.compare.compare_repeated on ShareGPT
                   for paged + recompute, paged + swap, Orca (Oracle), chunked prefill and n=4, in
                   interleaved re-profiled rounds: step-level error and the executor's 95 % bands.
@@ -42,7 +42,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -769,7 +769,7 @@ def section_profile(ctx: Ctx, sec: dict) -> None:
 # ------------------------------------------------------------------------------------- 5. calibration
 
 def section_calibration(ctx: Ctx, sec: dict) -> None:
-    """The fidelity protocol of experiments/fidelity_cpu.py on this device, with a smaller K: profile
+    """The fidelity protocol of pagesim/experiments/fidelity_cpu.py on this device, with a smaller K: profile
     the section 3 model (executor.profiler), the five runs (paged + recompute, paged + swap, Orca
     (Oracle), chunked prefill, n=4) near the simulated capacity, K interleaved rounds (re-profiled),
     the simulator on the pooled profile; step-level error and the executor's 95 % bands. K shrinks
@@ -777,7 +777,7 @@ def section_calibration(ctx: Ctx, sec: dict) -> None:
     from dataclasses import replace
 
     from executor.profiler import ProfileGrid
-    from experiments.fidelity_cpu import Protocol, estimate_s, run_specs
+    from pagesim.experiments.fidelity_cpu import Protocol, estimate_s, run_specs
     from pagesim.compare import CompareSettings, compare_repeated, profile_round, scaled_trace, write_repeated_results
     from pagesim.sim.cost.profiled import ProfiledCostModel
     from pagesim.workload.trace import load_trace
@@ -846,8 +846,8 @@ def section_calibration(ctx: Ctx, sec: dict) -> None:
 
 def section_paper_figs(ctx: Ctx, sec: dict) -> None:
     """Figs. 18a and 19a measured on this device by the figure scripts' own functions."""
-    from experiments.fig18_block_size import KERNEL_SHAPES, SMOKE_KERNEL_SHAPES, measure_kernel_latency
-    from experiments.fig19_swap_recompute import SMOKE_BLOCK_SIZES, SMOKE_MICRO, measure_swap_recompute
+    from pagesim.experiments.fig18_block_size import KERNEL_SHAPES, SMOKE_KERNEL_SHAPES, measure_kernel_latency
+    from pagesim.experiments.fig19_swap_recompute import SMOKE_BLOCK_SIZES, SMOKE_MICRO, measure_swap_recompute
 
     tiny = ctx.mode == "cpu-tiny"
     kernel = measure_kernel_latency(str(ctx.device), SMOKE_KERNEL_SHAPES if tiny else KERNEL_SHAPES, reps=3 if tiny else None)
@@ -856,7 +856,7 @@ def section_paper_figs(ctx: Ctx, sec: dict) -> None:
     sec["notes"].append("Fig. 18a: executor.kernels.paged_attention_decode (block 16, scattered blocks) vs torch SDPA "
                         "on contiguous K/V (paper: paged 20-26% slower than FasterTransformer's kernel). Fig. 19a: "
                         "CacheEngine swap out + in of the tokens' blocks vs a prefill forward over them. Functions "
-                        "from experiments/fig18_block_size.py and fig19_swap_recompute.py.")
+                        "from pagesim/experiments/fig18_block_size.py and fig19_swap_recompute.py.")
     cols18 = ["batch_size", "context_len", "num_heads", "dtype", "backend", "paged_ms", "contiguous_ms", "overhead"]
     cols19 = ["block_size", "num_blocks", "tokens", "kv_bytes", "swap_out_ms", "swap_in_ms", "swap_ms", "recompute_ms"]
     sec["tables"].append(dict(title="Fig. 18a kernel latency", columns=cols18, rows=[{k: r[k] for k in cols18} for r in kernel]))
@@ -922,7 +922,7 @@ def main(argv=None) -> int:
         triton_mode=("compiled" if device.type == "cuda" else
                      "interpreter, TRITON_INTERPRET=1" if os.environ.get("TRITON_INTERPRET") == "1" else "not run"),
         kernel_backend=kernels.backend(device), threads=threads, mode=mode, budget_s=budget,
-        command=(env + " " if env else "") + "python experiments/gpu_check.py " + shlex.join(argv),
+        command=(env + " " if env else "") + "python -m pagesim.experiments.gpu_check " + shlex.join(argv),
         started=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     )
     if device.type == "cuda":
@@ -947,7 +947,7 @@ def main(argv=None) -> int:
     # Run order: the profile reuses section 3's model and runs before the long end-to-end part;
     # the calibration (also on that model) comes last.
     order = ["correctness", "bandwidth", "_build", "profile", "end_to_end", "calibration"]
-    funcs["paper_figs"] = section_paper_figs  # Figs. 18a / 19a (experiments/fig18_*, fig19_*)
+    funcs["paper_figs"] = section_paper_figs  # Figs. 18a / 19a (pagesim/experiments/fig18_*, fig19_*)
     order.append("paper_figs")
     try:
         for key in order:

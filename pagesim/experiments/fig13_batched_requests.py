@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fig. 13: mean number of batched requests, Orca (Max / Pow2 / Oracle) vs vLLM, OPT-13B on 1 x A100-40GB.
 
-    python experiments/fig13_batched_requests.py [--smoke] [--full] [--duration 600] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig13_batched_requests [--smoke] [--full] [--duration 600] [--out-dir reports/figures]
 
 ShareGPT at 2 req/s and Alpaca at 30 req/s, Poisson arrivals for --duration seconds (600 by
 default, 3600 with --full, 10 with --smoke), simulated (calibrated cost model). "Batched requests"
@@ -15,9 +15,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
+from pagesim.experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
                                  save_figure, start_figure, within, write_csv, write_report)
-from experiments.paper import FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B
+from pagesim.experiments.paper import FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B
 
 from pagesim.sim.engine import ReplayConfig, replay
 from pagesim.workload.trace import load_trace

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fig. 17: chatbot, vLLM vs Orca (Max / Pow2 / Oracle), OPT-13B on ShareGPT conversations.
 
-    python experiments/fig17_chatbot.py [--smoke] [--full] [--duration 600] [--jobs N] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig17_chatbot [--smoke] [--full] [--duration 600] [--jobs N] [--out-dir reports/figures]
 
 OPT-13B on 1 x A100-40GB, traces/sharegpt_chat.json: one request per user turn, prompt = the
 conversation so far cut to its last 1024 tokens, output = the reply's length capped at 1024 (the
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.fig12_latency_vs_rate import THRESHOLDS
-from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
+from pagesim.experiments.fig12_latency_vs_rate import THRESHOLDS
+from pagesim.experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
                                              plot_curves, ratio, run_cases, search_note, sharing_parser, smoke_max_rate,
                                              window)
-from experiments.figures import (Row, named_trace, pyplot, save_figure, sharing_ratio_band, start_figure)
-from experiments.paper import FIG17_RATIO_OVER_ORCA, FIG17_SETUP, FIG17_SOURCE, FIG17_TRACE, POLICY_LABELS, Setup
+from pagesim.experiments.figures import (Row, named_trace, pyplot, save_figure, sharing_ratio_band, start_figure)
+from pagesim.experiments.paper import FIG17_RATIO_OVER_ORCA, FIG17_SETUP, FIG17_SOURCE, FIG17_TRACE, POLICY_LABELS, Setup
 
 STEM = "fig17_chatbot"
 TAKES_JOBS = True

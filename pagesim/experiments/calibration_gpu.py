@@ -9,7 +9,7 @@ prints it (reports/calibration_gpu.json holds those numbers; a test re-runs the 
 the attention, all-reduce and CPU fits, and a plot of predicted against measured layer time over
 tokens for two models per GPU (left-out predictions, TP 1).
 
-Usage:  python experiments/calibration_gpu.py [--data ../shared/data/gpu_profiles] [--out reports]
+Usage:  python -m pagesim.experiments.calibration_gpu [--data ../shared/data/gpu_profiles] [--out reports]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from pagesim.sim.cost.calibrated import GEMM_OPERATORS, LAYER_OPERATORS, CalibratedCostModel, shipped_calibration  # noqa: E402
@@ -119,7 +119,7 @@ def side_fits(data: Path) -> dict:
     return out
 
 
-# Fig. 18(a)'s x-axis (batch size, context length), as experiments/fig18_block_size.py's KERNEL_SHAPES
+# Fig. 18(a)'s x-axis (batch size, context length), as pagesim/experiments/fig18_block_size.py's KERNEL_SHAPES
 FIG18A_SHAPES = ((8, 64), (8, 128), (8, 256), (32, 64), (32, 128), (32, 256))
 
 
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--out", type=Path, default=ROOT / "reports")
     args = ap.parse_args(argv)
-    command = shlex.join(["python", "experiments/calibration_gpu.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "-m", "pagesim.experiments.calibration_gpu", *(sys.argv[1:] if argv is None else argv)])
     cv = cross_validate(args.data)
     checks = shipped_checks(args.data)
     side = side_fits(args.data)

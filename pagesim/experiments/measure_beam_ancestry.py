@@ -11,7 +11,7 @@ Record format (pagesim-beam-ancestry/1): steps[t][i] is the rank (0 = highest cu
 log-prob) among the beams alive before step t of the parent of the beam ranked i after step t;
 the first output token's step (the prompt forks into the beams) is not listed.
 
-    nice -n 10 .venv/bin/python experiments/measure_beam_ancestry.py
+    nice -n 10 .venv/bin/python -m pagesim.experiments.measure_beam_ancestry
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "pagesim" / "sim" / "data" / "beam_ancestry_smollm2.json"
 FORMAT = "pagesim-beam-ancestry/1"
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run transformers' generate(num_beams=k) on every prompt and count the runs whose "
                              "k beams and ancestry (beam_indices) equal the engine's (slow: use few prompts)")
     args = parser.parse_args(argv)
-    command = shlex.join(["nice", "-n", "10", ".venv/bin/python", "experiments/measure_beam_ancestry.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["nice", "-n", "10", ".venv/bin/python", "-m", "pagesim.experiments.measure_beam_ancestry", *(sys.argv[1:] if argv is None else argv)])
 
     import torch
     from rich.progress import Progress

@@ -4,7 +4,7 @@ Paper: Kwon et al., "Efficient Memory Management for Large Language Model Servin
 PagedAttention", SOSP 2023, arXiv 2309.06180. Each constant names the figure it is read from
 (see also /work/shared/DESIGN.md section 9). Figure scripts import these; they never retype a
 paper number. What the scripts share besides (verdict rows, reports, plots) is in
-experiments/figures.py.
+pagesim/experiments/figures.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ tokens out and back in, by block size, against the time to recompute those token
 forward); (b) simulated end to end: normalized latency with recompute or swap preemption, by
 block size, OPT-13B on ShareGPT.
 
-    python experiments/fig19_swap_recompute.py [--smoke] [--full] [--duration 600] [--device cpu|cuda] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig19_swap_recompute [--smoke] [--full] [--duration 600] [--device cpu|cuda] [--out-dir reports/figures]
 
 (a) runs on whatever device is present (CPU here; the report states it). The model has the
 per-layer shape of OPT-13B on a GPU (hidden 5120, 40 heads) and of a small OPT on a CPU, with
@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.figures import (Row, Timer, named_trace, command_line, device_name, executor_device,
+from pagesim.experiments.figures import (Row, Timer, named_trace, command_line, device_name, executor_device,
                                  executor_replay_parser, pyplot, replay_window, save_figure, start_figure, write_csv,
                                  write_report)
-from experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
+from pagesim.experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
                                SETUP_OPT13B, Setup)
 from pagesim.plots import log_axis
 
@@ -56,7 +56,7 @@ CSV_COLUMNS = ["part", "device", "block_size", "num_blocks", "tokens", "kv_bytes
 def measure_swap_recompute(device: str = "cpu", block_sizes=FIG19_BLOCK_SIZES, shape: dict | None = None,
                            seed: int = 0) -> list[dict]:
     """Swap out + in vs recompute of `tokens` tokens, one row per block size. Used by this figure
-    (CPU) and by experiments/gpu_check.py (CUDA)."""
+    (CPU) and by pagesim/experiments/gpu_check.py (CUDA)."""
     import torch
     from transformers import OPTConfig
 
@@ -102,7 +102,7 @@ def measure_swap_recompute(device: str = "cpu", block_sizes=FIG19_BLOCK_SIZES, s
 def preemption_sweep(block_sizes, duration: float, warmup: float, seed: int, resolution: float,
                      rate: float | None = None) -> tuple[float, list[dict]]:
     """Both preemption modes at every block size, at `rate` or (None) at the block-16 sustainable rate."""
-    from experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
+    from pagesim.experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
 
     from pagesim.sim.engine import Replay, ReplayConfig
     from pagesim.sim.rate_search import run_unless_over
@@ -229,7 +229,7 @@ def rows_for(micro: list[dict], e2e: list[dict], rate: float) -> list[Row]:
     note = "recompute / swap by block: " + ", ".join(f"{r['block_size']}: {r['recompute_ms'] / r['swap_ms']:.2f}" for r in micro)
     if not ok:
         note += ("; on a CPU a forward pass costs far more than a host memcpy of its K/V (no PCIe in between), so "
-                 "recomputation loses at every block size: this claim needs the GPU run (experiments/gpu_check.py)"
+                 "recomputation loses at every block size: this claim needs the GPU run (pagesim/experiments/gpu_check.py)"
                  if cpu else "; our recompute (a prefill forward of a few layers) is slower relative to PCIe here")
     rows.append(Row("(a) largest recompute / swap time ratio over block sizes", FIG19_RECOMPUTE_MAX_OVER_SWAP, worst,
                     "at most the paper's 1.20", ok, note, FIG19_SOURCE))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fig. 16: shared prefix (translation), vLLM with prefix sharing vs Orca, LLaMA-13B.
 
-    python experiments/fig16_shared_prefix.py [--smoke] [--full] [--duration 120] [--jobs N] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig16_shared_prefix [--smoke] [--full] [--duration 120] [--jobs N] [--out-dir reports/figures]
 
 LLaMA-13B on 1 x A100-40GB (the paper's Table 1 puts 13B models on one A100-40GB), the translation
 traces traces/translation_1shot.json (80-token prefix) and translation_5shot.json (341-token
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.fig12_latency_vs_rate import THRESHOLDS
-from experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
+from pagesim.experiments.fig12_latency_vs_rate import THRESHOLDS
+from pagesim.experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
                                              plot_curves, ratio, run_cases, search_note, sharing_parser, smoke_max_rate,
                                              window)
-from experiments.figures import (Row, named_trace, outputs, pyplot, save_figure, sharing_ratio_band, start_figure)
-from experiments.paper import FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, Setup
+from pagesim.experiments.figures import (Row, named_trace, outputs, pyplot, save_figure, sharing_ratio_band, start_figure)
+from pagesim.experiments.paper import FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, Setup
 
 STEM = "fig16_shared_prefix"
 TAKES_JOBS = True

@@ -2,7 +2,7 @@
 """Fig. 18: (a) paged-attention kernel latency against a contiguous-KV attention; (b) end-to-end
 normalized latency of vLLM by block size, OPT-13B on ShareGPT and Alpaca.
 
-    python experiments/fig18_block_size.py [--smoke] [--full] [--duration 600] [--device cpu|cuda] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig18_block_size [--smoke] [--full] [--duration 600] [--device cpu|cuda] [--out-dir reports/figures]
 
 (a) runs on the executor, on whatever device is present (CPU here; the report states it): one
 decode step of attention for every (batch size, context length) the paper draws, through
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.figures import (Row, Timer, named_trace, command_line, device_name, executor_device,
+from pagesim.experiments.figures import (Row, Timer, named_trace, command_line, device_name, executor_device,
                                  executor_replay_parser, pyplot, replay_window, save_figure, start_figure, write_csv,
                                  write_report)
-from experiments.paper import (FIG18A_OVERHEAD_BAND, FIG18A_SOURCE, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE,
+from pagesim.experiments.paper import (FIG18A_OVERHEAD_BAND, FIG18A_SOURCE, FIG18_BEST_BLOCKS, FIG18_BLOCK_SIZES, FIG18_SOURCE,
                                SETUP_OPT13B)
 from pagesim.plots import log_axis
 
@@ -57,7 +57,7 @@ def measure_kernel_latency(device: str = "cpu", shapes=KERNEL_SHAPES, num_heads:
                            head_dim: int = HEAD_DIM, dtype=None, reps: int | None = None, block_size: int = KERNEL_BLOCK_SIZE,
                            seed: int = 0) -> list[dict]:
     """Paged decode attention vs contiguous SDPA, one row per (batch size, context length).
-    Used by this figure (CPU) and by experiments/gpu_check.py (CUDA)."""
+    Used by this figure (CPU) and by pagesim/experiments/gpu_check.py (CUDA)."""
     import torch
     import torch.nn.functional as F
 
@@ -102,8 +102,8 @@ def block_size_sweep(trace_name: str, block_sizes, duration: float, warmup: floa
                      resolution: float, rate: float | None = None) -> tuple[float, list[dict]]:
     """Normalized latency at every block size, at `rate` or (None) at LOAD x the block-16
     sustainable rate."""
-    from experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
-    from experiments.paper import Setup
+    from pagesim.experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
+    from pagesim.experiments.paper import Setup
 
     from pagesim.sim.engine import Replay, ReplayConfig
     from pagesim.sim.rate_search import run_unless_over
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not ok:
             note += ("; " + ("on a CPU the paged path gathers the scattered blocks into a copy before two batched "
                              "matmuls, while SDPA reads K/V in place: the gap measures that copy, not a fused GPU "
-                             "kernel's block-table overhead (the GPU numbers come from experiments/gpu_check.py)"
+                             "kernel's block-table overhead (the GPU numbers come from pagesim/experiments/gpu_check.py)"
                              if r["device"].startswith("cpu") else
                              "our Triton kernel against cuDNN/flash SDPA rather than FasterTransformer's kernel"))
         rows.append(Row(f"(a) batch {r['batch_size']}, context {r['context_len']}: paged / contiguous latency - 1",

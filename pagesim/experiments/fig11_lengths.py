@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fig. 11: input and output length distributions of the ShareGPT and Alpaca traces.
 
-    python experiments/fig11_lengths.py [--smoke] [--full] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig11_lengths [--smoke] [--full] [--out-dir reports/figures]
 
 Writes fig11_lengths.{png,csv,md}. The .csv holds the histograms (trace, kind, bin_lo, bin_hi,
 count, share); the .md compares the means with the paper's. For ShareGPT the paper's means are
@@ -16,9 +16,9 @@ import math
 import statistics
 from pathlib import Path
 
-from experiments.figures import (TRACES_DIR, Row, base_parser, command_line, pyplot, save_figure, start_figure, within,
+from pagesim.experiments.figures import (TRACES_DIR, Row, base_parser, command_line, pyplot, save_figure, start_figure, within,
                                  write_csv, write_report)
-from experiments.paper import FIG11_MEANS
+from pagesim.experiments.paper import FIG11_MEANS
 
 from pagesim.workload.trace import load_trace
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Fig. 15: memory saved by sharing KV blocks, parallel sampling and beam search, OPT-13B.
 
-    python experiments/fig15_memory_saving.py [--smoke] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig15_memory_saving [--smoke] [--out-dir reports/figures]
 
-The runs are experiments/sharing_report.py's `sim_fig15` (the one place this computation lives;
+The runs are pagesim/experiments/sharing_report.py's `sim_fig15` (the one place this computation lives;
 reports/sharing.md shows the same numbers): OPT-13B on 1 x A100-40GB, calibrated cost model, paged
 (vLLM), Alpaca at 15 req/s (2,000 requests) and ShareGPT at 1 req/s (1,000 requests), every request
 with n = 2/4/6 parallel samples, then beam width 2/4/6. memory saving = time integral of
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.figures import (Row, base_parser, command_line, pyplot, save_figure, start_figure, within, write_csv,
+from pagesim.experiments.figures import (Row, base_parser, command_line, pyplot, save_figure, start_figure, within, write_csv,
                                  write_report)
-from experiments.paper import FIG15_ALPACA_SAVING, FIG15_SHAREGPT_SAVING_RANGE, FIG15_SOURCE, FIG15_TOLERANCE_POINTS
-from experiments.sharing_report import SIM_RUNS, sim_fig15
+from pagesim.experiments.paper import FIG15_ALPACA_SAVING, FIG15_SHAREGPT_SAVING_RANGE, FIG15_SOURCE, FIG15_TOLERANCE_POINTS
+from pagesim.experiments.sharing_report import SIM_RUNS, sim_fig15
 
 STEM = "fig15_memory_saving"
 CSV_COLUMNS = ["trace", "kind", "k", "saving_pct", "paper_pct", "paper_lo_pct", "paper_hi_pct", "preemptions",
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
     write_csv(files["csv"], CSV_COLUMNS, table)
     plot(files["png"], runs)
     notes = "\n".join([
-        "- The runs are `sim_fig15` of experiments/sharing_report.py (reports/sharing.md shows the same "
-        "computation); the paper's numbers come from experiments/paper.py. "
+        "- The runs are `sim_fig15` of pagesim/experiments/sharing_report.py (reports/sharing.md shows the same "
+        "computation); the paper's numbers come from pagesim/experiments/paper.py. "
         + ("--smoke: 40 requests per run, numbers meaningless. " if args.smoke else "")
         + "Settings: " + "; ".join(f"{t} {r['rate']:g} req/s x {r['num_requests']} requests" for t, r in SIM_RUNS.items())
         + ", Poisson, seed 0, OPT-13B on 1 x A100-40GB, block 16, preemption auto.",

@@ -2,7 +2,7 @@
 """reports/sharing.md: memory saved by sharing KV blocks (the paper's Fig. 15), prefix caching,
 and the executor's memory saving beside the simulator's on the same requests.
 
-    python experiments/sharing_report.py [--smoke] [--skip-executor] [--only fig15|prefix|executor] [--out reports/sharing.md]
+    python -m pagesim.experiments.sharing_report [--smoke] [--skip-executor] [--only fig15|prefix|executor] [--out reports/sharing.md]
 
 Writes the .md and a .json beside it with every measured number; --only reruns one part and
 takes the others from that .json (the report then lists the command of each part).
@@ -29,17 +29,17 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 from pagesim.sim import beam_model
 from pagesim.sim.engine import ReplayConfig, replay
 from pagesim.workload.trace import Trace, load_trace
 
-# Fig. 15's paper numbers live in experiments/paper.py (the one place for them); the figure
-# script experiments/fig15_memory_saving.py runs sim_fig15 below.
-from experiments.paper import FIG15_ALPACA_SAVING as FIG15_ALPACA
-from experiments.paper import FIG15_SHAREGPT_SAVING_RANGE as FIG15_SHAREGPT_RANGE
-from experiments.paper import FIG15_WIDTHS as WIDTHS
+# Fig. 15's paper numbers live in pagesim/experiments/paper.py (the one place for them); the figure
+# script pagesim/experiments/fig15_memory_saving.py runs sim_fig15 below.
+from pagesim.experiments.paper import FIG15_ALPACA_SAVING as FIG15_ALPACA
+from pagesim.experiments.paper import FIG15_SHAREGPT_SAVING_RANGE as FIG15_SHAREGPT_RANGE
+from pagesim.experiments.paper import FIG15_WIDTHS as WIDTHS
 SETUP = dict(model="opt-13b", gpu="a100-40gb", tp=1, engine="paper")  # the paper-era engine
 SIM_RUNS = {"alpaca": dict(rate=15.0, num_requests=2000), "sharegpt": dict(rate=1.0, num_requests=1000)}
 EXEC_POOL = dict(block_size=16, num_gpu_blocks=1024, max_num_seqs=64)
@@ -200,7 +200,7 @@ def _keep(summary: dict) -> dict:
 def render(commands: dict, fig15: list[dict], prefix: list[dict], execs: list[dict] | None, validation, notes: list[str]) -> str:
     made = "; ".join(f"{part}: `{cmd}`" for part, cmd in sorted(commands.items()))
     out = ["# Sharing KV blocks: parallel sampling, beam search, prefix caching", "",
-           f"Made by experiments/sharing_report.py, part by part ({made}); every number is also in "
+           f"Made by pagesim/experiments/sharing_report.py, part by part ({made}); every number is also in "
            "reports/sharing.json. Definitions: docs/sharing.md.", ""]
     out += ["## Memory saving, simulator (paper Fig. 15)", "",
             "OPT-13B on 1 x A100-40GB, calibrated cost model, paged (vLLM) policy, preemption `auto`. "
@@ -265,7 +265,7 @@ def render(commands: dict, fig15: list[dict], prefix: list[dict], execs: list[di
             "the fixed prefix's whole blocks (80 tokens: 5 blocks; 341: 21 blocks).", ""]
     out += ["## Executor (SmolLM2-135M, CPU) beside the simulator on the same requests", ""]
     if execs is None:
-        out += ["Not run yet (`python experiments/sharing_report.py --only executor` adds it).", ""]
+        out += ["Not run yet (`python -m pagesim.experiments.sharing_report --only executor` adds it).", ""]
     else:
         out += [f"Alpaca: the first {EXEC_REQUESTS} requests, all arriving at once (rate 1000 req/s); sharegpt_chat: the first "
                 f"{EXEC_CHAT_TURNS} turns (3 conversations) at {EXEC_CHAT_RATE:g} req/s (Poisson, seed 0; the same arrival times in "
@@ -327,9 +327,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "sharing.md")
     args = p.parse_args(argv)
     argv_used = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python experiments/sharing_report.py", *argv_used])
+    command = " ".join(["python -m pagesim.experiments.sharing_report", *argv_used])
     if args.render:
-        command = "python experiments/sharing_report.py --render"
+        command = "python -m pagesim.experiments.sharing_report --render"
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fig. 14: parallel sampling and beam search, vLLM vs Orca (Oracle), OPT-13B on Alpaca.
 
-    python experiments/fig14_parallel_beam.py [--smoke] [--full] [--duration 180] [--jobs N] [--out-dir reports/figures]
+    python -m pagesim.experiments.fig14_parallel_beam [--smoke] [--full] [--duration 180] [--jobs N] [--out-dir reports/figures]
 
 OPT-13B on 1 x A100-40GB, Alpaca, every request with n = 1 (basic sampling), 2, 4, 6 parallel
 samples, then beam width 2, 4, 6 (beam ancestry drawn from pagesim/sim/data/beam_ancestry_smollm2.json).
@@ -25,15 +25,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.fig12_latency_vs_rate import (ABORT_FACTOR, PROBE_COLUMNS, THRESHOLDS, Search, probe,
+from pagesim.experiments.fig12_latency_vs_rate import (ABORT_FACTOR, PROBE_COLUMNS, THRESHOLDS, Search, probe,
                                                sustainable_rate)
-from experiments.figures import (Row, named_trace, base_parser, command_line, pyplot, rate_axes, save_figure,
+from pagesim.experiments.figures import (Row, named_trace, base_parser, command_line, pyplot, rate_axes, save_figure,
                                  sharing_ratio_band, start_figure, write_csv, write_report)
-from experiments.paper import (FIG14_RATIO_OVER_ORACLE, FIG14_SETUP, FIG14_SOURCE, FIG14_TRACE, FIG14_WIDTHS,
+from pagesim.experiments.paper import (FIG14_RATIO_OVER_ORACLE, FIG14_SETUP, FIG14_SOURCE, FIG14_TRACE, FIG14_WIDTHS,
                                POLICY_LABELS, Setup)
 
 STEM = "fig14_parallel_beam"
-TAKES_JOBS = True  # experiments/run_all.py passes --jobs: the searches run in a process pool
+TAKES_JOBS = True  # pagesim/experiments/run_all.py passes --jobs: the searches run in a process pool
 # Arrival windows (s) and warm-up skips for the sharing figures (14, 16, 17); see the docstring.
 DEFAULT_DURATION_S, DEFAULT_WARMUP_S = 180.0, 30.0
 FULL_DURATION_S, FULL_WARMUP_S = 600.0, 60.0
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
         "tokens, preemption auto (multi-sequence groups are swapped). Every request gets the setting's n or beam "
         "width; beam ancestry (which beams survive each step) is drawn from the SmolLM2-135M measurements "
         "(pagesim/sim/beam_model.py), not OPT-13B's. Each sequence generates the trace's output length.",
-        f"- Sustainable rate: fig12's search and stop rule (experiments/fig12_latency_vs_rate.py: `sustainable_rate`, "
+        f"- Sustainable rate: fig12's search and stop rule (pagesim/experiments/fig12_latency_vs_rate.py: `sustainable_rate`, "
         f"`probe`), thresholds T = {' and '.join(f'{t:g}' for t in THRESHOLDS)} s/token, bracketed from {START_RATE:g} "
         f"req/s and bisected to within {resolution:.0%}.",
         f"- Shorter than the artifact's 600 s (--full runs 600 s with a 60 s skip): beam groups turn off the decode "

@@ -8,7 +8,7 @@ replay of ShareGPT (the bundled trace) with the calibrated cost model: output to
 batched requests, mean TPOT, and the replay's own speed: wall-clock microseconds per simulated
 step and the cost model's part of them (this machine, shared CPUs: noisy).
 
-Usage:  python experiments/model_zoo.py [--num-requests 600] [--rate 40] [--out reports/models.md]
+Usage:  python -m pagesim.experiments.model_zoo [--num-requests 600] [--rate 40] [--out reports/models.md]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from pagesim.api import finish_replay, prepare_replay  # noqa: E402
@@ -80,7 +80,7 @@ def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -
     lines = [
         "# Modern models side by side (one H100-80GB)",
         "",
-        "Written by `python experiments/model_zoo.py` (calibrated cost model, H100-80GB terms as fitted, run by the "
+        "Written by `python -m pagesim.experiments.model_zoo` (calibrated cost model, H100-80GB terms as fitted, run by the "
         f"default engine profile `{DEFAULT_ENGINE}`; "
         f"{num_requests} ShareGPT requests from `traces/sharegpt.json`, Poisson at {rate:g} req/s, which saturates "
         "every model here, so throughput is each setup's capacity). Parameters are counted from each model's "

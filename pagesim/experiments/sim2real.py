@@ -1,6 +1,6 @@
 """reports/sim2real.md: how well pagesim predicts real vLLM servers, on runs each fit did not see.
 
-    python -m experiments.sim2real [--data DIR] [--out reports] [--quick]
+    python -m pagesim.experiments.sim2real [--data DIR] [--out reports] [--quick]
 
 For every shared real run (../shared/data/real_vllm, read in place, never copied):
 - H100-80GB, vLLM 0.15.1 (9 runs): the vllm-0.15 engine profile is fitted (pagesim.engine_fit, as
@@ -26,14 +26,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("PAGESIM_DATA_DIR", ROOT.parent / "shared" / "data")) / "real_vllm"
 # Published errors on the same H100 runs (inference-sim/sim-to-real-accuracy-validation, the BLIS
 # team's study, as quoted in pagesim issue 23): mean |error| of the mean E2E.
 PUBLISHED = [("BLIS (trained physics)", "6.6-8.7 %"), ("LLMServingSim", "21.5 %"), ("llm-optimizer", "22.3 %"),
              ("AIConfigurator", "53.1 %"), ("Vidur", "619 %")]
 PUBLISHED_BEST = "over that study's 38 experiments the best median error is E2E 6.8 %, TTFT 18.4 %, ITL 6.5 %"
-ANALYSIS_MARK = "<!-- analysis: hand-written, kept by experiments/sim2real.py -->"
+ANALYSIS_MARK = "<!-- analysis: hand-written, kept by pagesim/experiments/sim2real.py -->"
 METRICS = ("e2e_mean", "e2e_p90", "ttft_mean", "ttft_p90", "itl_mean")
 
 
@@ -167,7 +167,7 @@ def _write_base(profile, out_dir: Path) -> str:
 
 def write_profile(path: Path, profile, runs: list[str]) -> None:
     data = profile.to_json()
-    data["provenance"] = {"fitted_by": "experiments/sim2real.py (pagesim.engine_fit)", "runs": runs}
+    data["provenance"] = {"fitted_by": "pagesim/experiments/sim2real.py (pagesim.engine_fit)", "runs": runs}
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -270,7 +270,7 @@ def main(argv=None) -> Path:
     lines = [
         "# pagesim against real vLLM servers",
         "",
-        f"Made by `python -m experiments.sim2real{''.join(' ' + a for a in (argv if argv is not None else sys.argv[1:]))}` "
+        f"Made by `python -m pagesim.experiments.sim2real{''.join(' ' + a for a in (argv if argv is not None else sys.argv[1:]))}` "
         f"in {time.perf_counter() - started:.0f} s"
         + (" (the validations only: the H100 fits are those a run without `--reuse-fit` wrote under "
            "sim2real/profiles)" if args.reuse_fit else "") + ". Errors are signed "
