@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import OUT_FILE, POSITIVE_INT, SEED, fail, load_trace_file
+from pagesim.cli.checks import OUT_FILE, POSITIVE_INT, POSITIVE_SECONDS, SCALE, SEED, fail, load_trace_file
 
 trace_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="Build and inspect workload traces (docs/traces.md).")
 app.add_typer(trace_app, name="trace")
@@ -27,6 +27,24 @@ class Kind(str, enum.Enum):
     sharegpt_chat = "sharegpt-chat"
     translation_1shot = "translation-1shot"
     translation_5shot = "translation-5shot"
+    azure_code = "azure-code"
+    azure_conv = "azure-conv"
+    mooncake_conversation = "mooncake-conversation"
+    mooncake_synthetic = "mooncake-synthetic"
+
+
+def _window(value: str | None) -> tuple[float, float] | None:
+    """--window START:END, seconds of the source's hour."""
+    if value is None:
+        return None
+    start, sep, end = str(value).partition(":")
+    try:
+        window = (float(start), float(end))
+    except ValueError:
+        raise typer.BadParameter(f"must be START:END in seconds (e.g. 600:1200), got {value!r}") from None
+    if not sep or not 0 <= window[0] < window[1] < float("inf"):
+        raise typer.BadParameter(f"must be START:END with 0 <= START < END, got {value!r}")
+    return window
 
 
 def _recorded_out(out: Path) -> str:
@@ -44,15 +62,28 @@ def _recorded_out(out: Path) -> str:
 
 @trace_app.command("build")
 def build(
-    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot or translation-5shot"),
+    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot, translation-5shot, "
+                                "azure-code, azure-conv, mooncake-conversation or mooncake-synthetic"),
     out: Path = typer.Option(..., "--out", parser=OUT_FILE, help="trace file to write"),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="public data folder (default: $PAGESIM_DATA_DIR, else ../shared/data beside the repo)"
     ),
     num: Optional[int] = typer.Option(
-        None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
+        None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000; "
+        "azure-*, mooncake-*: all, else the first N), or conversations (sharegpt-chat: 850)"
     ),
-    seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests"),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests (not azure-*, mooncake-*)"),
+    window: Optional[str] = typer.Option(None, "--window", metavar="START:END", parser=_window,
+                                         help="azure-*, mooncake-*: keep arrivals in [START, END) seconds of the hour, "
+                                         "re-based to START"),
+    time_scale: float = typer.Option(1.0, "--time-scale", parser=SCALE, help="azure-*, mooncake-*: arrival gaps divided "
+                                     "by this (2: twice the rate, half the span)"),
+    duration: Optional[float] = typer.Option(None, "--duration", parser=POSITIVE_SECONDS, help="azure-*, mooncake-*: keep "
+                                             "arrivals before S seconds (after --window and --time-scale)"),
+    max_context: Optional[int] = typer.Option(None, "--max-context", parser=POSITIVE_INT, help="azure-*, mooncake-*: "
+                                              "prompt + output tokens at most (a model's max length): longer prompts "
+                                              "are truncated, keeping their start; a request whose output alone "
+                                              "reaches it is dropped"),
 ) -> None:
     """Build a trace from the public data; the same command always writes the same bytes."""
     from rich.console import Console
@@ -65,9 +96,25 @@ def build(
 
     console = Console()
     data = data_dir if data_dir is not None else builders.default_data_dir()
-    if num is None:
-        num = builders.DEFAULT_NUM[kind.value]
-    command = builders.build_command(kind.value, num, seed, _recorded_out(out))
+    production = kind.value in builders.PRODUCTION_KINDS
+    shaping_given = window is not None or time_scale != 1.0 or duration is not None or max_context is not None
+    if shaping_given and not production:
+        fail(f"--window, --time-scale, --duration and --max-context shape production traces; {kind.value} has no "
+             "recorded arrivals")
+    extra = {}
+    if production:
+        try:
+            shaping = builders.Shaping(window=window, time_scale=time_scale, duration=duration, num=num,
+                                       max_context=max_context)
+        except ValueError as exc:
+            fail(str(exc))
+        command = builders.production_command(kind.value, shaping, _recorded_out(out))
+        extra = {"shaping": shaping}
+        num = None  # (in the shaping)
+    else:
+        if num is None:
+            num = builders.DEFAULT_NUM[kind.value]
+        command = builders.build_command(kind.value, num, seed, _recorded_out(out))
 
     started = time.perf_counter()
     try:
@@ -79,7 +126,7 @@ def build(
                 )
         else:
             with console.status(f"building {kind.value} trace"):
-                trace = builders.BUILDERS[kind.value](data, num=num, seed=seed, command=command)
+                trace = builders.BUILDERS[kind.value](data, num=num, seed=seed, command=command, **extra)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     with results_file(out) as tmp:
@@ -102,7 +149,17 @@ def build(
         console.print(f"  paper ({meta['paper']['figure']}): {paper['prompt_len']} / {paper['output_len']}")
     for rule in meta.get("filters", []):
         if rule.get("dropped"):
-            console.print(f"  filter '{rule['rule']}': dropped {rule['dropped']}")
+            console.print(f"  filter '{rule['rule']}': dropped {rule['dropped']}", markup=False)
+    if "context_cap" in meta:
+        console.print(f"  context cap: {meta['context_cap']['note']}", markup=False)
+    arrivals = stats.get("arrivals")
+    if arrivals:
+        console.print(f"  arrivals over {arrivals['span_s']:.1f} s, {arrivals['mean_rate_per_s']} req/s, "
+                      f"CV of gaps {arrivals.get('gap_cv')}")
+    if "prefix_block_reuse" in meta:
+        reuse = meta["prefix_block_reuse"]
+        console.print(f"  prefix blocks of {meta['hash_block_tokens']} tokens reused (unbounded cache): "
+                      f"{reuse['ratio']:.2%} of {reuse['blocks']}")
     src = meta.get("source", {})
     if "conversations_recovered" in src:
         style = "yellow" if src["truncated_file"] else "green"

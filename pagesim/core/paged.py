@@ -125,12 +125,15 @@ class PagedKVManager(KVCacheManager):
             # Only full prompt blocks are cached, and a hit always leaves the last prompt token
             # to compute, since its logits are needed.
             num_full = (seq.prompt_len - 1) // self.block_size
-            hashes = block_hashes(seq.token_ids, self.block_size, num_full, self.block_key) if seq.token_ids else []
+            if seq.hashed_prompt is not None:  # keyed from the hash ids, never materialised
+                hashes = seq.hashed_prompt.block_keys(self.block_size, num_full, self.block_key)
+            else:
+                hashes = block_hashes(seq.token_ids, self.block_size, num_full, self.block_key) if seq.token_ids else []
             self._prompt_hashes[seq.seq_id] = hashes
         return hashes
 
     def _cached_blocks(self, seq: Sequence) -> list[int]:
-        if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.has_token_ids:
+        if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.prompt_is_known:
             return []
         cached = self.device.cached
         # Admission asks up to three times in a row (hits, can_admit, admit). The cache only
@@ -185,7 +188,7 @@ class PagedKVManager(KVCacheManager):
                 hits = group.seqs[0].block_table[:shared]
             else:
                 hits = self._cached_blocks(seq)
-                if self.enable_prefix_caching and seq.has_token_ids:
+                if self.enable_prefix_caching and seq.prompt_is_known:
                     self.prefix_queries += len(self._hashes(seq))
                     self.prefix_hits += len(hits)
             for block in hits:
@@ -242,7 +245,7 @@ class PagedKVManager(KVCacheManager):
             seq.block_table.append(block)
 
     def on_computed(self, seq: Sequence) -> None:
-        if not self.enable_prefix_caching or seq.seq_id in self._settled or not seq.has_token_ids:
+        if not self.enable_prefix_caching or seq.seq_id in self._settled or not seq.prompt_is_known:
             return
         seq_id = seq.seq_id
         hashes = self._hashes(seq)

@@ -87,7 +87,7 @@ class Scheduler:
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
         """Queue a request, or reject it (group.reject_reason) if it can never be served."""
-        seq = Sequence(next(self._seq_ids), request.prompt_len, request.prompt_token_ids)
+        seq = Sequence(next(self._seq_ids), request.prompt_len, request.prompt_token_ids, request.hashed_prompt)
         group = SequenceGroup(request, [seq], arrival_order=next(self._arrivals),
                               stop_len=min(request.prompt_len + request.sampling.max_tokens, self.config.max_model_len))
         total = request.prompt_len + request.sampling.max_tokens

@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass
 
 from pagesim.core import Request, SamplingParams
+from pagesim.core.hashed_prompt import HashedPrompt
 from pagesim.workload.arrivals import ArrivalProcess
 from pagesim.workload.trace import Trace
 
@@ -45,6 +46,9 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     if num_requests is not None and num_requests < 1:
         raise ValueError(f"num_requests must be >= 1, got {num_requests} (None: as many as the trace holds)")
     notes = []
+    cap = trace.metadata.get("context_cap")
+    if isinstance(cap, dict) and cap.get("note"):  # a builder's --max-context: say what it changed
+        notes.append(f"trace built with a context cap: {cap['note']}")
     if rate is None:
         process = ArrivalProcess("trace")
     else:
@@ -58,6 +62,7 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     # SamplingParams are frozen: requests asking for the same share one (10k requests hold a few
     # hundred distinct ones; building each costs a validated frozen dataclass)
     shared: dict[tuple[int, int, int], SamplingParams] = {}
+    hash_block = trace.metadata.get("hash_block_tokens")
     for i, t in enumerate(times.tolist()):
         rec = records[i % len(records)]
         req_n = n if n is not None else (rec.n or 1)
@@ -71,7 +76,8 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
         if sampling is None:
             sampling = shared[key] = SamplingParams(n=req_n, beam_width=req_beam, max_tokens=rec.output_len,
                                                     ignore_eos=True)
-        requests.append(Request(i, rec.prompt_len, sampling, t, rec.prompt_token_ids))
+        hashed = None if rec.hash_ids is None else HashedPrompt(tuple(rec.hash_ids), rec.prompt_len, hash_block)
+        requests.append(Request(i, rec.prompt_len, sampling, t, rec.prompt_token_ids, hashed))
     return requests, notes
 
 
@@ -85,6 +91,9 @@ def time_origin(requests: list[Request], rate: float | None) -> float:
 def synthetic_prompt(request: Request, vocab_size: int, seed: int) -> list[int]:
     """Seeded token ids of the right length for a trace record that has only lengths, the same
     for every driver (`pagesim run` in-process, `pagesim bench` over HTTP). Ids avoid the first
-    few (special tokens in most vocabularies)."""
+    few (special tokens in most vocabularies). A hashed prompt gets its blocks' seeded ids, so
+    its sharing with other prompts is kept."""
+    if request.hashed_prompt is not None:
+        return request.hashed_prompt.vocab_ids(vocab_size, seed)
     rng = random.Random(f"{seed}:{request.request_id}")
     return [rng.randrange(4, vocab_size) for _ in range(request.prompt_len)]

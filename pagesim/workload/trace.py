@@ -38,6 +38,7 @@ REQUEST_FIELDS = (
     "beam_width",
     "prefix_group",
     "shared_prefix_len",
+    "hash_ids",
     "prompt_token_ids",
 )
 REQUIRED_FIELDS = ("prompt_len", "output_len")
@@ -93,6 +94,7 @@ class TraceRequest:
     beam_width: int | None = None
     prefix_group: int | str | None = None
     shared_prefix_len: int | None = None
+    hash_ids: list[int] | None = None  # prefix-block hashes (metadata hash_block_tokens per block)
     prompt_token_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,7 +103,7 @@ class TraceRequest:
         for name in REQUEST_FIELDS:
             value = getattr(self, name)
             if value is not None:
-                out[name] = list(value) if name == "prompt_token_ids" else value
+                out[name] = list(value) if name in _ID_LISTS else value
         return out
 
     @property
@@ -137,9 +139,18 @@ def _is_int(value: Any) -> bool:
 
 
 _LENGTHS_ONLY = {"prompt_len", "output_len"}
+_ID_LISTS = ("hash_ids", "prompt_token_ids")
 
 
-def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
+def _first_bad_id(ids: list) -> int | None:
+    """Position of the first element that is not an integer >= 0 (None: all are)."""
+    # all plain ints >= 0 at C speed; otherwise find the first bad one to name it
+    if ids and set(map(type, ids)) == {int} and min(ids) >= 0:
+        return None
+    return next((pos for pos, tok in enumerate(ids) if not _is_int(tok) or tok < 0), None)
+
+
+def _check_request(record: Any, index: int, path: str | None, hash_block_tokens: int | None = None) -> TraceRequest:
     # The common record, two positive plain ints and nothing else, is valid by sight; everything
     # else (including every invalid record) takes the full check below and its messages.
     if type(record) is _Obj and record.keys() == _LENGTHS_ONLY and not record.duplicate_keys:
@@ -212,11 +223,25 @@ def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
             raise fail("prompt_token_ids", f"must be a list of token ids, got {type(ids).__name__}")
         if len(ids) != prompt_len:
             raise fail("prompt_token_ids", f"has {len(ids)} ids but prompt_len is {prompt_len}")
-        # all plain ints >= 0 at C speed; otherwise find the first bad one to name it
-        if not (set(map(type, ids)) == {int} and min(ids) >= 0):
-            for pos, tok in enumerate(ids):
-                if not _is_int(tok) or tok < 0:
-                    raise fail("prompt_token_ids", f"element {pos} is not a token id (integer >= 0): {json.dumps(tok)}")
+        pos = _first_bad_id(ids)
+        if pos is not None:
+            raise fail("prompt_token_ids", f"element {pos} is not a token id (integer >= 0): {json.dumps(ids[pos])}")
+
+    hashes = record.get("hash_ids")
+    if hashes is not None:
+        if ids is not None:
+            raise fail("hash_ids", "given with prompt_token_ids (a prompt is known by one or the other)")
+        if not isinstance(hashes, list):
+            raise fail("hash_ids", f"must be a list of block hash ids, got {type(hashes).__name__}")
+        if hash_block_tokens is None:
+            raise fail("hash_ids", "given, but the metadata has no hash_block_tokens (tokens per hashed block)")
+        blocks = -(-prompt_len // hash_block_tokens)
+        if len(hashes) != blocks:
+            raise fail("hash_ids", f"has {len(hashes)} ids but prompt_len {prompt_len} spans {blocks} blocks of "
+                       f"{hash_block_tokens} tokens")
+        pos = _first_bad_id(hashes)
+        if pos is not None:
+            raise fail("hash_ids", f"element {pos} is not a hash id (integer >= 0): {json.dumps(hashes[pos])}")
 
     return TraceRequest(
         prompt_len=prompt_len,
@@ -226,6 +251,7 @@ def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
         beam_width=beam_width,
         prefix_group=group,
         shared_prefix_len=shared,
+        hash_ids=None if hashes is None else list(hashes),
         prompt_token_ids=None if ids is None else list(ids),
     )
 
@@ -248,9 +274,18 @@ def _check_arrival_order(requests: list[TraceRequest], path: str | None) -> None
                 )
 
 
-def _check_trace(metadata: Any, requests: list[TraceRequest], path: str | None) -> None:
+def _check_metadata(metadata: Any, path: str | None) -> int | None:
+    """The metadata is an object; returns its hash_block_tokens (None when absent)."""
     if not isinstance(metadata, dict):
         raise TraceError(path, f"'metadata' must be a JSON object, got {type(metadata).__name__}", field="metadata")
+    block = metadata.get("hash_block_tokens")
+    if block is not None and not (_is_int(block) and block > 0):
+        raise TraceError(path, f"must be an integer > 0, got {json.dumps(block)}", field="metadata.hash_block_tokens")
+    return block
+
+
+def _check_trace(metadata: Any, requests: list[TraceRequest], path: str | None) -> None:
+    _check_metadata(metadata, path)
     if not requests:
         raise TraceError(path, "'requests' is empty", field="requests")
     count = metadata.get("count")
@@ -311,8 +346,9 @@ def parse_trace(text: str, path: str | os.PathLike | None = None) -> Trace:
     records = doc["requests"]
     if not isinstance(records, list):
         raise TraceError(where, f"'requests' must be a JSON array, got {type(records).__name__}", field="requests")
-    requests = [_check_request(rec, i, where) for i, rec in enumerate(records)]
     metadata = _plain(doc["metadata"], where)
+    block = _check_metadata(metadata, where)
+    requests = [_check_request(rec, i, where, block) for i, rec in enumerate(records)]
     _check_trace(metadata, requests, where)
     return Trace(metadata=metadata, requests=requests)
 
@@ -343,7 +379,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
 
 def dumps_trace(trace: Trace) -> str:
     """The canonical text of a trace (what save_trace writes)."""
-    requests = [_check_request(r.to_dict(), i, None) for i, r in enumerate(trace.requests)]
+    block = _check_metadata(trace.metadata, None)
+    requests = [_check_request(r.to_dict(), i, None, block) for i, r in enumerate(trace.requests)]
     _check_trace(trace.metadata, requests, None)
     meta = json.dumps(trace.metadata, indent=2, sort_keys=True, ensure_ascii=True, allow_nan=False)
     lines = [json.dumps(r.to_dict(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) for r in requests]
