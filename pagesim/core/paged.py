@@ -14,6 +14,7 @@ from array import array
 from typing import Callable, Hashable
 
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.hashed_prompt import HashChainKeys
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
@@ -55,15 +56,18 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
     re-registering every block would); returns those left unregistered because another block
     holds their key. A block that holds a key keeps it while a table holds it, so it is never
     offered again; a freed sliding-window entry (negative) is dropped."""
-    register, block_hash = pool.register, pool.block_hash
+    block_hash, cached = pool.block_hash, pool.cached
     left = []
     for indices in (retry or (), range(start, end)):
-        for i in indices:
+        for i in indices:  # (BlockPool.register inlined: a long prefix-caching run offers millions)
             block = table[i]
-            if block >= 0:
-                register(block, keys[i])
-                if block_hash[block] is None:
+            if block >= 0 and block_hash[block] is None:
+                key = keys[i]
+                if key in cached:
                     left.append(i)
+                else:
+                    block_hash[block] = key
+                    cached[key] = block
     return left
 
 
@@ -81,6 +85,7 @@ class PagedKVManager(KVCacheManager):
             raise ValueError("several KV groups or a sliding window need HybridKVManager "
                              "(pagesim.core.hybrid_kv; make_kv_manager picks it)")
         self.block_key = block_key  # how a full prompt block is keyed in the prefix cache
+        self._hashed_keys = HashChainKeys(block_size, block_key)  # (prompts known by block hash ids)
         self.block_size = block_size
         self.num_device_blocks = num_device_blocks
         self.device = BlockPool(num_device_blocks, enable_caching=enable_prefix_caching)
@@ -126,7 +131,7 @@ class PagedKVManager(KVCacheManager):
             # to compute, since its logits are needed.
             num_full = (seq.prompt_len - 1) // self.block_size
             if seq.hashed_prompt is not None:  # keyed from the hash ids, never materialised
-                hashes = seq.hashed_prompt.block_keys(self.block_size, num_full, self.block_key)
+                hashes = self._hashed_keys.keys(seq.hashed_prompt, num_full)
             else:
                 hashes = block_hashes(seq.token_ids, self.block_size, num_full, self.block_key) if seq.token_ids else []
             self._prompt_hashes[seq.seq_id] = hashes
