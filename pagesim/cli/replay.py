@@ -94,8 +94,8 @@ def replay(
     if out is None and given(ctx, "steps"):
         warn(f"--steps {steps.value} chooses the steps.csv rows --out writes; without --out nothing is written")
     loaded = load_trace_file(trace)
-    if prefix_caching and not any(r.prompt_token_ids for r in loaded.requests):
-        warn(f"--prefix-caching: {trace} has no prompt_token_ids, so no prefix can be recognised and nothing is cached")
+    if prefix_caching and not any(r.prompt_token_ids or r.hash_ids for r in loaded.requests):
+        warn(f"--prefix-caching: {trace} has no prompt_token_ids or hash_ids, so no prefix can be recognised and nothing is cached")
     check_run_size(rate or None, num_requests, duration)
     options = dict(model=model, gpu=gpu, tp=tp, ep=ep, kv_cache_dtype=kv_cache_dtype.value, policy=policy,
                    block_size=block_size, preemption=preemption, rate=rate,
@@ -113,6 +113,9 @@ def replay(
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(sim.requests, warmup, duration)
+    for note in sim.notes:
+        if note.startswith("what-if"):
+            warn(note)
 
     with progress_bar("replay", "requests", len(sim.requests), quiet=as_json) as advance:
         sim.on_progress = advance

@@ -74,8 +74,8 @@ def run(
     except ValueError as e:
         fail(str(e))
     check_workload(requests, warmup, duration)
-    if prefix_caching and not any(r.prompt_token_ids for r in loaded_trace.requests):
-        warn(f"--prefix-caching: {trace} has no prompt_token_ids; synthetic prompts share no prefix, nothing is cached")
+    if prefix_caching and not any(r.prompt_token_ids or r.hash_ids for r in loaded_trace.requests):
+        warn(f"--prefix-caching: {trace} has no prompt_token_ids or hash_ids; synthetic prompts share no prefix, nothing is cached")
 
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console)

@@ -101,13 +101,16 @@ class Replay:
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
         self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len))
+        kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
+
+        def memory_capacity():
+            return kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                     max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
         if cfg.num_gpu_blocks is not None:
             num_blocks, self.capacity = cfg.num_gpu_blocks, None
             host_blocks = int(cfg.swap_space_gib * 2**30) // (kv_bytes_per_token_per_gpu(model, cfg.tp) * cfg.block_size)
         else:
-            kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
-            self.capacity = kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                              max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
+            self.capacity = memory_capacity()
             num_blocks = self.capacity.num_blocks(cfg.block_size)
             host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
         # A hybrid model (sliding-window layers beside full ones) keeps one block table per group over
@@ -116,8 +119,7 @@ class Replay:
         layout = KVLayout.of(model.kv_groups)
         self.kv_groups = None if layout.is_plain or not uses_paged_blocks(cfg.policy) else model.kv_groups
         if self.kv_groups is not None:
-            layer_bytes = max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
-                * kv_bytes_per_token_per_gpu(model, cfg.tp) // model.kv_bytes_per_token
+            layer_bytes = _group_layer_bytes(model, cfg.tp)
             if cfg.num_gpu_blocks is None:
                 num_blocks = layout.num_blocks(self.capacity.pool_bytes_per_gpu, cfg.block_size, layer_bytes)
             host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, layer_bytes)
@@ -137,6 +139,8 @@ class Replay:
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace)
+        if cfg.num_gpu_blocks is not None:
+            self.notes += _what_if_pool(cfg, num_blocks, memory_capacity, layout, self.kv_groups, model)
         self.feed = feed if feed is not None else RequestFeed(self.requests)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
@@ -482,3 +486,27 @@ def replay(cfg: ReplayConfig, trace: Trace, progress=None, fast_forward: bool = 
     sim = Replay(cfg, trace, fast_forward=fast_forward)
     sim.on_progress = progress
     return sim.run()
+
+
+def _group_layer_bytes(model, tp: int) -> int:
+    """KV bytes per token per GPU of one layer group's block (the largest group's layers)."""
+    return max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
+        * kv_bytes_per_token_per_gpu(model, tp) // model.kv_bytes_per_token
+
+
+def _what_if_pool(cfg: ReplayConfig, num_blocks: int, memory_capacity, layout, kv_groups, model) -> list[str]:
+    """A note (the CLI warns with it) when --num-gpu-blocks is more than the GPU's memory holds:
+    accepted, as a what-if (say, an unbounded prefix cache), but the run is no real GPU's."""
+    try:
+        capacity = memory_capacity()
+    except ValueError:  # the model does not fit the GPU at all: nothing to compare the pool with
+        return []
+    if kv_groups is not None:
+        fits = layout.num_blocks(capacity.pool_bytes_per_gpu, cfg.block_size, _group_layer_bytes(model, cfg.tp))
+    else:
+        fits = capacity.num_blocks(cfg.block_size)
+    if num_blocks <= fits:
+        return []
+    return [f"what-if KV pool: --num-gpu-blocks {num_blocks:,} is {num_blocks / max(fits, 1):.1f}x the {fits:,} blocks "
+            f"{cfg.tp} x {cfg.gpu}'s memory holds for {cfg.model}; the results assume memory no such GPU has"]
+
