@@ -158,8 +158,8 @@ def build(
                       f"CV of gaps {arrivals.get('gap_cv')}")
     if "prefix_block_reuse" in meta:
         reuse = meta["prefix_block_reuse"]
-        console.print(f"  prefix blocks of {meta['hash_block_tokens']} tokens reused (unbounded cache): "
-                      f"{reuse['ratio']:.2%} of {reuse['blocks']}")
+        console.print(f"  reuse an unbounded cache could serve: {reuse['token_ratio']:.2%} of prompt tokens "
+                      f"({reuse['ratio']:.2%} of {reuse['blocks']} blocks of {meta['hash_block_tokens']} tokens)")
     src = meta.get("source", {})
     if "conversations_recovered" in src:
         style = "yellow" if src["truncated_file"] else "green"

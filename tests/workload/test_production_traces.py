@@ -100,7 +100,9 @@ def test_mooncake_hash_ids_reuse_and_cap(data):
     assert [r.hash_ids for r in trace.requests] == [[0, 1], [0, 1, 2], [3]]
     meta = trace.metadata
     assert meta["hash_block_tokens"] == 512
-    assert meta["prefix_block_reuse"] == {"blocks": 6, "reused": 2, "ratio": round(2 / 6, 6)}
+    # request 2 reuses blocks 0 and 1 (1024 of its 1100 tokens); nothing else is seen twice
+    assert meta["prefix_block_reuse"] == {"blocks": 6, "reused": 2, "ratio": round(2 / 6, 6), "prompt_tokens": 2212,
+                                          "prompt_tokens_reused": 1024, "token_ratio": round(1024 / 2212, 6)}
     capped = build_mooncake("mooncake-conversation", data, Shaping(max_context=700))
     # 1100 + 7 > 700: the prompt keeps its first 693 tokens, whose 512-token blocks are 0 and 1
     assert (capped.requests[1].prompt_len, capped.requests[1].hash_ids) == (693, [0, 1])

@@ -69,23 +69,31 @@ def read_mooncake_jsonl(path: Path) -> list[SourceRecord]:
     return records
 
 
-def prefix_block_reuse(requests) -> dict:
-    """Share of hashed blocks whose whole prefix chain (this block and every one before it in the
-    prompt) appeared in an earlier request: the hit ratio of an unbounded cache of 512-token
-    blocks that holds every block the moment it arrives. Full and partial blocks count alike."""
+def prefix_block_reuse(requests, block_tokens: int = HASH_BLOCK_TOKENS) -> dict:
+    """What an unbounded cache of hashed blocks could serve, if it held every block the moment
+    its request arrived: the blocks whose whole prefix chain (this block and every one before it
+    in the prompt) appeared in an earlier request, counted as blocks (a partial block counts as
+    one) and as prompt tokens (only a prompt's leading run of such blocks, as a prefix cache
+    serves them)."""
     chains: dict[tuple[int, int], int] = {}  # (chain of the blocks before, hash id) -> this chain's number
-    hits = total = 0
+    hits = total = tokens = reused_tokens = 0
     for r in requests:
-        chain = -1
-        for h in r.hash_ids:
+        chain, leading = -1, 0
+        for k, h in enumerate(r.hash_ids):
             total += 1
             known = chains.get((chain, h))
             if known is None:
                 known = chains[(chain, h)] = len(chains)
             else:
                 hits += 1
+                if leading == k:
+                    leading += 1
             chain = known
-    return {"blocks": total, "reused": hits, "ratio": round(hits / total, 6)}
+        tokens += r.prompt_len
+        reused_tokens += min(r.prompt_len, leading * block_tokens)
+    return {"blocks": total, "reused": hits, "ratio": round(hits / total, 6),
+            "prompt_tokens": tokens, "prompt_tokens_reused": reused_tokens,
+            "token_ratio": round(reused_tokens / tokens, 6)}
 
 
 def build_mooncake(kind: str, data_dir: Path, shaping: Shaping | None = None, command: str = "") -> Trace:
