@@ -215,6 +215,8 @@ def inspect(
         extras = []
         if any(r.prompt_token_ids is not None for r in trace.requests):
             extras.append("prompt_token_ids present")
+        if any(r.hash_ids is not None for r in trace.requests):
+            extras.append(f"hash_ids present (blocks of {meta['hash_block_tokens']} tokens)")
         groups = {r.prefix_group for r in trace.requests if r.prefix_group is not None}
         if groups:
             extras.append(f"{len(groups)} prefix groups")
