@@ -13,7 +13,7 @@ import hashlib
 from array import array
 from typing import Callable, Hashable
 
-from pagesim.core.block_pool import BlockPool, FreeBlockQueue  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.block_pool import BlockPool, FreeBlockQueue, run_all  # noqa: F401 (FreeBlockQueue: re-exported)
 from pagesim.core.hashed_prompt import HashChainKeys
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
@@ -57,6 +57,15 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
     holds their key. A block that holds a key keeps it while a table holds it, so it is never
     offered again; a freed sliding-window entry (negative) is dropped."""
     block_hash, cached = pool.block_hash, pool.cached
+    if not retry and start < end:
+        # The common case at C speed: a prompt's newly full blocks, none freed, none registered,
+        # their keys distinct and new to the cache. Registering them one by one does the same.
+        blocks, new_keys = table[start:end], keys[start:end]
+        if (min(blocks) >= 0 and list(map(block_hash.__getitem__, blocks)).count(None) == len(blocks)
+                and not any(map(cached.__contains__, new_keys)) and len(set(new_keys)) == len(new_keys)):
+            run_all(map(block_hash.__setitem__, blocks, new_keys))
+            cached.update(zip(new_keys, blocks))
+            return []
     left = []
     for indices in (retry or (), range(start, end)):
         for i in indices:  # (BlockPool.register inlined: a long prefix-caching run offers millions)

@@ -77,10 +77,13 @@ def run(name: str, trace: Trace, caching: bool, blocks: int | None, log, unbound
     s = sim.run().summary
     wall = time.perf_counter() - started
     # over every prompt token of the trace: a rejected request is served nothing from the cache
-    saved = s["prefill_tokens_saved"] / sum(trace.prompt_lens)
+    total = sum(trace.prompt_lens)
+    saved = s["prefill_tokens_saved"] / total
+    rejected_share = sum(r.prompt_len for r in sim.metrics.requests if r.status == "rejected") / total
     row = {"trace": name, "prefix_caching": caching, "kv_blocks": s["num_kv_blocks"], "unbounded": unbounded,
            "evictions": sim.scheduler.kv.device.num_evictions if caching else None, "requests": s["num_requests"],
-           "rejected": s["num_rejected"], "prompt_tokens_saved": round(saved, 4),
+           "rejected": s["num_rejected"], "rejected_prompt_share": round(rejected_share, 4),
+           "prompt_tokens_saved": round(saved, 4),
            "ttft_mean_s": round(s["ttft_mean"], 3), "ttft_p50_s": round(s["ttft_p50"], 3),
            "ttft_p99_s": round(s["ttft_p99"], 3), "preemptions": s["num_preemptions"], "wall_s": round(wall, 1)}
     log(f"  {name} caching={caching} blocks={s['num_kv_blocks']:,}: saved {saved:.2%}, TTFT mean {s['ttft_mean']:.2f} s "
@@ -193,11 +196,15 @@ def markdown(command: str, described: list[dict], runs: list[dict], timing: dict
         out.append(f"| {r['trace']} | {arrivals} | {'on' if r['prefix_caching'] else 'off'} | {blocks} | {r['rejected']} | "
                    f"{100 * r['prompt_tokens_saved']:.2f}% | {r['ttft_mean_s']:,.2f} | {r['ttft_p50_s']:,.2f} | "
                    f"{r['ttft_p99_s']:,.2f} | {r['preemptions']} |")
+    rejected = {r["trace"]: r["rejected_prompt_share"] for r in runs if r["rejected"]}
     out += ["", "Rejected: requests longer than the model's 131,072-token context (pagesim rejects them with the "
-            "reason; build with `--max-context 131072` to truncate them instead). The unbounded replay's share sits "
-            "just under the reuse from hash ids: a request admitted while the request that brought its prefix is "
-            "still computing it cannot hit (tests/sim/test_mooncake_reuse.py checks that every shortfall is such a "
-            "case), and a hit always leaves the last prompt token and a partial 16-token block to compute.", ""]
+            "reason; build with `--max-context 131072` to truncate them instead). They count as served nothing "
+            "from the cache" + "".join(f"; in {name} they hold {100 * share:.2f}% of the prompt tokens"
+                                       for name, share in rejected.items()) + ". Beyond that, the unbounded replay's "
+            "share sits just under the reuse from hash ids: a request admitted while the request that brought its "
+            "prefix is still computing it cannot hit (tests/sim/test_mooncake_reuse.py checks that every shortfall "
+            "is such a case), and a hit always leaves the last prompt token and a partial 16-token block to compute.",
+            ""]
     if timing:
         out += ["## Speed", "",
                 f"Replaying the whole Mooncake conversation hour at its own timestamps with prefix caching (GPU pool, "
