@@ -62,7 +62,7 @@ def _recorded_out(out: Path) -> str:
 
 @trace_app.command("build")
 def build(
-    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot, translation-5shot, "
+    kind: Kind = typer.Argument(..., metavar="KIND", show_choices=False, help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot, translation-5shot, "
                                 "azure-code, azure-conv, mooncake-conversation or mooncake-synthetic"),
     out: Path = typer.Option(..., "--out", parser=OUT_FILE, help="trace file to write"),
     data_dir: Optional[Path] = typer.Option(
