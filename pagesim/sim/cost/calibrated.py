@@ -210,12 +210,25 @@ class Calibration:
             raise ValueError(f"{where}: malformed calibration ({e})") from None
 
 
+def ring_all_reduce_line(gpu: GPUSpec, workers: int) -> Line:
+    """NCCL's ring all-reduce over a PCIe link (alpha-beta model, Patarasuk and Yuan 2009): a
+    reduce-scatter and an all-gather of workers - 1 steps each, every step one link latency, and
+    2 (n - 1) / n of the message through each GPU's link."""
+    link = gpu.link
+    return Line(2 * (workers - 1) * link.latency_s, 2 * (workers - 1) / workers / gpu.collective_bandwidth)
+
+
 def scale_calibration(cal: Calibration, measured: GPUSpec, target: GPUSpec) -> Calibration:
     """The rule for GPUs without measurements (module docstring): per-byte terms by HBM
-    bandwidth, per-FLOP terms by FP16 FLOP/s, all-reduce per-byte by interconnect bandwidth."""
+    bandwidth, per-FLOP terms by FP16 FLOP/s, all-reduce per-byte by interconnect bandwidth;
+    over PCIe (the measured lines are NVLink's) the all-reduce is ring_all_reduce_line."""
     bw = measured.hbm_bandwidth / target.hbm_bandwidth
     fl = measured.fp16_flops / target.fp16_flops
     ic = measured.interconnect_bandwidth / target.interconnect_bandwidth
+    if target.link.kind == "pcie":
+        all_reduce = {k: ring_all_reduce_line(target, k) for k in cal.all_reduce}
+    else:
+        all_reduce = {k: Line(v.floor_s, v.slope * ic) for k, v in cal.all_reduce.items()}
     a = cal.attention
     return Calibration(
         gpu=target.name,
@@ -224,10 +237,11 @@ def scale_calibration(cal: Calibration, measured: GPUSpec, target: GPUSpec) -> C
         attention=replace(a, decode_s_per_kv_byte=a.decode_s_per_kv_byte * bw,
                           prefill_s_per_flop=a.prefill_s_per_flop * fl,
                           prefill_s_per_token_byte=a.prefill_s_per_token_byte * bw),
-        all_reduce={k: Line(v.floor_s, v.slope * ic) for k, v in cal.all_reduce.items()},
+        all_reduce=all_reduce,
         cpu=cal.cpu,
         source={"scaled_from": cal.gpu, "hbm_bandwidth_ratio": bw, "fp16_flops_ratio": fl,
-                "interconnect_ratio": ic})
+                "interconnect_ratio": ic, "all_reduce": f"{target.link.kind} ring" if target.link.kind == "pcie"
+                else "measured NVLink lines, per-byte by interconnect_ratio"})
 
 
 def nearest_measured_gpu(gpu: GPUSpec | str) -> GPUSpec:
