@@ -179,7 +179,7 @@ class StepFeatures:
     """One step's time split: step = sum(theta_k * linear[k]) + fixed."""
 
     linear: tuple[float, ...]  # busy seconds (GEMMs etc., decode attention), graphed kernels, custom all-reduces, 1, seqs
-    fixed: float               # eager launch floors, all-reduce bandwidth and NCCL terms, block moves
+    fixed: float               # eager launch floors, all-reduce bandwidth and NCCL terms, EP exchange, block moves
 
 
 class EngineCostModel(CostModel):
@@ -247,8 +247,8 @@ class EngineCostModel(CostModel):
         if hit is not None:
             return hit
         kern = self.kernels
-        busy, floors, count = kern.token_kernel_split(tokens)
-        fixed = 0.0 if graphed else floors
+        busy, floors, count, exchange = kern.token_kernel_split(tokens)
+        fixed = exchange + (0.0 if graphed else floors)
         kernels = count if graphed else 0
         ar_calls = 0.0
         if self.tp > 1:
