@@ -36,6 +36,7 @@ def test_padded_rows_by_hand():
     # 64 tokens at p = 1/2, block 16: E[ceil(n/16)] = P(n>0) + P(n>16) + P(n>32) + P(n>48)
     assert expected_padded_rows(64, 0.5, 16) == pytest.approx(exact_padded_rows(64, 0.5, 16), rel=1e-9)
     assert expected_padded_rows(0, 0.5, 16) == 0.0
+    assert expected_padded_rows(40, 1.0, 16) == 48  # a single expert takes every row: 3 blocks
 
 
 @pytest.mark.parametrize("trials,p,block", [(128, 0.25, 64), (256, 1 / 16, 64), (500, 0.1, 32), (2048, 0.25, 128),

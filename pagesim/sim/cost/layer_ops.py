@@ -61,6 +61,8 @@ def expected_padded_rows(trials: float, p: float, block: int) -> float:
     corrected) above, where the exact sum would cost O(trials) per step shape."""
     if trials <= 0 or p <= 0:
         return 0.0
+    if p >= 1:  # every row to this expert (one expert, or top-k of k)
+        return block * math.ceil(trials / block)
     n_trials = int(round(trials))
     mean, var = trials * p, trials * p * (1 - p)
     sd = math.sqrt(var)
