@@ -12,7 +12,6 @@ import time
 from collections import Counter, defaultdict
 
 import openai
-import pytest
 
 from pagesim.cluster.routers import ReplicaLoad, RoutedRequest, make_router, prefix_keys
 from pagesim.route.prompts import prompt_of
