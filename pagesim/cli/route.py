@@ -34,8 +34,8 @@ def router_params(pairs: list[str]) -> dict:
 def route(
     backend: List[str] = typer.Option(..., help="a server to route to, http://HOST:PORT (repeat the flag for each)"),
     router: str = typer.Option("round-robin", help="round-robin, random, least-outstanding, least-kv, power-of-two, "
-                               "prefix-affinity, cache-aware or session-affinity (docs/cluster.md)"),
-    router_param: List[str] = typer.Option([], help="a router parameter KEY=VALUE (repeat; docs/cluster.md)"),
+                               "prefix-affinity, cache-aware or session-affinity (docs/routers.md)"),
+    router_param: List[str] = typer.Option([], help="a router parameter KEY=VALUE (repeat; docs/routers.md)"),
     host: str = typer.Option("127.0.0.1", help="address to listen on"),
     port: int = typer.Option(8080, parser=Number(lo=0, hi=65535, integer=True), help="port to listen on (0: any free)"),
     staleness: float = typer.Option(1.0, parser=POSITIVE, help="seconds between reads of the backends' /metrics "

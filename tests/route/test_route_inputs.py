@@ -73,3 +73,15 @@ def test_gauges_read_from_vllm_and_pagesim_names():
     assert (g.waiting, g.running, g.kv_usage) == (3, 5, 0.5)
     assert gauges_of({"vllm:kv_cache_usage_perc": 7.0}).kv_usage == 1.0  # a share: clamped
     assert gauges_of({}).waiting == 0
+
+
+def test_the_router_loads_no_torch():
+    # it starts in a moment and runs beside servers on small machines: no model code in it
+    import subprocess
+    import sys
+
+    from tests.serve.conftest import ROOT, cli_env
+
+    check = "import sys, pagesim.route.app, pagesim.cli.route; print(sorted({'torch', 'executor'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=cli_env(), capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
