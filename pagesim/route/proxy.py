@@ -25,6 +25,7 @@ from pagesim.serve.bodies import GONE, ApiError, parse_json, until_disconnect
 from pagesim.serve.protocol import error_body
 
 FORWARDED_HEADERS = ("content-type", "authorization", "accept", "x-request-id")
+DONE = b"data: [DONE]"  # the OpenAI stream's end marker
 
 
 class NoBackend(ApiError):
@@ -168,12 +169,19 @@ class Proxy:
         import aiohttp
 
         outcome = "cancelled"  # the client left (this generator is closed or cancelled)
+        previous, chunk = b"", first
         try:
-            yield first
             while True:
+                # the end marker makes the answer whole: its client may leave before the backend's EOF
+                if DONE in previous[-len(DONE):] + chunk:
+                    outcome = "ok"
+                yield chunk
+                previous = chunk
                 try:
                     chunk = await resp.content.readany()
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                    if outcome == "ok":
+                        return
                     outcome = "failed"
                     backend.failures += 1
                     message = f"backend {backend.url} failed mid-stream ({exception_reason(e)})"
@@ -182,7 +190,6 @@ class Proxy:
                 if not chunk:
                     outcome = "ok"
                     return
-                yield chunk
         finally:
             resp.close()  # closing the connection aborts the request on a backend still running it
             self._end_stream(request_id, backend.index, outcome)
