@@ -84,6 +84,7 @@ def replay(
     steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
                                 "second, or none"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    html: bool = typer.Option(False, "--html", help="also write the run's page, --out's report.html (pagesim view)"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
     from pagesim.api import finish_replay, prepare_replay
@@ -91,6 +92,8 @@ def replay(
     duration = check_arrival_flags(ctx, duration=duration)
     if profile is not None and cost_model.lower() != "profiled":
         fail(f"--profile is read only by --cost-model profiled (this run uses {cost_model})")
+    if html and out is None:
+        fail("--html writes report.html into the --out folder: give --out")
     if out is None and given(ctx, "steps"):
         warn(f"--steps {steps.value} chooses the steps.csv rows --out writes; without --out nothing is written")
     loaded = load_trace_file(trace)
@@ -123,6 +126,11 @@ def replay(
                  f"{cfg.policy} · {hardware_label(cfg, result.summary)}{engine_label(cfg)} · block {cfg.block_size}",
                  steps.value,
                  reproduce=None if out is None else reproduce_line(trace, steps.value, out / "summary.json"))
+    if html:
+        from pagesim.view import write_report
+
+        write_report([out], out / "report.html")
+        typer.echo(f"wrote {out / 'report.html'}", err=as_json)  # (--json: stdout holds the JSON alone)
 
 
 def config_only_keys(ctx) -> dict:

@@ -60,7 +60,7 @@ def time_panels(runs: list[Run]) -> list[Panel]:
     if missing:
         why = " ".join(f"{r.label}: {_no_steps_reason(r)}" for r in missing)
     if not with_steps:
-        return [Panel("Over time", None, f"No step panels: {why}")]
+        return [Panel("Over time", None, f"No step panels: {why}")] + _waste_panels(runs)
     span = max(r.steps["time"][-1] - r.origin for _, r in with_steps)
     caption = steps_caption(with_steps) + (f" Not shown: {why}" if why else "")
     panels = [_lines(with_steps, span, runs, "Batch size", "requests running",
@@ -75,7 +75,11 @@ def time_panels(runs: list[Run]) -> list[Panel]:
     panels.append(_lines(with_steps, span, runs, "Queues", "requests", queues,
                          "Running (solid), waiting (dashed) and swapped-out (dotted) requests after each step."))
     panels.append(_events(with_steps, span, runs))
-    panels += [_waste(r) for r in runs if r.waste and r.waste["time"]]
+    return panels + _waste_panels(runs)
+
+
+def _waste_panels(runs: list[Run]) -> list[Panel]:
+    panels = [_waste(r) for r in runs if r.waste and r.waste["time"]]
     no_waste = [r.label for r in runs if not (r.waste and r.waste["time"])]
     if no_waste:
         panels.append(Panel("KV cache waste", None, f"No waste samples for {', '.join(no_waste)}: waste.csv is "
@@ -184,28 +188,32 @@ def request_latencies(run: Run) -> dict[str, list[float]]:
 def step_gaps(run: Run) -> tuple[list[float], list[float]]:
     """Inter-token gaps estimated from steps.csv, as (gap, sequences with that gap) pairs. A sequence
     decoded in a step got its last token at the last step that decoded, or, where it was prefilled
-    since, at the step before this one (a prefill-only step holds the decoding sequences back:
-    their gap spans it). Gaps across a preemption are not seen."""
+    since, at its prefill step (a prefill-only step holds the decoding sequences back: their gap
+    spans it). Gaps across a preemption are not seen; with parallel samples a prefill's forks are
+    counted as the one sequence it scheduled."""
     s = run.steps
     if "num_decode_seqs" not in s or len(s["time"]) < 2:
         return [], []
     t, decoded = s["time"], s["num_decode_seqs"]
     scheduled = s.get("num_scheduled_seqs") or decoded
     gaps, weights = [], []
-    last_decode, prefilled_since = None, 0
+    last_decode, prefilled = None, []  # (step, sequences prefilled in it) since the last decoding step
     for k, (d, n) in enumerate(zip(decoded, scheduled)):
         d, n = int(d or 0), int(n or 0)
-        if d and k:
-            fresh = min(prefilled_since, d)
-            if fresh:
-                gaps.append(t[k] - t[k - 1])
-                weights.append(fresh)
-            if d > fresh and last_decode is not None:
-                gaps.append(t[k] - t[last_decode])
-                weights.append(d - fresh)
         if d:
-            last_decode, prefilled_since = k, 0
-        prefilled_since += n - d
+            rest = d
+            for j, count in reversed(prefilled):  # (the newest first: an older one may have finished)
+                fresh = min(count, rest)
+                if fresh:
+                    gaps.append(t[k] - t[j])
+                    weights.append(fresh)
+                    rest -= fresh
+            if rest and last_decode is not None:
+                gaps.append(t[k] - t[last_decode])
+                weights.append(rest)
+            last_decode, prefilled = k, []
+        if n > d:
+            prefilled.append((k, n - d))
     return gaps, weights
 
 
