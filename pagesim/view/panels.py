@@ -89,9 +89,10 @@ def _waste_panels(runs: list[Run]) -> list[Panel]:
 
 
 def _no_steps_reason(run: Run) -> str:
-    if run.summary.get("num_kv_blocks", 0) is None or "num_steps" not in run.summary:
+    if not run.simulated and "num_kv_blocks" in run.summary and run.summary["num_kv_blocks"] is None:
         return "measured over HTTP (pagesim bench), which sees no engine steps."
-    return "no steps.csv (written by --out unless --steps none)."
+    below = " (the per-replica steps are under Per replica)" if run.replica_steps else ""
+    return f"no steps.csv in its folder{below}; --out writes one unless --steps none."
 
 
 def _lines(with_steps, span, runs, title, ylabel, columns, caption, scale: float = 1.0) -> Panel:
