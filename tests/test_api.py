@@ -32,8 +32,8 @@ def test_import_pagesim_is_light():
 
 def test_replay_options_are_the_cli_flags():
     command = typer.main.get_command(app).commands["replay"]
-    # (what --out writes: ReplayRun.write; --config: a file of these options)
-    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config"}
+    # (what --out writes: ReplayRun.write; --html: its page; --config: a file of these options)
+    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config", "html"}
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
     assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "waste_interval_s",

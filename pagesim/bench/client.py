@@ -74,8 +74,11 @@ def record_of(req: Request, timing: Timing, skipped: str | None) -> RequestRecor
     out_len = timing.completion_tokens // n if timing.completion_tokens is not None else len(timing.chunk_times)
     first = timing.chunk_times[0] if timing.chunk_times else timing.finish
     prompt_len = timing.prompt_tokens if timing.prompt_tokens is not None else req.prompt_len
+    # all samples' tokens: the server's count, else n samples of the length streamed (bench sends
+    # ignore_eos, so each sample runs to the same max_tokens)
+    total = timing.completion_tokens if timing.completion_tokens is not None else out_len * n
     return RequestRecord(req.request_id, "finished", "", req.arrival_time, timing.sent, first, timing.finish,
-                         prompt_len, out_len, n, 0, 0, 0, **RequestRecord.spans_of(timing.chunk_times))
+                         prompt_len, out_len, n, 0, 0, 0, total, **RequestRecord.spans_of(timing.chunk_times))
 
 
 def payload_of(req: Request, prompt, model: str, cfg: BenchConfig) -> dict:

@@ -70,8 +70,8 @@ def plan(
     """Find, for each configuration, the highest rate one replica sustains within the SLOs; then the
     replicas and cost to serve TARGET_RATE, the cheapest configuration, and a report."""
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+
+    from pagesim.cli.tables import Column, print_rows
 
     from pagesim.plan import make_plan
     from pagesim.plan.backends import BACKENDS, BackendUnavailable
@@ -150,18 +150,17 @@ def plan(
         sys.stdout.write(paths["json"].read_text())
         return
     con = Console()
-    table = Table(title=escape(f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos)),
-                  title_justify="left")
-    for name in ("#", "configuration", "capacity/replica", "replicas", "$/h", "$/M out tok", "headroom", "limiting"):
-        table.add_column(name, justify="left" if name in ("configuration", "limiting") else "right")
+    columns = [Column(name, "left" if name in ("configuration", "limiting") else "right")
+               for name in ("#", "configuration", "capacity/replica", "replicas", "$/h", "$/M out tok", "headroom",
+                            "limiting")]
     rank = {id(r): i + 1 for i, r in enumerate(result.ranking)}
-    for r in sorted(result.results, key=lambda r: rank.get(id(r), 10**9)):
-        table.add_row(str(rank.get(id(r), "-")), r.point.label, f"{r.capacity:.2f}" if r.capacity else "-",
-                      str(r.replicas or "-"), f"{r.cost_per_hour:,.2f}" if r.cost_per_hour is not None else "-",
-                      f"{r.cost_per_m_output_tokens:.3f}" if r.cost_per_m_output_tokens is not None else "-",
-                      f"{100 * r.headroom:.1f}%" if r.headroom is not None else "-",
-                      ", ".join(r.limiting) if r.feasible else (r.reason or "")[:80])
-    con.print(table)
+    rows = [[str(rank.get(id(r), "-")), r.point.label, f"{r.capacity:.2f}" if r.capacity else "-",
+             str(r.replicas or "-"), f"{r.cost_per_hour:,.2f}" if r.cost_per_hour is not None else "-",
+             f"{r.cost_per_m_output_tokens:.3f}" if r.cost_per_m_output_tokens is not None else "-",
+             f"{100 * r.headroom:.1f}%" if r.headroom is not None else "-",
+             ", ".join(r.limiting) if r.feasible else (r.reason or "")]
+            for r in sorted(result.results, key=lambda r: rank.get(id(r), 10**9))]
+    print_rows(con, f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos), columns, rows)
     best = result.recommendation
     if best is None:
         con.print("[bold]no configuration meets " + ", ".join(s.describe() for s in slos) + "[/] (see the report)")

@@ -16,6 +16,7 @@ from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQU
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
 from pagesim.cli.config_file import config_extra, config_option
+from pagesim.cli.summary_table import print_summary  # noqa: F401 (run and bench print it through here too)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
@@ -84,6 +85,7 @@ def replay(
     steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
                                 "second, or none"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    html: bool = typer.Option(False, "--html", help="also write the run's page, --out's report.html (pagesim view)"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
     from pagesim.api import finish_replay, prepare_replay
@@ -91,6 +93,8 @@ def replay(
     duration = check_arrival_flags(ctx, duration=duration)
     if profile is not None and cost_model.lower() != "profiled":
         fail(f"--profile is read only by --cost-model profiled (this run uses {cost_model})")
+    if html and out is None:
+        fail("--html writes report.html into the --out folder: give --out")
     if out is None and given(ctx, "steps"):
         warn(f"--steps {steps.value} chooses the steps.csv rows --out writes; without --out nothing is written")
     loaded = load_trace_file(trace)
@@ -123,6 +127,11 @@ def replay(
                  f"{cfg.policy} · {hardware_label(cfg, result.summary)}{engine_label(cfg)} · block {cfg.block_size}",
                  steps.value,
                  reproduce=None if out is None else reproduce_line(trace, steps.value, out / "summary.json"))
+    if html:
+        from pagesim.view import write_report
+
+        write_report([out], out / "report.html")
+        typer.echo(f"wrote {out / 'report.html'}", err=as_json)  # (--json: stdout holds the JSON alone)
 
 
 def config_only_keys(ctx) -> dict:
@@ -212,57 +221,3 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
             Console().print(f"wrote {out}/" + ", ".join(written), markup=False)
         if reproduce:
             Console().print(f"reproduce with: {reproduce}", markup=False, soft_wrap=True)
-
-
-def _fmt(value, unit: str = "", digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}{unit}"
-    return f"{value:,}{unit}"
-
-
-def _pct(fraction: float | None) -> float | None:
-    return None if fraction is None else fraction * 100
-
-
-def print_summary(s: dict, console, title: str) -> None:
-    """The end-of-run table both `pagesim replay` and `pagesim run` print."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    if s.get("num_kv_blocks") is not None:  # None: measured over HTTP, the pool is the server's
-        title += f" · {s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)"
-    table = Table(title=escape(title), show_header=False, title_justify="left")  # a model path may hold "[/bold]"
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    rows = [
-        ("requests finished", f"{s['num_finished']:,} / {s['num_requests']:,}", "rejected", _fmt(s["num_rejected"])),
-        # a replay's span is simulated time (its cost model says so); a run's or bench's is measured
-        ("simulated time" if "cost_model" in s else "duration", _fmt(s["duration_s"], " s", 1), "steps",
-         _fmt(s["num_steps"])),
-        ("request throughput", _fmt(s["request_throughput"], " req/s"), "output tokens/s", _fmt(s["output_token_throughput"], "", 1)),
-        ("mean normalized latency", _fmt(s["mean_normalized_latency"], " s/token", 4), "mean batched requests", _fmt(s["mean_batched_requests"], "", 2)),
-        ("TTFT mean / p50", f"{_fmt(s['ttft_mean'], ' s')} / {_fmt(s['ttft_p50'], ' s')}", "TTFT p99", _fmt(s["ttft_p99"], " s")),
-        ("TPOT mean / p50", f"{_fmt(s['tpot_mean'], ' s', 4)} / {_fmt(s['tpot_p50'], ' s', 4)}", "TPOT p99", _fmt(s["tpot_p99"], " s", 4)),
-        ("ITL mean / p99", f"{_fmt(s.get('mean_itl_ms'), ' ms', 2)} / {_fmt(s.get('p99_itl_ms'), ' ms', 2)}",
-         "tokens in / out", f"{_fmt(s.get('total_input_tokens'))} / {_fmt(s.get('total_output_tokens'))}"),
-        ("end-to-end mean / p50", f"{_fmt(s['e2e_mean'], ' s', 2)} / {_fmt(s['e2e_p50'], ' s', 2)}", "end-to-end p99", _fmt(s["e2e_p99"], " s", 2)),
-        ("KV utilization mean", _fmt(_pct(s["mean_kv_utilization"]), " %", 1), "peak", _fmt(_pct(s["peak_kv_utilization"]), " %", 1)),
-        ("preemptions", _fmt(s["num_preemptions"]), "swapped blocks", _fmt(s["num_swapped_blocks"])),
-    ]
-    if s.get("memory_saving") is not None:
-        rows.append(("memory saving (sharing)", _fmt(s["memory_saving"] * 100, " %", 2),
-                     "copied blocks", _fmt(s["num_copied_blocks"])))
-    if s.get("prefix_hit_rate") is not None:
-        rows.append(("prefix hit rate", _fmt(s["prefix_hit_rate"] * 100, " %", 1),
-                     "prefill tokens saved", _fmt(s["prefill_tokens_saved"])))
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-    for note in s.get("notes", []):
-        console.print(f"note: {note}", markup=False)
-    for reason, count in s.get("reject_reasons", {}).items():
-        console.print(f"rejected {count}: {reason}", markup=False)

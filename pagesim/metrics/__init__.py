@@ -176,7 +176,8 @@ class MetricsRecorder:
 def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, origin: float = 0.0) -> dict:
     """The per-request half of summary.json, from request records alone (a simulated run, a real
     one, or an HTTP client's measurements). Throughputs count every finished request over the
-    span from the first arrival to the last finish; latency statistics cover the finished
+    span from the first arrival to the last finish, output tokens those of all its sequences (its
+    n samples, as vLLM counts them; `longest_output_*` count one, the longest, per request); latency statistics cover the finished
     requests that arrived warmup_s or more after origin (the run's time zero). Keys in seconds (`ttft_p99`) are pagesim's own; the
     `*_ms` keys and the token totals follow vLLM's `bench serve` (see docs/metrics.md)."""
     finished = [r for r in requests if r.status == "finished"]
@@ -185,7 +186,9 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
     end = max((r.finish_time for r in finished), default=start)
     duration = end - start
     input_tokens = sum(r.prompt_len for r in finished)
-    output_tokens = sum(r.output_len for r in finished)
+    # every sample's tokens, as vLLM counts completion tokens; and one sample (the longest) per request
+    output_tokens = sum(r.total_output_len for r in finished)
+    longest_tokens = sum(r.output_len for r in finished)
 
     def per_second(count):
         return count / duration if duration > 0 else 0.0
@@ -217,6 +220,8 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
         "output_throughput": per_second(output_tokens),
+        "longest_output_tokens": longest_tokens,
+        "longest_output_throughput": per_second(longest_tokens),
         **_vllm_stats("ttft", ttfts),
         **_vllm_stats("tpot", tpots),
         **_weighted_vllm_stats("itl", itls, itl_weights),
