@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from pagesim.core.config import SERVING_DEFAULTS
+from pagesim.workload.requests import WORKLOAD_DEFAULTS
 from pagesim.workload.trace import Trace, load_trace
 
 if TYPE_CHECKING:  # the heavy modules load when a function runs, not when pagesim is imported
@@ -131,11 +133,12 @@ def _listed(value) -> list:
 def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequence,
          gpus: str | Sequence[str] = ("a100-40gb", "a100-80gb", "h100-80gb", "h200"),
          tp: int | Sequence[int] = 1, block_size: int | Sequence[int] = 16,
-         preemption: str | Sequence[str] = "recompute", max_num_seqs: int | Sequence[int] = 256,
-         max_num_batched_tokens: int | None = None, num_requests: int = 1000, min_duration: float = 60.0,
+         preemption: str | Sequence[str] = SERVING_DEFAULTS.preemption, max_num_seqs: int | Sequence[int] = 256,
+         max_num_batched_tokens: int | None = None, num_requests: int = WORKLOAD_DEFAULTS.num_requests,
+         min_duration: float = 60.0,
          warmup_fraction: float = 0.2, tolerance: float = 0.02, start_rate: float = 1.0, min_rate: float = 0.01,
          min_headroom: float = 0.0, prices: str | os.PathLike | None = None, cost_model: str = "calibrated",
-         profile: str | os.PathLike | None = None, force: bool = False, seed: int = 0, jobs: int | None = None,
+         profile: str | os.PathLike | None = None, force: bool = False, seed: int = WORKLOAD_DEFAULTS.seed, jobs: int | None = None,
          backend: str = "local", cache_dir: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
          on_result: Callable | None = None) -> Plan:
     """Capacity plan, as `pagesim plan` makes it (docs/plan.md): for each configuration (every

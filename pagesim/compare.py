@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pagesim.core.config import ServingConfig
-from pagesim.workload.requests import WorkloadConfig
+from pagesim.workload.requests import WORKLOAD_DEFAULTS, WorkloadConfig
 
 # (label, summary key): the quantities the calibration reports
 METRICS = (
@@ -54,9 +54,9 @@ def parse_system(name: str) -> tuple[str, str]:
 class CompareSettings:
     """What both runs share."""
 
-    rate: float | None = 1.0
-    num_requests: int = 200
-    seed: int = 0
+    rate: float | None = WORKLOAD_DEFAULTS.rate
+    num_requests: int = WORKLOAD_DEFAULTS.num_requests
+    seed: int = WORKLOAD_DEFAULTS.seed
     block_size: int = 16
     num_gpu_blocks: int = 128
     num_cpu_blocks: int = 256
