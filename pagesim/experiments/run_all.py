@@ -7,7 +7,7 @@
 A figure script is any pagesim/experiments/figNN_<name>.py that defines main(argv) and takes --smoke,
 --full and --out-dir (the paper.py parsers give all three); new ones are picked up without a
 change here. A script that sets `TAKES_JOBS = True` also gets --jobs N (its own process pool; the
-runner's slots are its upper bound). Each runs as its own process (python pagesim/experiments/figNN_<name>.py ...), its output
+runner's slots are its upper bound). Each runs as its own process (python -m pagesim.experiments.figNN_<name> ...), its output
 in <out-dir>/logs/figNN_<name>.log, the slowest first. paper.md (reports/paper.md for the default
 <out-dir>, else inside <out-dir>) gets one row per
 figure: how many of the paper's numbers ours matches, the ones it does not, and links to the
@@ -30,6 +30,7 @@ ROOT = EXPERIMENTS.parents[1]
 
 from pagesim.experiments.figures import DEFAULT_OUT_DIR, read_verdicts
 from pagesim.children import ending_on_signals, stop
+from pagesim.progress import LogProgress
 from pagesim.experiments.paper import ARXIV
 
 SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
@@ -59,6 +60,14 @@ class Figure:
     @property
     def stem(self) -> str:
         return self.script.stem
+
+    @property
+    def launch(self) -> list[str]:
+        """How python runs it: as a module of this package (python -m pagesim.experiments.figNN_x),
+        or by path for a script elsewhere."""
+        if self.script.resolve().parent == EXPERIMENTS:
+            return ["-m", f"pagesim.experiments.{self.stem}"]
+        return [str(self.script)]
 
 
 def discover(only: list[str] | None = None, directory: Path = EXPERIMENTS) -> list[Figure]:
@@ -113,7 +122,8 @@ def figure_args(full: bool, smoke: bool, out_dir: Path) -> list[str]:
 
 def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = False, out_dir: Path = DEFAULT_OUT_DIR,
         paper_md: Path | None = None, progress: bool = True, python: str = sys.executable) -> Path:
-    """Runs the figures, at most `jobs` at a time, then writes paper.md; returns its path."""
+    """Runs the figures, at most `jobs` at a time, then writes paper.md; returns its path.
+    progress: a rich bar (a terminal), else a line per figure and one every 10 s (a log)."""
     out_dir = Path(out_dir)
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -126,7 +136,9 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
     t0 = time.perf_counter()
     try:
         with ending_on_signals():  # SIGTERM/SIGHUP end this runner like Ctrl-C: through the finally
-            with _progress(progress) as bar:
+            ticker = None if progress else LogProgress("figures", "figures done", len(figures), sys.stderr,
+                                                    detail=lambda: "running " + ", ".join(f.key for f in running))
+            with _progress(progress) as bar, ticker or _NoBar():
                 overall = bar.add_task("all figures", total=len(figures)) if bar else None
                 tasks = {}
                 while queue or running:
@@ -137,7 +149,7 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
                         with open(f.log, "w") as log:
                             extra = ["--jobs", str(jobs)] if f.takes_jobs and jobs > 1 else []
                             # a process group of its own, so stopping it stops the script's own workers too
-                            f.process = subprocess.Popen([python, str(f.script), *figure_args(full, smoke, out_dir), *extra], cwd=ROOT,
+                            f.process = subprocess.Popen([python, *f.launch, *figure_args(full, smoke, out_dir), *extra], cwd=ROOT,
                                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
                         running.append(f)
                         if bar:
@@ -153,8 +165,9 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
                             bar.update(tasks[f.key], total=1, completed=1,
                                        description=f"{f.stem} [{'ok' if f.returncode == 0 else 'FAILED'} {f.wall_s:.0f} s]")
                             bar.advance(overall)
-                        elif progress is not None:
+                        else:
                             print(f"{f.stem}: {'ok' if f.returncode == 0 else 'FAILED'} in {f.wall_s:.0f} s", flush=True)
+                            ticker.update(len(figures) - len(queue) - len(running))
     finally:  # however the runner ends, no figure script outlives it
         stop([f.process for f in running], group=True)
     paper_md = Path(paper_md) if paper_md else default_paper_md(out_dir)
