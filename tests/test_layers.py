@@ -35,6 +35,7 @@ def test_the_tree_keeps_its_layers():
     ("pagesim/sim/engine.py", "import pagesim.plan", "Layers"),  # a driver importing an application
     ("pagesim/realruns/types.py", "import pagesim.sim.engine", "Layers"),  # the real-run readers reaching a driver
     ("pagesim/core/step.py", "import torch", "nothing heavy"),
+    ("pagesim/plan/__init__.py", "import pagesim.api", "never imports the API"),  # the old cycle with pagesim.api
 ])
 def test_an_upward_import_breaks_a_contract(tmp_path, module, imports, broken):
     # the layers' packages, empty but for one import that goes the wrong way
@@ -43,7 +44,7 @@ def test_an_upward_import_breaks_a_contract(tmp_path, module, imports, broken):
         (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
         (tmp_path / pkg / "__init__.py").write_text("")
     for name in ("pagesim/metrics.py", "pagesim/compare.py", "pagesim/validate.py", "pagesim/engine_fit.py",
-                 "pagesim/sim/engine.py", "pagesim/inputs.py", "pagesim/progress.py"):
+                 "pagesim/sim/engine.py", "pagesim/inputs.py", "pagesim/progress.py", "pagesim/api.py"):
         (tmp_path / name).write_text("")
     (tmp_path / module).write_text(imports + "\n")
     run = lint(tmp_path)
