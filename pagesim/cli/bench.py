@@ -74,7 +74,9 @@ def load_dataset(path: Path, kind: str, tokenizer, num_requests: Optional[int], 
     from pagesim.bench.datasets import DatasetError, detect, load_sharegpt
     from pagesim.compare import scaled_trace
 
-    input_file(path, "dataset file")
+    from pagesim.workload.trace import find_trace
+
+    path = input_file(find_trace(path), "dataset file")
     try:
         kind = detect(path) if kind == "auto" else kind
         loaded = load_trace_file(path) if kind == "trace" else load_sharegpt(path, tokenizer, num_requests, seed)

@@ -203,9 +203,9 @@ def check_workload(requests, warmup: float, duration: float | None) -> None:
 
 def load_trace_file(path: Path):
     """load_trace, with every problem as one line naming the file (and record and field)."""
-    from pagesim.workload.trace import TraceError, load_trace
+    from pagesim.workload.trace import TraceError, find_trace, load_trace
 
-    input_file(path, "trace file")
+    input_file(find_trace(path), "trace file")
     try:
         return load_trace(path)
     except (OSError, TraceError) as e:

@@ -81,7 +81,7 @@ def compare(
     from pagesim.compare import CompareSettings, parse_system, plot, print_table, scaled_trace, write_results
     from pagesim.results import results_folder
     from pagesim.sim.cost.profiled import ProfileError, load_profile
-    from pagesim.workload.trace import TraceError, load_trace
+    from pagesim.workload.trace import TraceError, find_trace, load_trace
 
     if system:
         systems = list(system)
@@ -108,7 +108,7 @@ def compare(
             parse_system(name)
         if clock not in ("cpu", "wall"):
             raise ValueError(f"--clock must be cpu or wall, got {clock!r}")
-        loaded_trace = scaled_trace(load_trace(input_file(trace, "trace file")), length_scale)
+        loaded_trace = scaled_trace(load_trace(input_file(find_trace(trace), "trace file")), length_scale)
         prof = load_profile(profile) if profile is not None else None
     except (OSError, TraceError, ProfileError, ValueError) as e:
         fail(str(e))

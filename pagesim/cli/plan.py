@@ -86,7 +86,7 @@ def plan(
     from pagesim.plan.search import SearchSettings
     from pagesim.plan.slo import SLOError, parse_slos
     from pagesim.sim.specs import get_model, is_config_path, with_kv_cache_dtype
-    from pagesim.workload.trace import TraceError, load_trace
+    from pagesim.workload.trace import TraceError, find_trace, load_trace
 
     if backend not in BACKENDS:
         fail(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -104,7 +104,7 @@ def plan(
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
         price_table = load_prices(prices)
-        loaded = load_trace(input_file(trace, "trace file"))
+        loaded = load_trace(input_file(find_trace(trace), "trace file"))
     except KeyError as e:
         fail(e.args[0])
     except (SLOError, ValueError, OSError, TraceError) as e:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent
-ROOT = EXPERIMENTS.parents[1]
+SOURCE = EXPERIMENTS.parents[1]  # the folder holding the pagesim package: a checkout's root, or site-packages
 
 from pagesim.experiments.figures import DEFAULT_OUT_DIR, read_verdicts
 from pagesim.children import ending_on_signals, stop
@@ -99,24 +99,25 @@ def listed_figures(paper_md: Path) -> set[str]:
 
 
 def check_default_target(figures: list[Figure], smoke: bool) -> None:
-    """ValueError where a run into the default folder (reports/figures, reports/paper.md: the
-    committed results) would replace them with less: smoke results, or fewer figures than
-    paper.md lists. Such runs name a folder of their own (--out-dir), which is the way to say so."""
-    if smoke:
-        raise ValueError("--smoke results would replace the committed figures in reports/figures: give a scratch "
-                         "--out-dir (e.g. --out-dir /tmp/pagesim-smoke)")
+    """ValueError where a run into the default folder (the current folder's reports/figures and
+    reports/paper.md: in a checkout, the committed results) would replace results with less: smoke
+    results, or fewer figures than paper.md lists. Such runs name a folder of their own
+    (--out-dir), which is the way to say so. Where there are no results yet, anything goes."""
     paper_md = default_paper_md(DEFAULT_OUT_DIR)
+    if smoke and paper_md.exists():
+        raise ValueError(f"--smoke results would replace the figures of {_rel(paper_md, Path.cwd())}: give a scratch "
+                         "--out-dir (e.g. --out-dir /tmp/pagesim-smoke)")
     left_out = sorted(listed_figures(paper_md) - {f.key for f in figures})
     if left_out:
-        raise ValueError(f"{_rel(paper_md, ROOT)} lists {', '.join(left_out)}, which this run leaves out: give --out-dir "
+        raise ValueError(f"{_rel(paper_md, Path.cwd())} lists {', '.join(left_out)}, which this run leaves out: give --out-dir "
                          "for a partial run (or --out-dir reports/figures to replace paper.md with these figures only)")
 
 
 def figure_args(full: bool, smoke: bool, out_dir: Path) -> list[str]:
-    # relative to the repository root (the scripts' working directory) where it is inside it, so
+    # relative to the current folder (the scripts' working directory) where it is inside it, so
     # each report's command reads the same on every checkout
-    inside = Path(out_dir).resolve().is_relative_to(ROOT)
-    out = _rel(out_dir, ROOT) if inside else str(out_dir)
+    inside = Path(out_dir).resolve().is_relative_to(Path.cwd())
+    out = _rel(out_dir, Path.cwd()) if inside else str(out_dir)
     return (["--smoke"] if smoke else []) + (["--full"] if full else []) + ["--out-dir", out]
 
 
@@ -129,8 +130,8 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
     logs.mkdir(parents=True, exist_ok=True)
     queue = sorted(figures, key=lambda f: -EXPECTED_S.get(f.key, 10_000))
     running: list[Figure] = []
-    # this checkout first on the path: the scripts import `experiments` and `pagesim` from it
-    pythonpath = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # this pagesim first on the path: the scripts import the same one as the runner
+    pythonpath = os.pathsep.join([str(SOURCE), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1",
                PYTHONPATH=pythonpath)
     t0 = time.perf_counter()
@@ -149,7 +150,7 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
                         with open(f.log, "w") as log:
                             extra = ["--jobs", str(jobs)] if f.takes_jobs and jobs > 1 else []
                             # a process group of its own, so stopping it stops the script's own workers too
-                            f.process = subprocess.Popen([python, *f.launch, *figure_args(full, smoke, out_dir), *extra], cwd=ROOT,
+                            f.process = subprocess.Popen([python, *f.launch, *figure_args(full, smoke, out_dir), *extra], cwd=Path.cwd(),
                                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
                         running.append(f)
                         if bar:
@@ -173,9 +174,20 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
     paper_md = Path(paper_md) if paper_md else default_paper_md(out_dir)
     command = " ".join(["python -m pagesim.experiments.run_all", *(["--only", *[f.key for f in figures]] if figures else []),
                         f"--jobs {jobs}", *(["--full"] if full else []), *(["--smoke"] if smoke else []),
-                        f"--out-dir {_rel(out_dir, ROOT)}"])
+                        f"--out-dir {_rel(out_dir, Path.cwd())}"])
     write_paper_md(paper_md, figures, out_dir, command, time.perf_counter() - t0, jobs)
     return paper_md
+
+
+def failure_reason(figure: Figure, width: int = 200) -> str:
+    """Why a figure script failed: the last line of its log (an exception's message), shortened."""
+    try:
+        lines = [line.strip() for line in Path(figure.log).read_text(errors="replace").splitlines() if line.strip()]
+    except (OSError, TypeError):
+        return "no log"
+    if not lines:
+        return f"exit {figure.returncode}, nothing in its log"
+    return lines[-1] if len(lines[-1]) <= width else lines[-1][:width - 3] + "..."
 
 
 def default_paper_md(out_dir: Path) -> Path:
@@ -195,7 +207,8 @@ def write_paper_md(path: Path, figures: list[Figure], out_dir: Path, command: st
     for f in sorted(figures, key=lambda f: f.key):
         files = {ext: out_dir / f"{f.stem}.{ext}" for ext in ("png", "csv", "md")}
         links = " · ".join(f"[{ext}]({_rel(p, path.parent)})" for ext, p in files.items() if p.exists())
-        status = "ok" if f.returncode == 0 else f"FAILED (exit {f.returncode}; log {_rel(f.log, path.parent)})"
+        status = "ok" if f.returncode == 0 else (f"FAILED (exit {f.returncode}: {failure_reason(f).replace('|', '/')}; "
+                                                 f"log {_rel(f.log, path.parent)})")
         verdict, misses = "-", ""
         if f.returncode == 0 and files["md"].exists():
             v = read_verdicts(files["md"])
