@@ -166,7 +166,7 @@ def compare(
     if with_steps:
         from pagesim.compare import step_fidelity_table
 
-        typer.echo(step_fidelity_table(with_steps))
+        print_markdown(step_fidelity_table(with_steps))
     for r in results:
         ok = r.headline_within(tolerance)
         Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %", markup=False)
@@ -178,6 +178,15 @@ def compare(
         Console().print(f"wrote {fig_path}", markup=False)
     if endpoint is not None:
         _check_served(results, max_failed_share)
+
+
+def print_markdown(text: str) -> None:
+    """compare.md's tables as the terminal shows them (rich renders the markdown: tables with
+    aligned columns, bold as bold), not as raw pipes."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console().print(Markdown(text))
 
 
 def _check_served(results, max_failed_share: float) -> None:
@@ -252,7 +261,7 @@ def _repeated(model, device, dtype, loaded_trace, settings, systems, profile, re
                 "model": model, "device": device, "repeat": repeat, "reprofile": reprofile,
                 "length_scale": length_scale, "settings": vars(settings)}
         write_repeated_results(results, staging, meta)
-    typer.echo(repeated_markdown(results))
+    print_markdown(repeated_markdown(results))
     for r in results:
         Console().print(f"{r.label}: headline metrics {'meet' if r.headline_met() else 'do NOT meet'} the target "
                         f"(inside the executor's 95 % band or within {tolerance * 100:.0f} % of its mean)", markup=False)
