@@ -211,8 +211,9 @@ def replay_window(args, smoke_duration: float) -> tuple[float, float]:
     return arrival_duration(args, smoke_duration), SMOKE_WARMUP_S if args.smoke else WARMUP_S
 
 
-def save_figure(fig, path) -> None:
-    fig.tight_layout()
+def save_figure(fig, path, rect=(0, 0, 1, 1)) -> None:
+    """rect: the part of the figure the panels fill (the rest holds a figure-level legend)."""
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=150)
     pyplot().close(fig)
 
