@@ -22,7 +22,6 @@ from pagesim.workload.trace import Trace
 class RunConfig(WorkloadConfig):
     """The workload (WorkloadConfig, as the simulator replays it) and the run's clock."""
 
-    num_requests: int | None = 16  # real forward passes: a CPU-sized default
     clock: str = "wall"  # wall | cpu (see RunClock)
     # noise control on the step clock (executor.noise.NoiseControl; the profiler applies the same)
     pin_cpu: int | None = None

@@ -15,12 +15,14 @@ from pagesim.cli import app
 from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
-from pagesim.cli.config_file import config_extra, config_option
+from pagesim.cli.config_file import config_extra, config_option, print_reproduce
 from pagesim.cli.summary_table import print_summary  # noqa: F401 (run and bench print it through here too)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
 from pagesim.metrics.files import STEPS_CHOICES
+from pagesim.sim.cost import DEFAULT_COST_MODEL
+from pagesim.workload.requests import WORKLOAD_DEFAULTS as WORKLOAD
 
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).
 Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
@@ -48,9 +50,9 @@ def replay(
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
     block_size: int = typer.Option(DEFAULTS.block_size, parser=BLOCK_SIZE, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
-    rate: float = typer.Option(1.0, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
-    burstiness: float = typer.Option(1.0, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
-    num_requests: int = typer.Option(1000, parser=NUM_REQUESTS, help="requests to replay (the trace is cycled if it holds "
+    rate: float = typer.Option(WORKLOAD.rate, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
+    burstiness: float = typer.Option(WORKLOAD.burstiness, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
+    num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests to replay (the trace is cycled if it holds "
                                      "fewer)"),
     duration: Optional[float] = typer.Option(None, parser=POSITIVE_SECONDS, help="seconds of arrivals instead of a request count"),
     max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
@@ -74,13 +76,13 @@ def replay(
                                                  "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
     warmup: float = typer.Option(0.0, parser=SECONDS, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics"),
-    cost_model: str = typer.Option("calibrated", help="calibrated (fitted to measured GPU timings), roofline, constant or "
+    cost_model: str = typer.Option(DEFAULT_COST_MODEL, help="calibrated (fitted to measured GPU timings), roofline, constant or "
                                    "profiled"),
     engine: str = typer.Option(DEFAULT_ENGINE, help="engine profile for the calibrated cost model: how the serving engine "
                                f"runs the kernels ({', '.join(ENGINE_NAMES)}, or a profile .json; docs/calibration.md)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
-    seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process"),
+    seed: int = typer.Option(WORKLOAD.seed, parser=SEED, help="seed of the arrival process"),
     out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
                                 "second, or none"),
@@ -220,4 +222,4 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
             written = ("requests.csv", "steps.csv", "summary.json") if steps != "none" else ("requests.csv", "summary.json")
             Console().print(f"wrote {out}/" + ", ".join(written), markup=False)
         if reproduce:
-            Console().print(f"reproduce with: {reproduce}", markup=False, soft_wrap=True)
+            print_reproduce(reproduce)

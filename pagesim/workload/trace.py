@@ -27,6 +27,9 @@ from typing import Any
 from pagesim.inputs import MAX_JSON_DEPTH, TRACE_SECONDS, InputValueError, json_depth_problem, regular_file
 
 FORMAT = "pagesim-trace/1"
+# The small traces of the common cases, shipped in the wheel (in a checkout, links to traces/):
+# `traces/sharegpt.json` and `traces/alpaca.json` work from any folder, pip install included.
+PACKAGED_TRACES = Path(__file__).resolve().parent / "traces"
 
 # Key order in the file. Required fields first; the long token list last so a line stays
 # readable up to it.
@@ -328,8 +331,21 @@ def _plain(value: Any, path: str | None) -> Any:
     return value
 
 
+def find_trace(path: str | os.PathLike) -> Path:
+    """`path` itself, or, where it does not exist and is written `traces/NAME.json`, the copy of
+    that trace pagesim ships (PACKAGED_TRACES), if there is one."""
+    path = Path(path)
+    if not path.exists() and len(path.parts) == 2 and path.parts[0] == "traces":
+        packaged = PACKAGED_TRACES / path.name
+        if packaged.is_file():
+            return packaged
+    return path
+
+
 def load_trace(path: str | os.PathLike) -> Trace:
-    """Read and validate a trace file; raises TraceError on anything malformed."""
+    """Read and validate a trace file; raises TraceError on anything malformed. `traces/NAME.json`
+    falls back to the shipped copy (find_trace) where the folder has none."""
+    path = find_trace(path)
     try:
         regular_file(path, "trace file")  # a FIFO would block the read forever
     except InputValueError as exc:
