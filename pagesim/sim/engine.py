@@ -29,7 +29,8 @@ from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_bytes_per_token_per_gpu, kv_cache_capacity, with_kv_cache_dtype
-from pagesim.workload.feeds import Feed, RequestFeed
+from pagesim.workload.feeds import Feed, Outcome
+from pagesim.workload.sessions import make_feed, session_labels
 from pagesim.workload.requests import WorkloadConfig, time_origin
 from pagesim.workload.trace import Trace
 
@@ -137,7 +138,9 @@ class Replay:
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace)
-        self.feed = feed if feed is not None else RequestFeed(self.requests)
+        origin = time_origin(self.requests, cfg.rate)
+        self.feed = feed if feed is not None else make_feed(trace, self.requests, cfg.concurrency, origin)
+        self.session_labels = session_labels(trace, self.requests)  # request_id -> (session, turn)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
         # model with one generator per request (so a request's ancestry does not depend on
@@ -151,7 +154,7 @@ class Replay:
             self.notes.append(f"beam ancestry drawn from {self.beam.source} (widths {self.beam.widths})")
         self._beam_rngs: dict[int, random.Random] = {}
         self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps,
-                                       origin=time_origin(self.requests, cfg.rate))
+                                       origin=origin)
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0
         self.fast_forward = fast_forward
@@ -168,9 +171,12 @@ class Replay:
         self._delayed_steps = (array("d"), array("d")) if self.cost.output_delay_steps else None
 
     def _done(self, group) -> None:
-        self.metrics.record_request(group)
+        record = self.metrics.record_request(group)
+        label = self.session_labels.get(group.request_id)
+        if label is not None:
+            record.session_id, record.turn = label
         self.num_done += 1
-        self.feed.on_finished(group.request, self.env.now)
+        self.feed.on_finished(group.request, self.env.now, _outcome(group))
         if self._released is not None and not self._released.triggered and self.feed.next_time() < math.inf:
             self._released.succeed()  # the end released another request: wake the arrivals
         if self.on_progress is not None:
@@ -232,12 +238,16 @@ class Replay:
                     continue
             elif released + host_s > env.now:
                 yield env.timeout(released + host_s - env.now)
-            self.submit(feed.pop())
+            request = feed.pop()
+            self.submit(request, feed.reject_reason(request))
         self.wake()  # a dynamic feed can run dry after the last submission: let the engine end
 
-    def submit(self, request) -> None:
-        """A request enters the engine now."""
-        group = self.scheduler.add_request(request)
+    def submit(self, request, reject_reason: str | None = None) -> None:
+        """A request enters the engine now (or, with a reason, is turned away unrun)."""
+        if reject_reason is None:
+            group = self.scheduler.add_request(request)
+        else:
+            group = self.scheduler.reject(request, reject_reason)
         if self.cfg.client_timeout_s is not None:
             self._groups.append(group)
         self.num_submitted += 1
@@ -455,6 +465,15 @@ class _TakenRun(NamedTuple):
     delays: Sequence[float]  # the timeouts to its end
     queues: tuple[int, int, int]  # running, waiting, swapped groups before it
     shared_before: int  # logical minus used blocks before it
+
+
+def _outcome(group) -> Outcome:
+    """How a group that left ended, for a feed that releases on ends: its first sequence's output."""
+    if not group.finished_seqs:
+        return Outcome(group.reject_reason)
+    first = min(group.finished_seqs, key=lambda seq: seq.seq_id)
+    return Outcome(group.reject_reason, first.num_output_tokens,
+                   first.output_token_ids if first.has_token_ids else None)
 
 
 def _delay_to(now: float, target: float) -> float:

@@ -38,6 +38,9 @@ REQUEST_FIELDS = (
     "beam_width",
     "prefix_group",
     "shared_prefix_len",
+    "session_id",
+    "turn",
+    "think_time",
     "prompt_token_ids",
 )
 REQUIRED_FIELDS = ("prompt_len", "output_len")
@@ -93,6 +96,11 @@ class TraceRequest:
     beam_width: int | None = None
     prefix_group: int | str | None = None
     shared_prefix_len: int | None = None
+    # a turn of a session (pagesim.workload.sessions; docs/traces.md): turn k + 1 is sent think_time
+    # seconds after turn k ends (absent: the recorded gap between their arrival times)
+    session_id: int | str | None = None
+    turn: int | None = None
+    think_time: float | None = None
     prompt_token_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,6 +214,8 @@ def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
         if group is None:
             raise fail("shared_prefix_len", "given without a prefix_group to share with")
 
+    session_id, turn, think = _check_session_fields(record, fail)
+
     ids = record.get("prompt_token_ids")
     if ids is not None:
         if not isinstance(ids, list):
@@ -226,8 +236,65 @@ def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
         beam_width=beam_width,
         prefix_group=group,
         shared_prefix_len=shared,
+        session_id=session_id,
+        turn=turn,
+        think_time=think,
         prompt_token_ids=None if ids is None else list(ids),
     )
+
+
+def _check_session_fields(record: dict, fail) -> tuple:
+    """session_id, turn and think_time of one record (each checked alone; see _check_sessions)."""
+    session_id, turn, think = record.get("session_id"), record.get("turn"), record.get("think_time")
+    if session_id is not None:
+        if not (_is_int(session_id) or isinstance(session_id, str)):
+            raise fail("session_id", f"must be an integer or a string, got {json.dumps(session_id)}")
+        if (_is_int(session_id) and session_id < 0) or session_id == "":
+            raise fail("session_id", f"must be >= 0 or a non-empty string, got {json.dumps(session_id)}")
+        if turn is None:
+            raise fail("turn", "missing (a record with a session_id is a turn of it: 0, 1, ...)")
+    if turn is not None:
+        if session_id is None:
+            raise fail("turn", "given without a session_id")
+        if not _is_int(turn) or turn < 0:
+            raise fail("turn", f"must be an integer >= 0, got {json.dumps(turn)}")
+    if think is not None:
+        if not (_is_int(think) or isinstance(think, float)) or not 0 <= think < 1e9:
+            raise fail("think_time", f"must be a number of seconds in [0, 1e9), got {json.dumps(think)}")
+        if turn is None or turn == 0:
+            raise fail("think_time", "is the wait after the previous turn: only turns >= 1 have one")
+        think = float(think)
+    return session_id, turn, think
+
+
+def _check_sessions(requests: list[TraceRequest], path: str | None) -> None:
+    """A session's turns come in file order as 0, 1, 2, ...; each turn's prompt holds the previous
+    turn's prompt and output (its first prompt_len + output_len tokens; the same ids where both
+    have ids), then its new tokens; all of a session's turns have token ids or none do."""
+    last: dict = {}  # session_id -> (index, record) of its latest turn
+    for i, rec in enumerate(requests):
+        if rec.session_id is None:
+            continue
+        previous = last.get(rec.session_id)
+        expected = 0 if previous is None else previous[1].turn + 1
+        if rec.turn != expected:
+            raise TraceError(path, f"is {rec.turn}, but session {rec.session_id!r}'s next turn is {expected}"
+                             + ("" if previous is None else f" (its turn {expected - 1} is request {previous[0]})"),
+                             index=i, field="turn")
+        if previous is not None:
+            before = previous[1]
+            history = before.prompt_len + before.output_len
+            if rec.prompt_len <= history:
+                raise TraceError(path, f"is {rec.prompt_len}, but a turn's prompt extends the previous turn's prompt "
+                                 f"and output ({before.prompt_len} + {before.output_len} tokens, request "
+                                 f"{previous[0]}) by at least one token", index=i, field="prompt_len")
+            if (rec.prompt_token_ids is None) != (before.prompt_token_ids is None):
+                raise TraceError(path, f"given for some turns of session {rec.session_id!r} but not others "
+                                 f"(request {previous[0]})", index=i, field="prompt_token_ids")
+            if rec.prompt_token_ids is not None and rec.prompt_token_ids[:before.prompt_len] != before.prompt_token_ids:
+                raise TraceError(path, f"do not start with the previous turn's prompt (request {previous[0]})",
+                                 index=i, field="prompt_token_ids")
+        last[rec.session_id] = (i, rec)
 
 
 def _check_arrival_order(requests: list[TraceRequest], path: str | None) -> None:
@@ -257,6 +324,7 @@ def _check_trace(metadata: Any, requests: list[TraceRequest], path: str | None) 
     if count is not None and count != len(requests):
         raise TraceError(path, f"metadata count is {count} but the file has {len(requests)} requests", field="metadata.count")
     _check_arrival_order(requests, path)
+    _check_sessions(requests, path)
 
 
 # ---------------------------------------------------------------------------------------------
