@@ -139,7 +139,9 @@ class Replay:
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace)
         origin = time_origin(self.requests, cfg.rate)
-        self.feed = feed if feed is not None else make_feed(trace, self.requests, cfg.concurrency, origin)
+        if feed is None:
+            feed = make_feed(trace, self.requests, cfg.concurrency, origin, sessions_at_rate=cfg.rate is not None)
+        self.feed = feed
         self.session_labels = session_labels(trace, self.requests)  # request_id -> (session, turn)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured

@@ -81,12 +81,20 @@ def session_labels(trace: Trace, requests: list[Request]) -> dict[int, tuple[str
             for k, turn in enumerate(s.turns)}
 
 
-def make_feed(trace: Trace, requests: list[Request], concurrency: int | None, start: float):
+def make_feed(trace: Trace, requests: list[Request], concurrency: int | None, start: float,
+              sessions_at_rate: bool = False):
     """The feed a run of these requests takes: the plain one unless the trace has sessions or the
-    load is closed-loop. start: when closed-loop clients send their first requests."""
+    load is closed-loop. start: when closed-loop clients send their first requests.
+    sessions_at_rate: the requests' times come from an arrival process (--rate), which then times
+    the sessions' starts: session k starts at the k-th arrival (so --rate counts sessions per second)."""
     if concurrency is None and not has_sessions(trace):
         return RequestFeed(requests)
-    return SessionFeed(plan_sessions(trace, requests), concurrency, start)
+    sessions = plan_sessions(trace, requests)
+    if sessions_at_rate and concurrency is None:
+        times = [r.arrival_time for r in requests[:len(sessions)]]
+        for session, at in zip(sessions, times):
+            session.turns[0].request.arrival_time = at
+    return SessionFeed(sessions, concurrency, start)
 
 
 class SessionFeed:
