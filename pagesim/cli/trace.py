@@ -27,6 +27,9 @@ class Kind(str, enum.Enum):
     sharegpt_chat = "sharegpt-chat"
     translation_1shot = "translation-1shot"
     translation_5shot = "translation-5shot"
+    sharegpt_sessions = "sharegpt-sessions"
+    mooncake_sessions = "mooncake-sessions"
+    agent_sessions = "agent-sessions"
 
 
 def _recorded_out(out: Path) -> str:
@@ -44,13 +47,14 @@ def _recorded_out(out: Path) -> str:
 
 @trace_app.command("build")
 def build(
-    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot or translation-5shot"),
+    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot, "
+                                "translation-5shot, or sessions: sharegpt-sessions, mooncake-sessions, agent-sessions"),
     out: Path = typer.Option(..., "--out", parser=OUT_FILE, help="trace file to write"),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="public data folder (default: $PAGESIM_DATA_DIR, else ../shared/data beside the repo)"
     ),
     num: Optional[int] = typer.Option(
-        None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
+        None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850), or sessions (sharegpt-sessions: 200; mooncake-sessions: 20; agent-sessions: 100)"
     ),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests"),
 ) -> None:
@@ -71,10 +75,11 @@ def build(
 
     started = time.perf_counter()
     try:
-        if kind is Kind.sharegpt_chat:
+        if kind in (Kind.sharegpt_chat, Kind.sharegpt_sessions):
+            build_chat = builders.BUILDERS[kind.value]
             with Progress(TextColumn("tokenizing messages"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
                 task = bar.add_task("tok", total=None)
-                trace = builders.build_sharegpt_chat(
+                trace = build_chat(
                     data, num=num, seed=seed, command=command, progress=lambda done, total: bar.update(task, completed=done, total=total)
                 )
         else:
@@ -110,7 +115,10 @@ def build(
             f"  [{style}]ShareGPT file: recovered {src['conversations_recovered']} complete conversations; reading stopped at "
             f"byte {src['read_stopped_at_byte']:,} of {src['file_bytes']:,} ({src['read_stop_reason']})[/{style}]"
         )
-        console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
+        if "conversations" in meta:
+            console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
+    if "mean_turns_per_session" in meta:
+        console.print(f"  {meta['sessions']} sessions, {meta['turns']} turns ({meta['mean_turns_per_session']} per session)")
     console.print(f"  command: {meta['command']}", markup=False)
 
 

@@ -29,8 +29,27 @@ from pagesim.workload.trace import Trace
 class Turn:
     request: Request  # as built from its record (its id, sampling; its recorded prompt)
     think_s: float  # wait after the previous turn ended (0 for turn 0)
-    new_len: int  # prompt tokens past the previous turn's prompt and output
-    history_len: int  # the recorded prompt and output of the previous turn (0 for turn 0)
+    # the recorded prompt and output of the previous turn, where this turn's prompt starts with
+    # them (extends_history); 0 otherwise: the turn is sent as recorded
+    history_len: int = 0
+
+    @property
+    def extends_history(self) -> bool:
+        return self.history_len > 0
+
+    @property
+    def new_len(self) -> int:
+        return self.request.prompt_len - self.history_len
+
+
+def extends(record, before) -> bool:
+    """Whether a turn's recorded prompt is the previous turn's prompt and output, then more: longer
+    than both, and, with token ids, starting with the previous prompt's ids."""
+    if record.prompt_len <= before.prompt_len + before.output_len:
+        return False
+    if record.prompt_token_ids is None or before.prompt_token_ids is None:
+        return record.prompt_token_ids is None and before.prompt_token_ids is None
+    return record.prompt_token_ids[:before.prompt_len] == before.prompt_token_ids
 
 
 @dataclass
@@ -53,22 +72,22 @@ def plan_sessions(trace: Trace, requests: list[Request]) -> list[Session]:
     for i, request in enumerate(requests):
         record = records[i % len(records)]
         if record.session_id is None:
-            sessions.append(Session("", [Turn(request, 0.0, request.prompt_len, 0)]))
+            sessions.append(Session("", [Turn(request, 0.0)]))
             continue
         cycle = i // len(records)
         key = (cycle, record.session_id)
         if record.turn == 0:
             name = str(record.session_id) if cycle == 0 else f"{record.session_id}~{cycle}"
-            session = Session(name, [Turn(request, 0.0, request.prompt_len, 0)])
+            session = Session(name, [Turn(request, 0.0)])
             sessions.append(session)
         else:  # (load_trace checked that turns come in order from 0)
             session, before = open_sessions[key]
-            history = before.prompt_len + before.output_len
+            history = before.prompt_len + before.output_len if extends(record, before) else 0
             think = record.think_time
             if think is None:
                 given = record.arrival_time is not None and before.arrival_time is not None
-                think = record.arrival_time - before.arrival_time if given else 0.0
-            session.turns.append(Turn(request, think, record.prompt_len - history, history))
+                think = max(0.0, record.arrival_time - before.arrival_time) if given else 0.0
+            session.turns.append(Turn(request, think, history))
         open_sessions[key] = (session, record)
     return sessions
 
@@ -174,9 +193,12 @@ class SessionFeed:
 
 
 def next_turn_request(sent: Request, outcome: Outcome, turn: Turn) -> Request:
-    """Turn k + 1 as sent: turn k's sent prompt, its output, then the turn's new tokens. With token
-    ids, the output's ids are what turn k generated (the record's where the driver kept none)."""
+    """Turn k + 1 as sent: turn k's sent prompt, its output, then the turn's new tokens, where its
+    record extends the history; else as recorded. With token ids, the output's ids are what turn k
+    generated (the record's where the driver kept none)."""
     recorded = turn.request
+    if not turn.extends_history:
+        return recorded
     ids = None
     if recorded.prompt_token_ids is not None and sent.prompt_token_ids is not None:
         output = outcome.output_token_ids
