@@ -149,11 +149,10 @@ SWEEP_COLUMNS = ("concurrency", "request_throughput", "output_token_throughput",
 
 
 def replay_sweep(loaded, trace: Path, options: dict, levels: list[int], out: Path | None, as_json: bool) -> None:
-    """One replay per concurrency: a table of each one's throughput and latencies; --out writes each
-    run's folder (concurrency-N/) and sweep.csv, --json prints the summaries as a list."""
+    """One replay per concurrency (write_sweep says what comes out)."""
     from pagesim.api import finish_replay, prepare_replay
 
-    summaries, runs = [], []
+    runs = []
     for level in levels:
         try:
             sim = prepare_replay(loaded, keep_steps=False, **dict(options, concurrency=level))
@@ -162,19 +161,26 @@ def replay_sweep(loaded, trace: Path, options: dict, levels: list[int], out: Pat
         with progress_bar(f"concurrency {level}", "requests", len(sim.requests), quiet=as_json) as advance:
             sim.on_progress = advance
             run = finish_replay(sim, trace)
-        summaries.append(run.summary)
-        runs.append(run)
-    rows = [[level] + [s.get(c) for c in SWEEP_COLUMNS[1:]] for level, s in zip(levels, summaries)]
+        runs.append((level, run.summary, run.metrics))
+    write_sweep(runs, trace, out, as_json)
+
+
+def write_sweep(runs: list[tuple[int, dict, object]], trace: Path, out: Path | None, as_json: bool) -> None:
+    """A sweep's runs, (concurrency, summary, metrics) each (replay's and bench's): a table of each
+    one's throughput and latencies; --out writes each run's folder (concurrency-N/, no steps.csv)
+    and sweep.csv; --json prints the summaries as a list."""
+    rows = [[level] + [summary.get(c) for c in SWEEP_COLUMNS[1:]] for level, summary, _ in runs]
     if out is not None:
         from pagesim.metrics.files import write_rows_csv
         from pagesim.results import results_folder
 
         with results_folder(out) as folder:
-            for level, run in zip(levels, runs):
-                run.metrics.write(folder / f"concurrency-{level}", run.summary, steps="none")
+            for level, summary, metrics in runs:
+                metrics.write(folder / f"concurrency-{level}", summary, steps="none")
             write_rows_csv(folder / "sweep.csv", SWEEP_COLUMNS, rows)
     if as_json:
-        sys.stdout.write(json.dumps(summaries, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps([summary for _, summary, _ in runs], indent=2, sort_keys=True, allow_nan=False)
+                         + "\n")
         return
     from rich.console import Console
     from rich.table import Table
@@ -187,7 +193,7 @@ def replay_sweep(loaded, trace: Path, options: dict, levels: list[int], out: Pat
         table.add_row(*(_fmt(v, digits=2 if i in (2, 7, 8) else 3) for i, v in enumerate(row)))
     Console().print(table)
     if out is not None:
-        Console().print(f"wrote {out}/sweep.csv and {len(levels)} run folders (concurrency-N/)", markup=False)
+        Console().print(f"wrote {out}/sweep.csv and {len(runs)} run folders (concurrency-N/)", markup=False)
 
 
 def config_only_keys(ctx) -> dict:
