@@ -168,21 +168,37 @@ class Replay:
         # with a client timeout, and dropped as its deadline passes: memory stays flat in requests)
         self._groups: list = []
         self._released = None  # event an idle dynamic feed waits on (see _arrivals)
+        self._unheard_ends: list = []  # (request, Outcome) of ends a dynamic feed hears of at the next step's end
         self._next_deadline_index = 0
         # step ends and durations, kept where the engine delivers tokens a step late
         self._delayed_steps = (array("d"), array("d")) if self.cost.output_delay_steps else None
 
-    def _done(self, group) -> None:
+    def _done(self, group, at_once: bool = False) -> None:
+        """A group left. Its client hears of it now, or (async output: the engine profile delivers
+        tokens a step late) when the next step ends, as _delay_outputs times its last token;
+        a refusal or the client's own timeout at once."""
         record = self.metrics.record_request(group)
         label = self.session_labels.get(group.request_id)
         if label is not None:
             record.session_id, record.turn = label
         self.num_done += 1
-        self.feed.on_finished(group.request, self.env.now, _outcome(group))
-        if self._released is not None and not self._released.triggered and self.feed.next_time() < math.inf:
-            self._released.succeed()  # the end released another request: wake the arrivals
+        if at_once or self.feed.static or self._delayed_steps is None:
+            self._tell_feed(group.request, _outcome(group))
+        else:
+            self._unheard_ends.append((group.request, _outcome(group)))
         if self.on_progress is not None:
             self.on_progress(self.num_done)
+
+    def _tell_feed(self, request, outcome: Outcome) -> None:
+        self.feed.on_finished(request, self.env.now, outcome)
+        if self._released is not None and not self._released.triggered and self.feed.next_time() < math.inf:
+            self._released.succeed()  # the end released another request: wake the arrivals
+
+    def _deliver_ends(self) -> None:
+        """The ends the clients had not heard of yet reach them now (see _done)."""
+        ends, self._unheard_ends = self._unheard_ends, []
+        for request, outcome in ends:
+            self._tell_feed(request, outcome)
 
     def run(self) -> ReplayResult:
         env = simpy.Environment()
@@ -254,7 +270,7 @@ class Replay:
             self._groups.append(group)
         self.num_submitted += 1
         if group.reject_reason:
-            self._done(group)
+            self._done(group, at_once=True)
         # Wake an idle engine for a new request, and also after a rejection: if that was
         # the last request, the engine must see that everything is done and end the run.
         self.wake()
@@ -266,6 +282,9 @@ class Replay:
         feed = self.feed
         while not (feed.exhausted and self.num_done == self.num_submitted):
             if not scheduler.has_unfinished:
+                if self._unheard_ends:
+                    self._deliver_ends()  # no step follows theirs: at once
+                    continue
                 self.idle = env.event()
                 yield self.idle
                 continue
@@ -280,6 +299,8 @@ class Replay:
                 run = self._take_decode_run(env.now, plan)
                 for delay in run.delays:
                     yield env.timeout(delay)
+                if self._unheard_ends:  # (the run was one step: see _take_decode_run)
+                    self._deliver_ends()
                 self._record_decode_run(run)
                 continue
             out = scheduler.schedule(env.now)
@@ -295,6 +316,8 @@ class Replay:
                 self._delayed_steps[0].append(env.now + duration)
                 self._delayed_steps[1].append(duration)
             yield env.timeout(duration)
+            if self._unheard_ends:
+                self._deliver_ends()
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
             finished = scheduler.update(out, step, env.now)
             metrics.record_step(out, env.now, duration, scheduler)  # first: it holds their last token times
@@ -321,8 +344,9 @@ class Replay:
         core advanced to the run's end, and the delays that bring the clock there. Times,
         metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
-        durations, ends = self._run_times(plan, now, min(self._next_arrival_time(), self.next_waste,
-                                                         self._next_deadline()))
+        # ends not heard of yet are heard at the end of the next step, which may release a request
+        until = now if self._unheard_ends else min(self._next_arrival_time(), self.next_waste, self._next_deadline())
+        durations, ends = self._run_times(plan, now, until)
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
         if self._delayed_steps is not None:
@@ -398,7 +422,7 @@ class Replay:
             self._next_deadline_index += 1
             if self.scheduler.abort(group, now):
                 group.reject_reason = f"client timeout: not finished {timeout:g} s after arrival"
-                self._done(group)
+                self._done(group, at_once=True)  # (the client itself gave up)
 
     def _maybe_sample_waste(self, now: float) -> None:
         if now >= self.next_waste:
