@@ -130,3 +130,20 @@ def test_closed_loop_over_sessions_keeps_n_sessions_going():
         assert [r.turn for r in rs] == [0, 1, 2]
         for before, after in zip(rs, rs[1:]):
             assert after.arrival_time == pytest.approx(before.finish_time + 0.05)
+
+
+def test_session_reuse_reports_later_turns_with_and_without_the_cache():
+    from pagesim.sim.session_reuse import session_reuse
+
+    # two_sessions on OPT-13B's roofline costs (a cached prompt token is not computed): the later
+    # turns' 27 prompt tokens, of which the cache serves 12 + 4 (test above), so 16 / 27
+    off, on = session_reuse(two_sessions(), model="opt-13b", gpu="a100-40gb", cost_model="roofline", rate=None,
+                            block_size=4)
+    assert (off.prefix_caching, on.prefix_caching) == (False, True)
+    assert off.later_turns.count == on.later_turns.count == 2 and on.first_turns.count == 2
+    assert off.later_turns_cached_share == 0.0 and on.later_turns_cached_share == pytest.approx(16 / 27)
+    assert off.prefix_hit_rate is None and on.prefix_hit_rate > 0
+    assert on.later_turns.ttft_mean < off.later_turns.ttft_mean
+    assert on.first_turns.ttft_mean == pytest.approx(off.first_turns.ttft_mean)  # nothing to reuse yet
+    small = session_reuse(two_sessions(), [64], cost_model="roofline", rate=None, block_size=4)[1]
+    assert small.num_gpu_blocks == 64
