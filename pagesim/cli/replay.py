@@ -133,15 +133,18 @@ def replay(
 
 def concurrency_levels(text: str | int | None) -> list[int | None]:
     """--concurrency's values: [None] (open loop), one N, or a sweep (each >= 1, in the order given)."""
-    if text is None or isinstance(text, int):
-        return [text] if text is None or text >= 1 else fail(f"--concurrency must be >= 1, got {text}")
+    if text is None:
+        return [None]
     try:
         levels = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
         fail(f"--concurrency: expected a client count or a comma-separated list of them, got {text!r}")
-    if not levels or min(levels) < 1:
-        fail(f"--concurrency: each value must be an integer >= 1, got {text!r}")
+    if not levels or min(levels) < 1 or max(levels) > MAX_CLIENTS:
+        fail(f"--concurrency: each value must be an integer in [1, {MAX_CLIENTS:,}], got {text!r}")
     return levels
+
+
+MAX_CLIENTS = 1_000_000  # (as --num-requests: more clients than a run may hold requests is no closed loop)
 
 
 SWEEP_COLUMNS = ("concurrency", "request_throughput", "output_token_throughput", "ttft_p50", "ttft_p99", "tpot_p50",
