@@ -25,10 +25,11 @@ SESSIONS = [(24, [(10, 6), (10, 7), (9, None)]), (37, [(5, 20), (12, None)]), (1
 THINK = 0.05
 
 
-def session_trace() -> Trace:
+def session_trace(seed: int = 29) -> Trace:
     """Records hold the full prompt (docs/traces.md): history (the recorded reply: random ids the
-    server will not produce) plus the new tokens; ids below llama-tiny's vocabulary of 128."""
-    rng = random.Random(29)
+    server will not produce) plus the new tokens; ids below llama-tiny's vocabulary of 128. Each
+    test takes its own seed: the server is shared, and its cache remembers what it was sent."""
+    rng = random.Random(seed)
     records = []
     for s, (first, turns) in enumerate(SESSIONS):
         prompt = [rng.randrange(4, 128) for _ in range(first)]
@@ -113,3 +114,21 @@ def test_bench_closed_loop_keeps_n_requests_in_flight(server, tmp_path):
     # the client sends the next one as the last ends: its release is that end, as the client saw it
     assert arrivals[:2] == [0.0, 0.0]
     assert arrivals[2:] == pytest.approx(finishes[:8], abs=0.05)
+
+
+def test_compare_puts_the_simulator_beside_served_sessions(server, tmp_path):
+    path = tmp_path / "sessions.json"
+    trace = session_trace(seed=31)
+    save_trace(trace, path)
+    out = tmp_path / "cmp"
+    done = subprocess.run([sys.executable, "-m", "pagesim.cli", "compare", str(path), "--endpoint", server.base,
+                           "--cost-model", "roofline", "--system", "paged-recompute", "--prefix-caching",
+                           "--num-requests", str(len(trace)), "--rate", "5", "--num-gpu-blocks", "128",
+                           "--num-cpu-blocks", "64", "--max-model-len", "256", "--out", str(out)],
+                          cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    served = json.loads((out / "paged-recompute/served/summary.json").read_text())
+    simulated = json.loads((out / "paged-recompute/simulator/summary.json").read_text())
+    _, hits = expected_by_hand()
+    assert served["num_finished"] == simulated["num_finished"] == len(trace)
+    assert served["server_prefix_cache_hits"] == simulated["prefill_tokens_saved"] == hits
