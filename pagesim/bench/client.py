@@ -275,7 +275,7 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
     labels = session_labels(trace, requests)
     for req in requests:
         record = record_of(sent.get(req.request_id, req), timings[req.request_id], fit.skipped.get(req.request_id))
-        record.session_id, record.turn = labels.get(req.request_id, ("", None))
+        record.session_id, record.turn = labels.get(req.request_id, (None, None))
         metrics.requests.append(record)
     failed = [t.error or "no response" for rid, t in timings.items() if rid not in fit.skipped and
               (t.error is not None or t.finish is None)]

@@ -32,7 +32,7 @@ CHUNK_ROWS = 1 << 13  # steps.csv lines joined per write: memory stays flat howe
 # the fields requests.csv keeps (the others are derived from them), and their types when read
 _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time": float, "first_scheduled_time": float,
            "first_token_time": float, "finish_time": float, "prompt_len": int, "output_len": int, "num_seqs": int,
-           "num_preemptions": int, "num_swaps": int, "cached_prompt_tokens": int, "session_id": str, "turn": int}
+           "num_preemptions": int, "num_swaps": int, "cached_prompt_tokens": int, "session_id": lambda text: text, "turn": int}
 
 
 def write_requests_csv(path: Path, requests: list[RequestRecord]) -> None:

@@ -37,7 +37,7 @@ class RequestRecord:
     # Not in requests.csv.
     token_spans: list[int] = field(default_factory=list, repr=False)
     step_times: Sequence[float] = field(default=(), repr=False)
-    session_id: str = ""  # the session it is a turn of ("" for none) and which turn (0-based)
+    session_id: str | None = None  # the session it is a turn of (None: none) and which turn (0-based)
     turn: int | None = None
 
     @property
