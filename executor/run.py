@@ -58,6 +58,10 @@ class RunClock:
 
 
 def trace_requests(trace: Trace, run_cfg: RunConfig) -> tuple[list[Request], list[str]]:
+    if run_cfg.concurrency is not None:
+        # (its loop submits at arrival times; sessions' turns go as independent requests, docs/traces.md)
+        raise ValueError("the executor replays open loop: closed-loop load (concurrency) is replay's and bench's "
+                         "(pagesim bench against pagesim serve runs the executor closed loop)")
     return run_cfg.requests(trace)
 
 

@@ -86,7 +86,9 @@ class ReplayRun:
 
         from pagesim.metrics import REQUEST_FIELDS
 
-        return pandas.DataFrame([r.row() for r in self.metrics.requests], columns=list(REQUEST_FIELDS))
+        frame = pandas.DataFrame([r.row() for r in self.metrics.requests], columns=list(REQUEST_FIELDS))
+        frame["turn"] = pandas.to_numeric(frame["turn"])  # (no session anywhere: NaN, as read_csv reads it)
+        return frame
 
     @property
     def steps(self) -> pandas.DataFrame:

@@ -68,16 +68,20 @@ class CompareSettings:
     cost_model: str = "profiled"  # the simulator's; against an endpoint without a profile, e.g. roofline
     gpu: str = "a100-40gb"  # catalog GPU, for cost models other than profiled
     n: int | None = None  # parallel samples of every request (None: the trace's own)
+    prefix_caching: bool = False  # what the server runs (and so the simulator)
+    concurrency: int | None = None  # closed-loop clients (both sides; served runs only)
 
     def serving(self, system: str) -> ServingConfig:
         """The serving system both drivers run for `system` (e.g. paged-swap)."""
         policy, preemption = parse_system(system)
         return ServingConfig(policy=policy, preemption=preemption, block_size=self.block_size,
                              max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                             max_model_len=self.max_model_len, chunked_prefill=system in CHUNKED_SYSTEMS)
+                             max_model_len=self.max_model_len, chunked_prefill=system in CHUNKED_SYSTEMS,
+                             prefix_caching=self.prefix_caching)
 
     def workload(self) -> WorkloadConfig:
-        return WorkloadConfig(rate=self.rate, num_requests=self.num_requests, seed=self.seed, n=self.n)
+        return WorkloadConfig(rate=self.rate, num_requests=self.num_requests, seed=self.seed, n=self.n,
+                              concurrency=self.concurrency)
 
 
 @dataclass
@@ -196,7 +200,7 @@ def compare_served(trace, system: str, settings: CompareSettings, endpoint: str,
 
     sim_result = simulate(trace, system, settings, profile_path)
     bench_cfg = BenchConfig(endpoint=endpoint, model=model, rate=settings.rate, num_requests=settings.num_requests,
-                            seed=settings.seed)
+                            seed=settings.seed, concurrency=settings.concurrency)
     served, served_metrics = run_bench(trace, bench_cfg, progress)
     sim_summary = sim_result.summary
     result = Comparison(system, served, sim_summary, comparison_rows(served, sim_summary), [], sim_result.metrics.steps,

@@ -16,7 +16,7 @@ from pagesim.cli import app
 from pagesim.cli.checks import (COUNT, NON_NEGATIVE, OUT_DIR, POSITIVE, POSITIVE_INT, Number, check_arrival_flags,
                                 check_run_size, check_workload, fail, input_file, load_trace_file, progress_bar, warn)
 from pagesim.cli.config_file import config_option, given_options_line, print_reproduce, run_options
-from pagesim.cli.replay import WORKLOAD, print_summary
+from pagesim.cli.replay import WORKLOAD, concurrency_levels, print_summary, write_sweep
 
 EXIT_REQUESTS_FAILED = 3  # the run was measured and written, but more requests failed than allowed
 SHARE = Number(lo=0, hi=1)  # [0, 1]
@@ -105,6 +105,8 @@ def bench(
     clamp_to_max_model_len: bool = typer.Option(False, help="shorten requests longer than the server's max_model_len "
                                                 "to fit (default: skip them, each recorded with its reason)"),
     max_concurrency: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="requests in flight at once, at most"),
+    concurrency: Optional[str] = typer.Option(None, help="closed loop: N clients, each sending its next request (or "
+                                              "session) when its last one ended; a list (1,2,4,8) sweeps them"),
     vocab_size: Optional[int] = typer.Option(None, parser=POSITIVE_INT, help="vocabulary for synthetic prompt ids (default: the server's, "
                                              "which `pagesim serve` reports)"),
     tokenizer: Optional[str] = typer.Option(None, help="send text made with this HF tokenizer instead of token ids "
@@ -138,31 +140,41 @@ def bench(
     check_run_size(rate or None, num_requests, duration)
     if duration is not None:
         num_requests = None
+    levels = concurrency_levels(concurrency)
     tok = load_tokenizer(tokenizer)
     loaded = load_dataset(trace, dataset_name.value, tok, num_requests, seed, length_scale)
-    cfg = BenchConfig(endpoint=endpoint, model=model, rate=rate or None, burstiness=burstiness, num_requests=num_requests,
-                      duration=duration, seed=seed, max_concurrency=max_concurrency, vocab_size=vocab_size,
-                      tokenizer=tokenizer, timeout_s=timeout, scrape_interval_s=scrape_interval, warmup_s=warmup,
-                      endpoint_type=endpoint_type.value, clamp_to_max_model_len=clamp_to_max_model_len,
-                      ready_timeout_s=ready_timeout)
-    try:
-        requests = bench_requests(loaded, cfg)[0]
-    except ValueError as e:
-        fail(str(e))
-    check_workload(requests, warmup, duration)
-    console = Console(stderr=True)
-    with progress_bar("bench", "requests", len(requests), console, quiet=as_json) as advance:
+    runs = []
+    for level in levels:
+        cfg = BenchConfig(endpoint=endpoint, model=model, rate=rate or None, burstiness=burstiness,
+                          num_requests=num_requests, duration=duration, seed=seed, max_concurrency=max_concurrency,
+                          concurrency=level, vocab_size=vocab_size, tokenizer=tokenizer, timeout_s=timeout,
+                          scrape_interval_s=scrape_interval, warmup_s=warmup, endpoint_type=endpoint_type.value,
+                          clamp_to_max_model_len=clamp_to_max_model_len, ready_timeout_s=ready_timeout)
         try:
-            summary, metrics = run_bench(loaded, cfg, progress=advance, warn=warn, tokenizer=tok)
-        except BenchError as e:
+            requests = bench_requests(loaded, cfg)[0]
+        except ValueError as e:
             fail(str(e))
-    summary["trace"] = str(trace)
-    if loaded.metadata.get("source") == "ShareGPT JSON":
-        summary["dataset"] = loaded.metadata
-        summary["notes"] = loaded.metadata["notes"] + summary["notes"]
-    summary["length_scale"] = length_scale
-    summary["command"] = "pagesim " + shlex.join(sys.argv[1:])
-    summary["config"] = options  # `pagesim bench TRACE --config OUT/summary.json` sends the same requests again
+        check_workload(requests, warmup, duration)
+        console = Console(stderr=True)
+        label = "bench" if level is None or len(levels) == 1 else f"concurrency {level}"
+        with progress_bar(label, "requests", len(requests), console, quiet=as_json) as advance:
+            try:
+                summary, metrics = run_bench(loaded, cfg, progress=advance, warn=warn, tokenizer=tok)
+            except BenchError as e:
+                fail(str(e))
+        summary["trace"] = str(trace)
+        if loaded.metadata.get("source") == "ShareGPT JSON":
+            summary["dataset"] = loaded.metadata
+            summary["notes"] = loaded.metadata["notes"] + summary["notes"]
+        summary["length_scale"] = length_scale
+        summary["command"] = "pagesim " + shlex.join(sys.argv[1:])
+        summary["config"] = options  # `pagesim bench TRACE --config OUT/summary.json` sends the same requests again
+        runs.append((level, summary, metrics))
+    if len(levels) > 1:
+        write_sweep(runs, trace, out, as_json)
+        for _, summary, _ in runs:
+            check_failures(summary, max_failed_share, f"concurrency {summary['run']['concurrency']}: ")
+        return
     if out is not None:
         summary["reproduce"] = given_options_line(ctx, trace)
         with results_folder(out) as folder:

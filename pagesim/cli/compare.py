@@ -65,6 +65,11 @@ def compare(
     max_num_seqs: int = typer.Option(64, parser=SEQS, help="sequences running at once, at most"),
     max_num_batched_tokens: int = typer.Option(1024, parser=TOKENS, help="tokens per step, at most"),
     max_model_len: int = typer.Option(1024, parser=TOKENS, help="longest sequence"),
+    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching",
+                                        help="the server caches prefixes (as `pagesim serve --prefix-caching`): the "
+                                        "simulator too"),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="with --endpoint: closed loop, N clients on both sides "
+                                              "(each sending when its last request ended)"),
     clock: Optional[str] = typer.Option(None, help="executor clock: cpu or wall (default cpu on CPU, wall on GPU)"),
     seed: int = typer.Option(WORKLOAD.seed, parser=SEED, help="seed of arrivals and synthetic prompts"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write compare.json, compare.md, compare.png and both "
@@ -118,9 +123,12 @@ def compare(
     settings = CompareSettings(rate=rate, num_requests=num_requests, seed=seed, block_size=block_size,
                                num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, clock=clock,
-                               sim_model=sim_model, gpu=gpu, n=n,
+                               sim_model=sim_model, gpu=gpu, n=n, prefix_caching=prefix_caching,
+                               concurrency=concurrency,
                                cost_model=cost_model or ("profiled" if profile is not None or reprofile else DEFAULT_COST_MODEL))
     console = Console(stderr=True)
+    if concurrency is not None and endpoint is None:
+        fail("--concurrency needs --endpoint: the in-process executor replays open loop")
     # compare.json's config (a --config file for the same comparison) and its reproduce line
     rerun = {"config": resolved_options(ctx, skip=RESULT_PATHS), "reproduce": given_options_line(ctx, trace, skip=RESULT_PATHS)}
     if repeat > 1 or reprofile:

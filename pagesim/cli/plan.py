@@ -44,7 +44,10 @@ def plan(
     model: str = typer.Option(..., help="model from the catalog (pagesim model list), e.g. llama-2-7b, or a Hugging Face config.json"),
     kv_cache_dtype: str = typer.Option("auto", help="KV cache element type: auto (the model's dtype) or fp8 (1 byte)"),
     trace: Path = typer.Option(..., help="trace file (see docs/traces.md)"),
-    target_rate: float = typer.Option(..., parser=RATE, help="total request rate to serve, req/s"),
+    target_rate: Optional[float] = typer.Option(None, parser=RATE, help="total request rate to serve, req/s"),
+    target_concurrency: Optional[int] = typer.Option(None, min=1, help="instead of --target-rate: closed-loop "
+                                                     "clients to serve (each sending when its last request ended); "
+                                                     "capacity per replica is then in clients"),
     slo: str = typer.Option(..., help="SLOs, e.g. ttft_p99=2.0,tpot_p99=0.1,goodput=0.9 (seconds; see docs/plan.md)"),
     gpus: str = typer.Option(DEFAULT_GPUS, help="GPUs to compare (comma-separated catalog names)"),
     tp: str = typer.Option("1", help="tensor-parallel degrees to try, e.g. 1,2,4,8"),
@@ -88,6 +91,8 @@ def plan(
     from pagesim.sim.specs import get_model, is_config_path, with_kv_cache_dtype
     from pagesim.workload.trace import TraceError, find_trace, load_trace
 
+    if (target_rate is None) == (target_concurrency is None):
+        fail("give --target-rate (open-loop req/s) or --target-concurrency (closed-loop clients), one of them")
     if backend not in BACKENDS:
         fail(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     try:
@@ -102,7 +107,8 @@ def plan(
                                kv_cache_dtype=kv_cache_dtype)
         with_kv_cache_dtype(spec, kv_cache_dtype)  # checks the name
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
-        settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
+        if target_rate is not None:
+            settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
         price_table = load_prices(prices)
         loaded = load_trace(input_file(find_trace(trace), "trace file"))
     except KeyError as e:
@@ -118,6 +124,11 @@ def plan(
     if profile is not None:
         input_file(profile, "profile file")
 
+    if target_concurrency is not None:
+        from pagesim.cli.plan_concurrency import plan_closed_loop
+
+        return plan_closed_loop(loaded, trace, grid, settings, slos, target_concurrency, price_table, out, as_json,
+                                "pagesim " + shlex.join(sys.argv[1:]))
     # The full command, every option explicit, so the report reproduces even if defaults change.
     words = (["pagesim", "plan", "--model", model, "--trace", str(trace), "--target-rate", f"{target_rate:.12g}",
              "--slo", ",".join(f"{s.name}={s.threshold:.12g}" for s in slos),

@@ -55,6 +55,8 @@ def replay(
     num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests to replay (the trace is cycled if it holds "
                                      "fewer)"),
     duration: Optional[float] = typer.Option(None, parser=POSITIVE_SECONDS, help="seconds of arrivals instead of a request count"),
+    concurrency: Optional[str] = typer.Option(None, help="closed loop: N clients, each sending its next request (or "
+                                              "session) when its last one ended; a list (1,2,4,8) sweeps them"),
     max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
     max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=TOKENS,
                                                          help=BATCHED_TOKENS_HELP),
@@ -113,6 +115,10 @@ def replay(
                    gpu_memory_utilization=gpu_memory_utilization)
     drop_preset_defaults(ctx, options)
     options.update(config_extra(ctx))  # the file's ReplayConfig fields that have no flag
+    levels = concurrency_levels(concurrency)
+    if len(levels) > 1:
+        return replay_sweep(loaded, trace, options, levels, out, as_json)
+    options["concurrency"] = levels[0]
     try:
         # per-step records only for a steps.csv
         sim = prepare_replay(loaded, keep_steps=out is not None and steps.value != "none", **options)
@@ -134,6 +140,74 @@ def replay(
 
         write_report([out], out / "report.html")
         typer.echo(f"wrote {out / 'report.html'}", err=as_json)  # (--json: stdout holds the JSON alone)
+
+
+def concurrency_levels(text: str | int | None) -> list[int | None]:
+    """--concurrency's values: [None] (open loop), one N, or a sweep (each >= 1, in the order given)."""
+    if text is None:
+        return [None]
+    try:
+        levels = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        fail(f"--concurrency: expected a client count or a comma-separated list of them, got {text!r}")
+    if not levels or min(levels) < 1 or max(levels) > MAX_CLIENTS:
+        fail(f"--concurrency: each value must be an integer in [1, {MAX_CLIENTS:,}], got {text!r}")
+    return levels
+
+
+MAX_CLIENTS = 1_000_000  # (as --num-requests: more clients than a run may hold requests is no closed loop)
+
+
+SWEEP_COLUMNS = ("concurrency", "request_throughput", "output_token_throughput", "ttft_p50", "ttft_p99", "tpot_p50",
+                 "tpot_p99", "e2e_p50", "e2e_p99", "num_rejected")
+
+
+def replay_sweep(loaded, trace: Path, options: dict, levels: list[int], out: Path | None, as_json: bool) -> None:
+    """One replay per concurrency (write_sweep says what comes out)."""
+    from pagesim.api import finish_replay, prepare_replay
+
+    runs = []
+    for level in levels:
+        try:
+            sim = prepare_replay(loaded, keep_steps=False, **dict(options, concurrency=level))
+        except (KeyError, ValueError, OSError) as e:
+            fail(str(e.args[0] if isinstance(e, KeyError) else e))
+        with progress_bar(f"concurrency {level}", "requests", len(sim.requests), quiet=as_json) as advance:
+            sim.on_progress = advance
+            run = finish_replay(sim, trace)
+        runs.append((level, run.summary, run.metrics))
+    write_sweep(runs, trace, out, as_json)
+
+
+def write_sweep(runs: list[tuple[int, dict, object]], trace: Path, out: Path | None, as_json: bool) -> None:
+    """A sweep's runs, (concurrency, summary, metrics) each (replay's and bench's): a table of each
+    one's throughput and latencies; --out writes each run's folder (concurrency-N/, no steps.csv)
+    and sweep.csv; --json prints the summaries as a list."""
+    rows = [[level] + [summary.get(c) for c in SWEEP_COLUMNS[1:]] for level, summary, _ in runs]
+    if out is not None:
+        from pagesim.metrics.files import write_rows_csv
+        from pagesim.results import results_folder
+
+        with results_folder(out) as folder:
+            for level, summary, metrics in runs:
+                metrics.write(folder / f"concurrency-{level}", summary, steps="none")
+            write_rows_csv(folder / "sweep.csv", SWEEP_COLUMNS, rows)
+    if as_json:
+        sys.stdout.write(json.dumps([summary for _, summary, _ in runs], indent=2, sort_keys=True, allow_nan=False)
+                         + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"closed-loop sweep of {trace}", title_justify="left")
+    for name in ("N", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
+                 "rejected"):
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*(_fmt(v, digits=2 if i in (2, 7, 8) else 3) for i, v in enumerate(row)))
+    Console().print(table)
+    if out is not None:
+        Console().print(f"wrote {out}/sweep.csv and {len(runs)} run folders (concurrency-N/)", markup=False)
 
 
 def config_only_keys(ctx) -> dict:

@@ -64,10 +64,12 @@ class MetricsRecorder:
     def num_steps(self) -> int:
         return len(self.step_log)
 
-    def record_request(self, group: SequenceGroup) -> None:
+    def record_request(self, group: SequenceGroup) -> RequestRecord:
         """Call after the request's last step was recorded (its last token time is in it)."""
         spans = self.token_spans.pop(group.request_id, None)
-        self.requests.append(RequestRecord.from_group(group, spans[1:] if spans else None, self.step_log.time))
+        record = RequestRecord.from_group(group, spans[1:] if spans else None, self.step_log.time)
+        self.requests.append(record)
+        return record
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""

@@ -11,7 +11,9 @@ from pagesim.core import SequenceGroup
 # Column order of requests.csv and steps.csv (other tools read them).
 REQUEST_FIELDS = ("request_id", "status", "reject_reason", "arrival_time", "first_scheduled_time", "first_token_time",
                   "finish_time", "prompt_len", "output_len", "num_seqs", "num_preemptions", "num_swaps",
-                  "cached_prompt_tokens", "total_output_len", "ttft", "tpot", "e2e_latency", "normalized_latency")
+                  "cached_prompt_tokens", "total_output_len", "ttft", "tpot", "e2e_latency", "normalized_latency",
+                  "session_id", "turn")
+SESSION_FIELDS = ("session_id", "turn")  # absent from files written before sessions (still read)
 
 
 @dataclass(slots=True)  # (a long replay keeps one per request)
@@ -39,6 +41,8 @@ class RequestRecord:
     # Not in requests.csv.
     token_spans: list[int] = field(default_factory=list, repr=False)
     step_times: Sequence[float] = field(default=(), repr=False)
+    session_id: str | None = None  # the session it is a turn of (None: none) and which turn (0-based)
+    turn: int | None = None
 
     def __post_init__(self):
         if self.total_output_len is None:

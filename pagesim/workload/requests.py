@@ -24,6 +24,9 @@ class WorkloadConfig:
     n: int | None = None  # override every request's parallel samples
     beam_width: int | None = None  # override every request's beam width
     warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
+    # closed loop: this many clients, each sending its next request when its last one ended
+    # (pagesim.workload.sessions); None: open loop, requests at their arrival times
+    concurrency: int | None = None
 
     def requests(self, trace: Trace) -> tuple[list[Request], list[str]]:
         """build_requests with these settings."""

@@ -20,11 +20,14 @@ from pagesim.workload.builders.common import (DEFAULT_NUM, DEFAULT_SEED, KINDS, 
                                               default_data_dir, length_stats, percentile, read_json_array_prefix,
                                               repo_root, seeded_order, seeded_sample, sha256_of, trace_stats)
 from pagesim.workload.builders.paper import alpaca_prompt, build_alpaca, build_sharegpt
+from pagesim.workload.builders.sessions import (build_agent_sessions, build_mooncake_sessions,
+                                                build_sharegpt_sessions, conversation_chains)
 from pagesim.workload.builders.translation import TRANSLATION_OUTPUT_RATIO, build_translation, english_sentences
 from pagesim.workload.trace import Trace
 
 __all__ = ["BUILDERS", "DEFAULT_NUM", "DEFAULT_SEED", "KINDS", "PAPER_MEANS", "ROLE_SPEAKER", "TRANSLATION_OUTPUT_RATIO",
            "alpaca_prompt", "build_alpaca", "build_command", "build_sharegpt", "build_sharegpt_chat", "build_translation",
+           "build_agent_sessions", "build_mooncake_sessions", "build_sharegpt_sessions", "conversation_chains",
            "chat_turns", "default_data_dir", "english_sentences", "length_stats", "percentile", "read_json_array_prefix",
            "repo_root", "seeded_order", "seeded_sample", "sha256_of", "trace_stats"]
 
@@ -36,4 +39,6 @@ def _translation(shots: int) -> Callable[..., Trace]:
 
 
 BUILDERS = {"sharegpt": build_sharegpt, "alpaca": build_alpaca, "sharegpt-chat": build_sharegpt_chat,
-            "translation-1shot": _translation(1), "translation-5shot": _translation(5)}
+            "translation-1shot": _translation(1), "translation-5shot": _translation(5),
+            "sharegpt-sessions": build_sharegpt_sessions, "mooncake-sessions": build_mooncake_sessions,
+            "agent-sessions": build_agent_sessions}
