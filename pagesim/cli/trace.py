@@ -6,7 +6,6 @@ stays fast.
 
 from __future__ import annotations
 
-import enum
 import json
 import time
 from pathlib import Path
@@ -21,16 +20,14 @@ trace_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_
 app.add_typer(trace_app, name="trace")
 
 
-class Kind(str, enum.Enum):
-    sharegpt = "sharegpt"
-    alpaca = "alpaca"
-    sharegpt_chat = "sharegpt-chat"
-    translation_1shot = "translation-1shot"
-    translation_5shot = "translation-5shot"
-    azure_code = "azure-code"
-    azure_conv = "azure-conv"
-    mooncake_conversation = "mooncake-conversation"
-    mooncake_synthetic = "mooncake-synthetic"
+def trace_kind(value: str) -> str:
+    """A builder's name (pagesim.workload.builders.BUILDERS); the list is the help's, not a choice
+    list, which would no longer fit an 80-column help screen."""
+    from pagesim.workload.builders import BUILDERS
+
+    if value not in BUILDERS:
+        raise typer.BadParameter(f"unknown trace {value!r}; choose from {', '.join(BUILDERS)}")
+    return value
 
 
 def _window(value: str | None) -> tuple[float, float] | None:
@@ -62,15 +59,17 @@ def _recorded_out(out: Path) -> str:
 
 @trace_app.command("build")
 def build(
-    kind: Kind = typer.Argument(..., metavar="KIND", show_choices=False, help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot, translation-5shot, "
-                                "azure-code, azure-conv, mooncake-conversation or mooncake-synthetic"),
+    kind: str = typer.Argument(..., metavar="KIND", parser=trace_kind, help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot, "
+                                "translation-5shot, azure-code, azure-conv, mooncake-conversation, mooncake-synthetic, "
+                                "or sessions: sharegpt-sessions, mooncake-sessions, agent-sessions"),
     out: Path = typer.Option(..., "--out", parser=OUT_FILE, help="trace file to write"),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="public data folder (default: $PAGESIM_DATA_DIR, else ../shared/data beside the repo)"
     ),
     num: Optional[int] = typer.Option(
         None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000; "
-        "azure-*, mooncake-*: all, else the first N), or conversations (sharegpt-chat: 850)"
+        "azure-*, mooncake-conversation/-synthetic: all, else the first N), or conversations (sharegpt-chat: 850), or "
+        "sessions (sharegpt-sessions: 200; mooncake-sessions: 20; agent-sessions: 100)"
     ),
     seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests (not azure-*, mooncake-*)"),
     window: Optional[str] = typer.Option(None, "--window", metavar="START:END", parser=_window,
@@ -96,10 +95,10 @@ def build(
 
     console = Console()
     data = data_dir if data_dir is not None else builders.default_data_dir()
-    production = kind.value in builders.PRODUCTION_KINDS
+    production = kind in builders.PRODUCTION_KINDS
     shaping_given = window is not None or time_scale != 1.0 or duration is not None or max_context is not None
     if shaping_given and not production:
-        fail(f"--window, --time-scale, --duration and --max-context shape production traces; {kind.value} has no "
+        fail(f"--window, --time-scale, --duration and --max-context shape production traces; {kind} has no "
              "recorded arrivals")
     extra = {}
     if production:
@@ -108,25 +107,26 @@ def build(
                                        max_context=max_context)
         except ValueError as exc:
             fail(str(exc))
-        command = builders.production_command(kind.value, shaping, _recorded_out(out))
+        command = builders.production_command(kind, shaping, _recorded_out(out))
         extra = {"shaping": shaping}
         num = None  # (in the shaping)
     else:
         if num is None:
-            num = builders.DEFAULT_NUM[kind.value]
-        command = builders.build_command(kind.value, num, seed, _recorded_out(out))
+            num = builders.DEFAULT_NUM[kind]
+        command = builders.build_command(kind, num, seed, _recorded_out(out))
 
     started = time.perf_counter()
     try:
-        if kind is Kind.sharegpt_chat:
+        if kind in ("sharegpt-chat", "sharegpt-sessions"):
+            build_chat = builders.BUILDERS[kind]
             with Progress(TextColumn("tokenizing messages"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
                 task = bar.add_task("tok", total=None)
-                trace = builders.build_sharegpt_chat(
+                trace = build_chat(
                     data, num=num, seed=seed, command=command, progress=lambda done, total: bar.update(task, completed=done, total=total)
                 )
         else:
-            with console.status(f"building {kind.value} trace"):
-                trace = builders.BUILDERS[kind.value](data, num=num, seed=seed, command=command, **extra)
+            with console.status(f"building {kind} trace"):
+                trace = builders.BUILDERS[kind](data, num=num, seed=seed, command=command, **extra)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     with results_file(out) as tmp:
@@ -167,7 +167,10 @@ def build(
             f"  [{style}]ShareGPT file: recovered {src['conversations_recovered']} complete conversations; reading stopped at "
             f"byte {src['read_stopped_at_byte']:,} of {src['file_bytes']:,} ({src['read_stop_reason']})[/{style}]"
         )
-        console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
+        if "conversations" in meta:
+            console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
+    if "mean_turns_per_session" in meta:
+        console.print(f"  {meta['sessions']} sessions, {meta['turns']} turns ({meta['mean_turns_per_session']} per session)")
     console.print(f"  command: {meta['command']}", markup=False)
 
 

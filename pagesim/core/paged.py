@@ -310,12 +310,31 @@ class PagedKVManager(KVCacheManager):
 
     def free(self, seq: Sequence) -> None:
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
+        if seq.status is SequenceStatus.FINISHED and self.enable_prefix_caching and seq.has_token_ids:
+            self._cache_generated(seq)
         # Tail blocks go back first, so they are evicted before the prefix they extend.
         pool.release(seq.block_table[::-1])
         seq.block_table = []
         seq.num_computed_tokens = 0
         self._prompt_hashes.pop(seq.seq_id, None)
         self._forget_registration(seq.seq_id)
+
+    def _cache_generated(self, seq: Sequence) -> None:
+        """A finished sequence's full blocks past its cached prompt blocks (the prompt's last block
+        and the generated tokens, whose K/V is computed) join the prefix cache, as vLLM v1 caches
+        every full block: a session's next turn, whose prompt is this prompt plus this output,
+        then hits them. vLLM registers each block as it fills; here they become hits when the
+        sequence finishes, which differs only for a request arriving while this one decodes."""
+        prompt_keys = self._hashes(seq)
+        full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        if full <= len(prompt_keys):
+            return
+        keys = list(prompt_keys)
+        parent, bs = (keys[-1] if keys else 0), self.block_size
+        for i in range(len(keys), full):
+            parent = self.block_key(parent, tuple(seq.token_ids[i * bs:(i + 1) * bs]))
+            keys.append(parent)
+        offer_to_cache(self.device, seq.block_table, keys, None, len(prompt_keys), full)
 
     # -- swapping --------------------------------------------------------------------------
     @staticmethod

@@ -19,17 +19,25 @@ class WorkloadConfig:
 
     rate: float | None = 1.0  # req/s; None: the trace's own arrival times
     burstiness: float = 1.0  # gamma shape; 1.0 is Poisson
-    num_requests: int | None = 1000
+    num_requests: int | None = 1000  # as `vllm bench serve --num-prompts`; every command's default (docs/cli.md)
     duration: float | None = None  # seconds of arrivals (instead of a count)
     seed: int = 0  # of the arrival process (and the executor's synthetic prompts)
     n: int | None = None  # override every request's parallel samples
     beam_width: int | None = None  # override every request's beam width
     warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
+    # closed loop: this many clients, each sending its next request when its last one ended
+    # (pagesim.workload.sessions); None: open loop, requests at their arrival times
+    concurrency: int | None = None
 
     def requests(self, trace: Trace) -> tuple[list[Request], list[str]]:
         """build_requests with these settings."""
         return build_requests(trace, rate=self.rate, burstiness=self.burstiness, num_requests=self.num_requests,
                               duration=self.duration, seed=self.seed, n=self.n, beam_width=self.beam_width)
+
+
+# The workload defaults of every command (replay, run, bench, compare, plan): the same flags
+# mean the same requests everywhere. The serving defaults are pagesim.core.config's SERVING_DEFAULTS.
+WORKLOAD_DEFAULTS = WorkloadConfig()
 
 
 def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0, num_requests: int | None = None,

@@ -23,13 +23,17 @@ from pagesim.workload.builders.common import (DEFAULT_NUM, DEFAULT_SEED, KINDS, 
                                               repo_root, seeded_order, seeded_sample, sha256_of, trace_stats)
 from pagesim.workload.builders.mooncake import HASH_BLOCK_TOKENS, MOONCAKE_FILES, build_mooncake, prefix_block_reuse
 from pagesim.workload.builders.paper import alpaca_prompt, build_alpaca, build_sharegpt
+from pagesim.workload.builders.sessions import (build_agent_sessions, build_mooncake_sessions,
+                                                build_sharegpt_sessions, conversation_chains)
 from pagesim.workload.builders.timeline import Shaping, SourceError, production_command
 from pagesim.workload.builders.translation import TRANSLATION_OUTPUT_RATIO, build_translation, english_sentences
 from pagesim.workload.trace import Trace
 
-__all__ = ["AZURE_FILES", "BUILDERS", "HASH_BLOCK_TOKENS", "MOONCAKE_FILES", "PRODUCTION_KINDS", "Shaping",
-           "SourceError", "build_azure", "build_mooncake", "prefix_block_reuse", "production_command", "DEFAULT_NUM", "DEFAULT_SEED", "KINDS", "PAPER_MEANS", "ROLE_SPEAKER", "TRANSLATION_OUTPUT_RATIO",
+__all__ = ["AZURE_FILES", "BUILDERS", "DEFAULT_NUM", "DEFAULT_SEED", "HASH_BLOCK_TOKENS", "KINDS", "MOONCAKE_FILES",
+           "PAPER_MEANS", "PRODUCTION_KINDS", "ROLE_SPEAKER", "Shaping", "SourceError", "TRANSLATION_OUTPUT_RATIO",
+           "build_azure", "build_mooncake", "prefix_block_reuse", "production_command",
            "alpaca_prompt", "build_alpaca", "build_command", "build_sharegpt", "build_sharegpt_chat", "build_translation",
+           "build_agent_sessions", "build_mooncake_sessions", "build_sharegpt_sessions", "conversation_chains",
            "chat_turns", "default_data_dir", "english_sentences", "length_stats", "percentile", "read_json_array_prefix",
            "repo_root", "seeded_order", "seeded_sample", "sha256_of", "trace_stats"]
 
@@ -55,5 +59,7 @@ PRODUCTION_KINDS = (*AZURE_FILES, *MOONCAKE_FILES)
 
 BUILDERS = {"sharegpt": build_sharegpt, "alpaca": build_alpaca, "sharegpt-chat": build_sharegpt_chat,
             "translation-1shot": _translation(1), "translation-5shot": _translation(5),
+            "sharegpt-sessions": build_sharegpt_sessions, "mooncake-sessions": build_mooncake_sessions,
+            "agent-sessions": build_agent_sessions,
             **{kind: _production(kind, build_azure) for kind in AZURE_FILES},
             **{kind: _production(kind, build_mooncake) for kind in MOONCAKE_FILES}}
