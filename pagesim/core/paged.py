@@ -50,6 +50,16 @@ def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fas
     return hashes
 
 
+def token_span(seq: Sequence, start: int, end: int) -> tuple[int, ...]:
+    """The token ids at positions [start, end) of seq: a hashed prompt's canonical ids (made
+    only for this span), then the outputs; or a slice of its ids."""
+    if seq.hashed_prompt is None:
+        return tuple(seq.token_ids[start:end])
+    p = seq.prompt_len
+    head = [seq.hashed_prompt.token_id(i) for i in range(start, min(end, p))]
+    return tuple(head + seq.token_ids[max(start, p) - p:max(end, p) - p])
+
+
 def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[int] | None, start: int,
                    end: int) -> list[int]:
     """Register table[i] under keys[i] for the indices in retry, then start..end-1 (index order, as
@@ -310,7 +320,7 @@ class PagedKVManager(KVCacheManager):
 
     def free(self, seq: Sequence) -> None:
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
-        if seq.status is SequenceStatus.FINISHED and self.enable_prefix_caching and seq.has_token_ids:
+        if seq.status is SequenceStatus.FINISHED and self.enable_prefix_caching and seq.prompt_is_known:
             self._cache_generated(seq)
         # Tail blocks go back first, so they are evicted before the prefix they extend.
         pool.release(seq.block_table[::-1])
@@ -330,9 +340,11 @@ class PagedKVManager(KVCacheManager):
         if full <= len(prompt_keys):
             return
         keys = list(prompt_keys)
+        if seq.hashed_prompt is not None:  # blocks wholly inside a hashed prompt keep its numbered keys
+            keys = self._hashed_keys.keys(seq.hashed_prompt, min(full, seq.prompt_len // self.block_size))
         parent, bs = (keys[-1] if keys else 0), self.block_size
         for i in range(len(keys), full):
-            parent = self.block_key(parent, tuple(seq.token_ids[i * bs:(i + 1) * bs]))
+            parent = self.block_key(parent, token_span(seq, i * bs, (i + 1) * bs))
             keys.append(parent)
         offer_to_cache(self.device, seq.block_table, keys, None, len(prompt_keys), full)
 

@@ -36,7 +36,9 @@ def random_prompts(rng: random.Random, count: int, block_tokens: int) -> list[Ha
             ids = list(base[:rng.randint(1, len(base))])
         else:
             ids = []
-        ids += [rng.randrange(6) for _ in range(rng.randint(0 if ids else 1, 4))]
+        # ids from 1: hash id 0's canonical tokens 0..block_tokens-1 would include the fake
+        # engine's output token 7, a coincidence no hashed prompt has (its real tokens are unknown)
+        ids += [rng.randrange(1, 7) for _ in range(rng.randint(0 if ids else 1, 4))]
         length = (len(ids) - 1) * block_tokens + rng.randint(1, block_tokens)
         prompts.append(HashedPrompt(tuple(ids), length, block_tokens))
     return prompts
