@@ -16,7 +16,7 @@ from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQU
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
 from pagesim.cli.config_file import config_extra, config_option, print_reproduce
-from pagesim.cli.summary_table import print_summary  # noqa: F401 (run and bench print it through here too)
+from pagesim.cli.summary_table import _fmt, print_summary  # noqa: F401 (run and bench print it through here too)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
