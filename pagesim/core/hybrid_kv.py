@@ -22,6 +22,7 @@ block_tables(seq) gives them all, in layout order.
 from __future__ import annotations
 
 import math
+from itertools import chain
 
 from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
 from pagesim.core.kv_manager import WasteBreakdown
@@ -202,10 +203,10 @@ class HybridKVManager(PagedKVManager):
 
     def append_blocks(self, seqs: list[Sequence]) -> None:
         # the order single steps take them in: sequence by sequence, each table in turn
-        blocks = iter(self.device.allocate_n(len(seqs) * self.num_tables))
-        for seq in seqs:
-            for table in self._tables[seq.seq_id]:
-                table.append(next(blocks))
+        tables_of = self._tables
+        blocks = self.device.allocate_n(len(seqs) * self.num_tables)
+        for table, block in zip(chain.from_iterable([tables_of[seq.seq_id] for seq in seqs]), blocks):
+            table.append(block)
 
     def on_computed(self, seq: Sequence) -> None:
         tables = self._tables[seq.seq_id]
@@ -283,15 +284,23 @@ class HybridKVManager(PagedKVManager):
         # c + step - W + 1 reaches (j + 1) * B. Only the blocks that go are visited.
         bs = self.block_size
         by_step: dict[int, list[int]] = {}
+        tables_of, sliding = self._tables, self._sliding
+        # a sequence frees nothing in the run while the smallest window still starts in its first block
+        reach = steps + 1 - min(window for _, window in sliding) - num_steps
         for seq in seqs:  # (sequence by sequence, table by table: the order within a step)
-            start = seq.num_computed_tokens - num_steps
-            tables = self._tables[seq.seq_id]
-            for t, window in self._sliding:
+            computed = seq.num_computed_tokens
+            if computed + reach < bs:
+                continue
+            start = computed - num_steps
+            tables = tables_of[seq.seq_id]
+            for t, window in sliding:
                 table = tables[t]
                 first = max(0, start - window + 1) // bs  # skipped before the run
                 last = min(max(0, start + steps - window + 1) // bs, len(table))
                 for j in range(first, last):
                     by_step.setdefault((j + 1) * bs + window - 1 - start, []).append((table, j))
+        if not by_step:
+            return None
         freed_per_step = [0] * steps
         dev = self.device
         for step in sorted(by_step):
