@@ -91,7 +91,7 @@ def main() -> None:
     lines = [
         "# Replay speed by model kind (benchmarks/bench_models.py)",
         "",
-        f"Command: `{as_run(cpus)}`",
+        f"Command: `{as_run(cpus, 'benchmarks.bench_models')}`",
         "",
         f"Machine: {len(cpus)} CPU(s) this run could use (affinity {','.join(map(str, cpus))}; the machine has "
         f"{os.cpu_count()}), Python {platform.python_version()}. Load average at start: "

@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import math
 from itertools import chain
+from operator import attrgetter
 
 from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
 from pagesim.core.kv_manager import WasteBreakdown
 from pagesim.core.paged import PagedKVManager, fast_block_key, offer_to_cache
 from pagesim.core.block_pool import BlockPool
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
+
+
+_computed = attrgetter("num_computed_tokens")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -50,6 +54,7 @@ class HybridKVManager(PagedKVManager):
         for t, window in self._sliding:
             windows.setdefault(window, []).append(t)
         self._windows = list(windows.items())  # window -> its tables: a hit needs all of them
+        self._min_window = min(windows, default=0)
         self.tracks_computed = enable_prefix_caching or bool(self._sliding)
         self.frees_while_decoding = bool(self._sliding)
         self._tables: dict[int, list[list[int]]] = {}  # seq_id -> its tables; [0] is seq.block_table
@@ -203,8 +208,12 @@ class HybridKVManager(PagedKVManager):
 
     def append_blocks(self, seqs: list[Sequence]) -> None:
         # the order single steps take them in: sequence by sequence, each table in turn
-        tables_of = self._tables
         blocks = self.device.allocate_n(len(seqs) * self.num_tables)
+        if self.num_tables == 1:  # (a window in every layer: the one table is seq.block_table)
+            for seq, block in zip(seqs, blocks):
+                seq.block_table.append(block)
+            return
+        tables_of = self._tables
         for table, block in zip(chain.from_iterable([tables_of[seq.seq_id] for seq in seqs]), blocks):
             table.append(block)
 
@@ -268,6 +277,13 @@ class HybridKVManager(PagedKVManager):
                 first = min(first, (skipped + 1) * bs + window - 1 - c)
         return first
 
+    def windows_passed(self, seqs: list[Sequence]) -> bool:
+        """Whether any of these sequences has computed past the first block of its smallest window
+        (before that, no sliding table has anything to free)."""
+        if not seqs or not self._sliding:
+            return False
+        return max(map(_computed, seqs)) + 1 - self._min_window >= self.block_size
+
     def on_decode_run(self, seqs: list[Sequence], num_steps: int, last_step: bool = True) -> list[int] | None:
         # Registration first (no prompt block fills while decoding: only retries), then the
         # window's frees in the order single steps give them: step by step, sequence by
@@ -286,7 +302,9 @@ class HybridKVManager(PagedKVManager):
         by_step: dict[int, list[int]] = {}
         tables_of, sliding = self._tables, self._sliding
         # a sequence frees nothing in the run while the smallest window still starts in its first block
-        reach = steps + 1 - min(window for _, window in sliding) - num_steps
+        reach = steps + 1 - self._min_window - num_steps
+        if not seqs or max(map(_computed, seqs)) + reach < bs:
+            return None  # (the common case while sequences are shorter than the window: a loop in C)
         for seq in seqs:  # (sequence by sequence, table by table: the order within a step)
             computed = seq.num_computed_tokens
             if computed + reach < bs:
