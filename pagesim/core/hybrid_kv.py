@@ -278,8 +278,7 @@ class HybridKVManager(PagedKVManager):
         return first
 
     def windows_passed(self, seqs: list[Sequence]) -> bool:
-        """Whether any of these sequences has computed past the first block of its smallest window
-        (before that, no sliding table has anything to free)."""
+        # past the first block of the smallest window (before that, no sliding table frees anything)
         if not seqs or not self._sliding:
             return False
         return max(map(_computed, seqs)) + 1 - self._min_window >= self.block_size
