@@ -155,6 +155,7 @@ class Cluster:
         self.num_prefilling = 0  # requests routed to a prefill replica that have not left it
         self._originals: dict[int, object] = {}  # request id -> the request, while it prefills
         self._order = 0
+        self.on_progress = None  # callable(requests done) for progress bars
         self._prefill_step_end = {r.index: -math.inf for r in self.replicas if r.role == "prefill"}
         self._links = {}
         if self.pd:
@@ -265,6 +266,8 @@ class Cluster:
         self.records.append(record)
         self.record_replica.append(replica)
         self.record_decode.append(decode)
+        if self.on_progress is not None:
+            self.on_progress(len(self.records))
 
     def _hand_off(self, prefill: int, request, record, now: float) -> None:
         if self.spec.staleness_s == 0:
