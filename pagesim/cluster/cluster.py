@@ -144,6 +144,8 @@ class Cluster:
             if r.role != "decode":
                 r.feed.host_offset = self.host_s - r.sim.request_host_s
         self.router = make_router(spec.router, **spec.router_params)
+        # P/D: the decode replica is chosen by a second instance (each stage's choices its own memory)
+        self.decode_router = make_router(spec.router, **spec.router_params) if self.pd else None
         self.loads = [ReplicaLoad(r.index, accepting=False) for r in self.replicas]
         self.block_size = first.block_size
         self.outstanding = [0] * len(self.replicas)
@@ -206,12 +208,13 @@ class Cluster:
         for load, r, count in zip(self.loads, self.replicas, self.outstanding):
             load.outstanding = count
             load.accepting = r.role in roles
-        index = self.router.choose(routed, self.loads, now)
+        router = self.decode_router if roles == ("decode",) else self.router
+        index = router.choose(routed, self.loads, now)
         if self.replicas[index].role not in roles:
             raise RuntimeError(f"router {self.spec.router!r} chose replica {index}, which does not take "
                                f"{'/'.join(roles)} requests")
         self.outstanding[index] += 1
-        self.router.on_routed(routed, index, now)
+        router.on_routed(routed, index, now)
         return index
 
     def _routed_request(self, request) -> RoutedRequest:
@@ -246,7 +249,7 @@ class Cluster:
         record = replica.sim.metrics.requests[-1]
         rid = request.request_id
         self.outstanding[index] -= 1
-        self.router.on_finished(rid, index, now)
+        (self.decode_router if replica.role == "decode" else self.router).on_finished(rid, index, now)
         if replica.role == "prefill":
             self.num_prefilling -= 1
             original = self._originals.pop(rid)
