@@ -1,0 +1,121 @@
+"""Cluster simulation targets (issue 28), written to a markdown report:
+
+1. 1,000,000 requests over 16 replicas, whole command, <= 60 s, memory flat in requests (no
+   --out: no per-step records are kept);
+2. a 16-replica replay costs no more per request than one replica (the same per-replica load:
+   16x the rate and 16x the requests);
+3. prefix affinity against round-robin on a shared-prefix trace with prefix caching: hit rate
+   and TTFT (needs a router registered as `prefix-affinity`; otherwise the section says so).
+
+    python benchmarks/bench_cluster.py --out reports/bench_cluster.md [--big 1000000] [--base 10000]
+
+Timings on a shared machine are noisy: the report records the load average beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+
+def whole_command(args: list[str]) -> dict:
+    """Wall time, max RSS and the summary of `pagesim replay ... --json` run as a child."""
+    cmd = ["/usr/bin/time", "-v", PYTHON, "-m", "pagesim.cli", "replay", *args, "--json"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"failed: {shlex.join(args)}\n{done.stderr[-2000:]}")
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
+    return {"args": args, "wall_s": wall, "max_rss_mb": int(rss[1]) / 1024 if rss else None,
+            "summary": json.loads(done.stdout)}
+
+
+def prefix_affinity(trace: str, requests: int, rate: float, replicas: int) -> list[dict] | str:
+    sys.path.insert(0, str(ROOT))
+    from pagesim.cluster.routers import ROUTERS
+
+    if "prefix-affinity" not in ROUTERS:
+        return "no router named `prefix-affinity` is registered on this branch (issue 28 item 2): not measured"
+    rows = []
+    for router in ("round-robin", "prefix-affinity"):
+        args = [trace, "--num-requests", str(requests), "--rate", str(rate), "--replicas", str(replicas), "--router",
+                router, "--model", "llama-2-7b", "--gpu", "a100-80gb", "--prefix-caching"]
+        run = whole_command(args)
+        s = run["summary"]
+        rows.append({"router": router, "args": args, "hit": s["prefix_hit_rate"], "ttft_mean": s["ttft_mean"],
+                     "ttft_p99": s["ttft_p99"], "imbalance": s["cluster"]["imbalance"]["requests_max_over_mean"]})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--big", type=int, default=1_000_000, help="requests of the 16-replica target run")
+    parser.add_argument("--base", type=int, default=10_000, help="requests per replica of the per-request comparison")
+    parser.add_argument("--staleness", type=float, default=10.0, help="router view refresh for the big runs")
+    parser.add_argument("--affinity-trace", default="traces/translation_5shot.json")
+    args = parser.parse_args()
+
+    load = os.getloadavg()
+    trace = "traces/sharegpt.json"
+    big = whole_command([trace, "--rate", "32", "--num-requests", str(args.big), "--replicas", "16",
+                         "--staleness", str(args.staleness)])
+    one = whole_command([trace, "--rate", "2", "--num-requests", str(args.base)])
+    sixteen = whole_command([trace, "--rate", "32", "--num-requests", str(16 * args.base), "--replicas", "16",
+                             "--staleness", str(args.staleness)])
+    strict = whole_command([trace, "--rate", "32", "--num-requests", str(16 * args.base // 10), "--replicas", "16"])
+    affinity = prefix_affinity(args.affinity_trace, 2000, 8.0, 4)
+
+    def row(name: str, run: dict) -> str:
+        s = run["summary"]
+        per = run["wall_s"] / s["num_requests"] * 1e6
+        return (f"| {name} | `pagesim replay {shlex.join(run['args'])}` | {s['num_requests']:,} | {run['wall_s']:.1f} | "
+                f"{per:.0f} | {run['max_rss_mb']:.0f} |")
+
+    lines = [
+        "# Cluster simulation speed (benchmarks/bench_cluster.py)", "",
+        f"Command: `python benchmarks/bench_cluster.py --out {args.out} --big {args.big} --base {args.base}`", "",
+        f"Load average at start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} on {os.cpu_count()} CPUs "
+        "(a shared machine: absolute times are noisy, the per-request ratios less so).", "",
+        "| run | command | requests | wall (s) | wall per request (us) | max RSS (MB) |",
+        "|---|---|---|---|---|---|",
+        row("16 replicas, big", big), row("1 replica", one), row("16 replicas, same load per replica", sixteen),
+        row("16 replicas, staleness 0 (loads read at every decision)", strict), "",
+    ]
+    ratio = (sixteen["wall_s"] / sixteen["summary"]["num_requests"]) / (one["wall_s"] / one["summary"]["num_requests"])
+    lines += [
+        "| target | measured | verdict |", "|---|---|---|",
+        f"| {args.big:,} requests over 16 replicas <= 60 s | {big['wall_s']:.1f} s | "
+        f"{'met' if big['wall_s'] <= 60 else 'NOT met'} |",
+        f"| 16 replicas cost per request <= 1 replica's | {ratio:.2f}x | {'met' if ratio <= 1.0 else 'NOT met'} |", "",
+        "Round-robin reads no load, so the big runs refresh the router's view every "
+        f"{args.staleness:g} s without changing a decision (tests/cluster/test_cluster.py checks that); with "
+        "staleness 0 every replica's decode runs stop at every arrival, which costs about N times more per request.",
+        "",
+        "## Prefix affinity against round-robin", "",
+    ]
+    if isinstance(affinity, str):
+        lines.append(affinity)
+    else:
+        lines += ["| router | prefix hit rate | TTFT mean (s) | TTFT p99 (s) | requests max/mean |", "|---|---|---|---|---|"]
+        lines += [f"| {r['router']} | {r['hit']:.3f} | {r['ttft_mean']:.3f} | {r['ttft_p99']:.3f} | {r['imbalance']:.2f} |"
+                  for r in affinity]
+        lines += ["", f"Command: `pagesim replay {shlex.join(affinity[0]['args'])}` (and `--router prefix-affinity`)."]
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
