@@ -4,8 +4,9 @@ replay's schema, pooled over the replicas, plus a `cluster` section: load imbala
 figures, and under P/D the TTFT split into queue, prefill and transfer), and the files.
 
 Files (`write`): requests.csv (requests.csv's columns, then `replica` and `decode_replica`),
-summary.json, replicas.csv (one row per replica), and steps_replica<K>.csv, each replica's
-steps.csv (what `pagesim view` plots as per-replica load over time).
+summary.json, replicas.csv (one row per replica), steps_replica<K>.csv, each replica's steps.csv
+(what `pagesim view` plots as per-replica load over time), and waste_replica<K>.csv where the
+KV waste was sampled.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import asdict, replace
 from operator import attrgetter
 from pathlib import Path
 
-from pagesim.metrics import REQUEST_FIELDS, RequestRecord, summarize_requests, summarize_steps
+from pagesim.metrics import REQUEST_FIELDS, WASTE_FIELDS, RequestRecord, summarize_requests, summarize_steps
 from pagesim.metrics import files
 
 CLUSTER_COLUMNS = ("replica", "decode_replica")
@@ -55,12 +56,17 @@ class ClusterResult:
         cluster, spec = self.cluster, self.cluster.spec
         per_replica = [len(r.metrics.requests) for r in self.results]
         busy = [r.metrics.step_log.duration_sum for r in self.results]
+        resolved = {}
+        for r in reversed(cluster.replicas):
+            resolved[r.group] = r.sim.cfg
         section = {
             "num_replicas": len(self.results),
             "router": spec.router,
             "router_params": spec.router_params,
             "staleness_s": spec.staleness_s,
-            "groups": [{"name": g.name, "count": g.count, "role": g.role, "config": asdict(g.cfg)} for g in spec.groups],
+            # (each group's configuration as its replicas run it: resolved, as summary["config"] is)
+            "groups": [{"name": g.name, "count": g.count, "role": g.role, "config": asdict(resolved[g.name])}
+                       for g in spec.groups],
             "links": [asdict(link) for link in spec.links],
             "requests_per_replica": per_replica,
             "busy_s_per_replica": busy,
@@ -92,11 +98,14 @@ class ClusterResult:
         for k, result in enumerate(self.results):
             if steps != "none":
                 files.write_steps_csv(out / f"steps_replica{k}.csv", result.metrics.step_log, steps)
+            if result.metrics.waste:
+                files.write_rows_csv(out / f"waste_replica{k}.csv", WASTE_FIELDS, result.metrics.waste)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
     def written(self, steps: str) -> list[str]:
         names = ["requests.csv", "replicas.csv", "summary.json"]
-        return names + ([f"steps_replica{k}.csv" for k in range(len(self.results))] if steps != "none" else [])
+        names += [f"steps_replica{k}.csv" for k in range(len(self.results))] if steps != "none" else []
+        return names + [f"waste_replica{k}.csv" for k, r in enumerate(self.results) if r.metrics.waste]
 
 
 def _merged(pair: tuple[RequestRecord, RequestRecord]) -> RequestRecord:

@@ -120,3 +120,15 @@ def test_replicas_may_differ():
     assert s0["num_requests"] == s1["num_requests"] == 50
     assert s0["tpot_mean"] < s1["tpot_mean"]  # the H100 decodes faster
     assert result.summary["num_kv_blocks"] == s0["num_kv_blocks"] + s1["num_kv_blocks"]
+
+
+def test_a_cluster_run_is_re_created_from_its_summary_byte_for_byte(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args = ["replay", "traces/sharegpt.json", "--num-requests", "120", "--rate", "6", "--pd", "1:2"]
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert CliRunner().invoke(app, [*args, "--out", str(first)]).exit_code == 0
+    result = CliRunner().invoke(app, ["replay", "traces/sharegpt.json", "--config", str(first / "summary.json"),
+                                      "--pd", "1:2", "--out", str(again)])
+    assert result.exit_code == 0, result.output
+    for name in ("summary.json", "requests.csv", "replicas.csv", "steps_replica2.csv"):
+        assert (first / name).read_bytes() == (again / name).read_bytes(), name
