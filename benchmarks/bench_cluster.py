@@ -66,7 +66,11 @@ def main() -> None:
     parser.add_argument("--base", type=int, default=10_000, help="requests per replica of the per-request comparison")
     parser.add_argument("--staleness", type=float, default=10.0, help="router view refresh for the big runs")
     parser.add_argument("--affinity-trace", default="traces/translation_5shot.json")
+    parser.add_argument("--affinity-only", action="store_true", help="only the prefix-affinity comparison (printed)")
     args = parser.parse_args()
+    if args.affinity_only:
+        print(json.dumps(prefix_affinity(args.affinity_trace, 2000, 8.0, 4), indent=1))
+        return
 
     load = os.getloadavg()
     trace = "traces/sharegpt.json"

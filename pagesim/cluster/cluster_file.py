@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pagesim.cluster.links import LINK_KINDS
-from pagesim.cluster.routers import make_router
+from pagesim.cluster.routers import ROUTERS, make_router
 from pagesim.cluster.spec import ROLES, ClusterSpec, LinkSpec, ReplicaGroup
 from pagesim.workload.requests import WorkloadConfig
 
@@ -68,11 +68,11 @@ def read_cluster_file(path: Path, make_config: Callable[[dict], Any]) -> Cluster
     staleness = router.get("staleness_s", 0.0)
     if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or not 0 <= staleness < float("inf"):
         raise bad("router.staleness_s", f"a number of seconds >= 0, got {staleness!r}")
+    if name not in ROUTERS:
+        raise bad("router.name", f"unknown router {name!r}; one of: {', '.join(sorted(ROUTERS))}")
     try:
         make_router(name, **params)
-    except ValueError as e:
-        raise bad("router.name", str(e)) from None
-    except TypeError as e:
+    except (ValueError, TypeError) as e:
         raise bad("router.params", str(e)) from None
 
     groups_doc = doc.get("groups")
