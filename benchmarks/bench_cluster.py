@@ -42,20 +42,21 @@ def whole_command(args: list[str]) -> dict:
             "summary": json.loads(done.stdout)}
 
 
-def prefix_affinity(trace: str, requests: int, rate: float, replicas: int) -> list[dict] | str:
+def prefix_affinity(trace: str, requests: int, rates: tuple[float, ...], replicas: int) -> list[dict] | str:
     sys.path.insert(0, str(ROOT))
     from pagesim.cluster.routers import ROUTERS
 
     if "prefix-affinity" not in ROUTERS:
         return "no router named `prefix-affinity` is registered on this branch (issue 28 item 2): not measured"
     rows = []
-    for router in ("round-robin", "prefix-affinity"):
-        args = [trace, "--num-requests", str(requests), "--rate", str(rate), "--replicas", str(replicas), "--router",
-                router, "--model", "llama-2-7b", "--gpu", "a100-80gb", "--prefix-caching"]
-        run = whole_command(args)
-        s = run["summary"]
-        rows.append({"router": router, "args": args, "hit": s["prefix_hit_rate"], "ttft_mean": s["ttft_mean"],
-                     "ttft_p99": s["ttft_p99"], "imbalance": s["cluster"]["imbalance"]["requests_max_over_mean"]})
+    for load in rates:
+        for router in ("round-robin", "prefix-affinity"):
+            args = [trace, "--num-requests", str(requests), "--rate", str(load), "--replicas", str(replicas),
+                    "--router", router, "--model", "llama-2-7b", "--gpu", "a100-80gb", "--prefix-caching"]
+            s = whole_command(args)["summary"]
+            rows.append({"router": router, "rate": load, "args": args, "hit": s["prefix_hit_rate"],
+                         "ttft_mean": s["ttft_mean"], "ttft_p99": s["ttft_p99"], "e2e_mean": s["e2e_mean"],
+                         "imbalance": s["cluster"]["imbalance"]["requests_max_over_mean"]})
     return rows
 
 
@@ -65,11 +66,11 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=1_000_000, help="requests of the 16-replica target run")
     parser.add_argument("--base", type=int, default=10_000, help="requests per replica of the per-request comparison")
     parser.add_argument("--staleness", type=float, default=10.0, help="router view refresh for the big runs")
-    parser.add_argument("--affinity-trace", default="traces/translation_5shot.json")
+    parser.add_argument("--affinity-trace", default="traces/sharegpt_chat.json")
     parser.add_argument("--affinity-only", action="store_true", help="only the prefix-affinity comparison (printed)")
     args = parser.parse_args()
     if args.affinity_only:
-        print(json.dumps(prefix_affinity(args.affinity_trace, 2000, 8.0, 4), indent=1))
+        print(json.dumps(prefix_affinity(args.affinity_trace, 3000, (8.0, 24.0), 4), indent=1))
         return
 
     load = os.getloadavg()
@@ -80,7 +81,7 @@ def main() -> None:
     sixteen = whole_command([trace, "--rate", "32", "--num-requests", str(16 * args.base), "--replicas", "16",
                              "--staleness", str(args.staleness)])
     strict = whole_command([trace, "--rate", "32", "--num-requests", str(16 * args.base // 10), "--replicas", "16"])
-    affinity = prefix_affinity(args.affinity_trace, 2000, 8.0, 4)
+    affinity = prefix_affinity(args.affinity_trace, 3000, (8.0, 24.0), 4)
 
     def row(name: str, run: dict) -> str:
         s = run["summary"]
@@ -113,9 +114,10 @@ def main() -> None:
     if isinstance(affinity, str):
         lines.append(affinity)
     else:
-        lines += ["| router | prefix hit rate | TTFT mean (s) | TTFT p99 (s) | requests max/mean |", "|---|---|---|---|---|"]
-        lines += [f"| {r['router']} | {r['hit']:.3f} | {r['ttft_mean']:.3f} | {r['ttft_p99']:.3f} | {r['imbalance']:.2f} |"
-                  for r in affinity]
+        lines += ["| rate (req/s) | router | prefix hit rate | TTFT mean (s) | TTFT p99 (s) | e2e mean (s) | "
+                  "requests max/mean |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['rate']:g} | {r['router']} | {r['hit']:.3f} | {r['ttft_mean']:.3f} | {r['ttft_p99']:.3f} | "
+                  f"{r['e2e_mean']:.2f} | {r['imbalance']:.2f} |" for r in affinity]
         lines += ["", f"Command: `pagesim replay {shlex.join(affinity[0]['args'])}` (and `--router prefix-affinity`)."]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
