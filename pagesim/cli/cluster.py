@@ -11,6 +11,7 @@ from pathlib import Path
 from pagesim.cli.checks import check_workload, fail, progress_bar
 
 PD = re.compile(r"^(\d+):(\d+)$")
+CLUSTER_FLAGS = ("replicas", "router", "staleness", "pd", "link", "cluster")  # replay's flags that make it a cluster
 
 
 def cluster_spec(ctx, options: dict, flags: dict):
@@ -76,17 +77,17 @@ def replay_cluster(ctx, trace: Path, loaded, options: dict, flags: dict, out: Pa
         summary["reproduce"] = reproduce_line(ctx, trace, steps)
     first = spec.groups[0].cfg
     groups = " + ".join(f"{g.count} x {g.role}" for g in spec.groups)
-    title = f"cluster {groups} · router {spec.router} · {first.policy} · {hardware_label(first, result.results[0].summary)}"
-    emit_results(summary, result, out, as_json, title, steps,
-                 reproduce=None if out is None else summary["reproduce"].replace("SUMMARY_JSON", str(out / "summary.json")),
-                 written=result.written(steps))
+    hardware = hardware_label(first, result.results[0].summary)
+    title = f"cluster {groups} · router {spec.router} · {first.policy} · {hardware}"
+    reproduce = None if out is None else summary["reproduce"].replace("SUMMARY_JSON", str(out / "summary.json"))
+    emit_results(summary, result, out, as_json, title, steps, reproduce=reproduce, written=result.written(steps))
 
 
 def reproduce_line(ctx, trace: Path, steps: str) -> str:
     """The command that re-creates the run: the base options from summary.json's config (the
     first group's), the cluster flags as given."""
     words = ["pagesim", "replay", str(trace), "--config", "SUMMARY_JSON"]
-    for name in ("replicas", "router", "staleness", "pd", "link", "cluster"):
+    for name in CLUSTER_FLAGS:
         value = ctx.params.get(name)
         if value is not None:
             words += [f"--{name}", str(value)]

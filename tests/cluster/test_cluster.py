@@ -132,3 +132,19 @@ def test_a_cluster_run_is_re_created_from_its_summary_byte_for_byte(tmp_path, mo
     assert result.exit_code == 0, result.output
     for name in ("summary.json", "requests.csv", "replicas.csv", "steps_replica2.csv"):
         assert (first / name).read_bytes() == (again / name).read_bytes(), name
+
+
+def test_a_replica_with_a_longer_host_time_receives_its_requests_that_much_later():
+    # engine profiles paper (no host time per request) and vllm-0.19 (4.5 ms): the router sees a
+    # request at its arrival (the smaller host time), the vllm-0.19 replica takes it 4.5 ms later
+    trace = load_trace(ROOT / "traces" / "sharegpt.json")
+    groups = [ReplicaGroup(engine, replay_config(rate=2.0, num_requests=40, engine=engine))
+              for engine in ("paper", "vllm-0.19")]
+    cluster = Cluster(ClusterSpec(groups), trace)
+    result = cluster.run()
+    host = cluster.replicas[1].sim.request_host_s
+    assert cluster.replicas[0].sim.request_host_s == 0.0 and host > 0.004
+    waits = {k: [r.first_scheduled_time - r.arrival_time for r in result.results[k].metrics.requests] for k in (0, 1)}
+    assert min(waits[1]) >= host - 1e-12
+    assert min(waits[0]) == 0.0  # an idle replica starts a request the moment it arrives
+    assert sorted(r.request_id for r in result.requests) == list(range(40))
