@@ -34,12 +34,14 @@ def test_the_tree_keeps_its_layers():
     ("executor/engine.py", "import pagesim.sim.engine", "Layers"),  # one driver importing the other
     ("pagesim/sim/engine.py", "import pagesim.plan", "Layers"),  # a driver importing an application
     ("pagesim/realruns/types.py", "import pagesim.sim.engine", "Layers"),  # the real-run readers reaching a driver
+    ("pagesim/cluster/__init__.py", "import pagesim.route", "Layers"),  # the routers reaching the HTTP router
     ("pagesim/core/step.py", "import torch", "nothing heavy"),
 ])
 def test_an_upward_import_breaks_a_contract(tmp_path, module, imports, broken):
     # the layers' packages, empty but for one import that goes the wrong way
     for pkg in ("pagesim", "pagesim/core", "pagesim/workload", "pagesim/models", "pagesim/sim", "pagesim/plan",
-                "pagesim/cli", "executor", "pagesim/experiments", "pagesim/realruns", "pagesim/cluster"):
+                "pagesim/cli", "executor", "pagesim/experiments", "pagesim/realruns", "pagesim/cluster",
+                "pagesim/route"):
         (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
         (tmp_path / pkg / "__init__.py").write_text("")
     for name in ("pagesim/metrics.py", "pagesim/compare.py", "pagesim/validate.py", "pagesim/engine_fit.py",
