@@ -12,8 +12,8 @@ import typer
 from pagesim.cli.checks import PagesimGroup, debug
 
 # Each registers itself on `app` when imported, in this order (the order of `pagesim --help`).
-COMMAND_MODULES = ("plan", "replay", "validate", "run", "trace", "profile", "compare", "figures", "serve", "bench",
-                   "calibrate", "model")
+COMMAND_MODULES = ("plan", "replay", "validate", "run", "trace", "profile", "compare", "figures", "serve", "route",
+                   "bench", "calibrate", "model", "view")
 
 
 class _CommandsOnDemand(typer.Typer):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from contextlib import asynccontextmanager
@@ -22,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from executor.engine import EngineConfig
-from pagesim.serve.generation import ApiError, BadRequest, SampleState, Server
+from pagesim.serve.bodies import GONE, ApiError, BadRequest, parse_json, until_disconnect
+from pagesim.serve.generation import SampleState, Server
 from pagesim.serve.http_guard import ServeGuard
 from pagesim.serve.limits import HttpLimits
 from pagesim.serve.protocol import ChatRequest, CompletionRequest, Ids, error_body
@@ -37,16 +37,7 @@ _TYPE_TAG = re.compile(r"^(str|int|float|bool|none|.*\[.*\])$")  # pydantic's na
 
 def parse_body(raw: bytes, model: type[BaseModel]):
     """The request body as `model`, or BadRequest saying what is wrong with it."""
-    try:
-        data = json.loads(raw)
-    except RecursionError:
-        raise BadRequest("body: the JSON is nested too deeply", "body") from None
-    except json.JSONDecodeError as e:
-        raise BadRequest(f"body: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})", "body") from None
-    except UnicodeDecodeError:
-        raise BadRequest("body: not valid JSON (not UTF-8 text)", "body") from None
-    except ValueError as e:  # e.g. an integer of more digits than Python converts (4300)
-        raise BadRequest(f"body: not valid JSON ({str(e).split(';')[0]})", "body") from None
+    data = parse_json(raw)
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -132,21 +123,21 @@ def create_app(lm, engine_cfg: EngineConfig, model_name: str, *, limits: HttpLim
         gen = server.generate(prompt_ids, params, stops, samples)
         # wait for the first step's tokens (or a refusal, answered 400) before the response starts,
         # watching for a client that leaves meanwhile
-        first = await _until_disconnect(request, anext(gen, None))
-        if first is _GONE:
+        first = await until_disconnect(request, anext(gen, None))
+        if first is GONE:
             await gen.aclose()
             return Response(status_code=499)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(stream_events(server, gen, first, samples, stops, ids, kind, want_logprobs,
-                                                   include_usage, len(prompt_ids), record),
+                                                   include_usage, len(prompt_ids), record, body.return_token_ids),
                                      media_type="text/event-stream")
-        rest = await _until_disconnect(request, _drain(gen, first))
-        if rest is _GONE:
+        rest = await until_disconnect(request, _drain(gen, first))
+        if rest is GONE:
             await gen.aclose()
             return Response(status_code=499)
         record_usage(record, samples, len(prompt_ids))
-        return build_response(server, samples, ids, kind, want_logprobs, len(prompt_ids))
+        return build_response(server, samples, ids, kind, want_logprobs, len(prompt_ids), body.return_token_ids)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -157,30 +148,6 @@ def create_app(lm, engine_cfg: EngineConfig, model_name: str, *, limits: HttpLim
         return await run(request, "chat")
 
     return app
-
-
-_GONE = object()
-
-
-async def _until_disconnect(request: Request, awaitable):
-    """awaitable's result, or _GONE if the client disconnects first."""
-    work = asyncio.ensure_future(awaitable)
-
-    async def gone():
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                return
-
-    watcher = asyncio.ensure_future(gone())
-    await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
-    watcher.cancel()
-    if work.done():
-        return work.result()
-    work.cancel()
-    # wait for the cancellation to land, so the caller may close the generator it was driving
-    await asyncio.gather(work, return_exceptions=True)
-    return _GONE
 
 
 async def _drain(gen, first):

@@ -14,24 +14,11 @@ from dataclasses import dataclass, field
 from executor.engine import EngineConfig, LLMEngine
 from executor.sampler import check_sampling
 from pagesim.core import SamplingParams
+from pagesim.serve.bodies import ApiError, BadRequest
 from pagesim.serve.engine_loop import EngineLoop, RequestUpdate
 from pagesim.serve.metrics import ServerStats
 from pagesim.serve.protocol import ChatRequest, CompletionRequest, SamplingFields
 from pagesim.serve.tokenizer import PromptError, server_tokenizer
-
-
-class ApiError(Exception):
-    """A request that ends without its answer: HTTP status, OpenAI error type, param and code."""
-
-    status, kind = 400, "invalid_request_error"
-
-    def __init__(self, message: str, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.param, self.code = param, code
-
-
-class BadRequest(ApiError):
-    pass
 
 
 class ModelNotFound(ApiError):

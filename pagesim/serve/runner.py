@@ -68,12 +68,18 @@ class _Uvicorn(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def serve(app, sock: socket.socket, limits: HttpLimits, log_level: str) -> tuple[int, str | None]:
-    """Serve until a signal or an engine failure: (exit status, the reason when it is not 0)."""
+def guarded_server(app, limits: HttpLimits, log_level: str) -> uvicorn.Server:
+    """uvicorn serving `app` behind the HTTP guard, stopped by SIGTERM / Ctrl-C after draining
+    (also what `pagesim route` runs)."""
     config = uvicorn.Config(app, http=guarded_protocol(limits), log_level=log_level, access_log=False,
                             timeout_keep_alive=limits.keep_alive_s, timeout_graceful_shutdown=limits.drain_s,
                             h11_max_incomplete_event_size=limits.max_header_bytes, lifespan="on")
-    server = _Uvicorn(config)
+    return _Uvicorn(config)
+
+
+def serve(app, sock: socket.socket, limits: HttpLimits, log_level: str) -> tuple[int, str | None]:
+    """Serve until a signal or an engine failure: (exit status, the reason when it is not 0)."""
+    server = guarded_server(app, limits, log_level)
     loop = app.state.server.loop
     loop.on_fatal = lambda error: setattr(server, "should_exit", True)
     server.run(sockets=[sock])

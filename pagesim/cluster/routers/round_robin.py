@@ -1,9 +1,11 @@
 """Round-robin: each request to the next accepting replica in turn (a replica that is not
-accepting is skipped, and the turn moves past it)."""
+accepting is skipped, and the turn moves past it). The turn is a position in the list of
+replicas the router is given, so a caller that gives it a different list (a role's replicas, a
+grown fleet) keeps the rotation going over that list."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from pagesim.cluster.routers.base import ReplicaLoad, RoutedRequest, Router, accepting, register
@@ -13,14 +15,14 @@ from pagesim.cluster.routers.base import ReplicaLoad, RoutedRequest, Router, acc
 @dataclass
 class RoundRobin(Router):
     name = "round-robin"
-    _next: int = 0
+    _next: int = field(default=0, init=False, repr=False)
 
     def choose(self, request: RoutedRequest, replicas: Sequence[ReplicaLoad], now: float) -> int:
-        ready = {r.index for r in accepting(replicas)}
+        accepting(replicas)  # at least one, or the caller's bug is named here
         count = len(replicas)
         for step in range(count):
-            index = (self._next + step) % count
-            if replicas[index].index in ready:
-                self._next = index + 1
-                return replicas[index].index
+            position = (self._next + step) % count
+            if replicas[position].accepting:
+                self._next = position + 1
+                return replicas[position].index
         raise AssertionError("unreachable: accepting() found one")
