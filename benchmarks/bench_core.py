@@ -1,7 +1,7 @@
 """Microbenchmarks of the engine core: time per scheduler step (schedule + update) with N
 running sequences in steady decode, and paged block-manager operations per second.
 
-    PYTHONPATH=. python benchmarks/bench_core.py [--out reports/bench_core.md]
+    python -m benchmarks.bench_core [--out reports/bench_core.md]
 
 Runs on one core; numbers are medians of several repeats, measured side by side in one run.
 """
@@ -163,7 +163,7 @@ def main() -> None:
     lines = [
         "# Engine core benchmark",
         "",
-        f"Command: `PYTHONPATH=. python benchmarks/bench_core.py --out reports/bench_core.md` "
+        f"Command: `python -m benchmarks.bench_core --out reports/bench_core.md` "
         f"(Python {platform.python_version()}, {platform.machine()}, one process)",
         "",
         "Scheduler step = `schedule()` + `update()` in steady decode (paged, no preemption, nothing finishing); "

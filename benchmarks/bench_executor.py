@@ -1,7 +1,7 @@
 """The executor (continuous batching over the paged KV cache) against transformers `generate` with
 static padded batches, on CPU, with SmolLM2-135M in fp32.
 
-    python benchmarks/bench_executor.py --out reports/bench_executor.md
+    python -m benchmarks.bench_executor --out reports/bench_executor.md
 
 Workload: the first --num-requests requests of traces/sharegpt.json with both lengths divided by
 --scale (at least 1 token), prompts as seeded synthetic token ids shared by both systems.
@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -272,7 +271,7 @@ def main(argv=None) -> int:
     w = lines.append
     w("# Executor vs transformers `generate` (CPU, SmolLM2-135M, fp32)")
     w("")
-    w("Produced by `python benchmarks/bench_executor.py" + (f" --out {args.out}" if args.out else "") + "`.")
+    w("Produced by `python -m benchmarks.bench_executor" + (f" --out {args.out}" if args.out else "") + "`.")
     w("")
     w("## Setup")
     w("")

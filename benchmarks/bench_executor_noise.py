@@ -1,8 +1,8 @@
 """How much the executor's step clock moves from process to process, with and without the noise
 controls of executor/noise.py.
 
-    python benchmarks/bench_executor_noise.py --model smollm2 --procs 6 --out reports/executor_noise.md
-    python benchmarks/bench_executor_noise.py --tiny --procs 2          # smoke test, a random tiny model
+    python -m benchmarks.bench_executor_noise --model smollm2 --procs 6 --out reports/executor_noise.md
+    python -m benchmarks.bench_executor_noise --tiny --procs 2          # smoke test, a random tiny model
 
 Each process is fresh (a new interpreter: the model is loaded, torch runs one thread) and times
 the same fixed sequence of step shapes (a few prefill and decode shapes, --reps each, in the
@@ -32,7 +32,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -125,7 +124,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     for i in range(args.procs):
         for name in chosen:  # interleaved: a slow phase of the machine hits every setting
-            cmd = [sys.executable, __file__, "--child", json.dumps(table[name]), "--reps", str(args.reps),
+            cmd = [sys.executable, "-m", "benchmarks.bench_executor_noise", "--child", json.dumps(table[name]), "--reps", str(args.reps),
                    "--model", args.model] + (["--tiny"] if args.tiny else [])
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if done.returncode != 0:
@@ -137,7 +136,7 @@ def main(argv=None) -> int:
                   flush=True)
     wall = time.perf_counter() - started
     results = {name: summarize(procs) for name, procs in runs.items()}
-    command = "python benchmarks/bench_executor_noise.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.bench_executor_noise " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"command: `{command}`", f"wall time: {wall:.0f} s, {args.procs} processes per setting, {args.reps} "
              f"steps per shape, model {'random:llama-tiny' if args.tiny else args.model}, CPU clock, one torch thread",
              "", "| setting | controls | process speed min-max | across-process CV | within-process CV (median) | "

@@ -1,9 +1,9 @@
 """Kernel benchmarks.
 
-  python benchmarks/bench_kernels.py                  on a GPU: Triton kernels vs the torch reference
+  python -m benchmarks.bench_kernels                  on a GPU: Triton kernels vs the torch reference
                                                       (checked against it first); without one, times
                                                       the reference on CPU at small shapes
-  python benchmarks/bench_kernels.py --compile-check  compiles every kernel for sm_90 (no GPU needed;
+  python -m benchmarks.bench_kernels --compile-check  compiles every kernel for sm_90 (no GPU needed;
                                                       catches errors the interpreter does not check)
 """
 
@@ -14,7 +14,6 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import torch  # noqa: E402
 

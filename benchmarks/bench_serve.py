@@ -11,7 +11,7 @@
    the request rate it sustains (target >= 500 req/s), and with the stub holding each answer for
    --hold-s seconds, how many requests it keeps in flight.
 
-Usage:  python benchmarks/bench_serve.py --out reports/bench_serve.md
+Usage:  python -m benchmarks.bench_serve --out reports/bench_serve.md
 The machine may be shared (2 cores here): the report records the load average.
 """
 
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ["OMP_NUM_THREADS"] = "1"  # before torch starts its pool, in every process here
 TARGET_RATIO = 0.8
 TARGET_RATE = 500.0
@@ -85,7 +84,7 @@ def workload():
 def in_process(model: str, trace_path: Path, args) -> tuple[dict, float]:
     """`pagesim run`'s driver, in a fresh process as the server is: its summary, and the CPU
     seconds the run itself took (model loading left out, as for the server)."""
-    cmd = [sys.executable, __file__, "--in-process", model, "--trace", str(trace_path),
+    cmd = [sys.executable, "-m", "benchmarks.bench_serve", "--in-process", model, "--trace", str(trace_path),
            "--num-requests", str(args.num_requests), "--arrival-rate", str(args.arrival_rate)]
     done = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, check=True)
     result = json.loads(done.stdout)
@@ -306,7 +305,7 @@ def main() -> None:
               f"| holds {args.hold_s:g} s | {args.stub_rate / 2:g} | {args.stub_requests} | {held['num_finished']} | "
               f"{held['num_failed']} | {held['request_throughput']:.0f} | {held_cpu:.1f} | {args.stub_requests / held_cpu:.0f} "
               f"| {peak} |", ""]
-    command = "python benchmarks/bench_serve.py " + shlex.join(sys.argv[1:])
+    command = "python -m benchmarks.bench_serve " + shlex.join(sys.argv[1:])
     text = "# `pagesim serve` and `pagesim bench`: overhead and client speed\n\n" + f"Produced by `{command}`.\n\n" + "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

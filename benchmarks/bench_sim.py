@@ -21,7 +21,7 @@
 3. Start-up: `pagesim replay --help` and a 10-request replay.
 4. In-process: the decode fast path on and off, and the calibrated vs roofline cost models.
 
-Usage:  taskset -c 1 nice -n 0 python benchmarks/bench_sim.py --out reports/bench_sim.md
+Usage:  taskset -c 1 nice -n 0 python -m benchmarks.bench_sim --out reports/bench_sim.md
 (pinned to one CPU: the children inherit it). The report records the CPUs the run could use,
 the Python version and the load average at the start and the end: on a shared machine read the
 ratios, which interleaving keeps fair, before the absolute times.
@@ -174,7 +174,7 @@ def as_run(cpus: list[int]) -> str:
     if len(cpus) < (os.cpu_count() or len(cpus)):
         prefix = ["taskset", "-c", ",".join(map(str, cpus))]
     prefix += ["nice", "-n", str(os.nice(0))] if prefix or os.nice(0) else []
-    return shlex.join(prefix + ["python", "benchmarks/bench_sim.py"] + sys.argv[1:])
+    return shlex.join(prefix + ["python", "-m", "benchmarks.bench_sim"] + sys.argv[1:])
 
 
 def verdict(ok: bool) -> str:

@@ -1,6 +1,6 @@
 """Where a replay's wall time goes, per event: the simulator's inner loop, function by function.
 
-Usage:  python benchmarks/profile_sim.py --out reports/profile_sim.md
+Usage:  python -m benchmarks.profile_sim --out reports/profile_sim.md
 
 Replays the issue-19 workload in-process (trace loaded and Replay built beforehand): once as is,
 for the plain replay time, then with a perf_counter wrapper around each of the inner loop's
@@ -15,13 +15,11 @@ import argparse
 import functools
 import os
 import platform
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from pagesim.core import decode_runs  # noqa: E402
 from pagesim.core.scheduler import Scheduler  # noqa: E402
@@ -81,7 +79,7 @@ def main() -> None:
     # events: the engine's trips round its loop (a prefill or other single step, or a decode run)
     events = calls["Scheduler.schedule"] + calls["advance_decode"]
     outside = wrapped - sum(total[label] for label, _, _, depth in TIMED if depth == 0)
-    command = f"python benchmarks/profile_sim.py --num-requests {args.num_requests} --rate {args.rate}"
+    command = f"python -m benchmarks.profile_sim --num-requests {args.num_requests} --rate {args.rate}"
     lines = [
         "# Where the replay's time goes (benchmarks/profile_sim.py)",
         "",

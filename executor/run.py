@@ -22,7 +22,6 @@ from pagesim.workload.trace import Trace
 class RunConfig(WorkloadConfig):
     """The workload (WorkloadConfig, as the simulator replays it) and the run's clock."""
 
-    num_requests: int | None = 16  # real forward passes: a CPU-sized default
     clock: str = "wall"  # wall | cpu (see RunClock)
     # noise control on the step clock (executor.noise.NoiseControl; the profiler applies the same)
     pin_cpu: int | None = None
@@ -59,6 +58,10 @@ class RunClock:
 
 
 def trace_requests(trace: Trace, run_cfg: RunConfig) -> tuple[list[Request], list[str]]:
+    if run_cfg.concurrency is not None:
+        # (its loop submits at arrival times; sessions' turns go as independent requests, docs/traces.md)
+        raise ValueError("the executor replays open loop: closed-loop load (concurrency) is replay's and bench's "
+                         "(pagesim bench against pagesim serve runs the executor closed loop)")
     return run_cfg.requests(trace)
 
 

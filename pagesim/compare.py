@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pagesim.core.config import ServingConfig
-from pagesim.workload.requests import WorkloadConfig
+from pagesim.workload.requests import WORKLOAD_DEFAULTS, WorkloadConfig
 
 # (label, summary key): the quantities the calibration reports
 METRICS = (
@@ -54,9 +54,9 @@ def parse_system(name: str) -> tuple[str, str]:
 class CompareSettings:
     """What both runs share."""
 
-    rate: float | None = 1.0
-    num_requests: int = 200
-    seed: int = 0
+    rate: float | None = WORKLOAD_DEFAULTS.rate
+    num_requests: int = WORKLOAD_DEFAULTS.num_requests
+    seed: int = WORKLOAD_DEFAULTS.seed
     block_size: int = 16
     num_gpu_blocks: int = 128
     num_cpu_blocks: int = 256
@@ -68,16 +68,20 @@ class CompareSettings:
     cost_model: str = "profiled"  # the simulator's; against an endpoint without a profile, e.g. roofline
     gpu: str = "a100-40gb"  # catalog GPU, for cost models other than profiled
     n: int | None = None  # parallel samples of every request (None: the trace's own)
+    prefix_caching: bool = False  # what the server runs (and so the simulator)
+    concurrency: int | None = None  # closed-loop clients (both sides; served runs only)
 
     def serving(self, system: str) -> ServingConfig:
         """The serving system both drivers run for `system` (e.g. paged-swap)."""
         policy, preemption = parse_system(system)
         return ServingConfig(policy=policy, preemption=preemption, block_size=self.block_size,
                              max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                             max_model_len=self.max_model_len, chunked_prefill=system in CHUNKED_SYSTEMS)
+                             max_model_len=self.max_model_len, chunked_prefill=system in CHUNKED_SYSTEMS,
+                             prefix_caching=self.prefix_caching)
 
     def workload(self) -> WorkloadConfig:
-        return WorkloadConfig(rate=self.rate, num_requests=self.num_requests, seed=self.seed, n=self.n)
+        return WorkloadConfig(rate=self.rate, num_requests=self.num_requests, seed=self.seed, n=self.n,
+                              concurrency=self.concurrency)
 
 
 @dataclass
@@ -196,7 +200,7 @@ def compare_served(trace, system: str, settings: CompareSettings, endpoint: str,
 
     sim_result = simulate(trace, system, settings, profile_path)
     bench_cfg = BenchConfig(endpoint=endpoint, model=model, rate=settings.rate, num_requests=settings.num_requests,
-                            seed=settings.seed)
+                            seed=settings.seed, concurrency=settings.concurrency)
     served, served_metrics = run_bench(trace, bench_cfg, progress)
     sim_summary = sim_result.summary
     result = Comparison(system, served, sim_summary, comparison_rows(served, sim_summary), [], sim_result.metrics.steps,
@@ -436,6 +440,7 @@ def band_table(results: list[RepeatedComparison]) -> str:
         for b in r.bands:
             label = f"**{b['label']}**" if b["key"] in HEADLINE else b["label"]
             band = "-" if b["low"] is None else f"{_fmt(b['low'])} - {_fmt(b['high'])}"
+            band += " *clipped*" if "clipped" in (b.get("band_method") or "") else ""
             inside = "-" if b["inside_band"] is None else ("yes" if b["inside_band"] else "no")
             target = "-" if b["target_met"] is None else ("met" if b["target_met"] else "**missed**")
             lines.append(f"| {r.label} | {label} | {b['runs']} | {_fmt(b['mean'])} | {band} | {_fmt(b['simulator'])} | "
@@ -467,7 +472,9 @@ def repeated_markdown(results: list[RepeatedComparison]) -> str:
     return ("## Step-level fidelity (all runs pooled)\n\n"
             + step_fidelity_table([(r.label, r.step_fidelity) for r in results])
             + "\n## End to end: the executor's 95 % band against the simulator\n\n"
-            + "Executor: mean of the runs and its 95 % Student t interval; simulator: one deterministic run. "
+            + "Executor: mean of the runs and a 95 % interval for it (every metric here is positive: the Student t "
+            + "interval of the logs, exponentiated, so a band never goes below 0; where a run measured 0, the t "
+            + "interval clipped at 0, marked *clipped*); simulator: one deterministic run. "
             + "Target (bold metrics): the simulator inside the band or within 5 % of the mean.\n\n"
             + band_table(results)
             + "\n## Each run's speed against the profile (drift)\n\n" + drift_table(results))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 
 from pagesim.core.step import STEP_KINDS, BatchShape
-from pagesim.metrics import mean_interval, percentile
+from pagesim.metrics import nonnegative_interval, percentile
 
 # ----------------------------------------------------------------------------- step-level error
 
@@ -47,20 +47,21 @@ def speed_vs_profile(steps: list[tuple[BatchShape, float]], cost_model) -> float
 # ----------------------------------------------------------------------------- bands over repeats
 
 def band_row(label: str, key: str, executor_values: list, simulated, tolerance: float = 0.05) -> dict:
-    """One metric: the executor's mean and 95 % band over its runs, the simulator's point, and
-    whether the simulator is inside the band or within `tolerance` of the mean (the target)."""
+    """One metric: the executor's mean and 95 % band over its runs (every metric compared is >= 0:
+    pagesim.metrics.nonnegative_interval, `band_method` says which interval), the simulator's
+    point, and whether the simulator is inside the band or within `tolerance` of the mean (the target)."""
     values = [v for v in executor_values if v is not None]
     row = {"label": label, "key": key, "runs": len(values), "executor_values": values, "simulator": simulated,
            "mean": None, "low": None, "high": None, "rel_to_mean": None, "inside_band": None, "within_tolerance": None,
-           "target_met": None}
+           "target_met": None, "band_method": None}
     if len(values) < 2 or simulated is None:
         return row
-    mean, low, high = mean_interval(values)
+    mean, low, high, method = nonnegative_interval(values)
     rel = (simulated - mean) / mean if mean else None
     inside = low <= simulated <= high
     within = rel is not None and abs(rel) <= tolerance
     row.update(mean=mean, low=low, high=high, rel_to_mean=rel, inside_band=inside, within_tolerance=within,
-               target_met=inside or within)
+               target_met=inside or within, band_method=method)
     return row
 
 

@@ -113,6 +113,14 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
                         ("gpu_memory_utilization", s.gpu_memory_utilization), ("max_model_len", s.max_model_len)):
         if value is not None:
             options[name] = value
+    clients = given.pop("concurrency", None)
+    if clients is None:
+        clients = closed_loop_clients(run)
+        if clients:
+            notes.append(f"a closed-loop run ({clients} clients): replayed closed loop, each request sent when one "
+                         "of the replay's own ended (--concurrency 0: at the recorded send times)")
+    if clients:
+        options["concurrency"] = clients
     timeout = client_timeout(run)
     if timeout:
         options["client_timeout_s"] = timeout
@@ -124,6 +132,14 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
         return ReplayConfig(**with_policy_presets(options)), notes
     except (KeyError, ValueError) as e:
         raise ValidateError(f"{run.path}: {e.args[0] if isinstance(e, KeyError) else e}") from None
+
+
+def closed_loop_clients(run) -> int | None:
+    """The client count of a run that was one closed-loop stage (pagesim.realruns.Stage.closed_loop);
+    None otherwise (a run of several stages changed its load as it went: one replay cannot)."""
+    if len(run.stages) == 1 and run.stages[0].closed_loop and run.stages[0].concurrency:
+        return run.stages[0].concurrency
+    return None
 
 
 def fit_run(run, **overrides) -> FitRun:
@@ -247,10 +263,11 @@ def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Valida
             failed_in_replay_only += 1
             continue
         stage = r.stage or 0
-        for sample, ttft, e2e in ((real_all, r.ttft_s, r.e2e_s), (sim_all, rec.ttft, rec.e2e_latency)):
-            sample.add(ttft, e2e, r.generated_len, r.arrival_s)
+        # (the replay's own arrivals: a closed-loop replay sends when its own requests end)
+        real_all.add(r.ttft_s, r.e2e_s, r.generated_len, r.arrival_s)
+        sim_all.add(rec.ttft, rec.e2e_latency, r.generated_len, rec.arrival_time)
         real_stage.setdefault(stage, Sample()).add(r.ttft_s, r.e2e_s, r.generated_len, r.arrival_s)
-        sim_stage.setdefault(stage, Sample()).add(rec.ttft, rec.e2e_latency, r.generated_len, r.arrival_s)
+        sim_stage.setdefault(stage, Sample()).add(rec.ttft, rec.e2e_latency, r.generated_len, rec.arrival_time)
     if not real_all.e2e:
         raise ValidateError(f"{run.path}: no request succeeded in both the real run and the replay")
     counts = {"requests": len(run.requests), "compared": len(real_all.e2e), "failed_real": real_failed,

@@ -33,9 +33,9 @@ def test_import_pagesim_is_light():
 
 def test_replay_options_are_the_cli_flags():
     command = typer.main.get_command(app).commands["replay"]
-    # (what --out writes: ReplayRun.write; --config: a file of these options)
-    # (the cluster flags describe replicas, not one replay: pagesim.cluster in Python, docs/cluster.md)
-    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config"} - set(CLUSTER_FLAGS)
+    # (what --out writes: ReplayRun.write; --html: its page; --config: a file of these options; the
+    # cluster flags describe replicas, not one replay: pagesim.cluster in Python, docs/cluster.md)
+    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config", "html"} - set(CLUSTER_FLAGS)
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
     assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "waste_interval_s",
@@ -50,7 +50,7 @@ def test_replay_matches_the_cli_files(tmp_path):
     written_summary = json.loads((tmp_path / "summary.json").read_text())
     assert written_summary.pop("reproduce").startswith(f"pagesim replay {SHAREGPT} --config SUMMARY_JSON --out")
     assert run.summary == written_summary
-    written = pd.read_csv(tmp_path / "requests.csv", dtype={"reject_reason": str}).fillna({"reject_reason": ""})  # "" reads back as NaN
+    written = pd.read_csv(tmp_path / "requests.csv", dtype={"reject_reason": str}, converters={"session_id": lambda t: t or None}).fillna({"reject_reason": ""})  # "" reads back as NaN
     pd.testing.assert_frame_equal(run.requests, written, check_dtype=False)
     pd.testing.assert_frame_equal(run.steps, pd.read_csv(tmp_path / "steps.csv"), check_dtype=False)
     assert len(run.requests) == 40 and run.requests["status"].eq("finished").all()
@@ -80,7 +80,7 @@ def test_a_summary_config_recreates_the_run(tmp_path):
     assert run.config.swap_space_gib == 1.5 and run.config.warmup_s == 2 and run.config.max_num_seqs == 6
     summary.pop("reproduce")
     assert run.summary == summary
-    written = pd.read_csv(tmp_path / "requests.csv", dtype={"reject_reason": str}).fillna({"reject_reason": ""})
+    written = pd.read_csv(tmp_path / "requests.csv", dtype={"reject_reason": str}, converters={"session_id": lambda t: t or None}).fillna({"reject_reason": ""})
     pd.testing.assert_frame_equal(run.requests, written, check_dtype=False)
     with pytest.raises(TypeError, match="given twice: swap_space and swap_space_gib"):
         pagesim.api.replay_config(swap_space=1, swap_space_gib=1)

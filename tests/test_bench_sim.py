@@ -14,7 +14,7 @@ SLEEP = 0.25
 
 def _bench(tmp_path, *args):
     out = tmp_path / "bench.md"
-    run = subprocess.run([sys.executable, "benchmarks/bench_sim.py", "--num-requests", "20", "--big-requests", "0",
+    run = subprocess.run([sys.executable, "-m", "benchmarks.bench_sim", "--num-requests", "20", "--big-requests", "0",
                           "--skip-in-process", "--out", str(out), *args], cwd=ROOT, capture_output=True, text=True)
     return run, out
 

@@ -1,7 +1,8 @@
 """Every `pagesim` command in README.md and docs/*.md runs as written: each parses as a valid
 invocation (the subcommand exists, every option and value is accepted, input files exist), and
 the fast ones (replay, trace inspect) run end to end with a small --num-requests. Python blocks
-compile."""
+compile. None of them writes under reports/ (the committed results) unless its line says that it
+regenerates a report."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S+\s+)*(?:\.venv/bin/)?pagesim(?:\s|$)")
+# a figure or report script: each writes under reports/ unless told --out / --out-dir elsewhere
+SCRIPT = re.compile(r"^(?:nice -n \d+ )?(?:[A-Z_]+=\S+\s+)*(?:\.venv/bin/)?python3? -m pagesim\.experiments\.\w+")
+WRITES = ("out", "out_dir", "plot", "figure", "paper_md")  # options naming what a command writes
+SAYS_REGENERATES = re.compile(r"#.*\bregenerat", re.I)
 INPUT_OPTIONS = ("trace", "profile", "prices", "beam_ancestry")  # parameters naming files that must exist
 FAST = {("replay",), ("trace", "inspect")}
 SMALL = "20"
@@ -53,6 +58,19 @@ def shell_commands():
             for offset, line in enumerate(text.splitlines()):
                 if COMMAND.match(line.strip()):
                     yield pytest.param(line.strip(), id=f"{path.name}:{start + offset}:{line.split()[1] if len(line.split()) > 1 else ''}")
+
+
+def written_commands():
+    """(line, id) of every documented command that writes files: pagesim commands and the
+    figure/report scripts, comments kept (they say what the line does)."""
+    for path in DOCS:
+        for lang, start, lines in blocks(path):
+            if lang not in ("", "bash", "sh", "shell", "console"):
+                continue
+            text = "\n".join(lines).replace("\\\n", " ")
+            for offset, line in enumerate(text.splitlines()):
+                if COMMAND.match(line.strip()) or SCRIPT.match(line.strip()):
+                    yield pytest.param(line.strip(), id=f"{path.name}:{start + offset}")
 
 
 def python_blocks():
@@ -136,6 +154,44 @@ def test_a_bad_command_is_caught():
         resolve(argv("pagesim replay traces/sharegpt.json ..."))
     with pytest.raises(UsageError, match="No such command"):
         resolve(argv("pagesim replays traces/sharegpt.json"))
+
+
+def under_reports(value) -> bool:
+    return value is not None and (ROOT / str(value)).resolve().is_relative_to(ROOT / "reports")
+
+
+def writes_under_reports(line: str) -> list[str]:
+    """What of reports/ the documented line would write: its output options' values, and the
+    defaults that point there (`pagesim figures` without --out-dir, a script without --out)."""
+    words = shlex.split(line, comments=True)
+    if SCRIPT.match(line):
+        outs = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--out", "--out-dir")]
+        return [o for o in outs if under_reports(o)] if outs else ["reports/ (the script's default)"]
+    path, ctx = resolve(argv(line))
+    found = [f"--{name.replace('_', '-')} {ctx.params[name]}" for name in WRITES if under_reports(ctx.params.get(name))]
+    if path == ("figures",) and ctx.params.get("out_dir") is None:
+        found.append("reports/figures and reports/paper.md (the default --out-dir)")
+    return found
+
+
+@pytest.mark.parametrize("line", list(written_commands()))
+def test_no_documented_command_writes_under_reports_unless_it_says_so(line, monkeypatch):
+    """Issue 27: the README's smoke run rewrote reports/paper.md. A line that writes under reports/
+    must say, in its comment, that it regenerates a report."""
+    monkeypatch.chdir(ROOT)
+    written = writes_under_reports(line)
+    assert not written or SAYS_REGENERATES.search(line), f"{line}\nwrites {', '.join(written)} without saying it regenerates a report"
+
+
+def test_the_reports_check_catches_a_line_that_writes_there():
+    assert writes_under_reports("pagesim figures --only fig12 --smoke --out-dir reports/figures")
+    assert writes_under_reports(".venv/bin/pagesim figures --jobs 2")
+    assert writes_under_reports("pagesim trace inspect traces/sharegpt.json --plot reports/figures/lengths.png")
+    assert writes_under_reports(".venv/bin/python -m pagesim.experiments.model_zoo")
+    assert not writes_under_reports("pagesim figures --only fig12,fig13 --smoke --out-dir /tmp/pagesim-smoke")
+    assert not writes_under_reports("python -m pagesim.experiments.fig12_latency_vs_rate --smoke --out-dir /tmp/x")
+    assert SAYS_REGENERATES.search("pagesim figures --jobs 2   # regenerates reports/paper.md")
+    assert not SAYS_REGENERATES.search("pagesim figures --jobs 2   # then reports/paper.md")
 
 
 @pytest.mark.parametrize("source", list(python_blocks()))

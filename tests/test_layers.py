@@ -36,16 +36,18 @@ def test_the_tree_keeps_its_layers():
     ("pagesim/realruns/types.py", "import pagesim.sim.engine", "Layers"),  # the real-run readers reaching a driver
     ("pagesim/cluster/__init__.py", "import pagesim.route", "Layers"),  # the routers reaching the HTTP router
     ("pagesim/core/step.py", "import torch", "nothing heavy"),
+    ("pagesim/view/__init__.py", "import pagesim.cli", "Layers"),  # the page reaching the command line
+    ("pagesim/plan/__init__.py", "import pagesim.api", "never imports the API"),  # the old cycle with pagesim.api
 ])
 def test_an_upward_import_breaks_a_contract(tmp_path, module, imports, broken):
     # the layers' packages, empty but for one import that goes the wrong way
     for pkg in ("pagesim", "pagesim/core", "pagesim/workload", "pagesim/models", "pagesim/sim", "pagesim/plan",
                 "pagesim/cli", "executor", "pagesim/experiments", "pagesim/realruns", "pagesim/cluster",
-                "pagesim/route"):
+                "pagesim/route", "pagesim/view"):
         (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
         (tmp_path / pkg / "__init__.py").write_text("")
     for name in ("pagesim/metrics.py", "pagesim/compare.py", "pagesim/validate.py", "pagesim/engine_fit.py",
-                 "pagesim/sim/engine.py", "pagesim/inputs.py"):
+                 "pagesim/sim/engine.py", "pagesim/inputs.py", "pagesim/progress.py", "pagesim/api.py"):
         (tmp_path / name).write_text("")
     (tmp_path / module).write_text(imports + "\n")
     run = lint(tmp_path)

@@ -2,7 +2,9 @@
 the code opens (found by scanning the sources for file names, so a new data file without a
 package-data entry fails here), installs without setuptools warnings, carries the SPDX license,
 and runs `pagesim replay --beam-width 4` (which reads the measured beam ancestry) from the wheel
-alone."""
+alone. It ships the small traces (`traces/sharegpt.json` works in any folder), no top-level
+`experiments` package, and its `pagesim figures` writes into the current folder and says why a
+figure failed."""
 
 from __future__ import annotations
 
@@ -85,3 +87,47 @@ def test_wheel_alone_runs_beam_search(wheel, tmp_path):
     assert '"num_finished": 8' in proc.stdout and "beam_ancestry_smollm2.json" in proc.stdout
     assert str(site) in subprocess.run([sys.executable, "-c", "import pagesim; print(pagesim.__file__)"],
                                        capture_output=True, text=True, cwd=tmp_path, env=env).stdout
+
+
+@pytest.fixture(scope="module")
+def site(wheel, tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    zipfile.ZipFile(wheel).extractall(site)
+    return site
+
+
+def from_wheel(site: Path, cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m pagesim ARGS` with the unpacked wheel alone on the path, in `cwd`."""
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(cwd)}
+    return subprocess.run([sys.executable, "-m", "pagesim", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=timeout)
+
+
+def test_wheel_ships_the_small_traces_and_no_top_level_experiments(wheel):
+    listed = set(zipfile.ZipFile(wheel).namelist())
+    assert not [n for n in listed if n.startswith("experiments/")]  # (issue 27: a top-level package of that name)
+    assert "pagesim/experiments/fig12_latency_vs_rate.py" in listed
+    for name in ("sharegpt.json", "alpaca.json"):
+        shipped = zipfile.ZipFile(wheel).read(f"pagesim/workload/traces/{name}")
+        assert shipped == (ROOT / "traces" / name).read_bytes(), name  # the committed trace, not a link
+
+
+def test_a_trace_path_resolves_to_the_shipped_trace_in_an_empty_folder(site, tmp_path):
+    proc = from_wheel(site, tmp_path, "replay", "traces/sharegpt.json", "--num-requests", "20", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"num_finished": 20' in proc.stdout and '"trace": "traces/sharegpt.json"' in proc.stdout
+    missing = from_wheel(site, tmp_path, "replay", "traces/translation_5shot.json", "--num-requests", "20")
+    assert missing.returncode == 2 and "traces/translation_5shot.json: no such trace file" in missing.stderr
+
+
+def test_figures_from_the_wheel_write_into_the_current_folder(site, tmp_path):
+    proc = from_wheel(site, tmp_path, "figures", "--only", "fig11,fig17", "--smoke", "--jobs", "1")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # fig17 needs a trace the wheel lacks
+    assert (tmp_path / "reports" / "figures" / "fig11_lengths.png").stat().st_size > 1000
+    assert (tmp_path / "reports" / "paper.md").exists()
+    assert not (site / "reports").exists()  # nothing written beside the installed package
+    assert "fig11_lengths: ok" in proc.stdout and "fig17_chatbot: FAILED" in proc.stdout
+    why = next(line for line in proc.stdout.splitlines() if line.startswith("fig17_chatbot failed: "))
+    assert "traces/sharegpt_chat.json: not in this folder and not shipped with pagesim" in why, proc.stdout  # the reason
+    paper = (tmp_path / "reports" / "paper.md").read_text()
+    assert "| fig17 |" in paper and "not shipped with pagesim" in paper

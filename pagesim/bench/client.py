@@ -14,6 +14,7 @@ sending (pagesim.bench.context).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -25,7 +26,9 @@ from pagesim.bench.server import BenchError, ServedModel, pick_model
 from pagesim.bench.stream import Timing, exception_reason, failure_lines, short, stream_one
 from pagesim.core import Request
 from pagesim.metrics import MetricsRecorder, RequestRecord, _stats
+from pagesim.workload.feeds import Outcome
 from pagesim.workload.requests import build_requests, time_origin
+from pagesim.workload.sessions import has_sessions, make_feed, session_labels
 from pagesim.workload.trace import Trace
 
 __all__ = ["BenchConfig", "BenchError", "bench_requests", "run_bench", "run_bench_async"]
@@ -44,6 +47,7 @@ class BenchConfig:
     duration: float | None = None
     seed: int = 0
     max_concurrency: int | None = None  # requests in flight at once, at most
+    concurrency: int | None = None  # closed loop: this many clients, each sending when its last request ended
     vocab_size: int | None = None  # for synthetic token ids; default: the server's (pagesim serve says it)
     tokenizer: str | None = None  # send text tokenized by this HF tokenizer instead of token ids
     timeout_s: float = 600.0  # per request
@@ -74,8 +78,11 @@ def record_of(req: Request, timing: Timing, skipped: str | None) -> RequestRecor
     out_len = timing.completion_tokens // n if timing.completion_tokens is not None else len(timing.chunk_times)
     first = timing.chunk_times[0] if timing.chunk_times else timing.finish
     prompt_len = timing.prompt_tokens if timing.prompt_tokens is not None else req.prompt_len
+    # all samples' tokens: the server's count, else n samples of the length streamed (bench sends
+    # ignore_eos, so each sample runs to the same max_tokens)
+    total = timing.completion_tokens if timing.completion_tokens is not None else out_len * n
     return RequestRecord(req.request_id, "finished", "", req.arrival_time, timing.sent, first, timing.finish,
-                         prompt_len, out_len, n, 0, 0, 0, **RequestRecord.spans_of(timing.chunk_times))
+                         prompt_len, out_len, n, 0, 0, 0, total, **RequestRecord.spans_of(timing.chunk_times))
 
 
 def payload_of(req: Request, prompt, model: str, cfg: BenchConfig) -> dict:
@@ -89,6 +96,16 @@ def payload_of(req: Request, prompt, model: str, cfg: BenchConfig) -> dict:
         payload["temperature"] = 1.0  # n identical greedy samples would be pointless
         payload["seed"] = cfg.seed + req.request_id
     return payload
+
+
+def outcome_of(req: Request, timing: Timing, skipped: str | None) -> Outcome:
+    """How a sent (or skipped) request ended, for a feed that releases on ends (sessions, closed loop)."""
+    if skipped is not None or timing.error is not None or timing.finish is None:
+        return Outcome(skipped or f"failed: {timing.error or 'no response'}")
+    n = req.sampling.n
+    out_len = timing.completion_tokens // n if timing.completion_tokens is not None else len(timing.chunk_times)
+    ids = timing.output_token_ids
+    return Outcome(None, out_len, ids if ids is not None and len(ids) == out_len else None)
 
 
 async def _server_models(client, cfg: BenchConfig, warn=None):
@@ -141,6 +158,9 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
         raise BenchError(f"unknown endpoint type {cfg.endpoint_type!r}: {', '.join(ENDPOINT_TYPES)}")
     requests, notes = bench_requests(trace, cfg)
     origin = time_origin(requests, cfg.rate)
+    # sessions and closed loop release requests as earlier ones end (the simulator's feed)
+    feed = make_feed(trace, requests, cfg.concurrency, origin, sessions_at_rate=cfg.rate is not None)
+    want_ids = has_sessions(trace)  # a turn's history is what the server returned: ask for its ids
     # aiohttp rather than httpx: httpx's connection pool scans every connection per request,
     # which with thousands in flight made the client the bottleneck (measured: 150 req/s)
     connector = aiohttp.TCPConnector(limit=cfg.max_concurrency or 0)  # 0: no cap on connections
@@ -151,13 +171,14 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
             notes.append(message)
             if warn is not None:
                 warn(message)
-        fit = fit_to_context(requests, served.max_model_len, cfg.clamp_to_max_model_len)
+        # a dynamic feed's prompts are made as they are released: each is fitted then
+        fit = fit_to_context(requests if feed.static else [], served.max_model_len, cfg.clamp_to_max_model_len)
         note = fit.note(served.max_model_len) if served.max_model_len else None
         if note:
             notes.append(note)
             if warn is not None:
                 warn(note)
-        prompts = _prompt_maker(cfg, served, fit.requests, tokenizer)
+        prompts = _prompt_maker(cfg, served, fit.requests if feed.static else requests, tokenizer)
         url = f"{cfg.base}{ENDPOINT_TYPES[cfg.endpoint_type]}"
         limit = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         samples = ServerSamples()
@@ -169,6 +190,13 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
         clock = time.perf_counter
         start = clock()
 
+        sent = {r.request_id: r for r in fit.requests}  # as sent: clamped, or built from a session's history
+        wake = asyncio.Event()  # a dynamic feed's release may have come: an end was reported
+
+        def ended(req: Request, outcome: Outcome) -> None:
+            feed.on_finished(req, clock() - start + origin, outcome)
+            wake.set()
+
         async def one(req: Request) -> None:
             nonlocal done
             timing = timings[req.request_id]
@@ -177,6 +205,8 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
                     timing.error = "beam search is not part of the OpenAI API"
                     return
                 payload = payload_of(req, prompts.prompt(req), served.id, cfg)
+                if want_ids:
+                    payload["return_token_ids"] = True
                 async with limit if limit is not None else nullcontext():
                     timing.sent = clock()
                     await stream_one(client, url, payload, timing, cfg.endpoint_type, clock)
@@ -194,24 +224,62 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
                 done += 1
                 if progress is not None:
                     progress(done)
+                if not feed.static:
+                    ended(req, outcome_of(req, timing, None))
+
+        async def released() -> None:
+            """Send what a dynamic feed releases, when it releases it; one fitted to the context as it
+            goes (skipped ones end at once, with their reason, as turned-away session turns do)."""
+            nonlocal done
+            while not feed.exhausted:
+                wake.clear()
+                due = feed.next_time()
+                wait = None if due == math.inf else (due - origin) - (clock() - start)
+                if wait is None or wait > 0:
+                    try:
+                        await asyncio.wait_for(wake.wait(), wait)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                req = feed.pop()
+                reason = feed.reject_reason(req)
+                if reason is None:
+                    fitted = fit_to_context([req], served.max_model_len, cfg.clamp_to_max_model_len)
+                    fit.num_clamped += fitted.num_clamped
+                    req = fitted.requests[0] if fitted.requests else req
+                    reason = fitted.skipped.get(req.request_id)
+                sent[req.request_id] = req
+                if reason is not None:
+                    fit.skipped[req.request_id] = reason
+                    done += 1
+                    if progress is not None:
+                        progress(done)
+                    ended(req, Outcome(reason))
+                    continue
+                tasks.append(asyncio.ensure_future(one(req)))
+            await asyncio.gather(*tasks)  # (the last ends release nothing more)
 
         scraper = asyncio.ensure_future(_scrape_loop(client, cfg, samples)) if cfg.scrape_interval_s > 0 else None
         tasks = []
-        for req in fit.requests:  # at most one send per request, at its arrival time
-            delay = (req.arrival_time - origin) - (clock() - start)
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one(req)))
+        if feed.static:
+            for req in fit.requests:  # at most one send per request, at its arrival time
+                delay = (req.arrival_time - origin) - (clock() - start)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(one(req)))
+        else:
+            await released()
         await asyncio.gather(*tasks)
         if scraper is not None:
             scraper.cancel()
         samples.after = await _scrape_one(client, cfg, samples, record=False)
 
-    sent = {r.request_id: r for r in fit.requests}  # clamped where they were
     metrics = MetricsRecorder(0, cfg.warmup_s, origin=origin)
+    labels = session_labels(trace, requests)
     for req in requests:
-        metrics.requests.append(record_of(sent.get(req.request_id, req), timings[req.request_id],
-                                          fit.skipped.get(req.request_id)))
+        record = record_of(sent.get(req.request_id, req), timings[req.request_id], fit.skipped.get(req.request_id))
+        record.session_id, record.turn = labels.get(req.request_id, (None, None))
+        metrics.requests.append(record)
     failed = [t.error or "no response" for rid, t in timings.items() if rid not in fit.skipped and
               (t.error is not None or t.finish is None)]
     itl = [x for r in metrics.requests for x in r.inter_token_latencies]

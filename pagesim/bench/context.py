@@ -46,5 +46,6 @@ def fit_to_context(requests: list[Request], max_model_len: int | None, clamp: bo
 def clamped(req: Request, max_model_len: int) -> Request:
     prompt_len = min(req.prompt_len, max_model_len - 1)
     ids = req.prompt_token_ids[:prompt_len] if req.prompt_token_ids is not None else None
+    hashed = req.hashed_prompt.truncated(prompt_len) if req.hashed_prompt is not None else None
     sampling = replace(req.sampling, max_tokens=min(req.sampling.max_tokens, max_model_len - prompt_len))
-    return replace(req, prompt_len=prompt_len, sampling=sampling, prompt_token_ids=ids)
+    return replace(req, prompt_len=prompt_len, sampling=sampling, prompt_token_ids=ids, hashed_prompt=hashed)

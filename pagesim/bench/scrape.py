@@ -12,6 +12,7 @@ QUEUED = ("vllm:num_requests_waiting", "vllm:num_requests_swapped")
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # newer vLLM, older vLLM
 PREEMPTIONS = "vllm:num_preemptions_total"
 STEPS = "pagesim:engine_steps_total"  # `pagesim serve` only
+PREFIX_QUERIES, PREFIX_HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"  # tokens (vLLM v1)
 
 
 MAX_METRICS_BYTES = 4 * 2**20  # of one /metrics answer; the rest is not read
@@ -97,6 +98,8 @@ class ServerSamples:
             "peak_kv_utilization": max(self.kv_usage) if self.kv_usage else None,
             "num_preemptions": self.change(PREEMPTIONS),
             "num_steps": self.change(STEPS),
+            "server_prefix_cache_queries": self.change(PREFIX_QUERIES),
+            "server_prefix_cache_hits": self.change(PREFIX_HITS),
             "num_metric_samples": len(self.running),
         }
 

@@ -30,6 +30,7 @@ class Timing:
     prompt_tokens: int | None = None  # from the server's usage, when it sends one
     completion_tokens: int | None = None
     error: str | None = None
+    output_token_ids: list[int] | None = None  # the first choice's generated ids, where the server returns them
 
 
 def short(text: str, limit: int = MAX_REASON_CHARS) -> str:
@@ -89,6 +90,7 @@ class Chunk:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     has_usage: bool = False
+    token_ids: list[int] | None = None  # the first choice's new ids (vLLM's return_token_ids), where sent
 
 
 def parse_chunk(data: bytes, endpoint_type: str) -> Chunk:
@@ -109,6 +111,7 @@ def parse_chunk(data: bytes, endpoint_type: str) -> Chunk:
     if not isinstance(choices, list):
         raise ServerValueError(f"malformed chunk: choices is {kind_of(choices)}, not a list")
     has_text = False
+    token_ids = None
     for choice in choices:
         if not isinstance(choice, dict):
             raise ServerValueError(f"malformed chunk: a choice is {kind_of(choice)}, not an object")
@@ -122,14 +125,20 @@ def parse_chunk(data: bytes, endpoint_type: str) -> Chunk:
         if text is not None and not isinstance(text, str):
             raise ServerValueError(f"malformed chunk: {name} is {kind_of(text)}, not a string")
         has_text = has_text or bool(text)
+        ids = choice.get("token_ids")
+        if ids is not None:
+            if not isinstance(ids, list) or not all(type(t) is int and 0 <= t < MAX_TOKEN_COUNT for t in ids):
+                raise ServerValueError("malformed chunk: choices[].token_ids is not a list of token ids")
+            if choice.get("index", 0) == 0:
+                token_ids = (token_ids or []) + ids
     usage = chunk.get("usage")
     if usage is None:  # OpenAI sends "usage": null on every chunk but the last
-        return Chunk(has_text)
+        return Chunk(has_text, token_ids=token_ids)
     if not isinstance(usage, dict):
         raise ServerValueError(f"malformed chunk: usage is {kind_of(usage)}, not an object")
     counts = {name: None if usage.get(name) is None else token_count(usage[name], f"usage.{name}")
               for name in ("prompt_tokens", "completion_tokens")}
-    return Chunk(has_text, counts["prompt_tokens"], counts["completion_tokens"], has_usage=True)
+    return Chunk(has_text, counts["prompt_tokens"], counts["completion_tokens"], has_usage=True, token_ids=token_ids)
 
 
 def check_tokens(timing: Timing, max_tokens: int, n: int) -> None:
@@ -197,6 +206,8 @@ async def stream_one(client, url: str, payload: dict, timing: Timing, endpoint_t
                 timing.prompt_tokens, timing.completion_tokens = chunk.prompt_tokens, chunk.completion_tokens
             if chunk.has_text:
                 timing.chunk_times.append(clock())
+            if chunk.token_ids is not None:
+                timing.output_token_ids = (timing.output_token_ids or []) + chunk.token_ids
         else:
             timing.error = "the stream ended without [DONE]"
             return

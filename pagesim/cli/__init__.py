@@ -13,7 +13,7 @@ from pagesim.cli.checks import PagesimGroup, debug
 
 # Each registers itself on `app` when imported, in this order (the order of `pagesim --help`).
 COMMAND_MODULES = ("plan", "replay", "validate", "run", "trace", "profile", "compare", "figures", "serve", "route",
-                   "bench", "calibrate", "model")
+                   "bench", "calibrate", "model", "view")
 
 
 class _CommandsOnDemand(typer.Typer):

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import OUT_FILE
+from pagesim.cli.checks import OUT_FILE, progress_bar
 from pagesim.cli.replay import fail
 
 calibrate_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -84,7 +84,8 @@ def fit(
     from pagesim.sim.cost.measurements import MeasurementError
 
     try:
-        written = write_calibrations(data_dir, out or SHIPPED_DIR)
+        with progress_bar("calibrate fit", "GPUs", None, bar=False):  # a line every 10 s in a log
+            written = write_calibrations(data_dir, out or SHIPPED_DIR)
     except MeasurementError as e:
         fail(str(e))
     for path in written:
@@ -116,14 +117,24 @@ def engine(
     except (RealRunError, ValidateError, EngineProfileError, KeyError, ValueError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     echo = lambda message: typer.echo(message, err=True)  # noqa: E731
-    result = fit_engine(fit_runs, profile, progress=echo)
+    done = []  # the fit's iterations, then the held-out runs: each says its own line, and a log gets one every 10 s
+
+    def said(message: str) -> None:
+        echo(message)
+        done.append(message)
+        advance(len(done))
+
+    with progress_bar("calibrate engine: fit", "iterations", None, bar=False) as advance:
+        result = fit_engine(fit_runs, profile, progress=said)
     held_out = {}
     if loo and len(fit_runs) > 1:
-        def report(run_name, entry):
-            e = entry["errors"]
-            echo(f"held out {run_name}: E2E {_pct(e.get('e2e_mean', {}).get('error'))}, TTFT "
-                 f"{_pct(e.get('ttft_mean', {}).get('error'))}, ITL {_pct(e.get('itl_mean', {}).get('error'))}")
-        held_out = leave_one_out(fit_runs, profile, result.params, progress=report)
+        done.clear()
+        with progress_bar("calibrate engine: leave one run out", "runs", len(fit_runs), bar=False) as advance:
+            def report(run_name, entry):
+                e = entry["errors"]
+                said(f"held out {run_name}: E2E {_pct(e.get('e2e_mean', {}).get('error'))}, TTFT "
+                     f"{_pct(e.get('ttft_mean', {}).get('error'))}, ITL {_pct(e.get('itl_mean', {}).get('error'))}")
+            held_out = leave_one_out(fit_runs, profile, result.params, progress=report)
     fitted = replace(profile, name=name or out.stem, params=result.params, provenance={
         "fitted_by": "pagesim calibrate engine", "base": profile.name, "runs": [r.name for r in fit_runs],
         "priors": {k: list(v) for k, v in PRIORS.items()}, "iterations": result.iterations,

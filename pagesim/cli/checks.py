@@ -204,9 +204,9 @@ def check_workload(requests, warmup: float, duration: float | None) -> None:
 
 def load_trace_file(path: Path):
     """load_trace, with every problem as one line naming the file (and record and field)."""
-    from pagesim.workload.trace import TraceError, load_trace
+    from pagesim.workload.trace import TraceError, find_trace, load_trace
 
-    input_file(path, "trace file")
+    input_file(find_trace(path), "trace file")
     try:
         return load_trace(path)
     except (OSError, TraceError) as e:
@@ -214,9 +214,12 @@ def load_trace_file(path: Path):
 
 
 @contextmanager
-def progress_bar(label: str, unit: str, total: int | None, console=None, quiet: bool = False) -> Iterator[Callable]:
-    """A progress bar with elapsed time and ETA on `console` (default: a rich Console on stderr),
-    off when quiet or not a terminal. Yields update(done, total=None). Quiet, it loads no rich."""
+def progress_bar(label: str, unit: str, total: int | None, console=None, quiet: bool = False,
+                 bar: bool = True) -> Iterator[Callable]:
+    """A progress bar with elapsed time and ETA on `console` (default: a rich Console on stderr);
+    where that is not a terminal (a log), a line every 10 s instead (pagesim.progress). Off when
+    quiet (--json); bar=False: the log lines only (work that prints its own lines on a terminal).
+    Yields update(done, total=None). Quiet, it loads no rich."""
     if quiet:
         yield lambda done, new_total=None: None
         return
@@ -225,10 +228,19 @@ def progress_bar(label: str, unit: str, total: int | None, console=None, quiet: 
                                TimeRemainingColumn)
 
     console = console or Console(stderr=True)
+    if not console.is_terminal:
+        from pagesim.progress import LogProgress
+
+        with LogProgress(label, unit, total, console.file) as log:
+            yield log.update
+        return
+    if not bar:
+        yield lambda done, new_total=None: None
+        return
 
     columns = [TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(label, total=total)
         every = max(1, (total or 0) // 200)  # about 200 redraws a run, not one per request
 

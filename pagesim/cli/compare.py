@@ -16,13 +16,20 @@ import typer
 from pagesim.cli import app
 from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, NON_NEGATIVE, NUM_REQUESTS, OUT_DIR, OUT_FILE, POSITIVE_INT, RATE,
                                 SAMPLES, SCALE, SEED, SEQS, TOKENS, Number, fail, input_file, progress_bar)
+from pagesim.cli.config_file import config_option, given_options_line, print_reproduce, resolved_options
 from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
-from pagesim.cli.replay import Policy, Preemption
+from pagesim.cli.replay import DEFAULTS, WORKLOAD, Policy, Preemption
+from pagesim.sim.cost import DEFAULT_COST_MODEL
+
+
+RESULT_PATHS = ("out", "figure", "config")  # where results go: not part of what a re-run repeats
 
 
 @app.command()
 def compare(
+    ctx: typer.Context,
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
+    config: Optional[Path] = config_option(),
     profile: Optional[Path] = typer.Option(None, help="profile file from `pagesim profile` (same model, device and "
                                            "clock); required without --endpoint"),
     endpoint: Optional[str] = typer.Option(None, help="measure a running OpenAI-compatible server at this URL instead "
@@ -30,14 +37,14 @@ def compare(
     served_model: Optional[str] = typer.Option(None, help="with --endpoint: the model name to request (default: the "
                                                "server's first)"),
     cost_model: Optional[str] = typer.Option(None, help="the simulator's cost model (default: profiled with --profile, "
-                                             "else roofline for --sim-model on --gpu)"),
+                                             f"else {DEFAULT_COST_MODEL} for --sim-model on --gpu)"),
     gpu: str = typer.Option("a100-40gb", help="catalog GPU for cost models other than profiled"),
     model: str = typer.Option("smollm2", help="executor model: checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG"),
     sim_model: str = typer.Option("smollm2-135m", help="catalog model for the simulator (sizes its host pool only)"),
     device: str = typer.Option("cpu", help="cpu or cuda"),
     dtype: Optional[str] = typer.Option(None, parser=dtype_name, help="float32, float16 or bfloat16 (default: the loader's)"),
-    policy: Policy = typer.Option(Policy.paged, help="KV cache system (when --system is not given)"),
-    preemption: Preemption = typer.Option(Preemption.recompute, help="preemption mode (when --system is not given)"),
+    policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system (when --system is not given)"),
+    preemption: Preemption = typer.Option(DEFAULTS.preemption, help="preemption mode (when --system is not given)"),
     system: Optional[List[str]] = typer.Option(None, help="repeatable: paged-recompute, paged-recompute-chunked "
                                                "(chunked prefill), paged-swap, paged-auto, orca-oracle, orca-pow2, "
                                                "orca-max, static (one model load for all)"),
@@ -48,18 +55,23 @@ def compare(
     reprofile: bool = typer.Option(False, help="profile the executor again before each round; the simulator then uses "
                                    "the rounds' pooled profile (written to OUT/profiles/)"),
     profile_grid: str = typer.Option("default", help="with --reprofile: the profile grid, default or tiny (tests)"),
-    rate: float = typer.Option(1.0, parser=RATE, help="Poisson arrival rate in req/s"),
+    rate: float = typer.Option(WORKLOAD.rate, parser=RATE, help="Poisson arrival rate in req/s"),
     length_scale: float = typer.Option(1.0, parser=SCALE, help="divide every prompt and output length by this "
                                        "(CPU-sized runs)"),
-    num_requests: int = typer.Option(200, parser=NUM_REQUESTS, help="requests to serve"),
+    num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests to serve"),
     block_size: int = typer.Option(16, parser=BLOCK_SIZE, help="tokens per KV block"),
     num_gpu_blocks: int = typer.Option(128, parser=BLOCKS, help="KV blocks in the device pool (both runs)"),
     num_cpu_blocks: int = typer.Option(256, parser=BLOCKS, help="KV blocks in the host (swap) pool (both runs)"),
     max_num_seqs: int = typer.Option(64, parser=SEQS, help="sequences running at once, at most"),
     max_num_batched_tokens: int = typer.Option(1024, parser=TOKENS, help="tokens per step, at most"),
     max_model_len: int = typer.Option(1024, parser=TOKENS, help="longest sequence"),
+    prefix_caching: bool = typer.Option(False, "--prefix-caching/--no-prefix-caching",
+                                        help="the server caches prefixes (as `pagesim serve --prefix-caching`): the "
+                                        "simulator too"),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="with --endpoint: closed loop, N clients on both sides "
+                                              "(each sending when its last request ended)"),
     clock: Optional[str] = typer.Option(None, help="executor clock: cpu or wall (default cpu on CPU, wall on GPU)"),
-    seed: int = typer.Option(0, parser=SEED, help="seed of arrivals and synthetic prompts"),
+    seed: int = typer.Option(WORKLOAD.seed, parser=SEED, help="seed of arrivals and synthetic prompts"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write compare.json, compare.md, compare.png and both "
                                        "runs' metrics here"),
     figure: Optional[Path] = typer.Option(None, parser=OUT_FILE, help="figure path (default OUT/compare.png)"),
@@ -74,7 +86,7 @@ def compare(
     from pagesim.compare import CompareSettings, parse_system, plot, print_table, scaled_trace, write_results
     from pagesim.results import results_folder
     from pagesim.sim.cost.profiled import ProfileError, load_profile
-    from pagesim.workload.trace import TraceError, load_trace
+    from pagesim.workload.trace import TraceError, find_trace, load_trace
 
     if system:
         systems = list(system)
@@ -101,7 +113,7 @@ def compare(
             parse_system(name)
         if clock not in ("cpu", "wall"):
             raise ValueError(f"--clock must be cpu or wall, got {clock!r}")
-        loaded_trace = scaled_trace(load_trace(input_file(trace, "trace file")), length_scale)
+        loaded_trace = scaled_trace(load_trace(input_file(find_trace(trace), "trace file")), length_scale)
         prof = load_profile(profile) if profile is not None else None
     except (OSError, TraceError, ProfileError, ValueError) as e:
         fail(str(e))
@@ -111,12 +123,17 @@ def compare(
     settings = CompareSettings(rate=rate, num_requests=num_requests, seed=seed, block_size=block_size,
                                num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, clock=clock,
-                               sim_model=sim_model, gpu=gpu, n=n,
-                               cost_model=cost_model or ("profiled" if profile is not None or reprofile else "roofline"))
+                               sim_model=sim_model, gpu=gpu, n=n, prefix_caching=prefix_caching,
+                               concurrency=concurrency,
+                               cost_model=cost_model or ("profiled" if profile is not None or reprofile else DEFAULT_COST_MODEL))
     console = Console(stderr=True)
+    if concurrency is not None and endpoint is None:
+        fail("--concurrency needs --endpoint: the in-process executor replays open loop")
+    # compare.json's config (a --config file for the same comparison) and its reproduce line
+    rerun = {"config": resolved_options(ctx, skip=RESULT_PATHS), "reproduce": given_options_line(ctx, trace, skip=RESULT_PATHS)}
     if repeat > 1 or reprofile:
         _repeated(model, device, dtype, loaded_trace, settings, systems, profile, repeat, reprofile, profile_grid,
-                  length_scale, out, console, tolerance)
+                  length_scale, out, console, tolerance, rerun)
         return
     if endpoint is not None:  # the measured side is a running server, reached over HTTP
         from pagesim.bench.client import BenchError
@@ -149,25 +166,35 @@ def compare(
         if staging is not None:
             if figure is None:
                 plot(results, staging / "compare.png", title)
-            meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "trace": str(trace), "profile": str(profile),
-                    "model": model, "device": device, "settings": vars(settings), **meta}
+            meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), **rerun, "trace": str(trace),
+                    "profile": str(profile), "model": model, "device": device, "settings": vars(settings), **meta}
             write_results(results, staging, meta)
     print_table(results, Console(), title)
     with_steps = [(r.system, r.step_fidelity) for r in results if r.step_fidelity]
     if with_steps:
         from pagesim.compare import step_fidelity_table
 
-        typer.echo(step_fidelity_table(with_steps))
+        print_markdown(step_fidelity_table(with_steps))
     for r in results:
         ok = r.headline_within(tolerance)
         Console().print(f"{r.system}: headline metrics {'within' if ok else 'NOT within'} {tolerance * 100:.0f} %", markup=False)
     fig_path = figure or (out / "compare.png" if out is not None else None)
     if out is not None:
         Console().print(f"wrote {out}/compare.json, compare.md" + (f", {fig_path}" if fig_path else ""), markup=False)
+        print_reproduce(rerun["reproduce"])
     elif fig_path is not None:
         Console().print(f"wrote {fig_path}", markup=False)
     if endpoint is not None:
         _check_served(results, max_failed_share)
+
+
+def print_markdown(text: str) -> None:
+    """compare.md's tables as the terminal shows them (rich renders the markdown: tables with
+    aligned columns, bold as bold), not as raw pipes."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console().print(Markdown(text))
 
 
 def _check_served(results, max_failed_share: float) -> None:
@@ -210,7 +237,7 @@ def _systems() -> dict:
 
 
 def _repeated(model, device, dtype, loaded_trace, settings, systems, profile, repeat, reprofile, profile_grid,
-              length_scale, out, console, tolerance) -> None:
+              length_scale, out, console, tolerance, rerun: dict) -> None:
     """--repeat K / --reprofile: K interleaved rounds of executor runs, one model load."""
     from rich.console import Console
 
@@ -237,13 +264,14 @@ def _repeated(model, device, dtype, loaded_trace, settings, systems, profile, re
                                              log=lambda msg: console.print(msg))
         except (ValueError, ProfileError) as e:
             fail(str(e))
-        meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), "profile": str(profile) if profile else None,
+        meta = {"command": "pagesim " + shlex.join(sys.argv[1:]), **rerun, "profile": str(profile) if profile else None,
                 "simulator_profile": str(Path(out) / Path(used).relative_to(staging)) if reprofile else used,
                 "model": model, "device": device, "repeat": repeat, "reprofile": reprofile,
                 "length_scale": length_scale, "settings": vars(settings)}
         write_repeated_results(results, staging, meta)
-    typer.echo(repeated_markdown(results))
+    print_markdown(repeated_markdown(results))
     for r in results:
         Console().print(f"{r.label}: headline metrics {'meet' if r.headline_met() else 'do NOT meet'} the target "
                         f"(inside the executor's 95 % band or within {tolerance * 100:.0f} % of its mean)", markup=False)
     Console().print(f"wrote {out}/compare.json, compare.md", markup=False)
+    print_reproduce(rerun["reproduce"])

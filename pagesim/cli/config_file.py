@@ -6,7 +6,8 @@ file's values become the options' defaults (the click context's default_map), so
 line overrides the file, and each value is checked by the flag's own parser before any work
 starts: a bad one is one line naming the file and the key. An option set by the file counts as
 given (`checks.given`). A file whose top level holds a `config` mapping is a summary.json, and its
-`config` is read: `pagesim replay TRACE --config OUT/summary.json` re-creates that run.
+`config` is read: `pagesim replay TRACE --config OUT/summary.json` re-creates that run (run and
+bench store theirs the same way; compare.json holds it under `meta`).
 
 A command may also take keys that have no flag (`replay`: the ReplayConfig fields without one,
 such as `allocator`): `extra_keys` names them and checks each; they are stored in
@@ -48,6 +49,8 @@ def read_config_file(path: Path) -> dict:
     except OSError as e:
         fail(f"{path}: cannot read the config file ({(e.strerror or str(e)).lower()})")
     doc = _parse(path, text)
+    if isinstance(doc, dict) and isinstance(doc.get("meta"), dict) and isinstance(doc["meta"].get("config"), dict):
+        doc = doc["meta"]  # a compare.json: its meta holds the config
     if isinstance(doc, dict) and isinstance(doc.get("config"), dict):  # a summary.json
         doc = doc["config"]
     if doc is None:
@@ -161,10 +164,15 @@ def apply_config(ctx: typer.Context, path: Path, extra_keys: ExtraKeys | None = 
                 continue  # the option's own default, None
             else:
                 fail(f"{path}: {key}: null is not a value of {_flag(param)} (leave the key out for its default)")
-        if isinstance(value, (dict, list)):
+        repeated = getattr(param, "multiple", False)  # a repeatable flag (compare's --system) takes a list
+        if isinstance(value, dict) or (isinstance(value, list) and not repeated):
             fail(f"{path}: {key}: must be one value for {_flag(param)}, got a {type(value).__name__}")
+        if repeated:
+            value = value if isinstance(value, list) else [value]
+            if any(isinstance(item, (dict, list)) or item is None for item in value):
+                fail(f"{path}: {key}: each value of {_flag(param)} is one value, got {value!r}")
         try:
-            _coerce(param, ctx, value)  # the flag's own parser, as if typed after it
+            _coerce(param, ctx, value)  # the flag's own parser, as if typed after it (each time, if repeated)
         except typer.BadParameter as e:
             fail(f"{path}: {key}: {' '.join(e.message.removeprefix('Value error, ').split())}")
         defaults[param.name] = value
@@ -192,6 +200,43 @@ def config_extra(ctx: typer.Context) -> dict:
     return dict(ctx.meta.get(EXTRA, {}))
 
 
+def resolved_options(ctx: typer.Context, skip: tuple[str, ...] = ("out", "as_json", "config")) -> dict:
+    """Every option's value as the command ran with it, keyed as its flag (a Python name): the
+    content of a --config file that runs the command again with the same settings (stored as the
+    results' `config`). Enums are their text, paths strings, repeated options lists."""
+    options = {}
+    for param in ctx.command.params:
+        if getattr(param, "param_type_name", "") != "option" or param.name in skip:
+            continue
+        value = ctx.params[param.name]
+        if isinstance(value, (list, tuple)):
+            options[param.name] = [_plain(v) for v in value]
+        else:
+            options[param.name] = _plain(value)
+    return options
+
+
+def run_options(ctx: typer.Context, duration: float | None) -> dict:
+    """resolved_options of a command that serves requests (run, bench): sized by the count or by
+    `duration` (the one check_arrival_flags kept), whose count is then null, never by both."""
+    options = dict(resolved_options(ctx), duration=duration)
+    if duration is not None:
+        options["num_requests"] = None
+    return options
+
+
+def _plain(value: Any) -> Any:
+    value = getattr(value, "value", value)  # an enum's text
+    return str(value) if isinstance(value, Path) else value
+
+
+def print_reproduce(line: str) -> None:
+    """The "reproduce with" line every command that writes results prints (on stdout, whole)."""
+    from rich.console import Console
+
+    Console().print(f"reproduce with: {line}", markup=False, soft_wrap=True)
+
+
 def given_options_line(ctx: typer.Context, *arguments, skip: tuple[str, ...] = ("out", "as_json", "config")) -> str:
     """`pagesim CMD ARGUMENTS --flag value ...` with every option the user set (on the command
     line or in a --config file) and nothing else, then `--out NEW_FOLDER`: a command's
@@ -207,6 +252,9 @@ def given_options_line(ctx: typer.Context, *arguments, skip: tuple[str, ...] = (
         value = getattr(ctx.params[param.name], "value", ctx.params[param.name])  # (an enum's text)
         if isinstance(value, bool):
             words += [param.opts[0]] if value else param.secondary_opts[:1]
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                words += [param.opts[0], str(getattr(item, "value", item))]
         elif value is not None:
             words += [param.opts[0], str(value)]
     return shlex.join(words + ["--out"]) + " NEW_FOLDER"

@@ -19,10 +19,11 @@ def figures(
     jobs: int = typer.Option(2, parser=JOBS, help="figure scripts running at once"),
     full: bool = typer.Option(False, help="the paper's 3600 s of arrivals (default: the artifact's 600 s)"),
     smoke: bool = typer.Option(False, help="every script in its seconds-long smoke mode"),
-    out_dir: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="where the figure files go (default reports/figures, "
-                                        "which a --smoke run or one of fewer figures than reports/paper.md lists must not replace)"),
+    out_dir: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="where the figure files go (default: reports/figures "
+                                        "in the current folder, with reports/paper.md beside it; where results are there already, "
+                                        "a --smoke run or one of fewer figures than paper.md lists must name a folder of its own)"),
 ) -> None:
-    """Run the figure scripts in parallel processes and write reports/paper.md."""
+    """Run the figure scripts in parallel processes and write reports/paper.md (in the current folder)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -52,5 +53,8 @@ def figures(
             verdict = f"{v.num_within} of {v.num_rows} within"
         table.add_row(f.stem, f"{'ok' if f.returncode == 0 else 'FAILED'} {f.wall_s:.0f} s", verdict)
     Console().print(table)
+    for f in sorted(figs, key=lambda f: f.key):  # why, in whole lines (a table cell would cut them)
+        if f.returncode != 0:
+            Console().print(f"{f.stem} failed: {run_all.failure_reason(f)} (log {f.log})", markup=False, soft_wrap=True)
     if any(f.returncode != 0 for f in figs):
         raise typer.Exit(1)

@@ -14,6 +14,9 @@ import typer
 from pagesim.cli import app
 from pagesim.cli.checks import (FRACTION, NUM_REQUESTS, OUT_DIR, POSITIVE, RATE, SECONDS, SEED, TOKENS, WORKERS, fail,
                                 input_file, progress_bar)
+from pagesim.cli.config_file import config_option, print_reproduce
+from pagesim.cli.replay import DEFAULTS, WORKLOAD
+from pagesim.sim.cost import DEFAULT_COST_MODEL
 
 DEFAULT_GPUS = "a100-40gb,a100-80gb,h100-80gb,h200"
 
@@ -37,18 +40,22 @@ def _names(option: str, text: str) -> list[str]:
 
 @app.command()
 def plan(
+    config: Optional[Path] = config_option(),
     model: str = typer.Option(..., help="model from the catalog (pagesim model list), e.g. llama-2-7b, or a Hugging Face config.json"),
     kv_cache_dtype: str = typer.Option("auto", help="KV cache element type: auto (the model's dtype) or fp8 (1 byte)"),
     trace: Path = typer.Option(..., help="trace file (see docs/traces.md)"),
-    target_rate: float = typer.Option(..., parser=RATE, help="total request rate to serve, req/s"),
+    target_rate: Optional[float] = typer.Option(None, parser=RATE, help="total request rate to serve, req/s"),
+    target_concurrency: Optional[int] = typer.Option(None, min=1, help="instead of --target-rate: closed-loop "
+                                                     "clients to serve (each sending when its last request ended); "
+                                                     "capacity per replica is then in clients"),
     slo: str = typer.Option(..., help="SLOs, e.g. ttft_p99=2.0,tpot_p99=0.1,goodput=0.9 (seconds; see docs/plan.md)"),
     gpus: str = typer.Option(DEFAULT_GPUS, help="GPUs to compare (comma-separated catalog names)"),
     tp: str = typer.Option("1", help="tensor-parallel degrees to try, e.g. 1,2,4,8"),
     block_size: str = typer.Option("16", help="KV block sizes to try, e.g. 8,16,32"),
-    preemption: str = typer.Option("recompute", help="preemption modes to try: recompute,swap,auto"),
+    preemption: str = typer.Option(DEFAULTS.preemption, help="preemption modes to try: recompute,swap,auto"),
     max_num_seqs: str = typer.Option("256", help="max running sequences to try, e.g. 128,256"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, model max length))"),
-    num_requests: int = typer.Option(1000, parser=NUM_REQUESTS, help="requests per simulated run, at least"),
+    num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests per simulated run, at least"),
     min_duration: float = typer.Option(60.0, parser=SECONDS, help="seconds of arrivals per run, at least (more requests at high rates)"),
     warmup_fraction: float = typer.Option(0.2, parser=FRACTION, help="share of each run's arrival span left out of the statistics"),
     tolerance: float = typer.Option(0.02, parser=POSITIVE, help="relative tolerance of the rate search"),
@@ -56,10 +63,10 @@ def plan(
     min_rate: float = typer.Option(0.01, parser=RATE, help="below this rate a configuration is called infeasible, req/s"),
     min_headroom: float = typer.Option(0.0, parser=FRACTION, help="spare capacity to keep: replicas = ceil(target / (capacity x (1 - h)))"),
     prices: Optional[Path] = typer.Option(None, help="GPU prices file (default: pagesim/plan/gpu_prices.json)"),
-    cost_model: str = typer.Option("calibrated", help="calibrated, roofline or profiled (with --profile)"),
+    cost_model: str = typer.Option(DEFAULT_COST_MODEL, help="calibrated, roofline or profiled (with --profile)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
-    seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process (the same at every rate)"),
+    seed: int = typer.Option(WORKLOAD.seed, parser=SEED, help="seed of the arrival process (the same at every rate)"),
     jobs: int = typer.Option(0, parser=WORKERS, help="parallel workers (0: the CPU count)"),
     backend: str = typer.Option("local", help="local (process pool) or ray (RAY_ADDRESS, or a local cluster)"),
     cache_dir: Path = typer.Option(Path(".pagesim-cache/plan"), parser=OUT_DIR, help="cache of simulated runs"),
@@ -70,8 +77,8 @@ def plan(
     """Find, for each configuration, the highest rate one replica sustains within the SLOs; then the
     replicas and cost to serve TARGET_RATE, the cheapest configuration, and a report."""
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+
+    from pagesim.cli.tables import Column, print_rows
 
     from pagesim.plan import make_plan
     from pagesim.plan.backends import BACKENDS, BackendUnavailable
@@ -82,8 +89,10 @@ def plan(
     from pagesim.plan.search import SearchSettings
     from pagesim.plan.slo import SLOError, parse_slos
     from pagesim.sim.specs import get_model, is_config_path, with_kv_cache_dtype
-    from pagesim.workload.trace import TraceError, load_trace
+    from pagesim.workload.trace import TraceError, find_trace, load_trace
 
+    if (target_rate is None) == (target_concurrency is None):
+        fail("give --target-rate (open-loop req/s) or --target-concurrency (closed-loop clients), one of them")
     if backend not in BACKENDS:
         fail(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     try:
@@ -98,9 +107,10 @@ def plan(
                                kv_cache_dtype=kv_cache_dtype)
         with_kv_cache_dtype(spec, kv_cache_dtype)  # checks the name
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
-        settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
+        if target_rate is not None:
+            settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
         price_table = load_prices(prices)
-        loaded = load_trace(input_file(trace, "trace file"))
+        loaded = load_trace(input_file(find_trace(trace), "trace file"))
     except KeyError as e:
         fail(e.args[0])
     except (SLOError, ValueError, OSError, TraceError) as e:
@@ -114,19 +124,24 @@ def plan(
     if profile is not None:
         input_file(profile, "profile file")
 
+    if target_concurrency is not None:
+        from pagesim.cli.plan_concurrency import plan_closed_loop
+
+        return plan_closed_loop(loaded, trace, grid, settings, slos, target_concurrency, price_table, out, as_json,
+                                "pagesim " + shlex.join(sys.argv[1:]))
     # The full command, every option explicit, so the report reproduces even if defaults change.
-    command = shlex.join(["pagesim", "plan", "--model", model, "--trace", str(trace), "--target-rate", f"{target_rate:.12g}",
-                          "--slo", ",".join(f"{s.name}={s.threshold:.12g}" for s in slos),
-                          "--gpus", ",".join(dict.fromkeys(p.gpu for p in grid)),
-                          "--tp", tp, "--block-size", block_size, "--preemption", preemption, "--max-num-seqs", max_num_seqs,
-                          "--max-num-batched-tokens", str(settings.batched_tokens), "--num-requests", str(num_requests),
-                          "--min-duration", f"{min_duration:.12g}",
-                          "--warmup-fraction", f"{warmup_fraction:.12g}", "--tolerance", f"{tolerance:.12g}",
-                          "--start-rate", f"{start_rate:.12g}", "--min-rate", f"{min_rate:.12g}",
-                          "--min-headroom", f"{min_headroom:.12g}", "--cost-model", cost_model, "--seed", str(seed)]
-                         + (["--prices", str(prices)] if prices else []) + (["--profile", str(profile)] if profile else [])
-                         + (["--force"] if force else [])
-                         + ["--out", str(out)])
+    words = (["pagesim", "plan", "--model", model, "--trace", str(trace), "--target-rate", f"{target_rate:.12g}",
+             "--slo", ",".join(f"{s.name}={s.threshold:.12g}" for s in slos),
+             "--gpus", ",".join(dict.fromkeys(p.gpu for p in grid)),
+             "--tp", tp, "--block-size", block_size, "--preemption", preemption, "--max-num-seqs", max_num_seqs,
+             "--max-num-batched-tokens", str(settings.batched_tokens), "--num-requests", str(num_requests),
+             "--min-duration", f"{min_duration:.12g}",
+             "--warmup-fraction", f"{warmup_fraction:.12g}", "--tolerance", f"{tolerance:.12g}",
+             "--start-rate", f"{start_rate:.12g}", "--min-rate", f"{min_rate:.12g}",
+             "--min-headroom", f"{min_headroom:.12g}", "--cost-model", cost_model, "--seed", str(seed)]
+             + (["--prices", str(prices)] if prices else []) + (["--profile", str(profile)] if profile else [])
+             + (["--force"] if force else []))
+    command = shlex.join(words + ["--out", str(out)])
 
     workers = jobs or os.cpu_count() or 1
     console = Console(stderr=True)
@@ -150,18 +165,17 @@ def plan(
         sys.stdout.write(paths["json"].read_text())
         return
     con = Console()
-    table = Table(title=escape(f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos)),
-                  title_justify="left")
-    for name in ("#", "configuration", "capacity/replica", "replicas", "$/h", "$/M out tok", "headroom", "limiting"):
-        table.add_column(name, justify="left" if name in ("configuration", "limiting") else "right")
+    columns = [Column(name, "left" if name in ("configuration", "limiting") else "right")
+               for name in ("#", "configuration", "capacity/replica", "replicas", "$/h", "$/M out tok", "headroom",
+                            "limiting")]
     rank = {id(r): i + 1 for i, r in enumerate(result.ranking)}
-    for r in sorted(result.results, key=lambda r: rank.get(id(r), 10**9)):
-        table.add_row(str(rank.get(id(r), "-")), r.point.label, f"{r.capacity:.2f}" if r.capacity else "-",
-                      str(r.replicas or "-"), f"{r.cost_per_hour:,.2f}" if r.cost_per_hour is not None else "-",
-                      f"{r.cost_per_m_output_tokens:.3f}" if r.cost_per_m_output_tokens is not None else "-",
-                      f"{100 * r.headroom:.1f}%" if r.headroom is not None else "-",
-                      ", ".join(r.limiting) if r.feasible else (r.reason or "")[:80])
-    con.print(table)
+    rows = [[str(rank.get(id(r), "-")), r.point.label, f"{r.capacity:.2f}" if r.capacity else "-",
+             str(r.replicas or "-"), f"{r.cost_per_hour:,.2f}" if r.cost_per_hour is not None else "-",
+             f"{r.cost_per_m_output_tokens:.3f}" if r.cost_per_m_output_tokens is not None else "-",
+             f"{100 * r.headroom:.1f}%" if r.headroom is not None else "-",
+             ", ".join(r.limiting) if r.feasible else (r.reason or "")]
+            for r in sorted(result.results, key=lambda r: rank.get(id(r), 10**9))]
+    print_rows(con, f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos), columns, rows)
     best = result.recommendation
     if best is None:
         con.print("[bold]no configuration meets " + ", ".join(s.describe() for s in slos) + "[/] (see the report)")
@@ -169,3 +183,4 @@ def plan(
         con.print(f"[bold]cheapest:[/] {best.replicas} replica(s) of {best.point.label}: ${best.cost_per_hour:,.2f}/h")
     con.print(f"{simulated} runs simulated, {cached} from the cache, {elapsed:.1f} s; "
               f"wrote {paths['md']}, {paths['html']}, {paths['json']}", markup=False)  # paths may hold "[/bold]"
+    print_reproduce(shlex.join(words + ["--out"]) + " NEW_FOLDER")

@@ -15,11 +15,14 @@ from pagesim.cli import app
 from pagesim.cli.checks import (Number, BLOCKS, REPLICAS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
-from pagesim.cli.config_file import config_extra, config_option
+from pagesim.cli.config_file import config_extra, config_option, print_reproduce
+from pagesim.cli.summary_table import _fmt, print_summary  # noqa: F401 (run and bench print it through here too)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
 from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
 from pagesim.metrics.files import STEPS_CHOICES
+from pagesim.sim.cost import DEFAULT_COST_MODEL
+from pagesim.workload.requests import WORKLOAD_DEFAULTS as WORKLOAD
 
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).
 Policy = enum.Enum("Policy", {name: name for name in CHOICES["policy"]}, type=str)
@@ -47,11 +50,13 @@ def replay(
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
     block_size: int = typer.Option(DEFAULTS.block_size, parser=BLOCK_SIZE, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
-    rate: float = typer.Option(1.0, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
-    burstiness: float = typer.Option(1.0, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
-    num_requests: int = typer.Option(1000, parser=NUM_REQUESTS, help="requests to replay (the trace is cycled if it holds "
+    rate: float = typer.Option(WORKLOAD.rate, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: use the trace's own arrival times)"),
+    burstiness: float = typer.Option(WORKLOAD.burstiness, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
+    num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests to replay (the trace is cycled if it holds "
                                      "fewer)"),
     duration: Optional[float] = typer.Option(None, parser=POSITIVE_SECONDS, help="seconds of arrivals instead of a request count"),
+    concurrency: Optional[str] = typer.Option(None, help="closed loop: N clients, each sending its next request (or "
+                                              "session) when its last one ended; a list (1,2,4,8) sweeps them"),
     max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
     max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=TOKENS,
                                                          help=BATCHED_TOKENS_HELP),
@@ -73,13 +78,13 @@ def replay(
                                                  "from (default: pagesim/sim/data/beam_ancestry_smollm2.json)"),
     warmup: float = typer.Option(0.0, parser=SECONDS, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics"),
-    cost_model: str = typer.Option("calibrated", help="calibrated (fitted to measured GPU timings), roofline, constant or "
+    cost_model: str = typer.Option(DEFAULT_COST_MODEL, help="calibrated (fitted to measured GPU timings), roofline, constant or "
                                    "profiled"),
     engine: str = typer.Option(DEFAULT_ENGINE, help="engine profile for the calibrated cost model: how the serving engine "
                                f"runs the kernels ({', '.join(ENGINE_NAMES)}, or a profile .json; docs/calibration.md)"),
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
-    seed: int = typer.Option(0, parser=SEED, help="seed of the arrival process"),
+    seed: int = typer.Option(WORKLOAD.seed, parser=SEED, help="seed of the arrival process"),
     replicas: Optional[int] = typer.Option(None, parser=REPLICAS, help="simulate a cluster of this many replicas "
                                            "behind a router (docs/cluster.md)"),
     router: Optional[str] = typer.Option(None, help="the cluster's router (default round-robin; docs/cluster.md)"),
@@ -95,6 +100,7 @@ def replay(
     steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
                                 "second, or none"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    html: bool = typer.Option(False, "--html", help="also write the run's page, --out's report.html (pagesim view)"),
 ) -> None:
     """Replay TRACE through the engine core in simulated time."""
     from pagesim.api import finish_replay, prepare_replay
@@ -102,11 +108,13 @@ def replay(
     duration = check_arrival_flags(ctx, duration=duration)
     if profile is not None and cost_model.lower() != "profiled":
         fail(f"--profile is read only by --cost-model profiled (this run uses {cost_model})")
+    if html and out is None:
+        fail("--html writes report.html into the --out folder: give --out")
     if out is None and given(ctx, "steps"):
         warn(f"--steps {steps.value} chooses the steps.csv rows --out writes; without --out nothing is written")
     loaded = load_trace_file(trace)
-    if prefix_caching and not any(r.prompt_token_ids for r in loaded.requests):
-        warn(f"--prefix-caching: {trace} has no prompt_token_ids, so no prefix can be recognised and nothing is cached")
+    if prefix_caching and not any(r.prompt_token_ids or r.hash_ids for r in loaded.requests):
+        warn(f"--prefix-caching: {trace} has no prompt_token_ids or hash_ids, so no prefix can be recognised and nothing is cached")
     check_run_size(rate or None, num_requests, duration)
     options = dict(model=model, gpu=gpu, tp=tp, ep=ep, kv_cache_dtype=kv_cache_dtype.value, policy=policy,
                    block_size=block_size, preemption=preemption, rate=rate,
@@ -121,15 +129,25 @@ def replay(
     if any(v is not None for v in (replicas, router, staleness, pd, link, cluster)):
         from pagesim.cli.cluster import replay_cluster
 
+        if concurrency is not None:
+            fail("--concurrency: a cluster replays open-loop arrivals (a rate or the trace's own times), not closed-loop "
+                 "clients")
         return replay_cluster(ctx, trace, loaded, options, dict(replicas=replicas, router=router, staleness=staleness,
                                                                 pd=pd, link=link, cluster=cluster),
                               out, steps.value, as_json, warmup, duration)
+    levels = concurrency_levels(concurrency)
+    if len(levels) > 1:
+        return replay_sweep(loaded, trace, options, levels, out, as_json)
+    options["concurrency"] = levels[0]
     try:
         # per-step records only for a steps.csv
         sim = prepare_replay(loaded, keep_steps=out is not None and steps.value != "none", **options)
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(sim.requests, warmup, duration)
+    for note in sim.notes:
+        if note.startswith("what-if"):
+            warn(note)
 
     with progress_bar("replay", "requests", len(sim.requests), quiet=as_json) as advance:
         sim.on_progress = advance
@@ -140,6 +158,79 @@ def replay(
                  f"{cfg.policy} · {hardware_label(cfg, result.summary)}{engine_label(cfg)} · block {cfg.block_size}",
                  steps.value,
                  reproduce=None if out is None else reproduce_line(trace, steps.value, out / "summary.json"))
+    if html:
+        from pagesim.view import write_report
+
+        write_report([out], out / "report.html")
+        typer.echo(f"wrote {out / 'report.html'}", err=as_json)  # (--json: stdout holds the JSON alone)
+
+
+def concurrency_levels(text: str | int | None) -> list[int | None]:
+    """--concurrency's values: [None] (open loop), one N, or a sweep (each >= 1, in the order given)."""
+    if text is None:
+        return [None]
+    try:
+        levels = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        fail(f"--concurrency: expected a client count or a comma-separated list of them, got {text!r}")
+    if not levels or min(levels) < 1 or max(levels) > MAX_CLIENTS:
+        fail(f"--concurrency: each value must be an integer in [1, {MAX_CLIENTS:,}], got {text!r}")
+    return levels
+
+
+MAX_CLIENTS = 1_000_000  # (as --num-requests: more clients than a run may hold requests is no closed loop)
+
+
+SWEEP_COLUMNS = ("concurrency", "request_throughput", "output_token_throughput", "ttft_p50", "ttft_p99", "tpot_p50",
+                 "tpot_p99", "e2e_p50", "e2e_p99", "num_rejected")
+
+
+def replay_sweep(loaded, trace: Path, options: dict, levels: list[int], out: Path | None, as_json: bool) -> None:
+    """One replay per concurrency (write_sweep says what comes out)."""
+    from pagesim.api import finish_replay, prepare_replay
+
+    runs = []
+    for level in levels:
+        try:
+            sim = prepare_replay(loaded, keep_steps=False, **dict(options, concurrency=level))
+        except (KeyError, ValueError, OSError) as e:
+            fail(str(e.args[0] if isinstance(e, KeyError) else e))
+        with progress_bar(f"concurrency {level}", "requests", len(sim.requests), quiet=as_json) as advance:
+            sim.on_progress = advance
+            run = finish_replay(sim, trace)
+        runs.append((level, run.summary, run.metrics))
+    write_sweep(runs, trace, out, as_json)
+
+
+def write_sweep(runs: list[tuple[int, dict, object]], trace: Path, out: Path | None, as_json: bool) -> None:
+    """A sweep's runs, (concurrency, summary, metrics) each (replay's and bench's): a table of each
+    one's throughput and latencies; --out writes each run's folder (concurrency-N/, no steps.csv)
+    and sweep.csv; --json prints the summaries as a list."""
+    rows = [[level] + [summary.get(c) for c in SWEEP_COLUMNS[1:]] for level, summary, _ in runs]
+    if out is not None:
+        from pagesim.metrics.files import write_rows_csv
+        from pagesim.results import results_folder
+
+        with results_folder(out) as folder:
+            for level, summary, metrics in runs:
+                metrics.write(folder / f"concurrency-{level}", summary, steps="none")
+            write_rows_csv(folder / "sweep.csv", SWEEP_COLUMNS, rows)
+    if as_json:
+        sys.stdout.write(json.dumps([summary for _, summary, _ in runs], indent=2, sort_keys=True, allow_nan=False)
+                         + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"closed-loop sweep of {trace}", title_justify="left")
+    for name in ("N", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99",
+                 "rejected"):
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*(_fmt(v, digits=2 if i in (2, 7, 8) else 3) for i, v in enumerate(row)))
+    Console().print(table)
+    if out is not None:
+        Console().print(f"wrote {out}/sweep.csv and {len(runs)} run folders (concurrency-N/)", markup=False)
 
 
 def config_only_keys(ctx) -> dict:
@@ -230,58 +321,4 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
                                   else ("requests.csv", "summary.json"))
             Console().print(f"wrote {out}/" + ", ".join(written), markup=False)
         if reproduce:
-            Console().print(f"reproduce with: {reproduce}", markup=False, soft_wrap=True)
-
-
-def _fmt(value, unit: str = "", digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}{unit}"
-    return f"{value:,}{unit}"
-
-
-def _pct(fraction: float | None) -> float | None:
-    return None if fraction is None else fraction * 100
-
-
-def print_summary(s: dict, console, title: str) -> None:
-    """The end-of-run table both `pagesim replay` and `pagesim run` print."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    if s.get("num_kv_blocks") is not None:  # None: measured over HTTP, the pool is the server's
-        title += f" · {s['num_kv_blocks']:,} KV blocks ({s['kv_token_slots']:,} token slots)"
-    table = Table(title=escape(title), show_header=False, title_justify="left")  # a model path may hold "[/bold]"
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    rows = [
-        ("requests finished", f"{s['num_finished']:,} / {s['num_requests']:,}", "rejected", _fmt(s["num_rejected"])),
-        # a replay's span is simulated time (its cost model says so); a run's or bench's is measured
-        ("simulated time" if "cost_model" in s else "duration", _fmt(s["duration_s"], " s", 1), "steps",
-         _fmt(s["num_steps"])),
-        ("request throughput", _fmt(s["request_throughput"], " req/s"), "output tokens/s", _fmt(s["output_token_throughput"], "", 1)),
-        ("mean normalized latency", _fmt(s["mean_normalized_latency"], " s/token", 4), "mean batched requests", _fmt(s["mean_batched_requests"], "", 2)),
-        ("TTFT mean / p50", f"{_fmt(s['ttft_mean'], ' s')} / {_fmt(s['ttft_p50'], ' s')}", "TTFT p99", _fmt(s["ttft_p99"], " s")),
-        ("TPOT mean / p50", f"{_fmt(s['tpot_mean'], ' s', 4)} / {_fmt(s['tpot_p50'], ' s', 4)}", "TPOT p99", _fmt(s["tpot_p99"], " s", 4)),
-        ("ITL mean / p99", f"{_fmt(s.get('mean_itl_ms'), ' ms', 2)} / {_fmt(s.get('p99_itl_ms'), ' ms', 2)}",
-         "tokens in / out", f"{_fmt(s.get('total_input_tokens'))} / {_fmt(s.get('total_output_tokens'))}"),
-        ("end-to-end mean / p50", f"{_fmt(s['e2e_mean'], ' s', 2)} / {_fmt(s['e2e_p50'], ' s', 2)}", "end-to-end p99", _fmt(s["e2e_p99"], " s", 2)),
-        ("KV utilization mean", _fmt(_pct(s["mean_kv_utilization"]), " %", 1), "peak", _fmt(_pct(s["peak_kv_utilization"]), " %", 1)),
-        ("preemptions", _fmt(s["num_preemptions"]), "swapped blocks", _fmt(s["num_swapped_blocks"])),
-    ]
-    if s.get("memory_saving") is not None:
-        rows.append(("memory saving (sharing)", _fmt(s["memory_saving"] * 100, " %", 2),
-                     "copied blocks", _fmt(s["num_copied_blocks"])))
-    if s.get("prefix_hit_rate") is not None:
-        rows.append(("prefix hit rate", _fmt(s["prefix_hit_rate"] * 100, " %", 1),
-                     "prefill tokens saved", _fmt(s["prefill_tokens_saved"])))
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-    for note in s.get("notes", []):
-        console.print(f"note: {note}", markup=False)
-    for reason, count in s.get("reject_reasons", {}).items():
-        console.print(f"rejected {count}: {reason}", markup=False)
+            print_reproduce(reproduce)

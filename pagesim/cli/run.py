@@ -11,16 +11,17 @@ from pagesim.cli import app
 from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, TOKENS, check_arrival_flags, check_run_size,
                                 check_workload, fail, load_trace_file, progress_bar, warn)
-from pagesim.cli.config_file import given_options_line
+from pagesim.cli.config_file import config_option, given_options_line, run_options
 from pagesim.cli.executor_model import (GC_DURING_STEPS_OPTION, PIN_CPU_OPTION, WARMUP_STEPS_OPTION, check_cache_fits,
                                         dtype_name, load_executor_model, noise_settings)
-from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption, emit_results
+from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, WORKLOAD, Policy, Preemption, emit_results
 
 
 @app.command()
 def run(
     ctx: typer.Context,
     trace: Path = typer.Argument(..., help="trace file (see docs/traces.md)"),
+    config: Optional[Path] = config_option(),
     model: str = typer.Option(..., help="checkpoint DIR, gguf:PATH, smollm2, or random:CONFIG (opt-tiny, llama-tiny, "
                                             "mistral-tiny, mixtral-tiny, qwen2-tiny, qwen3-tiny, qwen3-moe-tiny, "
                                             "gemma2-tiny, deepseek-v2-tiny, config.json)"),
@@ -30,9 +31,9 @@ def run(
     policy: Policy = typer.Option(DEFAULTS.policy, help="KV cache system"),
     block_size: int = typer.Option(DEFAULTS.block_size, parser=BLOCK_SIZE, help="tokens per KV block"),
     preemption: Preemption = typer.Option(DEFAULTS.preemption, help="auto: recompute single sequences, swap groups"),
-    rate: float = typer.Option(1.0, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: the trace's own arrival times)"),
-    burstiness: float = typer.Option(1.0, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
-    num_requests: int = typer.Option(16, parser=NUM_REQUESTS, help="requests to serve"),
+    rate: float = typer.Option(WORKLOAD.rate, parser=RATE_OR_TRACE, help="arrival rate in req/s (0: the trace's own arrival times)"),
+    burstiness: float = typer.Option(WORKLOAD.burstiness, parser=BURSTINESS, help="gamma arrivals: shape; 1.0 is Poisson"),
+    num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests to serve (the trace is cycled if it holds fewer; on a CPU each takes seconds to minutes: docs/cli.md, Defaults)"),
     duration: Optional[float] = typer.Option(None, parser=POSITIVE_SECONDS, help="seconds of arrivals instead of a request count"),
     max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
     max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=TOKENS,
@@ -47,7 +48,7 @@ def run(
     beam_width: Optional[int] = typer.Option(None, parser=SAMPLES, help="beam search of this width for every request"),
     warmup: float = typer.Option(0.0, parser=SECONDS, help="leave requests arriving in the first S seconds out of "
                                  "latency statistics"),
-    seed: int = typer.Option(0, parser=SEED, help="seed of arrivals and synthetic prompts"),
+    seed: int = typer.Option(WORKLOAD.seed, parser=SEED, help="seed of arrivals and synthetic prompts"),
     out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     pin_cpu: Optional[int] = PIN_CPU_OPTION,
@@ -61,7 +62,8 @@ def run(
 
     from pagesim.workload.requests import WorkloadConfig
 
-    check_arrival_flags(ctx, duration=duration)
+    duration = check_arrival_flags(ctx, duration=duration)  # a typed --num-requests over the file's duration
+    options = run_options(ctx, duration)
     noise = noise_settings(pin_cpu, warmup_steps, gc_during_steps)
     loaded_trace = load_trace_file(trace)
     check_run_size(rate or None, num_requests, duration)
@@ -74,8 +76,8 @@ def run(
     except ValueError as e:
         fail(str(e))
     check_workload(requests, warmup, duration)
-    if prefix_caching and not any(r.prompt_token_ids for r in loaded_trace.requests):
-        warn(f"--prefix-caching: {trace} has no prompt_token_ids; synthetic prompts share no prefix, nothing is cached")
+    if prefix_caching and not any(r.prompt_token_ids or r.hash_ids for r in loaded_trace.requests):
+        warn(f"--prefix-caching: {trace} has no prompt_token_ids or hash_ids; synthetic prompts share no prefix, nothing is cached")
 
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console)
@@ -97,6 +99,7 @@ def run(
             fail(str(e))
     summary["trace"] = str(trace)
     summary["model_spec"] = model
+    summary["config"] = options  # `pagesim run TRACE --config OUT/summary.json` serves these requests again
     if out is not None:  # the same requests and settings again (wall-clock timings differ run to run)
         summary["reproduce"] = given_options_line(ctx, trace)
     emit_results(summary, metrics, out, as_json, f"{policy.value} · {model} on {device} · block {block_size}",

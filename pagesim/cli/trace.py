@@ -6,7 +6,6 @@ stays fast.
 
 from __future__ import annotations
 
-import enum
 import json
 import time
 from pathlib import Path
@@ -15,18 +14,34 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import OUT_FILE, POSITIVE_INT, SEED, fail, load_trace_file
+from pagesim.cli.checks import OUT_FILE, POSITIVE_INT, POSITIVE_SECONDS, SCALE, SEED, fail, load_trace_file
 
 trace_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="Build and inspect workload traces (docs/traces.md).")
 app.add_typer(trace_app, name="trace")
 
 
-class Kind(str, enum.Enum):
-    sharegpt = "sharegpt"
-    alpaca = "alpaca"
-    sharegpt_chat = "sharegpt-chat"
-    translation_1shot = "translation-1shot"
-    translation_5shot = "translation-5shot"
+def trace_kind(value: str) -> str:
+    """A builder's name (pagesim.workload.builders.BUILDERS); the list is the help's, not a choice
+    list, which would no longer fit an 80-column help screen."""
+    from pagesim.workload.builders import BUILDERS
+
+    if value not in BUILDERS:
+        raise typer.BadParameter(f"unknown trace {value!r}; choose from {', '.join(BUILDERS)}")
+    return value
+
+
+def _window(value: str | None) -> tuple[float, float] | None:
+    """--window START:END, seconds of the source's hour."""
+    if value is None:
+        return None
+    start, sep, end = str(value).partition(":")
+    try:
+        window = (float(start), float(end))
+    except ValueError:
+        raise typer.BadParameter(f"must be START:END in seconds (e.g. 600:1200), got {value!r}") from None
+    if not sep or not 0 <= window[0] < window[1] < float("inf"):
+        raise typer.BadParameter(f"must be START:END with 0 <= START < END, got {value!r}")
+    return window
 
 
 def _recorded_out(out: Path) -> str:
@@ -44,15 +59,30 @@ def _recorded_out(out: Path) -> str:
 
 @trace_app.command("build")
 def build(
-    kind: Kind = typer.Argument(..., help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot or translation-5shot"),
+    kind: str = typer.Argument(..., metavar="KIND", parser=trace_kind, help="which trace: sharegpt, alpaca, sharegpt-chat, translation-1shot, "
+                                "translation-5shot, azure-code, azure-conv, mooncake-conversation, mooncake-synthetic, "
+                                "or sessions: sharegpt-sessions, mooncake-sessions, agent-sessions"),
     out: Path = typer.Option(..., "--out", parser=OUT_FILE, help="trace file to write"),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="public data folder (default: $PAGESIM_DATA_DIR, else ../shared/data beside the repo)"
     ),
     num: Optional[int] = typer.Option(
-        None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000), or conversations (sharegpt-chat: 850)"
+        None, "--num", parser=POSITIVE_INT, help="requests to keep (sharegpt: 10000; alpaca: all; translation-*: 2000; "
+        "azure-*, mooncake-conversation/-synthetic: all, else the first N), or conversations (sharegpt-chat: 850), or "
+        "sessions (sharegpt-sessions: 200; mooncake-sessions: 20; agent-sessions: 100)"
     ),
-    seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests"),
+    seed: int = typer.Option(0, "--seed", parser=SEED, help="seed of the shuffle that picks the requests (not azure-*, mooncake-*)"),
+    window: Optional[str] = typer.Option(None, "--window", metavar="START:END", parser=_window,
+                                         help="azure-*, mooncake-*: keep arrivals in [START, END) seconds of the hour, "
+                                         "re-based to START"),
+    time_scale: float = typer.Option(1.0, "--time-scale", parser=SCALE, help="azure-*, mooncake-*: arrival gaps divided "
+                                     "by this (2: twice the rate, half the span)"),
+    duration: Optional[float] = typer.Option(None, "--duration", parser=POSITIVE_SECONDS, help="azure-*, mooncake-*: keep "
+                                             "arrivals before S seconds (after --window and --time-scale)"),
+    max_context: Optional[int] = typer.Option(None, "--max-context", parser=POSITIVE_INT, help="azure-*, mooncake-*: "
+                                              "prompt + output tokens at most (a model's max length): longer prompts "
+                                              "are truncated, keeping their start; a request whose output alone "
+                                              "reaches it is dropped"),
 ) -> None:
     """Build a trace from the public data; the same command always writes the same bytes."""
     from rich.console import Console
@@ -65,21 +95,38 @@ def build(
 
     console = Console()
     data = data_dir if data_dir is not None else builders.default_data_dir()
-    if num is None:
-        num = builders.DEFAULT_NUM[kind.value]
-    command = builders.build_command(kind.value, num, seed, _recorded_out(out))
+    production = kind in builders.PRODUCTION_KINDS
+    shaping_given = window is not None or time_scale != 1.0 or duration is not None or max_context is not None
+    if shaping_given and not production:
+        fail(f"--window, --time-scale, --duration and --max-context shape production traces; {kind} has no "
+             "recorded arrivals")
+    extra = {}
+    if production:
+        try:
+            shaping = builders.Shaping(window=window, time_scale=time_scale, duration=duration, num=num,
+                                       max_context=max_context)
+        except ValueError as exc:
+            fail(str(exc))
+        command = builders.production_command(kind, shaping, _recorded_out(out))
+        extra = {"shaping": shaping}
+        num = None  # (in the shaping)
+    else:
+        if num is None:
+            num = builders.DEFAULT_NUM[kind]
+        command = builders.build_command(kind, num, seed, _recorded_out(out))
 
     started = time.perf_counter()
     try:
-        if kind is Kind.sharegpt_chat:
+        if kind in ("sharegpt-chat", "sharegpt-sessions"):
+            build_chat = builders.BUILDERS[kind]
             with Progress(TextColumn("tokenizing messages"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as bar:
                 task = bar.add_task("tok", total=None)
-                trace = builders.build_sharegpt_chat(
+                trace = build_chat(
                     data, num=num, seed=seed, command=command, progress=lambda done, total: bar.update(task, completed=done, total=total)
                 )
         else:
-            with console.status(f"building {kind.value} trace"):
-                trace = builders.BUILDERS[kind.value](data, num=num, seed=seed, command=command)
+            with console.status(f"building {kind} trace"):
+                trace = builders.BUILDERS[kind](data, num=num, seed=seed, command=command, **extra)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     with results_file(out) as tmp:
@@ -102,7 +149,17 @@ def build(
         console.print(f"  paper ({meta['paper']['figure']}): {paper['prompt_len']} / {paper['output_len']}")
     for rule in meta.get("filters", []):
         if rule.get("dropped"):
-            console.print(f"  filter '{rule['rule']}': dropped {rule['dropped']}")
+            console.print(f"  filter '{rule['rule']}': dropped {rule['dropped']}", markup=False)
+    if "context_cap" in meta:
+        console.print(f"  context cap: {meta['context_cap']['note']}", markup=False)
+    arrivals = stats.get("arrivals")
+    if arrivals:
+        console.print(f"  arrivals over {arrivals['span_s']:.1f} s, {arrivals['mean_rate_per_s']} req/s, "
+                      f"CV of gaps {arrivals.get('gap_cv')}")
+    if "prefix_block_reuse" in meta:
+        reuse = meta["prefix_block_reuse"]
+        console.print(f"  reuse an unbounded cache could serve: {reuse['token_ratio']:.2%} of prompt tokens "
+                      f"({reuse['ratio']:.2%} of {reuse['blocks']} blocks of {meta['hash_block_tokens']} tokens)")
     src = meta.get("source", {})
     if "conversations_recovered" in src:
         style = "yellow" if src["truncated_file"] else "green"
@@ -110,7 +167,10 @@ def build(
             f"  [{style}]ShareGPT file: recovered {src['conversations_recovered']} complete conversations; reading stopped at "
             f"byte {src['read_stopped_at_byte']:,} of {src['file_bytes']:,} ({src['read_stop_reason']})[/{style}]"
         )
-        console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
+        if "conversations" in meta:
+            console.print(f"  {meta['conversations']} conversations sampled, {meta['count']} turns")
+    if "mean_turns_per_session" in meta:
+        console.print(f"  {meta['sessions']} sessions, {meta['turns']} turns ({meta['mean_turns_per_session']} per session)")
     console.print(f"  command: {meta['command']}", markup=False)
 
 
@@ -158,6 +218,8 @@ def inspect(
         extras = []
         if any(r.prompt_token_ids is not None for r in trace.requests):
             extras.append("prompt_token_ids present")
+        if any(r.hash_ids is not None for r in trace.requests):
+            extras.append(f"hash_ids present (blocks of {meta['hash_block_tokens']} tokens)")
         groups = {r.prefix_group for r in trace.requests if r.prefix_group is not None}
         if groups:
             extras.append(f"{len(groups)} prefix groups")

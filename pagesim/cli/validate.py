@@ -31,6 +31,8 @@ def validate(
                                      help="tensor-parallel degree (default: as recorded)"),
     num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", "--num-gpu-blocks-override",
                                                  parser=BLOCKS, help="KV pool in blocks (default: as recorded)"),
+    concurrency: Optional[int] = typer.Option(None, min=0, help="replay closed loop with N clients (default: a "
+                                              "closed-loop run's own count; 0: the recorded send times)"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv, summary.json and "
                                        "validate.json here"),
     as_json: bool = typer.Option(False, "--json", help="print validate.json"),
@@ -48,7 +50,7 @@ def validate(
     try:
         with progress_bar("validate", "requests", len(real.requests), quiet=as_json) as advance:
             result = run_validation(real, progress=advance, keep_steps=out is not None, gpu=gpu, model=model,
-                                    engine=engine, tp=tp, num_gpu_blocks=num_gpu_blocks)
+                                    engine=engine, tp=tp, num_gpu_blocks=num_gpu_blocks, concurrency=concurrency)
     except (ValidateError, KeyError, ValueError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     report = result.to_json()

@@ -49,6 +49,7 @@ from pagesim.cluster.spec import ClusterSpec
 from pagesim.core import SamplingParams
 from pagesim.sim.engine import Replay
 from pagesim.workload.feeds import RequestFeed
+from pagesim.workload.sessions import has_sessions
 from pagesim.workload.trace import Trace
 
 PREFILL_SAMPLING = {}  # max_tokens=1 sampling params, shared
@@ -110,8 +111,11 @@ class ReplicaFeed:
         cluster = self.cluster
         return cluster.feed.exhausted and not self.pending and not (self.decode and cluster.num_prefilling)
 
-    def on_finished(self, request, now: float) -> None:
+    def on_finished(self, request, now: float, outcome=None) -> None:
         self.cluster.on_finished(self.index, request, now)
+
+    def reject_reason(self, request) -> str | None:
+        return None  # (the cluster submits its requests itself)
 
 
 class Cluster:
@@ -122,6 +126,9 @@ class Cluster:
         spec.check()
         self.spec = spec
         first = spec.groups[0].cfg
+        if has_sessions(trace) or first.concurrency is not None:
+            raise ValueError("a cluster replays open-loop arrivals: traces with sessions and closed-loop clients "
+                             "(--concurrency) run on one replica (their feed is not spread over replicas yet)")
         self.workload = first.requests(trace)  # built once, shared by every replica
         self.requests = self.workload[0]
         self.feed = RequestFeed(self.requests)
@@ -136,6 +143,7 @@ class Cluster:
                 sim = Replay(group.cfg, trace, cost_model=(cost_models or {}).get(group.name), keep_steps=keep_steps,
                              feed=feed, requests=self.workload)
                 feed.host_s = sim.request_host_s
+                sim.on_progress = lambda done, k=index: self._recorded(k)
                 feed.decode = group.role == "decode"
                 self.replicas.append(Replica(index, group.name, group.role, sim, feed))
         entry = [r for r in self.replicas if r.role != "decode"]
@@ -241,16 +249,25 @@ class Cluster:
 
     # -- ends -------------------------------------------------------------------------------
     def on_finished(self, index: int, request, now: float) -> None:
-        """A request ended on replica `index` (called by its feed, right after its record)."""
+        """The end of a request on replica `index` reached its client (and the router, which
+        proxies it): at once, or where the engine delivers tokens a step late, when the next step
+        ends (Replay._done)."""
+        replica = self.replicas[index]
+        self.board.finished(self.decode_router if replica.role == "decode" else self.router, request.request_id, index,
+                            now)
+
+    def _recorded(self, index: int) -> None:
+        """Replica `index` just recorded a request that left it (its on_progress hook): the
+        cluster's records keep that order, and a finished prefill hands its KV off now, when its
+        step ended (the KV is ready then, whenever the client hears of the token)."""
         replica = self.replicas[index]
         record = replica.sim.metrics.requests[-1]
-        rid = request.request_id
-        self.board.finished(self.decode_router if replica.role == "decode" else self.router, rid, index, now)
+        rid = record.request_id
         if replica.role == "prefill":
             self.num_prefilling -= 1
             original = self._originals.pop(rid)
             if record.status == "finished":
-                self._hand_off(index, original, record, now)
+                self._hand_off(index, original, record, self.env.now)
                 return
             if not self.num_prefilling and self.feed.exhausted:
                 self._wake_decoders()

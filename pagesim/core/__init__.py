@@ -2,6 +2,7 @@
 simulator and the executor; it imports nothing heavy."""
 
 from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator
+from pagesim.core.hashed_prompt import HashedPrompt
 from pagesim.core.errors import CannotServe, CoreError, DoubleFree, NegativeRefcount, OutOfBlocks, SchedulerStalled
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.paged import BlockPool, PagedKVManager
@@ -17,7 +18,7 @@ from pagesim.core.step import BatchShape, Sample, SchedulerOutput, StepResult
 __all__ = [
     "BatchShape", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
     "CannotServe", "CoreError", "DoubleFree", "NegativeRefcount", "OutOfBlocks", "SchedulerStalled",
-    "BlockPool", "BuddyAllocator", "FirstFitAllocator", "HybridKVManager", "KVCacheManager", "KVGroupSpec", "KVLayout",
+    "BlockPool", "BuddyAllocator", "FirstFitAllocator", "HashedPrompt", "HybridKVManager", "KVCacheManager", "KVGroupSpec", "KVLayout",
     "NULL_BLOCK", "PagedKVManager",
     "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
     "SchedulerOutput", "Sequence", "ServingConfig", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",

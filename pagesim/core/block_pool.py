@@ -3,7 +3,16 @@ order is the eviction order (vLLM v1's block_pool.py), shared by every paged KV 
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import repeat
+
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
+
+
+def run_all(calls) -> None:
+    """Exhaust an iterator of calls at C speed (map(list.__setitem__, ...) stores a whole batch
+    without a Python-level loop: a long prefix-caching run touches millions of blocks)."""
+    deque(calls, maxlen=0)
 
 
 class FreeBlockQueue:
@@ -83,9 +92,8 @@ class FreeBlockQueue:
         self.size += 1
 
     def extend(self, blocks: list[int]) -> None:
-        pos = self._pos
-        for i, block in enumerate(blocks, len(self._order)):
-            pos[block] = i
+        start = len(self._order)
+        run_all(map(self._pos.__setitem__, blocks, range(start, start + len(blocks))))
         self._order.extend(blocks)
         self.size += len(blocks)
 
@@ -146,14 +154,17 @@ class BlockPool:
             state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
             raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
         blocks = self.free_queue.popleft_n(n)
-        refcount = self.refcount
-        for block in blocks:
-            refcount[block] = 1
+        run_all(map(self.refcount.__setitem__, blocks, repeat(1)))
         if self.cached:
             block_hash = self.block_hash
-            for block in blocks:
-                if block_hash[block] is not None:
-                    self._evict(block)
+            keys = list(map(block_hash.__getitem__, blocks))
+            if keys.count(None) != n:  # some hold cached contents: forget them (_evict, inlined)
+                cached = self.cached
+                for block, key in zip(blocks, keys):
+                    if key is not None:
+                        del cached[key]
+                        block_hash[block] = None
+                self.num_evictions += n - keys.count(None)
         self.num_refs += n
         return blocks
 
@@ -182,7 +193,15 @@ class BlockPool:
     def release(self, blocks: list[int]) -> None:
         """decref each block in turn; those that reach 0 join the free queue in that order, in
         one extend instead of one queue operation per block."""
-        refcount, freed = self.refcount, []
+        refcount = self.refcount
+        counts = list(map(refcount.__getitem__, blocks))
+        if len(set(blocks)) == len(blocks) and min(counts, default=1) > 0:
+            # (the common case, checked at C speed: distinct blocks all in use, nothing can fail)
+            run_all(map(refcount.__setitem__, blocks, [c - 1 for c in counts]))
+            self.num_refs -= len(blocks)
+            self.free_queue.extend([block for block, c in zip(blocks, counts) if c == 1])
+            return
+        freed = []
         for i, block in enumerate(blocks):
             count = refcount[block]
             if count <= 0:

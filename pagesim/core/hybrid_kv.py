@@ -87,7 +87,7 @@ class HybridKVManager(PagedKVManager):
 
     def _hit(self, seq: Sequence) -> list[list[int]]:
         """Per table, the cached blocks of seq's longest prefix hit (NULL_BLOCK before a window)."""
-        if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.has_token_ids:
+        if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.prompt_is_known:
             return [[] for _ in range(self.num_tables)]
         keys, cached = self._table_keys(seq), self.device.cached
         length = len(keys[0])
@@ -156,7 +156,7 @@ class HybridKVManager(PagedKVManager):
                 hits = [table[:shared] for table in self._tables[group.seqs[0].seq_id]]
             else:
                 hits = self._hit(seq)
-                if self.enable_prefix_caching and seq.has_token_ids:
+                if self.enable_prefix_caching and seq.prompt_is_known:
                     self.prefix_queries += len(self._hashes(seq))
                     self.prefix_hits += len(hits[0])
             for table in hits:
@@ -209,7 +209,7 @@ class HybridKVManager(PagedKVManager):
 
     def on_computed(self, seq: Sequence) -> None:
         tables = self._tables[seq.seq_id]
-        if self.enable_prefix_caching and seq.has_token_ids:
+        if self.enable_prefix_caching and seq.prompt_is_known:
             self._offer(seq, tables)  # first: a block that leaves the window stays cached
         freed = self._skip(tables, seq.num_computed_tokens)
         if freed:
@@ -273,7 +273,7 @@ class HybridKVManager(PagedKVManager):
         # sequence, table by table (one block per table and step at most).
         if self.enable_prefix_caching:
             for seq in seqs:
-                if seq.has_token_ids:
+                if seq.prompt_is_known:
                     self._offer(seq, self._tables[seq.seq_id])
         if not self._sliding:
             return None

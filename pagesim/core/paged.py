@@ -13,7 +13,8 @@ import hashlib
 from array import array
 from typing import Callable, Hashable
 
-from pagesim.core.block_pool import BlockPool, FreeBlockQueue  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.block_pool import BlockPool, FreeBlockQueue, run_all  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.hashed_prompt import HashChainKeys
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
@@ -49,21 +50,43 @@ def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fas
     return hashes
 
 
+def token_span(seq: Sequence, start: int, end: int) -> tuple[int, ...]:
+    """The token ids at positions [start, end) of seq: a hashed prompt's canonical ids (made
+    only for this span), then the outputs; or a slice of its ids."""
+    if seq.hashed_prompt is None:
+        return tuple(seq.token_ids[start:end])
+    p = seq.prompt_len
+    head = [seq.hashed_prompt.token_id(i) for i in range(start, min(end, p))]
+    return tuple(head + seq.token_ids[max(start, p) - p:max(end, p) - p])
+
+
 def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[int] | None, start: int,
                    end: int) -> list[int]:
     """Register table[i] under keys[i] for the indices in retry, then start..end-1 (index order, as
     re-registering every block would); returns those left unregistered because another block
     holds their key. A block that holds a key keeps it while a table holds it, so it is never
     offered again; a freed sliding-window entry (negative) is dropped."""
-    register, block_hash = pool.register, pool.block_hash
+    block_hash, cached = pool.block_hash, pool.cached
+    if not retry and start < end:
+        # The common case at C speed: a prompt's newly full blocks, none freed, none registered,
+        # their keys distinct and new to the cache. Registering them one by one does the same.
+        blocks, new_keys = table[start:end], keys[start:end]
+        if (min(blocks) >= 0 and list(map(block_hash.__getitem__, blocks)).count(None) == len(blocks)
+                and not any(map(cached.__contains__, new_keys)) and len(set(new_keys)) == len(new_keys)):
+            run_all(map(block_hash.__setitem__, blocks, new_keys))
+            cached.update(zip(new_keys, blocks))
+            return []
     left = []
     for indices in (retry or (), range(start, end)):
-        for i in indices:
+        for i in indices:  # (BlockPool.register inlined: a long prefix-caching run offers millions)
             block = table[i]
-            if block >= 0:
-                register(block, keys[i])
-                if block_hash[block] is None:
+            if block >= 0 and block_hash[block] is None:
+                key = keys[i]
+                if key in cached:
                     left.append(i)
+                else:
+                    block_hash[block] = key
+                    cached[key] = block
     return left
 
 
@@ -81,6 +104,7 @@ class PagedKVManager(KVCacheManager):
             raise ValueError("several KV groups or a sliding window need HybridKVManager "
                              "(pagesim.core.hybrid_kv; make_kv_manager picks it)")
         self.block_key = block_key  # how a full prompt block is keyed in the prefix cache
+        self._hashed_keys = HashChainKeys(block_size, block_key)  # (prompts known by block hash ids)
         self.block_size = block_size
         self.num_device_blocks = num_device_blocks
         self.device = BlockPool(num_device_blocks, enable_caching=enable_prefix_caching)
@@ -125,12 +149,15 @@ class PagedKVManager(KVCacheManager):
             # Only full prompt blocks are cached, and a hit always leaves the last prompt token
             # to compute, since its logits are needed.
             num_full = (seq.prompt_len - 1) // self.block_size
-            hashes = block_hashes(seq.token_ids, self.block_size, num_full, self.block_key) if seq.token_ids else []
+            if seq.hashed_prompt is not None:  # keyed from the hash ids, never materialised
+                hashes = self._hashed_keys.keys(seq.hashed_prompt, num_full)
+            else:
+                hashes = block_hashes(seq.token_ids, self.block_size, num_full, self.block_key) if seq.token_ids else []
             self._prompt_hashes[seq.seq_id] = hashes
         return hashes
 
     def _cached_blocks(self, seq: Sequence) -> list[int]:
-        if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.has_token_ids:
+        if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.prompt_is_known:
             return []
         cached = self.device.cached
         # Admission asks up to three times in a row (hits, can_admit, admit). The cache only
@@ -185,7 +212,7 @@ class PagedKVManager(KVCacheManager):
                 hits = group.seqs[0].block_table[:shared]
             else:
                 hits = self._cached_blocks(seq)
-                if self.enable_prefix_caching and seq.has_token_ids:
+                if self.enable_prefix_caching and seq.prompt_is_known:
                     self.prefix_queries += len(self._hashes(seq))
                     self.prefix_hits += len(hits)
             for block in hits:
@@ -242,7 +269,7 @@ class PagedKVManager(KVCacheManager):
             seq.block_table.append(block)
 
     def on_computed(self, seq: Sequence) -> None:
-        if not self.enable_prefix_caching or seq.seq_id in self._settled or not seq.has_token_ids:
+        if not self.enable_prefix_caching or seq.seq_id in self._settled or not seq.prompt_is_known:
             return
         seq_id = seq.seq_id
         hashes = self._hashes(seq)
@@ -293,12 +320,33 @@ class PagedKVManager(KVCacheManager):
 
     def free(self, seq: Sequence) -> None:
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
+        if seq.status is SequenceStatus.FINISHED and self.enable_prefix_caching and seq.prompt_is_known:
+            self._cache_generated(seq)
         # Tail blocks go back first, so they are evicted before the prefix they extend.
         pool.release(seq.block_table[::-1])
         seq.block_table = []
         seq.num_computed_tokens = 0
         self._prompt_hashes.pop(seq.seq_id, None)
         self._forget_registration(seq.seq_id)
+
+    def _cache_generated(self, seq: Sequence) -> None:
+        """A finished sequence's full blocks past its cached prompt blocks (the prompt's last block
+        and the generated tokens, whose K/V is computed) join the prefix cache, as vLLM v1 caches
+        every full block: a session's next turn, whose prompt is this prompt plus this output,
+        then hits them. vLLM registers each block as it fills; here they become hits when the
+        sequence finishes, which differs only for a request arriving while this one decodes."""
+        prompt_keys = self._hashes(seq)
+        full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        if full <= len(prompt_keys):
+            return
+        keys = list(prompt_keys)
+        if seq.hashed_prompt is not None:  # blocks wholly inside a hashed prompt keep its numbered keys
+            keys = self._hashed_keys.keys(seq.hashed_prompt, min(full, seq.prompt_len // self.block_size))
+        parent, bs = (keys[-1] if keys else 0), self.block_size
+        for i in range(len(keys), full):
+            parent = self.block_key(parent, token_span(seq, i * bs, (i + 1) * bs))
+            keys.append(parent)
+        offer_to_cache(self.device, seq.block_table, keys, None, len(prompt_keys), full)
 
     # -- swapping --------------------------------------------------------------------------
     @staticmethod

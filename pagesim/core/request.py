@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from pagesim.core.hashed_prompt import HashedPrompt
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -45,13 +47,16 @@ class SamplingParams:
 
 @dataclass(slots=True)
 class Request:
-    """What a driver submits. prompt_token_ids may be None in the simulator (lengths only)."""
+    """What a driver submits. prompt_token_ids may be None in the simulator (lengths only);
+    hashed_prompt, when given instead, says which prompts share which blocks without the ids
+    (drivers that need real ids take HashedPrompt.vocab_ids)."""
 
     request_id: int
     prompt_len: int
     sampling: SamplingParams
     arrival_time: float = 0.0
     prompt_token_ids: list[int] | None = None
+    hashed_prompt: HashedPrompt | None = None
     # P/D disaggregation: the prompt's KV was computed on a prefill replica and moved here (vLLM's
     # kv_transfer_params): admission allocates blocks for the whole prompt and computes only its
     # last token, which gives the first output token (Scheduler._admission)
@@ -62,6 +67,9 @@ class Request:
             raise ValueError(f"request {self.request_id}: prompt_len must be >= 1")
         if self.prompt_token_ids is not None and len(self.prompt_token_ids) != self.prompt_len:
             raise ValueError(f"request {self.request_id}: {len(self.prompt_token_ids)} prompt ids, prompt_len {self.prompt_len}")
+        if self.hashed_prompt is not None and len(self.hashed_prompt) != self.prompt_len:
+            raise ValueError(f"request {self.request_id}: hashed prompt of {len(self.hashed_prompt)} tokens, "
+                             f"prompt_len {self.prompt_len}")
 
 
 class SequenceStatus(enum.Enum):
@@ -78,13 +86,16 @@ class Sequence:
     """One token stream. Its KV block table is owned (mutated) by the KV manager."""
 
     __slots__ = ("seq_id", "prompt_len", "token_ids", "num_tokens", "num_computed_tokens",
-                 "block_table", "status", "cumulative_logprob")
+                 "block_table", "status", "cumulative_logprob", "hashed_prompt")
 
-    def __init__(self, seq_id: int, prompt_len: int, prompt_token_ids: list[int] | None):
+    def __init__(self, seq_id: int, prompt_len: int, prompt_token_ids: list[int] | None,
+                 hashed_prompt: HashedPrompt | None = None):
         self.seq_id = seq_id
         self.prompt_len = prompt_len
-        # Prompt ids (when known) followed by output ids. Without prompt ids only outputs are kept.
+        # Prompt ids (when known) followed by output ids. Without prompt ids only outputs are kept
+        # (a hashed prompt stays compact: its blocks are keyed from the hash ids).
         self.token_ids: list[int] = list(prompt_token_ids) if prompt_token_ids is not None else []
+        self.hashed_prompt = hashed_prompt
         self.num_tokens = prompt_len  # prompt + outputs
         self.num_computed_tokens = 0  # tokens whose K/V is in the cache
         self.block_table: list[int] = []
@@ -98,6 +109,12 @@ class Sequence:
     @property
     def has_token_ids(self) -> bool:
         return len(self.token_ids) == self.num_tokens
+
+    @property
+    def prompt_is_known(self) -> bool:
+        """Whether the prompt's content is known (by its ids or its block hashes): the prefix
+        cache can key its blocks."""
+        return self.hashed_prompt is not None or len(self.token_ids) == self.num_tokens
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -123,6 +140,7 @@ class Sequence:
         child.block_table = []
         child.status = self.status
         child.cumulative_logprob = self.cumulative_logprob
+        child.hashed_prompt = self.hashed_prompt
         return child
 
     def __repr__(self) -> str:

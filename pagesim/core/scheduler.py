@@ -87,7 +87,7 @@ class Scheduler:
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
         """Queue a request, or reject it (group.reject_reason) if it can never be served."""
-        seq = Sequence(next(self._seq_ids), request.prompt_len, request.prompt_token_ids)
+        seq = Sequence(next(self._seq_ids), request.prompt_len, request.prompt_token_ids, request.hashed_prompt)
         group = SequenceGroup(request, [seq], arrival_order=next(self._arrivals),
                               stop_len=min(request.prompt_len + request.sampling.max_tokens, self.config.max_model_len))
         total = request.prompt_len + request.sampling.max_tokens
@@ -98,12 +98,23 @@ class Scheduler:
         else:
             reason = self.kv.never_fits(group, self.config.max_model_len)
         if reason is not None:
-            group.reject_reason = reason
-            seq.status = SequenceStatus.REJECTED
-            group.finished_seqs.append(seq)
-            group.seqs = []
-            return group
+            return self._rejected(group, reason)
         self.waiting.append(group)
+        return group
+
+    def reject(self, request: Request, reason: str) -> SequenceGroup:
+        """A request a driver turns away before it is queued (e.g. a session's turn after an
+        earlier turn failed): a group that left rejected with this reason."""
+        seq = Sequence(next(self._seq_ids), request.prompt_len, request.prompt_token_ids)
+        return self._rejected(SequenceGroup(request, [seq], arrival_order=next(self._arrivals)), reason)
+
+    @staticmethod
+    def _rejected(group: SequenceGroup, reason: str) -> SequenceGroup:
+        group.reject_reason = reason
+        for seq in group.seqs:
+            seq.status = SequenceStatus.REJECTED
+        group.finished_seqs.extend(group.seqs)
+        group.seqs = []
         return group
 
     def abort(self, group: SequenceGroup, now: float) -> bool:

@@ -23,7 +23,6 @@ from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from pagesim.sim.cost.calibrated import GEMM_OPERATORS, LAYER_OPERATORS, CalibratedCostModel, shipped_calibration  # noqa: E402
 from pagesim.sim.cost.check import TOKEN_BUCKETS, check_rows, error_summary, predicted_layer_seconds, roofline_layer_seconds  # noqa: E402

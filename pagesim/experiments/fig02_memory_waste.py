@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pagesim.experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
+from pagesim.experiments.figures import (Row, trace_file, Timer, arrival_duration, command_line, pyplot, replay_parser,
                                  save_figure, start_figure, within, write_csv, write_report)
 from pagesim.experiments.paper import (FIG02_CATEGORIES, FIG02_CATEGORY_LABELS, FIG02_RATE, FIG02_SHARES, FIG02_SOURCE,
                                FIG02_TRACE, FIG02_WINDOW_S, POLICIES, POLICY_LABELS, SETUP_OPT13B)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
     args, timer, files = start_figure(replay_parser(__doc__.splitlines()[0]), argv, STEM)
     duration = arrival_duration(args, SMOKE_DURATION)
     window = (duration / 3, duration) if args.smoke else FIG02_WINDOW_S
-    trace = load_trace(TRACES_DIR / f"{FIG02_TRACE}.json")
+    trace = load_trace(trace_file(FIG02_TRACE))
     metrics, rows = [], []
     for policy in POLICIES:
         m = run_one(trace, policy, duration, window, args.seed)

@@ -16,7 +16,7 @@ import math
 import statistics
 from pathlib import Path
 
-from pagesim.experiments.figures import (TRACES_DIR, Row, base_parser, command_line, pyplot, save_figure, start_figure, within,
+from pagesim.experiments.figures import (Row, trace_file, base_parser, command_line, pyplot, save_figure, start_figure, within,
                                  write_csv, write_report)
 from pagesim.experiments.paper import FIG11_MEANS
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     args, timer, files = start_figure(base_parser(__doc__.splitlines()[0]), argv, STEM)
     rows, csv_rows, hists, means, lines = [], [], {}, {}, []
     for name in ("sharegpt", "alpaca"):
-        trace = load_trace(TRACES_DIR / f"{name}.json")
+        trace = load_trace(trace_file(name))
         reqs = trace.requests[:SMOKE_REQUESTS] if args.smoke else trace.requests
         lens = {"prompt_len": [r.prompt_len for r in reqs], "output_len": [r.output_len for r in reqs]}
         width, upper = BINS[name]

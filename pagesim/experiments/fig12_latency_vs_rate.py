@@ -209,9 +209,11 @@ def _at_rate(search: Search, rate: float) -> dict:
 
 
 def plot(path: Path, searches: list[Search], thresholds) -> None:
+    from matplotlib.lines import Line2D
+
     plt = pyplot()
     setups = [st for st in FIG12_SETUPS if any(s.setup == st for s in searches)]
-    fig, axes = plt.subplots(len(FIG12_TRACES), len(setups), figsize=(4.2 * len(setups), 6.4), squeeze=False)
+    fig, axes = plt.subplots(len(FIG12_TRACES), len(setups), figsize=(4.2 * len(setups), 7.0), squeeze=False)
     colors = {"paged": "tab:red", "orca-oracle": "tab:blue", "orca-pow2": "tab:green", "orca-max": "tab:purple",
               "static": "tab:gray"}
     ymax = max(thresholds) * 1.6
@@ -221,18 +223,42 @@ def plot(path: Path, searches: list[Search], thresholds) -> None:
             for s in (s for s in searches if s.setup == st and s.trace == trace):
                 xs = sorted(s.probes)
                 ys = [min(s.latency(x), ymax * 10) for x in xs]
-                ax.plot(xs, ys, "o-", ms=3, color=colors[s.system], label=POLICY_LABELS[s.system])
+                ours = s.system == "paged"  # vLLM on top, thicker: where its curve meets another it stays visible
+                ax.plot(xs, ys, "o-", ms=4 if ours else 3, lw=2.2 if ours else 1.2, color=colors[s.system],
+                        zorder=4 if ours else 2)
                 for t in thresholds:
-                    ax.axvline(s.rates[t][0], color=colors[s.system], lw=0.6, ls=":")
-            if st.model == "opt-13b":  # the paper's swept rate ranges (OPT-13B only): one bar per system
-                for k, (system, (lo, hi)) in enumerate(FIG12_SWEPT_RATES[trace].items()):
-                    ax.plot([lo, hi], [ymax * (0.93 - 0.045 * k)] * 2, color=colors[system], lw=3, alpha=0.45,
-                            solid_capstyle="butt", label="paper's swept ranges (colour: system)" if k == 0 else None)
+                    ax.axvline(s.rates[t][0], color=colors[s.system], lw=0.7, ls=":", zorder=1)
             rate_axes(ax, thresholds, ymax, f"{'ShareGPT' if trace == 'sharegpt' else 'Alpaca'}, {st.label}")
             ax.set_ylabel("Normalized latency (s/token)")
-            if j == 0:
-                ax.legend(fontsize=7, loc="center left")
-    save_figure(fig, path)
+            if st.model == "opt-13b":  # the paper's swept rate ranges (OPT-13B only): a strip of their own above
+                _swept_strip(ax, FIG12_SWEPT_RATES[trace], colors)
+    # one legend for all panels, below them: nothing in it covers a curve or a bar
+    shown = [system for system in colors if any(s.system == system for s in searches)]
+    handles = [Line2D([], [], color=colors[system], marker="o", ms=4, lw=2.2 if system == "paged" else 1.2,
+                      label=POLICY_LABELS[system]) for system in shown]
+    handles += [Line2D([], [], color="k", lw=0.7, ls=":", label="sustainable rate at each threshold"),
+                Line2D([], [], color="k", lw=0.6, ls="--",
+                       label="thresholds T = " + ", ".join(f"{t:g}" for t in thresholds) + " s/token"),
+                Line2D([], [], color="gray", lw=3, alpha=0.6,
+                       label="paper's swept ranges, OPT-13B (top strips)")]
+    ncol = 4 if len(setups) > 1 else 2
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    save_figure(fig, path, rect=(0, 0.035 * -(-len(handles) // ncol), 1, 1))  # the legend's rows below the panels
+
+
+def _swept_strip(ax, swept: dict, colors: dict) -> None:
+    """The paper's swept rate range per system as bars in a thin axes above `ax` (same rate
+    axis), which takes over the panel's title: the bars cover no curve."""
+    from mpl_toolkits.axes_grid1 import make_axes_locatable
+
+    strip = make_axes_locatable(ax).append_axes("top", size="18%", pad=0.04, sharex=ax)
+    for k, (system, (lo, hi)) in enumerate(swept.items()):
+        strip.plot([lo, hi], [k, k], color=colors[system], lw=3, alpha=0.7, solid_capstyle="butt")
+    strip.set_ylim(-0.8, len(swept) - 0.2)
+    strip.set_yticks([])
+    strip.tick_params(axis="x", labelbottom=False)
+    strip.set_title(ax.get_title(), fontsize=9)
+    ax.set_title("")
 
 
 def rates_table(searches: list[Search], thresholds) -> str:

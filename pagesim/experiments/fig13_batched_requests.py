@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from pagesim.experiments.figures import (TRACES_DIR, Row, Timer, arrival_duration, command_line, pyplot, replay_parser,
+from pagesim.experiments.figures import (Row, trace_file, Timer, arrival_duration, command_line, pyplot, replay_parser,
                                  save_figure, start_figure, within, write_csv, write_report)
 from pagesim.experiments.paper import FIG13_BATCHED, POLICIES, POLICY_LABELS, SETUP_OPT13B
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     duration = arrival_duration(args, SMOKE_DURATION)
     metrics, rows = [], []
     for name, ref in FIG13_BATCHED.items():
-        trace = load_trace(TRACES_DIR / f"{name}.json")
+        trace = load_trace(trace_file(name))
         for policy in POLICIES:
             m = run_one(trace, name, ref.rate, policy, duration, args.seed)
             metrics.append(m)

@@ -14,8 +14,26 @@ from pathlib import Path
 
 from pagesim.experiments.paper import ARXIV, SHARING_RATIO_REL_TOL
 
-DEFAULT_OUT_DIR = Path(__file__).resolve().parents[2] / "reports" / "figures"
-TRACES_DIR = Path(__file__).resolve().parents[2] / "traces"
+# The current folder's reports/figures: in a checkout's root the committed results (which a smoke
+# run must not replace: run_all.check_default_target), after a pip install a folder of the user's.
+DEFAULT_OUT_DIR = Path("reports") / "figures"
+CHECKOUT_TRACES = Path(__file__).resolve().parents[2] / "traces"  # a source checkout's traces/ (all of them)
+
+
+def trace_file(name: str) -> Path:
+    """traces/<name>.json: the checkout's, else the current folder's or the copy pagesim ships
+    (pagesim.workload.trace.find_trace); FileNotFoundError saying so where there is none."""
+    from pagesim.workload.trace import PACKAGED_TRACES, find_trace
+
+    checkout = CHECKOUT_TRACES / f"{name}.json"
+    if checkout.is_file():
+        return checkout
+    found = find_trace(Path("traces") / f"{name}.json")
+    if found.is_file():
+        return found
+    shipped = ", ".join(sorted(p.stem for p in PACKAGED_TRACES.glob("*.json")))
+    raise FileNotFoundError(f"traces/{name}.json: not in this folder and not shipped with pagesim (which holds "
+                            f"{shipped}); run from a source checkout, or build it there with `pagesim trace build`")
 
 
 @lru_cache(maxsize=None)
@@ -24,7 +42,7 @@ def named_trace(name: str):
     every task a process-pool worker takes) shares it. Replays only read a trace."""
     from pagesim.workload.trace import load_trace
 
-    return load_trace(TRACES_DIR / f"{name}.json")
+    return load_trace(trace_file(name))
 
 
 @dataclass
@@ -193,8 +211,9 @@ def replay_window(args, smoke_duration: float) -> tuple[float, float]:
     return arrival_duration(args, smoke_duration), SMOKE_WARMUP_S if args.smoke else WARMUP_S
 
 
-def save_figure(fig, path) -> None:
-    fig.tight_layout()
+def save_figure(fig, path, rect=(0, 0, 1, 1)) -> None:
+    """rect: the part of the figure the panels fill (the rest holds a figure-level legend)."""
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=150)
     pyplot().close(fig)
 

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from pagesim.api import finish_replay, prepare_replay  # noqa: E402
 from pagesim.models import get_model, with_kv_cache_dtype  # noqa: E402

@@ -7,7 +7,7 @@
 A figure script is any pagesim/experiments/figNN_<name>.py that defines main(argv) and takes --smoke,
 --full and --out-dir (the paper.py parsers give all three); new ones are picked up without a
 change here. A script that sets `TAKES_JOBS = True` also gets --jobs N (its own process pool; the
-runner's slots are its upper bound). Each runs as its own process (python pagesim/experiments/figNN_<name>.py ...), its output
+runner's slots are its upper bound). Each runs as its own process (python -m pagesim.experiments.figNN_<name> ...), its output
 in <out-dir>/logs/figNN_<name>.log, the slowest first. paper.md (reports/paper.md for the default
 <out-dir>, else inside <out-dir>) gets one row per
 figure: how many of the paper's numbers ours matches, the ones it does not, and links to the
@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EXPERIMENTS = Path(__file__).resolve().parent
-ROOT = EXPERIMENTS.parents[1]
+SOURCE = EXPERIMENTS.parents[1]  # the folder holding the pagesim package: a checkout's root, or site-packages
 
 from pagesim.experiments.figures import DEFAULT_OUT_DIR, read_verdicts
 from pagesim.children import ending_on_signals, stop
+from pagesim.progress import LogProgress
 from pagesim.experiments.paper import ARXIV
 
 SCRIPT_RE = re.compile(r"^(fig\d\d[a-z]?)_\w+\.py$")
@@ -59,6 +60,14 @@ class Figure:
     @property
     def stem(self) -> str:
         return self.script.stem
+
+    @property
+    def launch(self) -> list[str]:
+        """How python runs it: as a module of this package (python -m pagesim.experiments.figNN_x),
+        or by path for a script elsewhere."""
+        if self.script.resolve().parent == EXPERIMENTS:
+            return ["-m", f"pagesim.experiments.{self.stem}"]
+        return [str(self.script)]
 
 
 def discover(only: list[str] | None = None, directory: Path = EXPERIMENTS) -> list[Figure]:
@@ -90,43 +99,47 @@ def listed_figures(paper_md: Path) -> set[str]:
 
 
 def check_default_target(figures: list[Figure], smoke: bool) -> None:
-    """ValueError where a run into the default folder (reports/figures, reports/paper.md: the
-    committed results) would replace them with less: smoke results, or fewer figures than
-    paper.md lists. Such runs name a folder of their own (--out-dir), which is the way to say so."""
-    if smoke:
-        raise ValueError("--smoke results would replace the committed figures in reports/figures: give a scratch "
-                         "--out-dir (e.g. --out-dir /tmp/pagesim-smoke)")
+    """ValueError where a run into the default folder (the current folder's reports/figures and
+    reports/paper.md: in a checkout, the committed results) would replace results with less: smoke
+    results, or fewer figures than paper.md lists. Such runs name a folder of their own
+    (--out-dir), which is the way to say so. Where there are no results yet, anything goes."""
     paper_md = default_paper_md(DEFAULT_OUT_DIR)
+    if smoke and paper_md.exists():
+        raise ValueError(f"--smoke results would replace the figures of {_rel(paper_md, Path.cwd())}: give a scratch "
+                         "--out-dir (e.g. --out-dir /tmp/pagesim-smoke)")
     left_out = sorted(listed_figures(paper_md) - {f.key for f in figures})
     if left_out:
-        raise ValueError(f"{_rel(paper_md, ROOT)} lists {', '.join(left_out)}, which this run leaves out: give --out-dir "
+        raise ValueError(f"{_rel(paper_md, Path.cwd())} lists {', '.join(left_out)}, which this run leaves out: give --out-dir "
                          "for a partial run (or --out-dir reports/figures to replace paper.md with these figures only)")
 
 
 def figure_args(full: bool, smoke: bool, out_dir: Path) -> list[str]:
-    # relative to the repository root (the scripts' working directory) where it is inside it, so
+    # relative to the current folder (the scripts' working directory) where it is inside it, so
     # each report's command reads the same on every checkout
-    inside = Path(out_dir).resolve().is_relative_to(ROOT)
-    out = _rel(out_dir, ROOT) if inside else str(out_dir)
+    inside = Path(out_dir).resolve().is_relative_to(Path.cwd())
+    out = _rel(out_dir, Path.cwd()) if inside else str(out_dir)
     return (["--smoke"] if smoke else []) + (["--full"] if full else []) + ["--out-dir", out]
 
 
 def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = False, out_dir: Path = DEFAULT_OUT_DIR,
         paper_md: Path | None = None, progress: bool = True, python: str = sys.executable) -> Path:
-    """Runs the figures, at most `jobs` at a time, then writes paper.md; returns its path."""
+    """Runs the figures, at most `jobs` at a time, then writes paper.md; returns its path.
+    progress: a rich bar (a terminal), else a line per figure and one every 10 s (a log)."""
     out_dir = Path(out_dir)
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     queue = sorted(figures, key=lambda f: -EXPECTED_S.get(f.key, 10_000))
     running: list[Figure] = []
-    # this checkout first on the path: the scripts import `experiments` and `pagesim` from it
-    pythonpath = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # this pagesim first on the path: the scripts import the same one as the runner
+    pythonpath = os.pathsep.join([str(SOURCE), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1",
                PYTHONPATH=pythonpath)
     t0 = time.perf_counter()
     try:
         with ending_on_signals():  # SIGTERM/SIGHUP end this runner like Ctrl-C: through the finally
-            with _progress(progress) as bar:
+            ticker = None if progress else LogProgress("figures", "figures done", len(figures), sys.stderr,
+                                                    detail=lambda: "running " + ", ".join(f.key for f in running))
+            with _progress(progress) as bar, ticker or _NoBar():
                 overall = bar.add_task("all figures", total=len(figures)) if bar else None
                 tasks = {}
                 while queue or running:
@@ -137,7 +150,7 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
                         with open(f.log, "w") as log:
                             extra = ["--jobs", str(jobs)] if f.takes_jobs and jobs > 1 else []
                             # a process group of its own, so stopping it stops the script's own workers too
-                            f.process = subprocess.Popen([python, str(f.script), *figure_args(full, smoke, out_dir), *extra], cwd=ROOT,
+                            f.process = subprocess.Popen([python, *f.launch, *figure_args(full, smoke, out_dir), *extra], cwd=Path.cwd(),
                                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
                         running.append(f)
                         if bar:
@@ -153,16 +166,28 @@ def run(figures: list[Figure], jobs: int = 2, full: bool = False, smoke: bool = 
                             bar.update(tasks[f.key], total=1, completed=1,
                                        description=f"{f.stem} [{'ok' if f.returncode == 0 else 'FAILED'} {f.wall_s:.0f} s]")
                             bar.advance(overall)
-                        elif progress is not None:
+                        else:
                             print(f"{f.stem}: {'ok' if f.returncode == 0 else 'FAILED'} in {f.wall_s:.0f} s", flush=True)
+                            ticker.update(len(figures) - len(queue) - len(running))
     finally:  # however the runner ends, no figure script outlives it
         stop([f.process for f in running], group=True)
     paper_md = Path(paper_md) if paper_md else default_paper_md(out_dir)
     command = " ".join(["python -m pagesim.experiments.run_all", *(["--only", *[f.key for f in figures]] if figures else []),
                         f"--jobs {jobs}", *(["--full"] if full else []), *(["--smoke"] if smoke else []),
-                        f"--out-dir {_rel(out_dir, ROOT)}"])
+                        f"--out-dir {_rel(out_dir, Path.cwd())}"])
     write_paper_md(paper_md, figures, out_dir, command, time.perf_counter() - t0, jobs)
     return paper_md
+
+
+def failure_reason(figure: Figure, width: int = 200) -> str:
+    """Why a figure script failed: the last line of its log (an exception's message), shortened."""
+    try:
+        lines = [line.strip() for line in Path(figure.log).read_text(errors="replace").splitlines() if line.strip()]
+    except (OSError, TypeError):
+        return "no log"
+    if not lines:
+        return f"exit {figure.returncode}, nothing in its log"
+    return lines[-1] if len(lines[-1]) <= width else lines[-1][:width - 3] + "..."
 
 
 def default_paper_md(out_dir: Path) -> Path:
@@ -182,7 +207,8 @@ def write_paper_md(path: Path, figures: list[Figure], out_dir: Path, command: st
     for f in sorted(figures, key=lambda f: f.key):
         files = {ext: out_dir / f"{f.stem}.{ext}" for ext in ("png", "csv", "md")}
         links = " · ".join(f"[{ext}]({_rel(p, path.parent)})" for ext, p in files.items() if p.exists())
-        status = "ok" if f.returncode == 0 else f"FAILED (exit {f.returncode}; log {_rel(f.log, path.parent)})"
+        status = "ok" if f.returncode == 0 else (f"FAILED (exit {f.returncode}: {failure_reason(f).replace('|', '/')}; "
+                                                 f"log {_rel(f.log, path.parent)})")
         verdict, misses = "-", ""
         if f.returncode == 0 and files["md"].exists():
             v = read_verdicts(files["md"])

@@ -37,6 +37,7 @@ from pagesim.workload.trace import Trace, load_trace
 
 # Fig. 15's paper numbers live in pagesim/experiments/paper.py (the one place for them); the figure
 # script pagesim/experiments/fig15_memory_saving.py runs sim_fig15 below.
+from pagesim.experiments.figures import trace_file
 from pagesim.experiments.paper import FIG15_ALPACA_SAVING as FIG15_ALPACA
 from pagesim.experiments.paper import FIG15_SHAREGPT_SAVING_RANGE as FIG15_SHAREGPT_RANGE
 from pagesim.experiments.paper import FIG15_WIDTHS as WIDTHS
@@ -56,7 +57,7 @@ def pct(x) -> str:
 def sim_fig15(smoke: bool, log) -> list[dict]:
     rows = []
     for name, run in SIM_RUNS.items():
-        trace = load_trace(ROOT / "traces" / f"{name}.json")
+        trace = load_trace(trace_file(name))
         for kind in ("parallel", "beam"):
             for k in WIDTHS:
                 over = {"n": k} if kind == "parallel" else {"beam_width": k}
@@ -84,7 +85,7 @@ def sim_prefix(smoke: bool, log) -> list[dict]:
             ("translation_5shot", dict(model="llama-13b", gpu="a100-80gb", tp=1, rate=10.0, num_requests=2000))]
     rows = []
     for name, kw in runs:
-        trace = load_trace(ROOT / "traces" / f"{name}.json")
+        trace = load_trace(trace_file(name))
         if smoke:
             kw = dict(kw, num_requests=40)
         res = {}
@@ -128,8 +129,8 @@ def sim_beside_executor(trace, count: int, rate: float, caching: bool, over: dic
 
 
 def executor_traces(vocab: int = 49152) -> dict:
-    return {"alpaca": first_requests(load_trace(ROOT / "traces" / "alpaca.json"), EXEC_REQUESTS),
-            "sharegpt_chat": first_requests(load_trace(ROOT / "traces" / "sharegpt_chat.json"), EXEC_CHAT_TURNS, vocab=vocab)}
+    return {"alpaca": first_requests(load_trace(trace_file("alpaca")), EXEC_REQUESTS),
+            "sharegpt_chat": first_requests(load_trace(trace_file("sharegpt_chat")), EXEC_CHAT_TURNS, vocab=vocab)}
 
 
 def fill_simulator(rows: list[dict], log) -> None:
@@ -160,9 +161,9 @@ def executor_runs(smoke: bool, log, on_row=None, only_trace: str | None = None) 
 
     lm = load_model("smollm2", device="cpu", tokenizer=False)
     count = 4 if smoke else EXEC_REQUESTS
-    alpaca = first_requests(load_trace(ROOT / "traces" / "alpaca.json"), count)
+    alpaca = first_requests(load_trace(trace_file("alpaca")), count)
     chat_count = 2 if smoke else EXEC_CHAT_TURNS
-    chat = first_requests(load_trace(ROOT / "traces" / "sharegpt_chat.json"), chat_count, vocab=lm.vocab_size)
+    chat = first_requests(load_trace(trace_file("sharegpt_chat")), chat_count, vocab=lm.vocab_size)
     cases = [("alpaca", alpaca, {"n": 4}, False, count, 1000.0), ("alpaca", alpaca, {"beam_width": 4}, False, count, 1000.0),
              ("sharegpt_chat", chat, {}, True, chat_count, EXEC_CHAT_RATE)]
     rows = []

@@ -300,8 +300,9 @@ def main(argv=None) -> Path:
         "LLMServingSim's own predictions of the same runs (its `validation/summary.txt`, from layer profiles measured "
         "on this GPU, casys-kaist/LLMServingSim 5daddb2): " + "; ".join(llmservingsim_published(groups["rtx"])) + ". "
         "pagesim has no measurement of this GPU: its kernel terms are the A100's scaled by the datasheet "
-        "(time per byte x1.28, per FLOP x0.62), and its PCIe all-reduce is priced as the NVLink one; "
-        "LLMServingSim's own cluster file gives the link as 16 GB/s with 20 us latency.",
+        "(time per byte x1.28, per FLOP x0.62). Its GPUs talk over PCIe without P2P (LLMServingSim's own cluster "
+        "file for this machine: 16 GB/s, 20 us), where vLLM runs no custom all-reduce: every all-reduce and the "
+        "expert-parallel exchange are NCCL's ring on that link (docs/calibration.md).",
         "",
         "## A100-80GB, DistServe's early-2024 vLLM: the paper-era engine, and an engine fitted to these runs",
         "",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # (numpy is imported where a summary needs it: `import pagesi
     import numpy as np
 
 __all__ = ["HELD_FIELDS", "REQUEST_FIELDS", "STEP_FIELDS", "STEPS_CHOICES", "WASTE_FIELDS", "MetricsRecorder",
-           "RequestRecord", "StepLog", "StepRecord", "mean_interval", "percentile", "read_requests_csv",
+           "RequestRecord", "StepLog", "StepRecord", "mean_interval", "nonnegative_interval", "percentile", "read_requests_csv",
            "read_steps_csv", "summarize_requests", "summarize_steps", "t_quantile_975"]
 
 
@@ -64,10 +64,12 @@ class MetricsRecorder:
     def num_steps(self) -> int:
         return len(self.step_log)
 
-    def record_request(self, group: SequenceGroup) -> None:
+    def record_request(self, group: SequenceGroup) -> RequestRecord:
         """Call after the request's last step was recorded (its last token time is in it)."""
         spans = self.token_spans.pop(group.request_id, None)
-        self.requests.append(RequestRecord.from_group(group, spans[1:] if spans else None, self.step_log.time))
+        record = RequestRecord.from_group(group, spans[1:] if spans else None, self.step_log.time)
+        self.requests.append(record)
+        return record
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""
@@ -189,7 +191,8 @@ def summarize_steps(recorders: list[MetricsRecorder]) -> dict:
 def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, origin: float = 0.0) -> dict:
     """The per-request half of summary.json, from request records alone (a simulated run, a real
     one, or an HTTP client's measurements). Throughputs count every finished request over the
-    span from the first arrival to the last finish; latency statistics cover the finished
+    span from the first arrival to the last finish, output tokens those of all its sequences (its
+    n samples, as vLLM counts them; `longest_output_*` count one, the longest, per request); latency statistics cover the finished
     requests that arrived warmup_s or more after origin (the run's time zero). Keys in seconds (`ttft_p99`) are pagesim's own; the
     `*_ms` keys and the token totals follow vLLM's `bench serve` (see docs/metrics.md)."""
     finished = [r for r in requests if r.status == "finished"]
@@ -198,7 +201,9 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
     end = max((r.finish_time for r in finished), default=start)
     duration = end - start
     input_tokens = sum(r.prompt_len for r in finished)
-    output_tokens = sum(r.output_len for r in finished)
+    # every sample's tokens, as vLLM counts completion tokens; and one sample (the longest) per request
+    output_tokens = sum(r.total_output_len for r in finished)
+    longest_tokens = sum(r.output_len for r in finished)
 
     def per_second(count):
         return count / duration if duration > 0 else 0.0
@@ -230,6 +235,8 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
         "total_input_tokens": input_tokens,
         "total_output_tokens": output_tokens,
         "output_throughput": per_second(output_tokens),
+        "longest_output_tokens": longest_tokens,
+        "longest_output_throughput": per_second(longest_tokens),
         **_vllm_stats("ttft", ttfts),
         **_vllm_stats("tpot", tpots),
         **_weighted_vllm_stats("itl", itls, itl_weights),
@@ -281,6 +288,22 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
     mean = sum(values) / n
     half = t_quantile_975(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def nonnegative_interval(values: list[float]) -> tuple[float, float, float, str]:
+    """(mean, low, high, how) for a quantity that cannot be negative (a rate, a latency, a count):
+    where every value is > 0, the 95 % t interval of the logs, exponentiated (never below 0: with
+    two runs the plain t interval's 12.7 x spread reached -0.01 req/s); where some are 0 (no
+    preemptions in one run), the plain t interval with its low end clipped at 0, said so."""
+    n = len(values)
+    mean = sum(values) / n
+    if all(v > 0 for v in values):
+        logs = [math.log(v) for v in values]
+        centre = sum(logs) / n
+        half = t_quantile_975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+        return mean, math.exp(centre - half), math.exp(centre + half), "log-scale t"
+    _, low, high = mean_interval(values)
+    return mean, max(low, 0.0), high, "t, clipped at 0" if low < 0 else "t"
 
 
 def _stats(name: str, values) -> dict:

@@ -23,7 +23,7 @@ from itertools import chain, islice, repeat
 from operator import attrgetter
 from pathlib import Path
 
-from pagesim.metrics.records import REQUEST_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
+from pagesim.metrics.records import REQUEST_FIELDS, SESSION_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
 from pagesim.metrics.step_log import StepLog
 
 STEPS_CHOICES = ("all", "sampled", "none")
@@ -32,7 +32,8 @@ CHUNK_ROWS = 1 << 13  # steps.csv lines joined per write: memory stays flat howe
 # the fields requests.csv keeps (the others are derived from them), and their types when read
 _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time": float, "first_scheduled_time": float,
            "first_token_time": float, "finish_time": float, "prompt_len": int, "output_len": int, "num_seqs": int,
-           "num_preemptions": int, "num_swaps": int, "cached_prompt_tokens": int}
+           "num_preemptions": int, "num_swaps": int, "cached_prompt_tokens": int,
+           "total_output_len": int, "session_id": lambda text: text, "turn": int}
 
 
 def write_requests_csv(path: Path, requests: list[RequestRecord]) -> None:
@@ -109,8 +110,11 @@ def read_requests_csv(path: str | Path) -> list[RequestRecord]:
     """requests.csv back into records (without output-token times, which it does not hold)."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        _check_columns(path, reader.fieldnames, REQUEST_FIELDS)
-        return [RequestRecord(**{name: _parse(path, i, name, row[name], kind) for name, kind in _STORED.items()})
+        before_sessions = tuple(f for f in REQUEST_FIELDS if f not in SESSION_FIELDS)
+        if tuple(reader.fieldnames or ()) != before_sessions:  # (a file written before sessions has none)
+            _check_columns(path, reader.fieldnames, REQUEST_FIELDS)
+        stored = {name: kind for name, kind in _STORED.items() if name in reader.fieldnames}
+        return [RequestRecord(**{name: _parse(path, i, name, row[name], kind) for name, kind in stored.items()})
                 for i, row in enumerate(reader)]
 
 

@@ -11,7 +11,9 @@ from pagesim.core import SequenceGroup
 # Column order of requests.csv and steps.csv (other tools read them).
 REQUEST_FIELDS = ("request_id", "status", "reject_reason", "arrival_time", "first_scheduled_time", "first_token_time",
                   "finish_time", "prompt_len", "output_len", "num_seqs", "num_preemptions", "num_swaps",
-                  "cached_prompt_tokens", "ttft", "tpot", "e2e_latency", "normalized_latency")
+                  "cached_prompt_tokens", "total_output_len", "ttft", "tpot", "e2e_latency", "normalized_latency",
+                  "session_id", "turn")
+SESSION_FIELDS = ("session_id", "turn")  # absent from files written before sessions (still read)
 
 
 @dataclass(slots=True)  # (a long replay keeps one per request)
@@ -29,6 +31,9 @@ class RequestRecord:
     num_preemptions: int
     num_swaps: int
     cached_prompt_tokens: int
+    # tokens of all output sequences (a request's n samples or returned beams together; what vLLM
+    # counts as its completion tokens); None: one sequence, output_len
+    total_output_len: int | None = None
     # when each output token became available (one per step that grew the longest sequence):
     # step_times[a:b] for each span (a, b) in token_spans, flattened [a0, b0, a1, b1, ...]. A
     # driver's step times are shared by all its requests, and a request that gets a token at
@@ -36,6 +41,14 @@ class RequestRecord:
     # Not in requests.csv.
     token_spans: list[int] = field(default_factory=list, repr=False)
     step_times: Sequence[float] = field(default=(), repr=False)
+    session_id: str | None = None  # the session it is a turn of (None: none) and which turn (0-based)
+    turn: int | None = None
+
+    def __post_init__(self):
+        if self.total_output_len is None:
+            if self.num_seqs > 1 and self.status == "finished":
+                raise ValueError(f"request {self.request_id}: total_output_len is needed for {self.num_seqs} sequences")
+            self.total_output_len = self.output_len
 
     @property
     def token_times(self) -> list[float]:
@@ -95,6 +108,7 @@ class RequestRecord:
             num_preemptions=group.num_preemptions,
             num_swaps=group.num_swaps,
             cached_prompt_tokens=group.num_cached_prompt_tokens,
+            total_output_len=sum(s.num_output_tokens for s in group.finished_seqs),
             token_spans=token_spans or [],
             step_times=step_times,
         )

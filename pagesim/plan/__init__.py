@@ -42,12 +42,12 @@ __all__ = ["make_plan", "parse_slos", "expand_grid", "RunSettings", "SearchSetti
 
 
 class _CallablePackage(types.ModuleType):
-    """`pagesim.plan(...)` is the API's plan function (pagesim.api.plan), while `pagesim.plan`
+    """`pagesim.plan(...)` is the API's plan function (pagesim.plan.api.plan), while `pagesim.plan`
     stays this package: importing a submodule binds the package to the `plan` attribute of
     pagesim, so the package itself answers the call."""
 
     def __call__(self, **options) -> Plan:
-        from pagesim.api import plan
+        from pagesim.plan.api import plan
 
         return plan(**options)
 

@@ -11,6 +11,7 @@ from pagesim.inputs import BLOCK_SIZE, MAX_REQUESTS, NUM_REQUESTS, SECONDS, SWAP
 from pagesim.sim.engine import ReplayConfig
 from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.sim.specs import get_gpu, get_model
+from pagesim.workload.requests import WORKLOAD_DEFAULTS
 
 
 POSITIVE_SEQS = NumberRule(lo=1, hi=1_000_000, integer=True)
@@ -44,14 +45,14 @@ class RunSettings:
     """
 
     model: str
-    num_requests: int = 1000
+    num_requests: int = WORKLOAD_DEFAULTS.num_requests
     min_duration_s: float = 60.0
     warmup_fraction: float = 0.2
     max_num_batched_tokens: int | None = None  # None: max(2560, the model's max length)
     swap_space_gib: float = 4.0
     cost_model: str = DEFAULT_COST_MODEL
     profile: str | None = None
-    seed: int = 0
+    seed: int = WORKLOAD_DEFAULTS.seed
     force_profile: bool = False  # use a profile measured on another model or GPU anyway
     kv_cache_dtype: str = "auto"  # "fp8": 1-byte KV cache (vLLM's --kv-cache-dtype)
 

@@ -455,14 +455,17 @@ def _cost_figure(plan: Plan) -> Figure:
                 ax.annotate(f"x{len(g)}", (g[0].capacity, g[0].cost_per_hour), fontsize=6, xytext=(4, -9),
                             textcoords="offset points")
     best, second = plan.recommendation, plan.runner_up
-    for r, text, offset in ((best, "cheapest", (8, 10)), (second, "runner-up", (8, -18))):
+    # the labels sit in the axes' top left corner, a line from each to its point: inside the axes
+    # wherever the point is (a label beside a point at the right edge ran off the figure)
+    for r, text, corner in ((best, "cheapest", (0.03, 0.95)), (second, "runner-up", (0.03, 0.87))):
         if r is not None:
-            ax.annotate(f"{text}: {r.point.label}", (r.capacity, r.cost_per_hour), fontsize=7,
-                        xytext=offset, textcoords="offset points", arrowprops={"arrowstyle": "-", "lw": 0.5})
+            ax.annotate(f"{text}: {r.point.label}", (r.capacity, r.cost_per_hour), fontsize=7, xytext=corner,
+                        textcoords="axes fraction", ha="left", va="top",
+                        arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.4"})
     if not groups:
         ax.text(0.5, 0.5, "no configuration meets the SLOs", ha="center", va="center", transform=ax.transAxes)
     else:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="lower right")
     ax.set_xlabel("capacity per replica (req/s)")
     ax.set_ylabel(f"$/h to serve {plan.target_rate:g} req/s")
     ax.set_title("cost against capacity (xN: N configurations on the same spot)", fontsize=10)
@@ -475,6 +478,13 @@ def _sensitivity_figure(plan: Plan) -> Figure:
     groups = sorted({(r.point.gpu, r.point.tp, r.point.max_num_seqs) for r in plan.results})
     blocks = sorted({r.point.block_size for r in plan.results})
     modes = sorted({r.point.preemption for r in plan.results})
+    if len(blocks) < 2:  # one point per line: nothing to draw a curve through, so say what was searched
+        fig, ax = plt.subplots(figsize=(6, 1.6))
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"one block size searched ({blocks[0] if blocks else '-'}): no sensitivity to draw.\n"
+                "Give --block-size 8,16,32 (and --preemption recompute,swap) to compare them.",
+                ha="center", va="center", fontsize=9, transform=ax.transAxes)
+        return Figure("sensitivity", "capacity against block size: only one block size was searched", _png(fig))
     fig, axes = _grid(plt, len(groups), 3.6, 2.8)
     for ax, (gpu, tp, seqs) in zip(axes, groups):
         for i, mode in enumerate(modes):

@@ -33,6 +33,9 @@ def _tokens(rec: Record, name: str, usage: str) -> int | None:
     return value
 
 
+CLOSED_LOOP_KINDS = ("concurrent", "synchronous")  # N (or 1) clients sending back to back
+
+
 def _strategy(bench: Record) -> tuple[float | None, int | None, str]:
     config = bench.obj("config", optional=True)
     strategy = config.obj("strategy", optional=True) if config else None
@@ -103,7 +106,8 @@ def read(path: Path, doc: dict) -> RealRun:
     for k, (rate, concurrency, kind) in enumerate(stage_info):
         times = [r.arrival_s for r in requests if r.stage == k]
         if times:
-            stages.append(Stage(k, times[0], times[-1], len(times), rate=rate, concurrency=concurrency))
+            stages.append(Stage(k, times[0], times[-1], len(times), rate=rate, concurrency=concurrency,
+                                closed_loop=kind in CLOSED_LOOP_KINDS))
     if no_prompt:
         assumptions.append(f"{no_prompt} failed requests recorded no start time or prompt length: left out of the replay")
     failed = sum(not r.ok for r in requests)
@@ -114,8 +118,11 @@ def read(path: Path, doc: dict) -> RealRun:
     assumptions.append("each request generates its recorded output_tokens (max_tokens / ignore_eos not recorded)")
     assumptions.append("prompt contents not recorded: replayed without prefix sharing")
     if any(kind in ("concurrent", "synchronous", "throughput") for _, _, kind in stage_info):
-        assumptions.append("closed-loop stages (a fixed number of requests in flight) are replayed open loop, at "
-                           "the recorded send times")
+        if len(stages) == 1 and stages[0].closed_loop:
+            assumptions.append("one closed-loop stage: validate replays it closed loop, with as many clients")
+        else:
+            assumptions.append("closed-loop stages (a fixed number of requests in flight) are replayed open loop, at "
+                               "the recorded send times (one replay cannot change its client count)")
     version = (doc.get("metadata") or {}).get("guidellm_version") if isinstance(doc.get("metadata"), dict) else None
     if version and not str(version).startswith("0.8"):
         assumptions.append(f"written by guidellm {version}; this reader follows 0.8.1's schema")

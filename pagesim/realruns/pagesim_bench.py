@@ -106,7 +106,9 @@ def read(path: Path) -> RealRun:
     rate = settings.get("rate")
     span = requests[-1].arrival_s
     stages = [Stage(0, 0.0, span, len(requests), rate=rate if isinstance(rate, (int, float)) and rate else
-                    (len(requests) / span if span > 0 else None), concurrency=settings.get("max_concurrency"))]
+                    (len(requests) / span if span > 0 else None),
+                    concurrency=settings.get("concurrency") or settings.get("max_concurrency"),
+                    closed_loop=bool(settings.get("concurrency")))]
     return RealRun(folder.name, FORMAT, str(folder), server, requests, stages, assumptions)
 
 

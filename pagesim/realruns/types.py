@@ -88,6 +88,9 @@ class Stage:
     num_requests: int
     rate: float | None = None  # req/s, configured (else measured: count / span)
     concurrency: int | None = None  # requests kept in flight (closed-loop clients)
+    # the concurrency is clients sending back to back (guidellm's concurrent profile, pagesim bench
+    # --concurrency), not a cap on open-loop arrivals (vllm bench serve --max-concurrency)
+    closed_loop: bool = False
 
 
 @dataclass

@@ -130,14 +130,14 @@ def create_app(lm, engine_cfg: EngineConfig, model_name: str, *, limits: HttpLim
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(stream_events(server, gen, first, samples, stops, ids, kind, want_logprobs,
-                                                   include_usage, len(prompt_ids), record),
+                                                   include_usage, len(prompt_ids), record, body.return_token_ids),
                                      media_type="text/event-stream")
         rest = await until_disconnect(request, _drain(gen, first))
         if rest is GONE:
             await gen.aclose()
             return Response(status_code=499)
         record_usage(record, samples, len(prompt_ids))
-        return build_response(server, samples, ids, kind, want_logprobs, len(prompt_ids))
+        return build_response(server, samples, ids, kind, want_logprobs, len(prompt_ids), body.return_token_ids)
 
     @app.post("/v1/completions")
     async def completions(request: Request):

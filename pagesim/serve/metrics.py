@@ -57,6 +57,9 @@ class ServerStats:
     steps: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    # prefix cache, in tokens: of the full prompt blocks looked up at admission, and of those found
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
     finished: dict[str, int] = field(default_factory=dict)  # finish reason -> requests
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     tpot: Histogram = field(default_factory=lambda: Histogram(TPOT_BUCKETS))
@@ -99,6 +102,10 @@ class ServerStats:
         self.swapped = len(scheduler.swapped)
         self.kv_blocks_used = scheduler.kv.num_used_blocks
         self.preemptions = scheduler.num_preemptions
+        kv = scheduler.kv
+        block = getattr(kv, "block_size", 0)
+        self.prefix_cache_queries = getattr(kv, "prefix_queries", 0) * block
+        self.prefix_cache_hits = getattr(kv, "prefix_hits", 0) * block
 
     def render(self) -> str:
         labels = f'model_name="{self.model_name}"'
@@ -120,6 +127,9 @@ class ServerStats:
                 ("pagesim:engine_steps_total", "Engine iterations (schedule, forward, update) so far.", self.steps),
                 ("vllm:prompt_tokens_total", "Prompt tokens of admitted requests.", self.prompt_tokens),
                 ("vllm:generation_tokens_total", "Tokens generated (all samples).", self.generation_tokens),
+                ("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache (its full blocks, "
+                 "the last prompt token's block left out).", self.prefix_cache_queries),
+                ("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", self.prefix_cache_hits),
             ]
             lines = []
             for name, help_text, value in gauges:

@@ -31,6 +31,7 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens (trace replay)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
+    return_token_ids: bool = False  # vLLM's extension (0.10.2+): each choice carries its generated ids
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:

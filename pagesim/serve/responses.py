@@ -31,7 +31,8 @@ def _chat_logprobs(server: Server, ids: list[int], logprobs: list[float]) -> dic
 def _sse(payload: dict | str) -> str:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
 
-def build_response(server: Server, samples: list[SampleState], ids: Ids, kind: str, want_logprobs, prompt_len: int) -> dict:
+def build_response(server: Server, samples: list[SampleState], ids: Ids, kind: str, want_logprobs, prompt_len: int,
+                   return_token_ids: bool = False) -> dict:
     choices = []
     for i, s in enumerate(samples):
         if kind == "completion":
@@ -41,6 +42,8 @@ def build_response(server: Server, samples: list[SampleState], ids: Ids, kind: s
             lp = _chat_logprobs(server, s.token_ids, s.logprobs) if want_logprobs else None
             choices.append({"index": i, "message": {"role": "assistant", "content": s.text}, "logprobs": lp,
                             "finish_reason": s.finish_reason})
+        if return_token_ids:
+            choices[-1]["token_ids"] = list(s.token_ids)
     return {"id": ids.id, "object": "text_completion" if kind == "completion" else "chat.completion",
             "created": ids.created, "model": server.model_name, "choices": choices,
             "usage": usage(prompt_len, sum(len(s.token_ids) for s in samples))}
@@ -53,7 +56,7 @@ def record_usage(record: dict, samples: list[SampleState], prompt_len: int) -> N
 
 
 async def stream_events(server: Server, gen, first, samples, stops, ids: Ids, kind: str, want_logprobs,
-                        include_usage: bool, prompt_len: int, record: dict):
+                        include_usage: bool, prompt_len: int, record: dict, return_token_ids: bool = False):
     obj = "text_completion" if kind == "completion" else "chat.completion.chunk"
 
     def chunk(choices: list[dict]) -> str:
@@ -70,12 +73,13 @@ async def stream_events(server: Server, gen, first, samples, stops, ids: Ids, ki
         new_ids = s.token_ids[streamed_tokens[i]:]
         new_lps = s.logprobs[streamed_tokens[i]:len(s.token_ids)]
         streamed_tokens[i] = len(s.token_ids)
+        token_ids = {"token_ids": new_ids} if return_token_ids else {}
         if kind == "completion":
             lp = _completion_logprobs(server, new_ids, new_lps) if want_logprobs is not None else None
-            return {"index": i, "text": text, "logprobs": lp, "finish_reason": s.finish_reason}
+            return {"index": i, "text": text, "logprobs": lp, "finish_reason": s.finish_reason, **token_ids}
         lp = _chat_logprobs(server, new_ids, new_lps) if want_logprobs else None
         delta = {"content": text} if text else {}
-        return {"index": i, "delta": delta, "logprobs": lp, "finish_reason": s.finish_reason}
+        return {"index": i, "delta": delta, "logprobs": lp, "finish_reason": s.finish_reason, **token_ids}
 
     finished = set()
     try:

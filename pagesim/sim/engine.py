@@ -29,7 +29,8 @@ from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_bytes_per_token_per_gpu, kv_cache_capacity, with_kv_cache_dtype
-from pagesim.workload.feeds import Feed, RequestFeed
+from pagesim.workload.feeds import Feed, Outcome
+from pagesim.workload.sessions import make_feed, session_labels
 from pagesim.workload.requests import WorkloadConfig, time_origin
 from pagesim.workload.trace import Trace
 
@@ -103,13 +104,16 @@ class Replay:
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
         self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len))
+        kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
+
+        def memory_capacity():
+            return kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                     max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
         if cfg.num_gpu_blocks is not None:
             num_blocks, self.capacity = cfg.num_gpu_blocks, None
             host_blocks = int(cfg.swap_space_gib * 2**30) // (kv_bytes_per_token_per_gpu(model, cfg.tp) * cfg.block_size)
         else:
-            kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
-            self.capacity = kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                              max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
+            self.capacity = memory_capacity()
             num_blocks = self.capacity.num_blocks(cfg.block_size)
             host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
         # A hybrid model (sliding-window layers beside full ones) keeps one block table per group over
@@ -118,8 +122,7 @@ class Replay:
         layout = KVLayout.of(model.kv_groups)
         self.kv_groups = None if layout.is_plain or not uses_paged_blocks(cfg.policy) else model.kv_groups
         if self.kv_groups is not None:
-            layer_bytes = max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
-                * kv_bytes_per_token_per_gpu(model, cfg.tp) // model.kv_bytes_per_token
+            layer_bytes = _group_layer_bytes(model, cfg.tp)
             if cfg.num_gpu_blocks is None:
                 num_blocks = layout.num_blocks(self.capacity.pool_bytes_per_gpu, cfg.block_size, layer_bytes)
             host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, layer_bytes)
@@ -139,7 +142,13 @@ class Replay:
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace) if requests is None else (requests[0], list(requests[1]))
-        self.feed = feed if feed is not None else RequestFeed(self.requests)
+        if cfg.num_gpu_blocks is not None:
+            self.notes += _what_if_pool(cfg, num_blocks, memory_capacity, layout, self.kv_groups, model)
+        origin = time_origin(self.requests, cfg.rate)
+        if feed is None:
+            feed = make_feed(trace, self.requests, cfg.concurrency, origin, sessions_at_rate=cfg.rate is not None)
+        self.feed = feed
+        self.session_labels = session_labels(trace, self.requests)  # request_id -> (session, turn)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
         # model with one generator per request (so a request's ancestry does not depend on
@@ -153,7 +162,7 @@ class Replay:
             self.notes.append(f"beam ancestry drawn from {self.beam.source} (widths {self.beam.widths})")
         self._beam_rngs: dict[int, random.Random] = {}
         self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps,
-                                       origin=time_origin(self.requests, cfg.rate))
+                                       origin=origin)
         self.num_done = 0  # finished or rejected
         self.num_submitted = 0
         self.fast_forward = fast_forward
@@ -165,18 +174,37 @@ class Replay:
         # with a client timeout, and dropped as its deadline passes: memory stays flat in requests)
         self._groups: list = []
         self._released = None  # event an idle dynamic feed waits on (see _arrivals)
+        self._unheard_ends: list = []  # (request, Outcome) of ends a dynamic feed hears of at the next step's end
         self._next_deadline_index = 0
         # step ends and durations, kept where the engine delivers tokens a step late
         self._delayed_steps = (array("d"), array("d")) if self.cost.output_delay_steps else None
 
-    def _done(self, group) -> None:
-        self.metrics.record_request(group)
+    def _done(self, group, at_once: bool = False) -> None:
+        """A group left. Its client hears of it now, or (async output: the engine profile delivers
+        tokens a step late) when the next step ends, as _delay_outputs times its last token;
+        a refusal or the client's own timeout at once."""
+        record = self.metrics.record_request(group)
+        label = self.session_labels.get(group.request_id)
+        if label is not None:
+            record.session_id, record.turn = label
         self.num_done += 1
-        self.feed.on_finished(group.request, self.env.now)
-        if self._released is not None and not self._released.triggered and self.feed.next_time() < math.inf:
-            self._released.succeed()  # the end released another request: wake the arrivals
+        if at_once or self.feed.static or self._delayed_steps is None:
+            self._tell_feed(group.request, _outcome(group))
+        else:
+            self._unheard_ends.append((group.request, _outcome(group)))
         if self.on_progress is not None:
             self.on_progress(self.num_done)
+
+    def _tell_feed(self, request, outcome: Outcome) -> None:
+        self.feed.on_finished(request, self.env.now, outcome)
+        if self._released is not None and not self._released.triggered and self.feed.next_time() < math.inf:
+            self._released.succeed()  # the end released another request: wake the arrivals
+
+    def _deliver_ends(self) -> None:
+        """The ends the clients had not heard of yet reach them now (see _done)."""
+        ends, self._unheard_ends = self._unheard_ends, []
+        for request, outcome in ends:
+            self._tell_feed(request, outcome)
 
     def run(self) -> ReplayResult:
         env = simpy.Environment()
@@ -234,17 +262,21 @@ class Replay:
                     continue
             elif released + host_s > env.now:
                 yield env.timeout(released + host_s - env.now)
-            self.submit(feed.pop())
+            request = feed.pop()
+            self.submit(request, feed.reject_reason(request))
         self.wake()  # a dynamic feed can run dry after the last submission: let the engine end
 
-    def submit(self, request) -> None:
-        """A request enters the engine now."""
-        group = self.scheduler.add_request(request)
+    def submit(self, request, reject_reason: str | None = None) -> None:
+        """A request enters the engine now (or, with a reason, is turned away unrun)."""
+        if reject_reason is None:
+            group = self.scheduler.add_request(request)
+        else:
+            group = self.scheduler.reject(request, reject_reason)
         if self.cfg.client_timeout_s is not None:
             self._groups.append(group)
         self.num_submitted += 1
         if group.reject_reason:
-            self._done(group)
+            self._done(group, at_once=True)
         # Wake an idle engine for a new request, and also after a rejection: if that was
         # the last request, the engine must see that everything is done and end the run.
         self.wake()
@@ -256,6 +288,9 @@ class Replay:
         feed = self.feed
         while not (feed.exhausted and self.num_done == self.num_submitted):
             if not scheduler.has_unfinished:
+                if self._unheard_ends:
+                    self._deliver_ends()  # no step follows theirs: at once
+                    continue
                 self.idle = env.event()
                 yield self.idle
                 continue
@@ -270,6 +305,8 @@ class Replay:
                 run = self._take_decode_run(env.now, plan)
                 for delay in run.delays:
                     yield env.timeout(delay)
+                if self._unheard_ends:  # (the run was one step: see _take_decode_run)
+                    self._deliver_ends()
                 self._record_decode_run(run)
                 continue
             out = scheduler.schedule(env.now)
@@ -285,6 +322,8 @@ class Replay:
                 self._delayed_steps[0].append(env.now + duration)
                 self._delayed_steps[1].append(duration)
             yield env.timeout(duration)
+            if self._unheard_ends:
+                self._deliver_ends()
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
             finished = scheduler.update(out, step, env.now)
             metrics.record_step(out, env.now, duration, scheduler)  # first: it holds their last token times
@@ -311,8 +350,9 @@ class Replay:
         core advanced to the run's end, and the delays that bring the clock there. Times,
         metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
-        durations, ends = self._run_times(plan, now, min(self._next_arrival_time(), self.next_waste,
-                                                         self._next_deadline()))
+        # ends not heard of yet are heard at the end of the next step, which may release a request
+        until = now if self._unheard_ends else min(self._next_arrival_time(), self.next_waste, self._next_deadline())
+        durations, ends = self._run_times(plan, now, until)
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
         if self._delayed_steps is not None:
@@ -388,7 +428,7 @@ class Replay:
             self._next_deadline_index += 1
             if self.scheduler.abort(group, now):
                 group.reject_reason = f"client timeout: not finished {timeout:g} s after arrival"
-                self._done(group)
+                self._done(group, at_once=True)  # (the client itself gave up)
 
     def _maybe_sample_waste(self, now: float) -> None:
         if now >= self.next_waste:
@@ -459,6 +499,15 @@ class _TakenRun(NamedTuple):
     shared_before: int  # logical minus used blocks before it
 
 
+def _outcome(group) -> Outcome:
+    """How a group that left ended, for a feed that releases on ends: its first sequence's output."""
+    if not group.finished_seqs:
+        return Outcome(group.reject_reason)
+    first = min(group.finished_seqs, key=lambda seq: seq.seq_id)
+    return Outcome(group.reject_reason, first.num_output_tokens,
+                   first.output_token_ids if first.has_token_ids else None)
+
+
 def _delay_to(now: float, target: float) -> float:
     """A delay d with now + d == target exactly in floating point where one exists, so that a run
     of steps ends at the very instant successive per-step timeouts would have reached. Callers
@@ -484,3 +533,27 @@ def replay(cfg: ReplayConfig, trace: Trace, progress=None, fast_forward: bool = 
     sim = Replay(cfg, trace, fast_forward=fast_forward)
     sim.on_progress = progress
     return sim.run()
+
+
+def _group_layer_bytes(model, tp: int) -> int:
+    """KV bytes per token per GPU of one layer group's block (the largest group's layers)."""
+    return max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
+        * kv_bytes_per_token_per_gpu(model, tp) // model.kv_bytes_per_token
+
+
+def _what_if_pool(cfg: ReplayConfig, num_blocks: int, memory_capacity, layout, kv_groups, model) -> list[str]:
+    """A note (the CLI warns with it) when --num-gpu-blocks is more than the GPU's memory holds:
+    accepted, as a what-if (say, an unbounded prefix cache), but the run is no real GPU's."""
+    try:
+        capacity = memory_capacity()
+    except ValueError:  # the model does not fit the GPU at all: nothing to compare the pool with
+        return []
+    if kv_groups is not None:
+        fits = layout.num_blocks(capacity.pool_bytes_per_gpu, cfg.block_size, _group_layer_bytes(model, cfg.tp))
+    else:
+        fits = capacity.num_blocks(cfg.block_size)
+    if num_blocks <= fits:
+        return []
+    return [f"what-if KV pool: --num-gpu-blocks {num_blocks:,} is {num_blocks / max(fits, 1):.1f}x the {fits:,} blocks "
+            f"{cfg.tp} x {cfg.gpu}'s memory holds for {cfg.model}; the results assume memory no such GPU has"]
+

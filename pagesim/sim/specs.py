@@ -37,6 +37,33 @@ TB = 10**12
 
 
 @dataclass(frozen=True, slots=True)
+class Interconnect:
+    """How the GPUs of one tensor- or expert-parallel group reach each other: what prices the
+    all-reduce and the expert-parallel exchange.
+
+    ``kind``: ``nvlink`` (every pair of GPUs linked, as on SXM boards) or ``pcie``. ``p2p``:
+    the GPUs can map each other's memory; vLLM's custom all-reduce needs it, and without full
+    NVLink it runs only for 2 GPUs (vllm/distributed/device_communicators/custom_all_reduce.py:
+    "not supported on more than two PCIe-only GPUs", then a P2P test). ``bandwidth`` (bytes/s per
+    direction) and ``latency_s`` are what one collective between two GPUs achieves, where they
+    are documented apart from the datasheet link (0: the GPU's interconnect_bandwidth and the
+    engine's fitted NVLink latency)."""
+
+    kind: str = "nvlink"
+    p2p: bool = True
+    bandwidth: float = 0.0
+    latency_s: float = 0.0
+
+
+NVLINK = Interconnect()
+# Host-staged PCIe (no P2P: NCCL moves every message through host memory). LLMServingSim's
+# cluster description of the RTX PRO 6000 machine the shared vLLM 0.19 runs were measured on
+# (casys-kaist/LLMServingSim 5daddb2, bench/examples/RTXPRO6000/*/config.json: link_bw 16 GB/s,
+# link_latency 20,000 ns): a quarter of PCIe Gen5 x16's 64 GB/s per direction.
+PCIE_HOST_STAGED = Interconnect("pcie", p2p=False, bandwidth=16 * 10**9, latency_s=20e-6)
+
+
+@dataclass(frozen=True, slots=True)
 class GPUSpec:
     """One accelerator. Bandwidths in bytes/s, compute in FLOP/s (dense, without sparsity).
 
@@ -52,6 +79,17 @@ class GPUSpec:
     interconnect_bandwidth: float
     pcie_bandwidth: float
     fp8_flops: float = 0.0
+    link: Interconnect = NVLINK
+
+    @property
+    def collective_bandwidth(self) -> float:
+        """Bytes/s per direction one collective between two GPUs of a group achieves."""
+        return self.link.bandwidth or self.interconnect_bandwidth
+
+    def custom_allreduce(self, tp: int) -> bool:
+        """Whether vLLM's custom all-reduce runs on a group of `tp` of these GPUs: full NVLink,
+        or exactly 2 GPUs with P2P (Interconnect); otherwise every all-reduce is NCCL's."""
+        return self.link.kind == "nvlink" or (tp == 2 and self.link.p2p)
 
     @property
     def memory_gib(self) -> float:
@@ -82,20 +120,27 @@ GPUS: dict[str, GPUSpec] = {
     # NVIDIA L40S datasheet: 48 GB GDDR6 with ECC, 864 GB/s; BF16/FP16 tensor 362.05 TFLOPS
     # dense (733 with sparsity); FP8 733 dense (1,466 with sparsity); no NVLink, PCIe Gen4 x16
     # 64 GB/s bidirectional -> 32 per direction, which is also its GPU-to-GPU link.
-    "l40s-48gb": GPUSpec("l40s-48gb", 48 * GiB, 864 * GB, 362.05 * TB, 32 * GB, 32 * GB, 733 * TB),
+    # Peer-to-peer over PCIe is supported on L40S (a data-center part); no collective figure of
+    # its own is documented, so the PCIe link at the host-staged latency below.
+    "l40s-48gb": GPUSpec("l40s-48gb", 48 * GiB, 864 * GB, 362.05 * TB, 32 * GB, 32 * GB, 733 * TB,
+                         Interconnect("pcie", p2p=True, latency_s=PCIE_HOST_STAGED.latency_s)),
     # NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet: 96 GB GDDR7 with ECC, 1,597 GB/s
     # (the Workstation Edition clocks its memory to 1,792 GB/s; the shared real runs' own
     # description, LLMServingSim's RTXPRO6000 config, gives 1,597); FP4 tensor 4 PFLOPS with
     # sparsity. Dense FP16/BF16 (FP32 accumulate) 503.8 and FP8 1,007.6 TFLOPS are half and a
     # quarter of the FP4 dense rate, as tabulated by third-party spec databases from NVIDIA's RTX
     # Blackwell architecture whitepaper: less certain than the memory figures. No NVLink; PCIe
-    # Gen5 x16 128 GB/s bidirectional -> 64 per direction.
-    "rtx-pro-6000-96gb": GPUSpec("rtx-pro-6000-96gb", 96 * GiB, 1597 * GB, 503.8 * TB, 64 * GB, 64 * GB, 1007.6 * TB),
+    # Gen5 x16 128 GB/s bidirectional -> 64 per direction. Collectives: host-staged (PCIE_HOST_STAGED,
+    # the measured machine's own description).
+    "rtx-pro-6000-96gb": GPUSpec("rtx-pro-6000-96gb", 96 * GiB, 1597 * GB, 503.8 * TB, 64 * GB, 64 * GB, 1007.6 * TB,
+                                 PCIE_HOST_STAGED),
     # NVIDIA Ada GPU architecture whitepaper, appendix (GeForce RTX 4090): 24 GB GDDR6X,
     # 1,008 GB/s; FP16/BF16 tensor with FP32 accumulate (what bf16 GEMMs use) 165.2 TFLOPS dense
     # (GeForce runs FP32 accumulation at half the FP16-accumulate 330.3); FP8 with FP32
-    # accumulate 330.3 dense. No NVLink; PCIe Gen4 x16 -> 32 GB/s per direction.
-    "rtx-4090-24gb": GPUSpec("rtx-4090-24gb", 24 * GiB, 1008 * GB, 165.2 * TB, 32 * GB, 32 * GB, 330.3 * TB),
+    # accumulate 330.3 dense. No NVLink; PCIe Gen4 x16 -> 32 GB/s per direction. GeForce drivers
+    # disable peer-to-peer, so collectives are host-staged (PCIE_HOST_STAGED).
+    "rtx-4090-24gb": GPUSpec("rtx-4090-24gb", 24 * GiB, 1008 * GB, 165.2 * TB, 32 * GB, 32 * GB, 330.3 * TB,
+                             PCIE_HOST_STAGED),
 }
 
 GPU_ALIASES: dict[str, str] = {

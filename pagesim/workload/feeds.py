@@ -14,9 +14,19 @@ told of the finish that released it, so a driver that asks after every finish ne
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 from pagesim.core import Request
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a submitted request ended, as a feed that releases on ends needs to know it."""
+
+    failure: str | None = None  # why it did not finish (rejected, aborted); None: finished
+    output_len: int = 0  # tokens its first sequence generated
+    output_token_ids: list[int] | None = None  # those tokens, where the driver keeps ids
 
 
 class Feed(Protocol):
@@ -33,8 +43,11 @@ class Feed(Protocol):
     def exhausted(self) -> bool:
         """No request will ever be released again."""
 
-    def on_finished(self, request: Request, now: float) -> None:
+    def on_finished(self, request: Request, now: float, outcome: Outcome | None = None) -> None:
         """A submitted request ended at `now` (finished, rejected or aborted)."""
+
+    def reject_reason(self, request: Request) -> str | None:
+        """Why a released request is to be turned away unrun (None: submit it); asked once per pop."""
 
 
 class RequestFeed:
@@ -59,5 +72,8 @@ class RequestFeed:
     def exhausted(self) -> bool:
         return self._next >= len(self._requests)
 
-    def on_finished(self, request: Request, now: float) -> None:
+    def on_finished(self, request: Request, now: float, outcome: Outcome | None = None) -> None:
         pass
+
+    def reject_reason(self, request: Request) -> str | None:
+        return None

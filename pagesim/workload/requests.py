@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass
 
 from pagesim.core import Request, SamplingParams
+from pagesim.core.hashed_prompt import HashedPrompt
 from pagesim.workload.arrivals import ArrivalProcess
 from pagesim.workload.trace import Trace
 
@@ -18,17 +19,25 @@ class WorkloadConfig:
 
     rate: float | None = 1.0  # req/s; None: the trace's own arrival times
     burstiness: float = 1.0  # gamma shape; 1.0 is Poisson
-    num_requests: int | None = 1000
+    num_requests: int | None = 1000  # as `vllm bench serve --num-prompts`; every command's default (docs/cli.md)
     duration: float | None = None  # seconds of arrivals (instead of a count)
     seed: int = 0  # of the arrival process (and the executor's synthetic prompts)
     n: int | None = None  # override every request's parallel samples
     beam_width: int | None = None  # override every request's beam width
     warmup_s: float = 0.0  # leave requests arriving earlier out of latency statistics
+    # closed loop: this many clients, each sending its next request when its last one ended
+    # (pagesim.workload.sessions); None: open loop, requests at their arrival times
+    concurrency: int | None = None
 
     def requests(self, trace: Trace) -> tuple[list[Request], list[str]]:
         """build_requests with these settings."""
         return build_requests(trace, rate=self.rate, burstiness=self.burstiness, num_requests=self.num_requests,
                               duration=self.duration, seed=self.seed, n=self.n, beam_width=self.beam_width)
+
+
+# The workload defaults of every command (replay, run, bench, compare, plan): the same flags
+# mean the same requests everywhere. The serving defaults are pagesim.core.config's SERVING_DEFAULTS.
+WORKLOAD_DEFAULTS = WorkloadConfig()
 
 
 def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0, num_requests: int | None = None,
@@ -45,6 +54,9 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     if num_requests is not None and num_requests < 1:
         raise ValueError(f"num_requests must be >= 1, got {num_requests} (None: as many as the trace holds)")
     notes = []
+    cap = trace.metadata.get("context_cap")
+    if isinstance(cap, dict) and cap.get("note"):  # a builder's --max-context: say what it changed
+        notes.append(f"trace built with a context cap: {cap['note']}")
     if rate is None:
         process = ArrivalProcess("trace")
     else:
@@ -58,6 +70,7 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     # SamplingParams are frozen: requests asking for the same share one (10k requests hold a few
     # hundred distinct ones; building each costs a validated frozen dataclass)
     shared: dict[tuple[int, int, int], SamplingParams] = {}
+    hash_block = trace.metadata.get("hash_block_tokens")
     for i, t in enumerate(times.tolist()):
         rec = records[i % len(records)]
         req_n = n if n is not None else (rec.n or 1)
@@ -71,7 +84,8 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
         if sampling is None:
             sampling = shared[key] = SamplingParams(n=req_n, beam_width=req_beam, max_tokens=rec.output_len,
                                                     ignore_eos=True)
-        requests.append(Request(i, rec.prompt_len, sampling, t, rec.prompt_token_ids))
+        hashed = None if rec.hash_ids is None else HashedPrompt(tuple(rec.hash_ids), rec.prompt_len, hash_block)
+        requests.append(Request(i, rec.prompt_len, sampling, t, rec.prompt_token_ids, hashed))
     return requests, notes
 
 
@@ -85,6 +99,9 @@ def time_origin(requests: list[Request], rate: float | None) -> float:
 def synthetic_prompt(request: Request, vocab_size: int, seed: int) -> list[int]:
     """Seeded token ids of the right length for a trace record that has only lengths, the same
     for every driver (`pagesim run` in-process, `pagesim bench` over HTTP). Ids avoid the first
-    few (special tokens in most vocabularies)."""
+    few (special tokens in most vocabularies). A hashed prompt gets its blocks' seeded ids, so
+    its sharing with other prompts is kept."""
+    if request.hashed_prompt is not None:
+        return request.hashed_prompt.vocab_ids(vocab_size, seed)
     rng = random.Random(f"{seed}:{request.request_id}")
     return [rng.randrange(4, vocab_size) for _ in range(request.prompt_len)]

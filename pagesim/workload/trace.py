@@ -27,6 +27,9 @@ from typing import Any
 from pagesim.inputs import MAX_JSON_DEPTH, TRACE_SECONDS, InputValueError, json_depth_problem, regular_file
 
 FORMAT = "pagesim-trace/1"
+# The small traces of the common cases, shipped in the wheel (in a checkout, links to traces/):
+# `traces/sharegpt.json` and `traces/alpaca.json` work from any folder, pip install included.
+PACKAGED_TRACES = Path(__file__).resolve().parent / "traces"
 
 # Key order in the file. Required fields first; the long token list last so a line stays
 # readable up to it.
@@ -38,6 +41,10 @@ REQUEST_FIELDS = (
     "beam_width",
     "prefix_group",
     "shared_prefix_len",
+    "session_id",
+    "turn",
+    "think_time",
+    "hash_ids",
     "prompt_token_ids",
 )
 REQUIRED_FIELDS = ("prompt_len", "output_len")
@@ -93,6 +100,12 @@ class TraceRequest:
     beam_width: int | None = None
     prefix_group: int | str | None = None
     shared_prefix_len: int | None = None
+    # a turn of a session (pagesim.workload.sessions; docs/traces.md): turn k + 1 is sent think_time
+    # seconds after turn k ends (absent: the recorded gap between their arrival times)
+    session_id: int | str | None = None
+    turn: int | None = None
+    think_time: float | None = None
+    hash_ids: list[int] | None = None  # prefix-block hashes (metadata hash_block_tokens per block)
     prompt_token_ids: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,7 +114,7 @@ class TraceRequest:
         for name in REQUEST_FIELDS:
             value = getattr(self, name)
             if value is not None:
-                out[name] = list(value) if name == "prompt_token_ids" else value
+                out[name] = list(value) if name in _ID_LISTS else value
         return out
 
     @property
@@ -137,9 +150,18 @@ def _is_int(value: Any) -> bool:
 
 
 _LENGTHS_ONLY = {"prompt_len", "output_len"}
+_ID_LISTS = ("hash_ids", "prompt_token_ids")
 
 
-def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
+def _first_bad_id(ids: list) -> int | None:
+    """Position of the first element that is not an integer >= 0 (None: all are)."""
+    # all plain ints >= 0 at C speed; otherwise find the first bad one to name it
+    if ids and set(map(type, ids)) == {int} and min(ids) >= 0:
+        return None
+    return next((pos for pos, tok in enumerate(ids) if not _is_int(tok) or tok < 0), None)
+
+
+def _check_request(record: Any, index: int, path: str | None, hash_block_tokens: int | None = None) -> TraceRequest:
     # The common record, two positive plain ints and nothing else, is valid by sight; everything
     # else (including every invalid record) takes the full check below and its messages.
     if type(record) is _Obj and record.keys() == _LENGTHS_ONLY and not record.duplicate_keys:
@@ -206,17 +228,33 @@ def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
         if group is None:
             raise fail("shared_prefix_len", "given without a prefix_group to share with")
 
+    session_id, turn, think = _check_session_fields(record, fail)
+
     ids = record.get("prompt_token_ids")
     if ids is not None:
         if not isinstance(ids, list):
             raise fail("prompt_token_ids", f"must be a list of token ids, got {type(ids).__name__}")
         if len(ids) != prompt_len:
             raise fail("prompt_token_ids", f"has {len(ids)} ids but prompt_len is {prompt_len}")
-        # all plain ints >= 0 at C speed; otherwise find the first bad one to name it
-        if not (set(map(type, ids)) == {int} and min(ids) >= 0):
-            for pos, tok in enumerate(ids):
-                if not _is_int(tok) or tok < 0:
-                    raise fail("prompt_token_ids", f"element {pos} is not a token id (integer >= 0): {json.dumps(tok)}")
+        pos = _first_bad_id(ids)
+        if pos is not None:
+            raise fail("prompt_token_ids", f"element {pos} is not a token id (integer >= 0): {json.dumps(ids[pos])}")
+
+    hashes = record.get("hash_ids")
+    if hashes is not None:
+        if ids is not None:
+            raise fail("hash_ids", "given with prompt_token_ids (a prompt is known by one or the other)")
+        if not isinstance(hashes, list):
+            raise fail("hash_ids", f"must be a list of block hash ids, got {type(hashes).__name__}")
+        if hash_block_tokens is None:
+            raise fail("hash_ids", "given, but the metadata has no hash_block_tokens (tokens per hashed block)")
+        blocks = -(-prompt_len // hash_block_tokens)
+        if len(hashes) != blocks:
+            raise fail("hash_ids", f"has {len(hashes)} ids but prompt_len {prompt_len} spans {blocks} blocks of "
+                       f"{hash_block_tokens} tokens")
+        pos = _first_bad_id(hashes)
+        if pos is not None:
+            raise fail("hash_ids", f"element {pos} is not a hash id (integer >= 0): {json.dumps(hashes[pos])}")
 
     return TraceRequest(
         prompt_len=prompt_len,
@@ -226,8 +264,52 @@ def _check_request(record: Any, index: int, path: str | None) -> TraceRequest:
         beam_width=beam_width,
         prefix_group=group,
         shared_prefix_len=shared,
+        session_id=session_id,
+        turn=turn,
+        think_time=think,
+        hash_ids=None if hashes is None else list(hashes),
         prompt_token_ids=None if ids is None else list(ids),
     )
+
+
+def _check_session_fields(record: dict, fail) -> tuple:
+    """session_id, turn and think_time of one record (each checked alone; see _check_sessions)."""
+    session_id, turn, think = record.get("session_id"), record.get("turn"), record.get("think_time")
+    if session_id is not None:
+        if not (_is_int(session_id) or isinstance(session_id, str)):
+            raise fail("session_id", f"must be an integer or a string, got {json.dumps(session_id)}")
+        if (_is_int(session_id) and session_id < 0) or session_id == "":
+            raise fail("session_id", f"must be >= 0 or a non-empty string, got {json.dumps(session_id)}")
+        if turn is None:
+            raise fail("turn", "missing (a record with a session_id is a turn of it: 0, 1, ...)")
+    if turn is not None:
+        if session_id is None:
+            raise fail("turn", "given without a session_id")
+        if not _is_int(turn) or turn < 0:
+            raise fail("turn", f"must be an integer >= 0, got {json.dumps(turn)}")
+    if think is not None:
+        if not (_is_int(think) or isinstance(think, float)) or not 0 <= think < 1e9:
+            raise fail("think_time", f"must be a number of seconds in [0, 1e9), got {json.dumps(think)}")
+        if turn is None or turn == 0:
+            raise fail("think_time", "is the wait after the previous turn: only turns >= 1 have one")
+        think = float(think)
+    return session_id, turn, think
+
+
+def _check_sessions(requests: list[TraceRequest], path: str | None) -> None:
+    """A session's turns come in file order as 0, 1, 2, ... (what a turn's prompt holds is
+    pagesim.workload.sessions' business: see docs/traces.md)."""
+    last: dict = {}  # session_id -> (index, turn) of its latest turn
+    for i, rec in enumerate(requests):
+        if rec.session_id is None:
+            continue
+        previous = last.get(rec.session_id)
+        expected = 0 if previous is None else previous[1] + 1
+        if rec.turn != expected:
+            raise TraceError(path, f"is {rec.turn}, but session {rec.session_id!r}'s next turn is {expected}"
+                             + ("" if previous is None else f" (its turn {expected - 1} is request {previous[0]})"),
+                             index=i, field="turn")
+        last[rec.session_id] = (i, rec.turn)
 
 
 def _check_arrival_order(requests: list[TraceRequest], path: str | None) -> None:
@@ -248,15 +330,25 @@ def _check_arrival_order(requests: list[TraceRequest], path: str | None) -> None
                 )
 
 
-def _check_trace(metadata: Any, requests: list[TraceRequest], path: str | None) -> None:
+def _check_metadata(metadata: Any, path: str | None) -> int | None:
+    """The metadata is an object; returns its hash_block_tokens (None when absent)."""
     if not isinstance(metadata, dict):
         raise TraceError(path, f"'metadata' must be a JSON object, got {type(metadata).__name__}", field="metadata")
+    block = metadata.get("hash_block_tokens")
+    if block is not None and not (_is_int(block) and block > 0):
+        raise TraceError(path, f"must be an integer > 0, got {json.dumps(block)}", field="metadata.hash_block_tokens")
+    return block
+
+
+def _check_trace(metadata: Any, requests: list[TraceRequest], path: str | None) -> None:
+    _check_metadata(metadata, path)
     if not requests:
         raise TraceError(path, "'requests' is empty", field="requests")
     count = metadata.get("count")
     if count is not None and count != len(requests):
         raise TraceError(path, f"metadata count is {count} but the file has {len(requests)} requests", field="metadata.count")
     _check_arrival_order(requests, path)
+    _check_sessions(requests, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,8 +403,9 @@ def parse_trace(text: str, path: str | os.PathLike | None = None) -> Trace:
     records = doc["requests"]
     if not isinstance(records, list):
         raise TraceError(where, f"'requests' must be a JSON array, got {type(records).__name__}", field="requests")
-    requests = [_check_request(rec, i, where) for i, rec in enumerate(records)]
     metadata = _plain(doc["metadata"], where)
+    block = _check_metadata(metadata, where)
+    requests = [_check_request(rec, i, where, block) for i, rec in enumerate(records)]
     _check_trace(metadata, requests, where)
     return Trace(metadata=metadata, requests=requests)
 
@@ -328,8 +421,21 @@ def _plain(value: Any, path: str | None) -> Any:
     return value
 
 
+def find_trace(path: str | os.PathLike) -> Path:
+    """`path` itself, or, where it does not exist and is written `traces/NAME.json`, the copy of
+    that trace pagesim ships (PACKAGED_TRACES), if there is one."""
+    path = Path(path)
+    if not path.exists() and len(path.parts) == 2 and path.parts[0] == "traces":
+        packaged = PACKAGED_TRACES / path.name
+        if packaged.is_file():
+            return packaged
+    return path
+
+
 def load_trace(path: str | os.PathLike) -> Trace:
-    """Read and validate a trace file; raises TraceError on anything malformed."""
+    """Read and validate a trace file; raises TraceError on anything malformed. `traces/NAME.json`
+    falls back to the shipped copy (find_trace) where the folder has none."""
+    path = find_trace(path)
     try:
         regular_file(path, "trace file")  # a FIFO would block the read forever
     except InputValueError as exc:
@@ -343,7 +449,8 @@ def load_trace(path: str | os.PathLike) -> Trace:
 
 def dumps_trace(trace: Trace) -> str:
     """The canonical text of a trace (what save_trace writes)."""
-    requests = [_check_request(r.to_dict(), i, None) for i, r in enumerate(trace.requests)]
+    block = _check_metadata(trace.metadata, None)
+    requests = [_check_request(r.to_dict(), i, None, block) for i, r in enumerate(trace.requests)]
     _check_trace(trace.metadata, requests, None)
     meta = json.dumps(trace.metadata, indent=2, sort_keys=True, ensure_ascii=True, allow_nan=False)
     lines = [json.dumps(r.to_dict(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) for r in requests]

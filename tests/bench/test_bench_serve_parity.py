@@ -97,8 +97,8 @@ def test_itl_is_measured_and_named_as_vllm_names_it(tmp_path):
     assert summary["mean_itl_ms"] >= 0.5 * gap * 1000
     assert summary["p99_itl_ms"] >= summary["median_itl_ms"] > 0
     assert summary["itl_mean"] * 1000 == pytest.approx(summary["mean_itl_ms"])
-    itl_row = next(line for line in result.output.splitlines() if "ITL mean / p99" in line)
-    assert " ms" in itl_row and "- / -" not in itl_row
+    itl_row = next(line for line in result.output.splitlines() if "ITL (ms)" in line)  # mean, p50, p99
+    assert itl_row.split("│")[2].strip() == f"{summary['mean_itl_ms']:,.2f}" and " - " not in itl_row
 
 
 @needs_opt

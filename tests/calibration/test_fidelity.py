@@ -115,6 +115,24 @@ def test_mean_interval_and_band_rows():
     assert one["runs"] == 1 and one["target_met"] is None
 
 
+def test_bands_of_positive_metrics_never_go_below_zero():
+    """Issue 27: with --repeat 2 the t interval (12.7 x the spread) went negative, -0.011 - 0.28
+    req/s. A positive metric's band is the t interval of the logs, exponentiated."""
+    from pagesim.metrics import nonnegative_interval
+
+    two = band_row("request throughput", "request_throughput", [0.05, 0.2155], 0.13)
+    _, plain_low, _ = mean_interval([0.05, 0.2155])
+    assert plain_low < 0 < two["low"] and two["band_method"] == "log-scale t"
+    # by hand: logs of 1 and 4 are 0 and ln 4, centre ln 2, sd ln 4 / sqrt 2, t_{0.975,1} = 12.706
+    mean, low, high, how = nonnegative_interval([1.0, 4.0])
+    half = 12.706 * (math.log(4) / math.sqrt(2)) / math.sqrt(2)
+    assert (mean, low, high, how) == pytest.approx((2.5, 2 * math.exp(-half), 2 * math.exp(half), "log-scale t"))
+    # a count that was 0 in one run: the plain t interval, its low end clipped at 0
+    mean, low, high, how = nonnegative_interval([0.0, 3.0])
+    assert (mean, low, how) == (1.5, 0.0, "t, clipped at 0") and high == pytest.approx(1.5 + 12.706 * 1.5)
+    assert nonnegative_interval([0.0, 0.0]) == (0.0, 0.0, 0.0, "t")
+
+
 def _profile(factor: float, created: str) -> dict:
     shape = {"num_decode_seqs": 2, "decode_context_tokens": 20, "block_size": 16}
     return {"format": "pagesim-profile/1", "created": created, "command": "c", "block_size": 16,

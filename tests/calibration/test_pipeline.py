@@ -194,6 +194,9 @@ def test_compare_cli_repeat_writes_bands(tiny_profile, tmp_path):
     assert all(run["summary"]["engine"]["chunked_prefill"] for run in entry["runs"])
     assert entry["simulator"]["cost_model"]["profile"] == str(path)  # no --reprofile: the profile given
     assert "95 % band" in (out / "compare.md").read_text() and "paged-recompute-chunked: headline metrics" in result.output
+    # issue 27: bands of positive metrics stay >= 0 with two runs; the terminal gets tables, not markdown
+    assert all(b["low"] >= 0 for b in entry["bands"] if b["low"] is not None)
+    assert "|---" not in result.output and "95 % band" in result.output and "**" not in result.output
     for extra, message in ((["--endpoint", "http://x"], "--endpoint"), ([], "need --out")):
         bad = CliRunner().invoke(app, args + extra)
         assert bad.exit_code == 2 and message in bad.output

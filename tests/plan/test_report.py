@@ -118,7 +118,7 @@ def test_impossible_slo_gives_a_clear_report(tmp_path, trace_file):
     assert "no configuration meets ttft_p99 <= 0.0001 s" in result.output
     md = (out / "report.md").read_text()
     assert "**No configuration meets ttft_p99 <= 0.0001 s**" in md
-    assert "a100-40gb x1 b16 recompute s256 | ttft_p99 " in md  # the closest each came, with its value
+    assert "a100-40gb x1 b16 auto s256 | ttft_p99 " in md  # the closest each came, with its value
     page = parse_html(out / "report.html")
     assert "No configuration meets ttft_p99 <= 0.0001 s" in "".join(page.text)
     assert sorted(page.images) == ["cost_capacity", "latency_ttft_p99", "pareto", "sensitivity"]

@@ -91,3 +91,54 @@ def test_pareto_front_against_brute_force(seed):
     front = pareto_front(points)
     assert sorted(front) == sorted(set(range(len(points))) - dominated)
     assert [points[i][0] for i in front] == sorted(points[i][0] for i in front)
+
+
+def _drawn(monkeypatch, make, plan):
+    """The matplotlib figure a report figure function draws (its PNG bytes are not decoded)."""
+    import pagesim.plan.report as report
+
+    figures = []
+    monkeypatch.setattr(report, "_png", lambda fig: figures.append(fig) or b"")
+    make(plan)
+    (fig,) = figures
+    fig.canvas.draw()
+    return fig
+
+
+def test_cost_annotations_stay_inside_their_axes(plan_dir, monkeypatch):
+    """Issue 27: the 'cheapest' label beside a point at the right edge ran off the axes. Moved to
+    the right edge here (the most capacity of all, still the cheapest), it stays inside."""
+    from pagesim.plan.report import _cost_figure
+
+    plan, _ = plan_dir
+    best = plan.recommendation
+    saved = best.capacity
+    try:
+        best.capacity = max(r.capacity for r in plan.results if r.capacity) * 1.5
+        assert plan.recommendation is best
+        fig = _drawn(monkeypatch, _cost_figure, plan)
+    finally:
+        best.capacity = saved
+    (ax,) = fig.axes
+    box = ax.get_window_extent()
+    labels = [t for t in ax.texts if t.get_text().startswith(("cheapest", "runner-up"))]
+    assert labels and any(t.get_text().startswith("cheapest") for t in labels)
+    for t in labels:
+        inside = t.get_window_extent()
+        assert box.x0 <= inside.x0 and inside.x1 <= box.x1 and box.y0 <= inside.y0 and inside.y1 <= box.y1, t.get_text()
+
+
+def test_one_block_size_says_there_is_no_sensitivity_to_draw(plan_dir, monkeypatch):
+    from pagesim.plan.report import _sensitivity_figure
+
+    plan, _ = plan_dir
+    saved = plan.results
+    try:
+        plan.results = [r for r in saved if r.point.block_size == 16]
+        fig = _drawn(monkeypatch, _sensitivity_figure, plan)
+    finally:
+        plan.results = saved
+    words = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "one block size searched (16): no sensitivity to draw" in words
+    both = _drawn(monkeypatch, _sensitivity_figure, plan)  # two block sizes: a panel per GPU, with lines
+    assert len([ax for ax in both.axes if ax.lines]) == 2

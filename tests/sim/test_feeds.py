@@ -41,8 +41,11 @@ class ChainFeed:
     def exhausted(self) -> bool:
         return self.released >= len(self.requests)
 
-    def on_finished(self, request: Request, now: float) -> None:
+    def on_finished(self, request: Request, now: float, outcome=None) -> None:
         self.due = now + self.think
+
+    def reject_reason(self, request: Request) -> None:
+        return None
 
 
 def _trace(n: int) -> Trace:

@@ -97,12 +97,16 @@ class GemmCurve:
 
     def grouped_seconds(self, g: Gemm, dtype_bytes: int, flop_scale: float) -> float:
         """`g.count` GEMMs of one shape in one launch (a fused MoE kernel): one floor, each
-        matrix's smooth maximum of its own memory and compute. Weights of g.weight_bytes; the
-        compute at `flop_scale` times the FP16 time (FP8 tensor cores: fp16 / fp8 FLOP/s)."""
+        matrix's smooth maximum of its own memory and compute (over g.padded_m rows where the
+        kernel pads, layer_ops.expected_padded_rows). Weights of g.weight_bytes; the compute at
+        `flop_scale` times the FP16 time (FP8 tensor cores: fp16 / fp8 FLOP/s)."""
         if g.m <= 0 or g.count <= 0:
             return 0.0
         mem = (g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes) * self.s_per_byte
-        comp = 2 * (-(-g.m // self.tile) * self.tile) * g.k * g.n * self.s_per_flop * flop_scale
+        # rows computed: the measured curve's M granularity (its tile), or more where a fused MoE
+        # kernel pads each expert's rows to its own blocks (the larger of two lower bounds)
+        rows = max(-(-g.m // self.tile) * self.tile, g.padded_m)
+        comp = 2 * rows * g.k * g.n * self.s_per_flop * flop_scale
         p = self.sharpness
         return self.floor_s + g.count * (mem ** p + comp ** p) ** (1.0 / p)
 
@@ -210,12 +214,25 @@ class Calibration:
             raise ValueError(f"{where}: malformed calibration ({e})") from None
 
 
+def ring_all_reduce_line(gpu: GPUSpec, workers: int) -> Line:
+    """NCCL's ring all-reduce over a PCIe link (alpha-beta model, Patarasuk and Yuan 2009): a
+    reduce-scatter and an all-gather of workers - 1 steps each, every step one link latency, and
+    2 (n - 1) / n of the message through each GPU's link."""
+    link = gpu.link
+    return Line(2 * (workers - 1) * link.latency_s, 2 * (workers - 1) / workers / gpu.collective_bandwidth)
+
+
 def scale_calibration(cal: Calibration, measured: GPUSpec, target: GPUSpec) -> Calibration:
     """The rule for GPUs without measurements (module docstring): per-byte terms by HBM
-    bandwidth, per-FLOP terms by FP16 FLOP/s, all-reduce per-byte by interconnect bandwidth."""
+    bandwidth, per-FLOP terms by FP16 FLOP/s, all-reduce per-byte by interconnect bandwidth;
+    over PCIe (the measured lines are NVLink's) the all-reduce is ring_all_reduce_line."""
     bw = measured.hbm_bandwidth / target.hbm_bandwidth
     fl = measured.fp16_flops / target.fp16_flops
     ic = measured.interconnect_bandwidth / target.interconnect_bandwidth
+    if target.link.kind == "pcie":
+        all_reduce = {k: ring_all_reduce_line(target, k) for k in cal.all_reduce}
+    else:
+        all_reduce = {k: Line(v.floor_s, v.slope * ic) for k, v in cal.all_reduce.items()}
     a = cal.attention
     return Calibration(
         gpu=target.name,
@@ -224,10 +241,11 @@ def scale_calibration(cal: Calibration, measured: GPUSpec, target: GPUSpec) -> C
         attention=replace(a, decode_s_per_kv_byte=a.decode_s_per_kv_byte * bw,
                           prefill_s_per_flop=a.prefill_s_per_flop * fl,
                           prefill_s_per_token_byte=a.prefill_s_per_token_byte * bw),
-        all_reduce={k: Line(v.floor_s, v.slope * ic) for k, v in cal.all_reduce.items()},
+        all_reduce=all_reduce,
         cpu=cal.cpu,
         source={"scaled_from": cal.gpu, "hbm_bandwidth_ratio": bw, "fp16_flops_ratio": fl,
-                "interconnect_ratio": ic})
+                "interconnect_ratio": ic, "all_reduce": f"{target.link.kind} ring" if target.link.kind == "pcie"
+                else "measured NVLink lines, per-byte by interconnect_ratio"})
 
 
 def nearest_measured_gpu(gpu: GPUSpec | str) -> GPUSpec:
@@ -330,12 +348,13 @@ class CalibratedCostModel(CostModel):
                                            self.model.dtype_bytes)
         return lm + self.calibration.cpu.seconds(seqs, self.tp)
 
-    def token_kernel_split(self, tokens: int) -> tuple[float, float, int]:
+    def token_kernel_split(self, tokens: int) -> tuple[float, float, int, float]:
         """tokens_seconds less its TP all-reduces, split for engine profiles: (busy seconds, launch
         floors, number of kernels) of every layer's GEMMs (a fused MoE projection is one kernel)
-        and elementwise kernels and the embedding; a MoE layer's EP exchange counts as busy."""
+        and elementwise kernels and the embedding, and the seconds of the MoE layers' EP exchange
+        (link time, which no GPU-time scale applies to)."""
         cal, d = self.calibration, self.model.dtype_bytes
-        total_busy = total_floors = 0.0
+        total_busy = total_floors = exchange = 0.0
         total_kernels = 0
         for group in layer_groups(self.model, tokens, self.tp, self.ep):
             s = group.shape
@@ -354,14 +373,14 @@ class CalibratedCostModel(CostModel):
                 floors += floor
                 kernels += 1
             if group.ep_exchange_bytes:
-                busy += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
+                exchange += group.num_layers * cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
             total_busy += group.num_layers * busy
             total_floors += group.num_layers * floors
             total_kernels += group.num_layers * kernels
         s = self.shape
         emb_floor = cal.operator_floor("emb", s)
         return (total_busy + cal.operator_seconds("emb", s, tokens) - emb_floor, total_floors + emb_floor,
-                total_kernels + 1)
+                total_kernels + 1, exchange)
 
     def lm_head_split(self, seqs: int) -> tuple[float, float]:
         """(busy seconds, launch floor) of the LM head over `seqs` sampled rows."""

@@ -16,7 +16,10 @@ engine runs the same kernels differently, and a profile says how:
   since the paged decode kernels changed more than the GEMMs and weigh most in MHA models.
 - All-reduce. Custom all-reduce (vLLM's one-shot/two-shot kernels over NVLink) for messages up to
   ``custom_allreduce_max_bytes``: a latency + the ring volume 2 (tp - 1) / tp x bytes over the
-  interconnect's per-direction bandwidth; NCCL (the measured line) above that size. The latency
+  interconnect's per-direction bandwidth; NCCL (the measured line) above that size. vLLM runs
+  the custom kernels only on full NVLink or on 2 GPUs with P2P (GPUSpec.custom_allreduce); a
+  PCIe group without P2P uses NCCL for every message, priced on the GPU's link
+  (calibrated.ring_all_reduce_line). The latency
   is ``allreduce_latency_s`` for 2 GPUs, and grows with the group as the GPU's measured
   all-reduce floors do (x1.84 for 4 H100s, x1.72 for 8).
 - CPU. Async scheduling and output processing overlap most host work with the GPU; what is left
@@ -176,7 +179,7 @@ class StepFeatures:
     """One step's time split: step = sum(theta_k * linear[k]) + fixed."""
 
     linear: tuple[float, ...]  # busy seconds (GEMMs etc., decode attention), graphed kernels, custom all-reduces, 1, seqs
-    fixed: float               # eager launch floors, all-reduce bandwidth and NCCL terms, block moves
+    fixed: float               # eager launch floors, all-reduce bandwidth and NCCL terms, EP exchange, block moves
 
 
 class EngineCostModel(CostModel):
@@ -213,12 +216,14 @@ class EngineCostModel(CostModel):
         self._dec_busy_per_window_ctx = kern._dec_per_window_ctx
         self._pre_busy_per_window_pair = kern._pre_per_window_pair
         self._ar_bytes_per_token = m.hidden_size * m.dtype_bytes
-        self._ar_s_per_byte = (2 * (tp - 1) / tp / kern.gpu.interconnect_bandwidth) if tp > 1 else 0.0
+        self._ar_s_per_byte = (2 * (tp - 1) / tp / kern.gpu.collective_bandwidth) if tp > 1 else 0.0
+        # vLLM's rule (GPUSpec.custom_allreduce): full NVLink, or 2 GPUs with P2P; else NCCL throughout
+        self._custom_allreduce = kern.gpu.custom_allreduce(tp)
         # allreduce_latency_s is a 2-GPU all-reduce's; a larger group's latency grows as the measured
         # all-reduce floors of the GPU's calibration do (DGX H100: x1.84 for 4 GPUs, x1.72 for 8)
         floors = kern.calibration.all_reduce
         self._ar_group_factor = (kern.calibration.all_reduce_seconds(tp, 0) / floors[min(floors)].floor_s
-                                 if tp > 1 and floors else 1.0)
+                                 if tp > 1 and floors and floors[min(floors)].floor_s > 0 else 1.0)
         self._cache: dict[tuple[int, bool], tuple[float, float, float, float]] = {}
         self._seq_cache: dict[int, tuple[float, float]] = {}
         self._moves = kern._block_moves
@@ -242,14 +247,14 @@ class EngineCostModel(CostModel):
         if hit is not None:
             return hit
         kern = self.kernels
-        busy, floors, count = kern.token_kernel_split(tokens)
-        fixed = 0.0 if graphed else floors
+        busy, floors, count, exchange = kern.token_kernel_split(tokens)
+        fixed = exchange + (0.0 if graphed else floors)
         kernels = count if graphed else 0
         ar_calls = 0.0
         if self.tp > 1:
             nbytes = tokens * self._ar_bytes_per_token
             calls = 2 * self.layers
-            if nbytes <= self.engine.custom_allreduce_max_bytes:
+            if self._custom_allreduce and nbytes <= self.engine.custom_allreduce_max_bytes:
                 ar_calls = calls * self._ar_group_factor
                 fixed += calls * nbytes * self._ar_s_per_byte
             else:  # NCCL, as measured

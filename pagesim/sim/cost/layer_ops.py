@@ -14,6 +14,11 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
   launch per projection, so one launch floor) over the experts the step touches. With B tokens
   routed top-k of E, the expected distinct experts touched is E (1 - (1 - k/E)^B)
   (MoESpec.expected_experts_touched) and each touched expert multiplies B k / touched rows.
+  The kernel (vLLM's Triton fused_moe) sorts the routed rows by expert and pads each expert's
+  group to a multiple of its BLOCK_SIZE_M (moe_align_block_size), so an expert with n rows
+  computes ceil(n / BLOCK_SIZE_M) blocks: the compute is over E[ceil(n / BM)] BM rows per
+  expert, n ~ Binomial(B, k / E) (expected_padded_rows); the weights are read once per touched
+  expert (the M-blocks of one expert run next to each other and share them in L2).
 - Expert parallelism (ep > 1, vLLM's --enable-expert-parallel with data-parallel attention): the
   E experts are split whole over ep GPUs; the ep / tp data-parallel ranks each bring a batch like
   this one (assumed symmetric), so an expert GEMM sees the tokens of all ranks, and each MoE
@@ -25,9 +30,63 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pagesim.models import ModelSpec
+
+# BLOCK_SIZE_M of vLLM's fused_moe kernel by the tokens M entering it: (M up to, BLOCK_SIZE_M),
+# 128 above. The tuned H100 configuration of Mixtral-8x7B at TP 2 (vLLM
+# model_executor/layers/fused_moe/configs/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json:
+# 16 up to M = 32, 32 for 48-96, 64 for 128-512, 128 from 1024), the same growth vLLM's
+# batch-aware defaults use where no tuned file exists (vllm-project/vllm PR 34846).
+MOE_BLOCK_M = ((32, 16), (96, 32), (512, 64))
+MOE_BLOCK_M_LARGE = 128
+# Above this many standard deviations from the mean a binomial tail is taken as 0 or 1.
+TAIL_SIGMAS = 8.0
+
+
+def moe_block_m(tokens: float) -> int:
+    for limit, block in MOE_BLOCK_M:
+        if tokens <= limit:
+            return block
+    return MOE_BLOCK_M_LARGE
+
+
+def expected_padded_rows(trials: float, p: float, block: int) -> float:
+    """block x E[ceil(n / block)] for n ~ Binomial(trials, p): the rows one expert's GEMM computes
+    once its group is padded to whole blocks. E[ceil(n / b)] = sum over j >= 0 of P(n > j b):
+    the j = 0 term is exact (1 - (1 - p)^trials, an expert touched at all); the others are the
+    exact binomial tail while the mean is small, its normal approximation (continuity
+    corrected) above, where the exact sum would cost O(trials) per step shape."""
+    if trials <= 0 or p <= 0:
+        return 0.0
+    if p >= 1:  # every row to this expert (one expert, or top-k of k)
+        return block * math.ceil(trials / block)
+    n_trials = int(round(trials))
+    mean, var = trials * p, trials * p * (1 - p)
+    sd = math.sqrt(var)
+    blocks = 1.0 - (1.0 - p) ** trials
+    top = mean + TAIL_SIGMAS * sd + 1
+    if top < 256:  # exact: the pmf from 0 up to past the tail
+        pmf = (1.0 - p) ** n_trials
+        cdf, n = pmf, 0
+        j = 1
+        while j * block < top:
+            while n < j * block:  # advance the cdf to n = j * block
+                pmf *= (n_trials - n) / (n + 1) * p / (1 - p)
+                n += 1
+                cdf += pmf
+            blocks += max(0.0, 1.0 - cdf)
+            j += 1
+        return block * blocks
+    j = 1
+    while j * block < top:
+        x = j * block
+        z = (x + 0.5 - mean) / sd
+        blocks += 1.0 if z < -TAIL_SIGMAS else 0.5 * math.erfc(z / math.sqrt(2))
+        j += 1
+    return block * blocks
 
 
 @dataclass(frozen=True)
@@ -115,6 +174,7 @@ class Gemm:
     count: float = 1          # matrices (touched experts); 1 for an ordinary GEMM
     weight_bytes: float = 2   # bytes per weight element
     fp8: bool = False         # W8A8: FP8 tensor cores where the GPU has them
+    padded_m: float = 0.0     # rows computed per matrix, padding included (fused MoE); 0: m to the GEMM tile
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,13 +226,17 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
     width = moe.expert_ffn_size if ep > 1 else moe.expert_ffn_size // tp  # EP keeps experts whole
     touched = moe.expected_experts_touched(routed) / ep    # this GPU's share
     rows = routed * moe.experts_per_token / ep / touched if touched else 0.0  # per touched expert
+    # the kernel's M is the tokens it sees; each expert's rows padded to its BLOCK_SIZE_M
+    share = moe.experts_per_token / moe.num_experts
+    padded = (moe.num_experts / ep * expected_padded_rows(routed, share, moe_block_m(routed)) / touched
+              if touched else 0.0)
     router_n = moe.num_experts + (1 if moe.shared_expert_gate else 0)
     gemms = [Gemm("moe_router", tokens, h, router_n, weight_bytes=d)]
     if moe.shared_expert_ffn_size:
         gemms += [Gemm("moe_shared_up", tokens, h, 2 * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
                   Gemm("moe_shared_down", tokens, moe.shared_expert_ffn_size // tp, h, weight_bytes=wb, fp8=fp8)]
-    gemms += [Gemm("moe_experts_up", rows, h, 2 * width, count=touched, weight_bytes=wb, fp8=fp8),
-              Gemm("moe_experts_down", rows, width, h, count=touched, weight_bytes=wb, fp8=fp8)]
+    gemms += [Gemm("moe_experts_up", rows, h, 2 * width, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded),
+              Gemm("moe_experts_down", rows, width, h, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded)]
     exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
     return gemms, exchange, ranks
 

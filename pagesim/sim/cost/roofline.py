@@ -80,6 +80,8 @@ class RooflineCostModel(CostModel):
         check_parallelism(model, tp, ep)
         self.model, self.gpu, self.tp, self.ep, self.constants = model, gpu, tp, ep, constants
         c = constants
+        # a collective's latency: the link's own where documented (PCIe), else the NVLink constant
+        self._collective_latency_s = max(c.allreduce_latency_s, gpu.link.latency_s)
         d = model.dtype_bytes
         flops = gpu.fp16_flops * c.matmul_efficiency
         attn_flops = gpu.fp16_flops * c.attention_compute_efficiency
@@ -133,9 +135,9 @@ class RooflineCostModel(CostModel):
         # TP all-reduce: 2 per layer over tokens * hidden, ring moves 2 (tp-1)/tp of the data.
         if tp > 1:
             ring = 2 * (tp - 1) / tp
-            ic = gpu.interconnect_bandwidth * c.interconnect_efficiency
+            ic = gpu.collective_bandwidth * c.interconnect_efficiency
             self._allreduce_s_per_token = 2 * model.num_layers * ring * model.hidden_size * d / ic
-            self._allreduce_fixed_s = 2 * model.num_layers * c.allreduce_latency_s
+            self._allreduce_fixed_s = 2 * model.num_layers * self._collective_latency_s
         else:
             self._allreduce_s_per_token = 0.0
             self._allreduce_fixed_s = 0.0
@@ -202,9 +204,9 @@ class RooflineCostModel(CostModel):
         weights = moe.expected_experts_touched(routed) * m.expert_params * m.weight_element_bytes / split / self._hbm
         exchange = 0.0
         if ranks > 1:  # all-gather before, reduce-scatter after: each moves (ranks-1)/ranks of the buffer
-            ic = self.gpu.interconnect_bandwidth * self.constants.interconnect_efficiency
+            ic = self.gpu.collective_bandwidth * self.constants.interconnect_efficiency
             buffer = routed * m.hidden_size * m.dtype_bytes
-            exchange = 2 * (buffer * (ranks - 1) / ranks / ic + self.constants.allreduce_latency_s)
+            exchange = 2 * (buffer * (ranks - 1) / ranks / ic + self._collective_latency_s)
         n = moe.num_moe_layers
         return n * compute, n * weights, n * exchange
 

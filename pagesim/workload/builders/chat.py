@@ -38,6 +38,25 @@ def chat_turns(messages: list[dict[str, str]]) -> list[int]:
     ]
 
 
+def message_bodies(tok, convs: list[dict], jobs: list[tuple[int, int]], progress: Progress | None = None
+                   ) -> dict[tuple[int, int], list[int]]:
+    """tokens(" " + text) of each (conversation, message) in jobs (nothing for an empty message),
+    in batches so progress can be shown (this is the slow part)."""
+    texts = [convs[ci]["conversations"][mi]["value"].strip() for ci, mi in jobs]
+    bodies: dict[tuple[int, int], list[int]] = {}
+    batch = 256
+    for start in range(0, len(jobs), batch):
+        part = texts[start : start + batch]
+        # An empty message has no body tokens; " " alone would be a token of its own.
+        encoded = tok.encode_many([" " + t for t in part if t])
+        it = iter(encoded)
+        for job, t in zip(jobs[start : start + batch], part):
+            bodies[job] = next(it) if t else []
+        if progress:
+            progress(min(start + batch, len(jobs)), len(jobs))
+    return bodies
+
+
 def build_sharegpt_chat(
     data_dir: Path,
     num: int | None = DEFAULT_NUM["sharegpt-chat"],
@@ -71,24 +90,9 @@ def build_sharegpt_chat(
     headers = {s: tok.encode_many([s + ":"])[0] for s in sorted(set(ROLE_SPEAKER.values()))}
     newline = tok.encode_many(["\n"])[0]
 
-    # Tokenize the bodies of every message up to each chosen conversation's last used reply,
-    # in batches so progress can be shown (this is the slow part).
-    jobs: list[tuple[int, int]] = []
-    for ci in chosen:
-        last = turn_index[ci][-1] + 1
-        jobs += [(ci, mi) for mi in range(last + 1)]
-    texts = [convs[ci]["conversations"][mi]["value"].strip() for ci, mi in jobs]
-    bodies: dict[tuple[int, int], list[int]] = {}
-    batch = 256
-    for start in range(0, len(jobs), batch):
-        part = texts[start : start + batch]
-        # An empty message has no body tokens; " " alone would be a token of its own.
-        encoded = tok.encode_many([" " + t for t in part if t])
-        it = iter(encoded)
-        for job, t in zip(jobs[start : start + batch], part):
-            bodies[job] = next(it) if t else []
-        if progress:
-            progress(min(start + batch, len(jobs)), len(jobs))
+    # every message up to each chosen conversation's last used reply
+    jobs = [(ci, mi) for ci in chosen for mi in range(turn_index[ci][-1] + 2)]
+    bodies = message_bodies(tok, convs, jobs, progress)
 
     requests: list[TraceRequest] = []
     truncated = capped = 0

@@ -20,7 +20,7 @@ CHAT_MAX_PROMPT = 1024  # the paper's chatbot workload: the last 1024 tokens of 
 CHAT_MAX_OUTPUT = 1024
 DEFAULT_SEED = 0
 DEFAULT_NUM = {"sharegpt": 10_000, "alpaca": None, "sharegpt-chat": 850, "translation-1shot": 2000,
-               "translation-5shot": 2000}
+               "translation-5shot": 2000, "sharegpt-sessions": 200, "mooncake-sessions": 20, "agent-sessions": 100}
 KINDS = tuple(DEFAULT_NUM)
 
 PAPER_MEANS = {

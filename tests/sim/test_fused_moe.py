@@ -1,0 +1,67 @@
+"""The fused-MoE expert term: per-expert padding of the routed rows to the kernel's BLOCK_SIZE_M
+(against an exact binomial enumeration and hand values), and the expert GEMMs of Mixtral-8x7B at
+TP 2 on H100 against vLLM's published fused_moe kernel times."""
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from pagesim.models import load_model_config
+from pagesim.sim.cost.calibrated import CalibratedCostModel
+from pagesim.sim.cost.layer_ops import expected_padded_rows, layer_groups, moe_block_m
+
+ROOT = Path(__file__).resolve().parents[2]
+# the real runs' model configs (../shared/data/real_vllm/model_configs, or $PAGESIM_DATA_DIR/...)
+MODEL_CONFIGS = Path(os.environ.get("PAGESIM_DATA_DIR", ROOT.parent / "shared" / "data")) / "real_vllm" / "model_configs"
+
+
+def exact_padded_rows(trials: int, p: float, block: int) -> float:
+    def pmf(n: int) -> float:  # in log space: comb(4096, n) overflows a float
+        return math.exp(math.lgamma(trials + 1) - math.lgamma(n + 1) - math.lgamma(trials - n + 1)
+                        + n * math.log(p) + (trials - n) * math.log1p(-p))
+    return sum(pmf(n) * block * -(-n // block) for n in range(trials + 1))
+
+
+def test_block_m_follows_the_tuned_h100_mixtral_configuration():
+    assert [moe_block_m(m) for m in (1, 32, 48, 96, 128, 512, 1024, 4096)] == [16, 16, 32, 32, 64, 64, 128, 128]
+
+
+def test_padded_rows_by_hand():
+    # one token, top-2 of 8: an expert gets it with p = 1/4 and then computes one block of 16 rows
+    assert expected_padded_rows(1, 0.25, 16) == pytest.approx(0.25 * 16)
+    # two tokens: P(n > 0) = 1 - 0.75^2 = 0.4375; never more than one block
+    assert expected_padded_rows(2, 0.25, 16) == pytest.approx(0.4375 * 16)
+    # 64 tokens at p = 1/2, block 16: E[ceil(n/16)] = P(n>0) + P(n>16) + P(n>32) + P(n>48)
+    assert expected_padded_rows(64, 0.5, 16) == pytest.approx(exact_padded_rows(64, 0.5, 16), rel=1e-9)
+    assert expected_padded_rows(0, 0.5, 16) == 0.0
+    assert expected_padded_rows(40, 1.0, 16) == 48  # a single expert takes every row: 3 blocks
+
+
+@pytest.mark.parametrize("trials,p,block", [(128, 0.25, 64), (256, 1 / 16, 64), (500, 0.1, 32), (2048, 0.25, 128),
+                                            (4096, 1 / 16, 128), (1116, 1 / 16, 128)])
+def test_padded_rows_against_exact_enumeration(trials, p, block):
+    # exact tails while the mean is small, a normal approximation above: within 0.5 % either way
+    assert expected_padded_rows(trials, p, block) == pytest.approx(exact_padded_rows(trials, p, block), rel=5e-3)
+
+
+# vLLM PR 24700 (github.com/vllm-project/vllm/pull/24700, H100, benchmarks/kernels/benchmark_moe.py
+# --model mistralai/Mixtral-8x7B-Instruct-v0.1 -tp 2, the tuned configuration): fused_moe kernel
+# time in us by batch size (both expert GEMMs with the routing, activation and sum kernels)
+PUBLISHED_MIXTRAL_TP2_H100_US = {1: 144.03, 2: 229.28, 4: 351.10, 8: 434.98, 16: 471.49, 24: 478.27, 32: 487.35,
+                                 48: 487.85, 64: 483.14, 96: 494.42, 128: 491.39, 256: 536.77, 512: 662.33,
+                                 1024: 833.72, 1536: 1122.93}
+
+
+@pytest.mark.skipif(not (MODEL_CONFIGS / "Mixtral-8x7B-v0.1").exists(), reason="shared model configs absent")
+def test_mixtral_expert_gemms_against_published_kernel_times():
+    model = load_model_config(str(MODEL_CONFIGS / "Mixtral-8x7B-v0.1"))
+    kern = CalibratedCostModel(model, "h100-80gb", 2)
+    errors = []
+    for batch, published in PUBLISHED_MIXTRAL_TP2_H100_US.items():
+        experts = [g for g in layer_groups(model, batch, 2)[0].gemms if g.op.startswith("moe_experts")]
+        predicted = sum(kern.calibration.gemm_seconds(g, 2, 1.0) for g in experts) * 1e6
+        errors.append(predicted / published - 1)
+    assert max(abs(e) for e in errors) < 0.15, errors
+    assert sum(abs(e) for e in errors) / len(errors) < 0.07, errors
