@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import pagesim
 import pagesim.api
+from pagesim.cli.cluster import CLUSTER_FLAGS
 from pagesim.cli import app
 from pagesim.workload.trace import save_trace
 from tests.plan.common import SMALL_TRACE
@@ -32,8 +33,9 @@ def test_import_pagesim_is_light():
 
 def test_replay_options_are_the_cli_flags():
     command = typer.main.get_command(app).commands["replay"]
-    # (what --out writes: ReplayRun.write; --html: its page; --config: a file of these options)
-    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config", "html"}
+    # (what --out writes: ReplayRun.write; --html: its page; --config: a file of these options; the
+    # cluster flags describe replicas, not one replay: pagesim.cluster in Python, docs/cluster.md)
+    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config", "html"} - set(CLUSTER_FLAGS)
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
     assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "waste_interval_s",

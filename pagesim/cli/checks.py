@@ -85,6 +85,7 @@ COUNT, POSITIVE_INT, ANY_INT = Number(inputs.COUNT), Number(inputs.POSITIVE_INT)
 SEED, TP, NUM_REQUESTS, SAMPLES = (Number(r) for r in (inputs.SEED, inputs.TP, inputs.NUM_REQUESTS, inputs.SAMPLES))
 BLOCKS, BLOCK_SIZE, TOKENS, SEQS = (Number(r) for r in (inputs.BLOCKS, inputs.BLOCK_SIZE, inputs.TOKENS, inputs.SEQS))
 WORKERS, JOBS = Number(inputs.WORKERS), Number(inputs.JOBS)
+REPLICAS = Number(NumberRule(lo=1, hi=1024, integer=True, why="replicas in a cluster"))
 
 
 def _nearest_existing(path: Path) -> Path:

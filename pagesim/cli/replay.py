@@ -12,7 +12,7 @@ import typer
 
 from pagesim.api import RENAMED_OPTIONS
 from pagesim.cli import app
-from pagesim.cli.checks import (Number, BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
+from pagesim.cli.checks import (Number, BLOCKS, REPLICAS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
                                 RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
 from pagesim.cli.config_file import config_extra, config_option, print_reproduce
@@ -85,6 +85,17 @@ def replay(
     profile: Optional[Path] = typer.Option(None, help="profile file for --cost-model profiled"),
     force: bool = typer.Option(False, "--force", help="use a --profile measured on another model or GPU anyway"),
     seed: int = typer.Option(WORKLOAD.seed, parser=SEED, help="seed of the arrival process"),
+    replicas: Optional[int] = typer.Option(None, parser=REPLICAS, help="simulate a cluster of this many replicas "
+                                           "behind a router (docs/cluster.md)"),
+    router: Optional[str] = typer.Option(None, help="the cluster's router (default round-robin; docs/cluster.md)"),
+    staleness: Optional[float] = typer.Option(None, parser=SECONDS, help="seconds between refreshes of the router's "
+                                              "view of the replicas' loads (default 0: read at every decision)"),
+    pd: Optional[str] = typer.Option(None, "--pd", help="P:D: a cluster of P prefill and D decode replicas (P/D "
+                                     "disaggregation; the KV moves over --link)"),
+    link: Optional[str] = typer.Option(None, help="with --pd: the link KV moves over (nvlink, infiniband, "
+                                       "infiniband-hdr, pcie; default infiniband)"),
+    cluster: Optional[Path] = typer.Option(None, help="a cluster file (TOML or YAML): replica groups, router, links "
+                                           "(docs/cluster.md)"),
     out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
                                 "second, or none"),
@@ -115,6 +126,15 @@ def replay(
                    gpu_memory_utilization=gpu_memory_utilization)
     drop_preset_defaults(ctx, options)
     options.update(config_extra(ctx))  # the file's ReplayConfig fields that have no flag
+    if any(v is not None for v in (replicas, router, staleness, pd, link, cluster)):
+        from pagesim.cli.cluster import replay_cluster
+
+        if concurrency is not None:
+            fail("--concurrency: a cluster replays open-loop arrivals (a rate or the trace's own times), not closed-loop "
+                 "clients")
+        return replay_cluster(ctx, trace, loaded, options, dict(replicas=replicas, router=router, staleness=staleness,
+                                                                pd=pd, link=link, cluster=cluster),
+                              out, steps.value, as_json, warmup, duration)
     levels = concurrency_levels(concurrency)
     if len(levels) > 1:
         return replay_sweep(loaded, trace, options, levels, out, as_json)
@@ -280,10 +300,11 @@ def drop_preset_defaults(ctx: typer.Context, options: dict) -> None:
 
 
 def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title: str, steps: str = "all",
-                 reproduce: str | None = None) -> None:
+                 reproduce: str | None = None, written: list[str] | None = None) -> None:
     """What `replay` and `run` do with a finished run: write the results folder (atomically),
     then print the summary as JSON or as a table. steps: which steps.csv rows (STEPS_CHOICES);
-    reproduce: the command that re-creates the run, printed after the table."""
+    reproduce: the command that re-creates the run, printed after the table; written: the files
+    metrics.write() writes, where they are not a single run's."""
     if out is not None:
         from pagesim.results import results_folder
 
@@ -296,7 +317,8 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
 
         print_summary(summary, Console(), title)
         if out is not None:
-            written = ("requests.csv", "steps.csv", "summary.json") if steps != "none" else ("requests.csv", "summary.json")
+            written = written or (("requests.csv", "steps.csv", "summary.json") if steps != "none"
+                                  else ("requests.csv", "summary.json"))
             Console().print(f"wrote {out}/" + ", ".join(written), markup=False)
         if reproduce:
             print_reproduce(reproduce)

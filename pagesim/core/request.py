@@ -57,6 +57,10 @@ class Request:
     arrival_time: float = 0.0
     prompt_token_ids: list[int] | None = None
     hashed_prompt: HashedPrompt | None = None
+    # P/D disaggregation: the prompt's KV was computed on a prefill replica and moved here (vLLM's
+    # kv_transfer_params): admission allocates blocks for the whole prompt and computes only its
+    # last token, which gives the first output token (Scheduler._admission)
+    prompt_kv_moved: bool = False
 
     def __post_init__(self):
         if self.prompt_len < 1:

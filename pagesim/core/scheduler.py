@@ -187,6 +187,12 @@ class Scheduler:
 
     def _admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
         counts = [seq.num_tokens - hit for seq, hit in zip(group.seqs, self.kv.admission_hits(group))]
+        if _prompt_kv_moved(group):
+            # blocks for the whole prompt, but one token of the step's budget (see _admit_waiting)
+            if budget < 1 or num_seqs + group.max_num_seqs > self.config.max_num_seqs or \
+                    not self.kv.can_admit(group, counts):
+                return None
+            return counts
         if self.config.chunked_prefill:
             counts = _cap(counts, budget)
         elif sum(counts) > budget and not (len(group.seqs) > 1 and budget == self.config.max_num_batched_tokens):
@@ -212,6 +218,9 @@ class Scheduler:
             for seq in group.seqs:
                 seq.status = SequenceStatus.RUNNING
             group.num_cached_prompt_tokens = max(group.num_cached_prompt_tokens, group.seqs[0].num_computed_tokens)
+            if _prompt_kv_moved(group):  # its KV is in the blocks just allocated: only the last token is computed
+                group.seqs[0].num_computed_tokens = group.prompt_len - 1
+                counts = [1]
             if group.first_scheduled_time is None:
                 group.first_scheduled_time = now
             bisect.insort(self.running, group, key=_arrival)
@@ -419,6 +428,12 @@ class Scheduler:
                 live.append(seq)
         if len(live) != len(group.seqs):
             group.seqs = live
+
+
+def _prompt_kv_moved(group: SequenceGroup) -> bool:
+    """A P/D hand-off at its first admission (once preempted, by recompute or swap, it is an
+    ordinary group: a recompute computes its prompt again here)."""
+    return group.request.prompt_kv_moved and group.num_preemptions == 0
 
 
 def _arrival(group: SequenceGroup) -> int:

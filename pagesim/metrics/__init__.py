@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # (numpy is imported where a summary needs it: `import pagesi
 
 __all__ = ["HELD_FIELDS", "REQUEST_FIELDS", "STEP_FIELDS", "STEPS_CHOICES", "WASTE_FIELDS", "MetricsRecorder",
            "RequestRecord", "StepLog", "StepRecord", "mean_interval", "nonnegative_interval", "percentile", "read_requests_csv",
-           "read_steps_csv", "summarize_requests", "t_quantile_975"]
+           "read_steps_csv", "summarize_requests", "summarize_steps", "t_quantile_975"]
 
 
 @dataclass
@@ -129,32 +129,8 @@ class MetricsRecorder:
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self, **extra) -> dict:
-        log = self.step_log
-        num_steps = len(log)
-        step_time = log.duration_sum
-        # memory saving: time integrals over steps (each step's state weighted by its duration)
-        # of blocks saved by sharing and of blocks needed without it
-        logical_time = log.logical_time
-        saved_time = logical_time - log.used_time
-        queried = self.prefix_blocks_queried
         summary = summarize_requests(self.requests, self.warmup_s, self.origin)
-        total = self.num_kv_blocks
-        summary.update({
-            "num_steps": num_steps,
-            "mean_batched_requests": log.held_sum("num_running_requests") / num_steps if num_steps else None,
-            "mean_kv_utilization": (log.utilization_time / step_time) if step_time else 0.0,
-            # dividing by the pool size keeps the order, so the peak is the peak of blocks used
-            "peak_kv_utilization": log.peak_used / total if total and num_steps else 0.0,
-            "num_preemptions": log.held_sum("num_preempted"),
-            "num_swapped_blocks": log.held_sum("blocks_swapped_in") + log.held_sum("blocks_swapped_out"),
-            "num_copied_blocks": log.held_sum("blocks_copied"),
-            "memory_saving": saved_time / logical_time if logical_time else 0.0,
-            # the same ratio with every step weighted alike: equal for two drivers that run the
-            # same schedule, whatever their step times
-            "memory_saving_per_step": _saving_per_step(log),
-            "prefix_hit_rate": self.prefix_blocks_hit / queried if queried else None,
-            "prefix_blocks_queried": queried,
-        })
+        summary.update(summarize_steps([self]))
         summary.update(extra)
         return summary
 
@@ -173,6 +149,43 @@ class MetricsRecorder:
         if self.waste:
             files.write_rows_csv(out / "waste.csv", WASTE_FIELDS, self.waste)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def summarize_steps(recorders: list[MetricsRecorder]) -> dict:
+    """The per-step half of summary.json over one driver's steps, or pooled over several (a
+    cluster's replicas: every step of every replica counts once, and utilization is weighted by
+    each replica's step time)."""
+    logs = [r.step_log for r in recorders]
+    num_steps = sum(len(log) for log in logs)
+    step_time = sum(log.duration_sum for log in logs)
+    # memory saving: time integrals over steps (each step's state weighted by its duration)
+    # of blocks saved by sharing and of blocks needed without it
+    logical_time = sum(log.logical_time for log in logs)
+    saved_time = logical_time - sum(log.used_time for log in logs)
+    logical, used = sum(log.logical_sum for log in logs), sum(log.used_sum for log in logs)
+    queried = sum(r.prefix_blocks_queried for r in recorders)
+    hit = sum(r.prefix_blocks_hit for r in recorders)
+
+    def held(name: str) -> int:
+        return sum(log.held_sum(name) for log in logs)
+
+    return {
+        "num_steps": num_steps,
+        "mean_batched_requests": held("num_running_requests") / num_steps if num_steps else None,
+        "mean_kv_utilization": (sum(log.utilization_time for log in logs) / step_time) if step_time else 0.0,
+        # dividing by the pool size keeps the order, so the peak is the peak of blocks used
+        "peak_kv_utilization": max((log.peak_used / r.num_kv_blocks if r.num_kv_blocks and len(log) else 0.0
+                                    for r, log in zip(recorders, logs)), default=0.0),
+        "num_preemptions": held("num_preempted"),
+        "num_swapped_blocks": held("blocks_swapped_in") + held("blocks_swapped_out"),
+        "num_copied_blocks": held("blocks_copied"),
+        "memory_saving": saved_time / logical_time if logical_time else 0.0,
+        # the same ratio with every step weighted alike: equal for two drivers that run the
+        # same schedule, whatever their step times
+        "memory_saving_per_step": (logical - used) / logical if logical else 0.0,
+        "prefix_hit_rate": hit / queried if queried else None,
+        "prefix_blocks_queried": queried,
+    }
 
 
 def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, origin: float = 0.0) -> dict:
@@ -239,11 +252,6 @@ def _num_output_tokens(group: SequenceGroup) -> int:
     if group.seqs:
         return group.seqs[0].num_output_tokens
     return max((s.num_output_tokens for s in group.finished_seqs), default=0)
-
-
-def _saving_per_step(log: StepLog) -> float:
-    logical = log.logical_sum
-    return (logical - log.used_sum) / logical if logical else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -94,10 +94,12 @@ class Replay:
     """One simulated run. Build with a config and a trace, then call run()."""
 
     def __init__(self, cfg: ReplayConfig, trace: Trace, cost_model: CostModel | None = None, fast_forward: bool = True,
-                 keep_steps: bool = True, feed: Feed | None = None):
+                 keep_steps: bool = True, feed: Feed | None = None, requests: tuple[list, list[str]] | None = None):
         """keep_steps=False: keep no per-step records (no steps.csv; the summary is the same).
         feed: where requests come from and when (pagesim.workload.feeds); default: the trace's
-        requests at their arrival times. A cluster gives its replicas a feed it releases itself."""
+        requests at their arrival times. A cluster gives its replicas a feed it releases itself.
+        requests: (requests, notes) as cfg.requests(trace) builds them, built once by a cluster
+        for all of its replicas (each would otherwise build its own copy of the workload)."""
         model = with_kv_cache_dtype(get_model(cfg.model), cfg.kv_cache_dtype)
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
@@ -139,7 +141,7 @@ class Replay:
                                                   **engine_options(cfg.cost_model, cfg.engine, cfg.max_num_seqs), **extra)
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
-        self.requests, self.notes = cfg.requests(trace)
+        self.requests, self.notes = cfg.requests(trace) if requests is None else (requests[0], list(requests[1]))
         if cfg.num_gpu_blocks is not None:
             self.notes += _what_if_pool(cfg, num_blocks, memory_capacity, layout, self.kv_groups, model)
         origin = time_origin(self.requests, cfg.rate)

@@ -1,0 +1,341 @@
+"""Replicas on one clock behind a router: each replica an unchanged single-replica simulation
+(pagesim.sim.engine.Replay: its own scheduler, KV manager, model, GPU, TP and engine), all on one
+SimPy environment, with a router process in front.
+
+When the router routes. A request reaches the router when the replicas' front end has taken it
+in (its arrival plus the smallest host time per request of the replicas, the time a single
+replay submits it at: tokenization, which a prefix-aware router needs too); a replica whose
+host time is longer receives it that much later. The router picks a replica from ReplicaLoad
+views: waiting and running requests and KV usage read from each replica's scheduler, and the
+requests it sent there that have not ended (its own count, always current), through the LoadBoard
+(pagesim.cluster.routers.board) that `pagesim route` uses too.
+
+What the router sees, and when:
+- staleness_s = 0: the loads are read at every routing decision. Every replica's feed reports
+  the cluster's next arrival as its next_time(), so its runs of decode steps end at the step
+  during which a request could arrive; a replica's state read at an arrival is therefore that
+  at the end of its step in progress, up to one step ahead of the arrival: the router's view
+  lags by up to a step, as a real router's (scraping /metrics) does.
+- staleness_s = S > 0: the loads are refreshed when the first request at or after the last
+  refresh plus S reaches the router, and the router routes then every request that reaches it
+  within S, from that view and its own counts as of then plus what it routed since: finishes
+  within the window are seen at the next refresh. Replicas then stop only at refreshes and at
+  their own requests, so a cluster of N costs about what one replica costs per request. A
+  router that reads no load (round-robin) decides the same at any staleness.
+
+P/D disaggregation: a request goes first to a prefill replica as a one-token request (the
+prompt and the first token, which vLLM's P/D proxy discards); when it ends there, the router
+picks a decode replica, the prompt's KV moves over the link (pagesim.cluster.links: time from
+the KV bytes, one transfer at a time per prefill replica) and the decode replica admits it with
+its prompt KV present (Request.prompt_kv_moved: blocks allocated for the prompt, only its last
+token computed there, which gives the client its first token). A decode replica without room
+keeps it waiting in its queue (back-pressure: it waits, nothing is lost). The prefill replica
+frees its blocks when its one token is out (the KV's wait for the link is not held against its
+pool: a simplification).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from dataclasses import dataclass, replace
+
+import simpy
+
+from pagesim.cluster.links import LinkQueue, make_link, moved_bytes_per_token
+from pagesim.cluster.routers import Gauges, LoadBoard, RoutedRequest, make_router, prefix_keys
+from pagesim.cluster.spec import ClusterSpec
+from pagesim.core import SamplingParams
+from pagesim.sim.engine import Replay
+from pagesim.workload.feeds import RequestFeed
+from pagesim.workload.sessions import has_sessions
+from pagesim.workload.trace import Trace
+
+PREFILL_SAMPLING = {}  # max_tokens=1 sampling params, shared
+
+
+@dataclass
+class Replica:
+    index: int
+    group: str
+    role: str
+    sim: Replay
+    feed: "ReplicaFeed"
+
+
+@dataclass(slots=True)
+class Handoff:
+    """A P/D request between its prefill and its decode."""
+
+    prefill: int  # replica indices
+    decode: int
+    prefill_record: object  # its RequestRecord on the prefill replica
+    prefill_end: float  # when its token was out there
+    link_start: float
+    link_end: float
+
+
+class ReplicaFeed:
+    """A replica's feed (pagesim.workload.feeds.Feed): the requests the cluster routed to it, each
+    at the time it enters; and, as next_time(), the earliest time one could still enter."""
+
+    static = False
+
+    def __init__(self, cluster: "Cluster", index: int, host_offset: float) -> None:
+        self.cluster, self.index = cluster, index
+        self.host_s = 0.0  # its own host time per request (set once the replica is built)
+        self.host_offset = host_offset  # the router's host time minus this replica's (<= 0)
+        self.pending: list = []  # heap of (enters at, order, request) routed here, not entered yet
+        self.decode = False  # receives hand-offs (P/D): they may come whenever a prefill ends
+
+    def next_time(self) -> float:
+        """(The replica adds its own host time to this.)"""
+        cluster = self.cluster
+        t = cluster.feed.next_time()
+        if self.decode:
+            # a hand-off enters after a prefill step ends, and a prefill step starts at the
+            # earliest when a request reaches a prefill replica: the earliest of those bounds it
+            t = min(t, cluster.next_prefill_end()) - self.host_s
+        elif self.host_offset:
+            t += self.host_offset
+        if self.pending:
+            t = min(t, self.pending[0][0] - self.host_s)
+        return t
+
+    def pop(self):
+        return heapq.heappop(self.pending)[2]
+
+    @property
+    def exhausted(self) -> bool:
+        cluster = self.cluster
+        return cluster.feed.exhausted and not self.pending and not (self.decode and cluster.num_prefilling)
+
+    def on_finished(self, request, now: float, outcome=None) -> None:
+        self.cluster.on_finished(self.index, request, now)
+
+    def reject_reason(self, request) -> str | None:
+        return None  # (the cluster submits its requests itself)
+
+
+class Cluster:
+    """Build with the spec and the trace, then run(): a ClusterResult (pagesim.cluster.results)."""
+
+    def __init__(self, spec: ClusterSpec, trace: Trace, keep_steps: bool = True, cost_models: dict | None = None):
+        """cost_models: {group name: CostModel} to use instead of the configurations' (tests)."""
+        spec.check()
+        self.spec = spec
+        first = spec.groups[0].cfg
+        if has_sessions(trace) or first.concurrency is not None:
+            raise ValueError("a cluster replays open-loop arrivals: traces with sessions and closed-loop clients "
+                             "(--concurrency) run on one replica (their feed is not spread over replicas yet)")
+        self.workload = first.requests(trace)  # built once, shared by every replica
+        self.requests = self.workload[0]
+        self.feed = RequestFeed(self.requests)
+        self.pd = any(g.role == "prefill" for g in spec.groups)
+        if self.pd:
+            _check_pd_requests(self.requests)
+        self.replicas: list[Replica] = []
+        for group in spec.groups:
+            for _ in range(group.count):
+                index = len(self.replicas)
+                feed = ReplicaFeed(self, index, 0.0)
+                sim = Replay(group.cfg, trace, cost_model=(cost_models or {}).get(group.name), keep_steps=keep_steps,
+                             feed=feed, requests=self.workload)
+                feed.host_s = sim.request_host_s
+                sim.on_progress = lambda done, k=index: self._recorded(k)
+                feed.decode = group.role == "decode"
+                self.replicas.append(Replica(index, group.name, group.role, sim, feed))
+        entry = [r for r in self.replicas if r.role != "decode"]
+        self.host_s = min(r.sim.request_host_s for r in entry)  # when a request reaches the router
+        for r in self.replicas:
+            if r.role != "decode":
+                r.feed.host_offset = self.host_s - r.sim.request_host_s
+        self.router = make_router(spec.router, **spec.router_params)
+        # P/D: the decode replica is chosen by a second instance (each stage's choices its own memory)
+        self.decode_router = make_router(spec.router, **spec.router_params) if self.pd else None
+        # the loads as the router sees them, and its outstanding counts (the board pagesim route uses
+        # too); the cluster refreshes it on its own schedule (_refresh), never through route()
+        self.board = LoadBoard(len(self.replicas), spec.staleness_s)
+        self.block_size = first.block_size
+        # finished requests in the order they left, with their replicas (decode: -1 where none)
+        self.records: list = []  # a RequestRecord, or (prefill's, decode's) for a P/D request
+        self.record_replica, self.record_decode = array("i"), array("i")
+        self.handoffs: dict[int, Handoff] = {}  # request id -> its P/D hand-off, once it is on a decode replica
+        self.pd_done: list[Handoff] = []
+        self.num_prefilling = 0  # requests routed to a prefill replica that have not left it
+        self._originals: dict[int, object] = {}  # request id -> the request, while it prefills
+        self._order = 0
+        self.on_progress = None  # callable(requests done) for progress bars
+        self._prefill_step_end = {r.index: -math.inf for r in self.replicas if r.role == "prefill"}
+        self._links = {}
+        if self.pd:
+            for r in self.replicas:
+                if r.role == "prefill":
+                    r.sim.on_step = self._prefill_step_hook(r.index)
+            self._link_queues = {r.index: LinkQueue() for r in self.replicas if r.role == "prefill"}
+
+    # -- the run ----------------------------------------------------------------------------
+    def run(self):
+        from pagesim.cluster.results import ClusterResult
+
+        env = self.env = simpy.Environment()
+        env.process(self._route(env))  # (first, as a single replay starts its arrivals first)
+        engines = [r.sim.start(env) for r in self.replicas]
+        env.run(until=simpy.AllOf(env, engines))
+        results = [r.sim.finish() for r in self.replicas]
+        return ClusterResult(self, results)
+
+    def _route(self, env: simpy.Environment):
+        """Route each request when it reaches the router (as Replay's own arrivals process
+        submits them: the same arithmetic, so a one-replica cluster runs the same events)."""
+        feed, host_s, staleness = self.feed, self.host_s, self.spec.staleness_s
+        while not feed.exhausted:
+            released = feed.next_time()
+            if released + host_s > env.now:
+                yield env.timeout(released + host_s - env.now)
+            now = env.now
+            self._refresh(now)
+            self._route_arrival(feed.pop(), now)
+            if staleness:  # the rest of the window, from the same view
+                until = now + staleness
+                while not feed.exhausted and (enters := feed.next_time() + host_s) < until:
+                    self._route_arrival(feed.pop(), max(now, enters))
+        for r in self.replicas:
+            r.sim.wake()  # the feeds ran dry: idle engines see that they are done
+
+    def _refresh(self, now: float) -> None:
+        self.board.refresh(now, self._gauges)
+
+    def _gauges(self, index: int) -> Gauges:
+        sched = self.replicas[index].sim.scheduler
+        kv = sched.kv
+        return Gauges(len(sched.waiting), len(sched.running),
+                      kv.num_used_blocks / kv.num_device_blocks if kv.num_device_blocks else 0.0)
+
+    def _choose(self, routed: RoutedRequest, roles: tuple[str, ...], now: float) -> int:
+        for r in self.replicas:
+            self.board.set_accepting(r.index, r.role in roles)
+        router = self.decode_router if roles == ("decode",) else self.router
+        index = self.board.route(router, routed, now)
+        if self.replicas[index].role not in roles:
+            raise RuntimeError(f"router {self.spec.router!r} chose replica {index}, which does not take "
+                               f"{'/'.join(roles)} requests")
+        return index
+
+    def _routed_request(self, request) -> RoutedRequest:
+        ids = request.prompt_token_ids
+        return RoutedRequest(request.request_id, request.prompt_len, prefix_keys(ids, self.block_size) if ids else ())
+
+    def _route_arrival(self, request, enters: float) -> None:
+        index = self._choose(self._routed_request(request), ("mixed", "prefill"), enters)
+        replica = self.replicas[index]
+        if replica.role == "prefill":
+            self._originals[request.request_id] = request
+            self.num_prefilling += 1
+            request = replace(request, sampling=_prefill_sampling(request.sampling))
+        self._deliver(replica, request, enters - replica.feed.host_offset)
+
+    def _deliver(self, replica: Replica, request, at: float) -> None:
+        """The request enters the replica at `at` (now, or later through a timeout)."""
+        env = self.env
+        if at <= env.now and not replica.feed.pending:
+            replica.sim.submit(request)
+            return
+        self._order += 1
+        heapq.heappush(replica.feed.pending, (at, self._order, request))
+        timer = env.timeout(max(0.0, at - env.now))
+        timer.callbacks.append(lambda _event, r=replica: r.sim.submit(r.feed.pop()))
+
+    # -- ends -------------------------------------------------------------------------------
+    def on_finished(self, index: int, request, now: float) -> None:
+        """The end of a request on replica `index` reached its client (and the router, which
+        proxies it): at once, or where the engine delivers tokens a step late, when the next step
+        ends (Replay._done)."""
+        replica = self.replicas[index]
+        self.board.finished(self.decode_router if replica.role == "decode" else self.router, request.request_id, index,
+                            now)
+
+    def _recorded(self, index: int) -> None:
+        """Replica `index` just recorded a request that left it (its on_progress hook): the
+        cluster's records keep that order, and a finished prefill hands its KV off now, when its
+        step ended (the KV is ready then, whenever the client hears of the token)."""
+        replica = self.replicas[index]
+        record = replica.sim.metrics.requests[-1]
+        rid = record.request_id
+        if replica.role == "prefill":
+            self.num_prefilling -= 1
+            original = self._originals.pop(rid)
+            if record.status == "finished":
+                self._hand_off(index, original, record, self.env.now)
+                return
+            if not self.num_prefilling and self.feed.exhausted:
+                self._wake_decoders()
+        if replica.role == "decode":
+            handoff = self.handoffs.pop(rid)
+            self.pd_done.append(handoff)
+            self._keep((handoff.prefill_record, record), handoff.prefill, index)
+            return
+        self._keep(record, index, -1)
+
+    def _keep(self, record, replica: int, decode: int) -> None:
+        self.records.append(record)
+        self.record_replica.append(replica)
+        self.record_decode.append(decode)
+        if self.on_progress is not None:
+            self.on_progress(len(self.records))
+
+    def _hand_off(self, prefill: int, request, record, now: float) -> None:
+        if self.spec.staleness_s == 0:
+            self._refresh(now)
+        decode = self._choose(self._routed_request(request), ("decode",), now)
+        source, target = self.replicas[prefill], self.replicas[decode]
+        link = self._link(source, target)
+        duration = link.transfer_time(request.prompt_len, moved_bytes_per_token(source.sim.cfg, target.sim.cfg))
+        start, end = self._link_queues[prefill].schedule(now, duration)
+        self.handoffs[request.request_id] = Handoff(prefill, decode, record, now, start, end)
+        self._deliver(target, replace(request, prompt_kv_moved=True), end)
+        if not self.num_prefilling and self.feed.exhausted:
+            self._wake_decoders()
+
+    def _link(self, source: Replica, target: Replica):
+        key = (source.group, target.group)
+        if key not in self._links:
+            spec = self.spec.link_between(*key)
+            self._links[key] = make_link(spec.kind, source.sim.cfg.gpu, spec.bandwidth, spec.latency_s)
+        return self._links[key]
+
+    def _wake_decoders(self) -> None:
+        for r in self.replicas:
+            if r.role == "decode":
+                r.sim.wake()
+
+    def _prefill_step_hook(self, index: int):
+        ends = self._prefill_step_end
+
+        def on_step(end: float, duration: float, shape) -> None:
+            ends[index] = end
+        return on_step
+
+    def next_prefill_end(self) -> float:
+        """The earliest end of a prefill step in progress, or request about to enter a prefill
+        replica (math.inf: none): no hand-off can come sooner (an idle prefill replica starts a
+        step only when a request enters it)."""
+        now = self.env.now
+        ends = [end for end in self._prefill_step_end.values() if end >= now]
+        ends += [self.replicas[i].feed.pending[0][0] for i in self._prefill_step_end if self.replicas[i].feed.pending]
+        return min(ends, default=math.inf)
+
+
+def _prefill_sampling(sampling: SamplingParams) -> SamplingParams:
+    shared = PREFILL_SAMPLING.get(sampling.ignore_eos)
+    if shared is None:
+        shared = PREFILL_SAMPLING[sampling.ignore_eos] = SamplingParams(max_tokens=1, ignore_eos=sampling.ignore_eos)
+    return shared
+
+
+def _check_pd_requests(requests) -> None:
+    for r in requests:
+        if r.sampling.num_seqs > 1:
+            raise ValueError(f"request {r.request_id}: P/D disaggregation serves single-sequence requests; this one "
+                             f"asks for {r.sampling.num_seqs} sequences (n or beam width)")

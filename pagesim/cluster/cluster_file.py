@@ -1,0 +1,186 @@
+"""`--cluster FILE`: a cluster described in TOML or YAML (docs/cluster.md), checked key by key:
+a bad file is one line naming the file and the key (ClusterFileError, a ValueError).
+
+    [router]
+    name = "round-robin"       # a router (pagesim.cluster.routers); default round-robin
+    staleness_s = 0.0          # how often the router's view of the loads is refreshed
+    [router.params]            # the router's own parameters
+
+    [[groups]]                 # one or more replica groups
+    name = "prefill"
+    role = "prefill"           # mixed (default), prefill or decode
+    count = 2
+    model = "llama-2-7b"       # and any other ReplayConfig field of the hardware and the serving
+    gpu = "h100-80gb"          # system (gpu, tp, engine, policy, max_num_seqs, ...): they override
+    tp = 1                     # the command line's options for this group
+
+    [[links]]                  # P/D: how KV moves from a prefill group to a decode group
+    from = "prefill"
+    to = "decode"
+    kind = "infiniband"        # nvlink, infiniband, infiniband-hdr, pcie (pagesim.cluster.links)
+    bandwidth_gb_s = 50        # per GPU and direction (default: the kind's)
+    latency_s = 1e-5           # (default: the kind's)
+
+The workload (trace, rate, number of requests, seed, warm-up) is the command line's, the same
+for the whole cluster, so a group cannot set it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Callable
+
+from pagesim.cluster.links import LINK_KINDS
+from pagesim.cluster.routers import ROUTERS, make_router
+from pagesim.cluster.spec import ROLES, ClusterSpec, LinkSpec, ReplicaGroup
+from pagesim.workload.requests import WorkloadConfig
+
+TOP_KEYS = ("router", "groups", "links")
+ROUTER_KEYS = ("name", "staleness_s", "params")
+GROUP_KEYS = ("name", "role", "count")
+LINK_KEYS = ("from", "to", "kind", "bandwidth_gb_s", "latency_s")
+WORKLOAD_KEYS = tuple(f.name for f in fields(WorkloadConfig)) + ("warmup",)
+
+
+class ClusterFileError(ValueError):
+    pass
+
+
+def read_cluster_file(path: Path, make_config: Callable[[dict], Any]) -> ClusterSpec:
+    """The ClusterSpec a file describes. make_config(options) -> ReplayConfig: the command line's
+    options with a group's keys over them (raises ValueError / TypeError / KeyError on a bad one)."""
+    doc = _load(path)
+
+    def bad(key: str, message: str) -> ClusterFileError:
+        return ClusterFileError(f"{path}: {key}: {message}")
+
+    if not isinstance(doc, dict):
+        raise ClusterFileError(f"{path}: a cluster file holds a mapping (router, groups, links), got "
+                               f"{type(doc).__name__}")
+    for key in doc:
+        if key not in TOP_KEYS:
+            raise bad(key, f"unknown key; a cluster file has {', '.join(TOP_KEYS)}")
+    router = _table(doc.get("router", {}), "router", bad)
+    _known(router, ROUTER_KEYS, "router", bad)
+    name = router.get("name", "round-robin")
+    params = _table(router.get("params", {}), "router.params", bad)
+    staleness = router.get("staleness_s", 0.0)
+    if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or not 0 <= staleness < float("inf"):
+        raise bad("router.staleness_s", f"a number of seconds >= 0, got {staleness!r}")
+    if name not in ROUTERS:
+        raise bad("router.name", f"unknown router {name!r}; one of: {', '.join(sorted(ROUTERS))}")
+    try:
+        make_router(name, **params)
+    except (ValueError, TypeError) as e:
+        raise bad("router.params", str(e)) from None
+
+    groups_doc = doc.get("groups")
+    if not isinstance(groups_doc, list) or not groups_doc:
+        raise bad("groups", "a list of one or more replica groups ([[groups]] tables) is needed")
+    groups = [_group(g, f"groups[{i}]", make_config, bad) for i, g in enumerate(groups_doc)]
+    links_doc = doc.get("links", [])
+    if not isinstance(links_doc, list):
+        raise bad("links", "a list of [[links]] tables")
+    links = [_link(link, f"links[{i}]", bad) for i, link in enumerate(links_doc)]
+    spec = ClusterSpec(groups, name, params, float(staleness), links)
+    try:
+        spec.check()
+    except ValueError as e:
+        raise bad("links" if str(e).startswith("link ") else "groups", str(e)) from None
+    return spec
+
+
+def _load(path: Path) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ClusterFileError(f"{path}: cannot read the cluster file ({(e.strerror or str(e)).lower()})") from None
+    except UnicodeDecodeError as e:
+        raise ClusterFileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    suffix = Path(path).suffix.lower()
+    if suffix == ".toml":
+        import tomllib
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ClusterFileError(f"{path}: not valid TOML ({e})") from None
+    if suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ClusterFileError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    raise ClusterFileError(f"{path}: a cluster file is .toml, .yaml or .yml")
+
+
+def _table(value, key: str, bad) -> dict:
+    if not isinstance(value, dict):
+        raise bad(key, f"a table of keys, got {type(value).__name__}")
+    return value
+
+
+def _known(table: dict, allowed: tuple[str, ...], where: str, bad) -> None:
+    for key in table:
+        if key not in allowed:
+            raise bad(f"{where}.{key}", f"unknown key; one of {', '.join(allowed)}")
+
+
+def _group(doc, where: str, make_config, bad) -> ReplicaGroup:
+    doc = _table(doc, where, bad)
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise bad(f"{where}.name", "every group needs a name (a string)")
+    count = doc.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise bad(f"{where}.count", f"a whole number of replicas >= 1, got {count!r}")
+    role = doc.get("role", "mixed")
+    if role not in ROLES:
+        raise bad(f"{where}.role", f"one of {', '.join(ROLES)}, got {role!r}")
+    options = {k: v for k, v in doc.items() if k not in GROUP_KEYS}
+    for key, value in options.items():
+        if key in WORKLOAD_KEYS:
+            raise bad(f"{where}.{key}", "the workload is the command line's, the same for every group")
+        try:
+            make_config({key: value})
+        except (ValueError, TypeError, KeyError) as e:
+            raise bad(f"{where}.{key}", _message(e)) from None
+    try:
+        cfg = make_config(options)
+        _check_hardware(cfg)
+    except (ValueError, TypeError, KeyError) as e:
+        raise bad(where, _message(e)) from None
+    return ReplicaGroup(name, cfg, count, role)
+
+
+def _check_hardware(cfg) -> None:
+    from pagesim.sim.specs import get_gpu, get_model
+
+    get_model(cfg.model)
+    get_gpu(cfg.gpu)
+
+
+def _link(doc, where: str, bad) -> LinkSpec:
+    doc = _table(doc, where, bad)
+    _known(doc, LINK_KEYS, where, bad)
+    for end in ("from", "to"):
+        if not isinstance(doc.get(end), str):
+            raise bad(f"{where}.{end}", "the name of a group")
+    kind = doc.get("kind", "infiniband")
+    if kind not in LINK_KINDS:
+        raise bad(f"{where}.kind", f"one of {', '.join(LINK_KINDS)}, got {kind!r}")
+    numbers = {}
+    for key in ("bandwidth_gb_s", "latency_s"):
+        value = doc.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value < float("inf") or (key == "bandwidth_gb_s" and value == 0)):
+            raise bad(f"{where}.{key}", f"a positive number, got {value!r}")
+        numbers[key] = value
+    bandwidth = None if numbers["bandwidth_gb_s"] is None else numbers["bandwidth_gb_s"] * 1e9
+    return LinkSpec(doc["from"], doc["to"], kind, bandwidth, numbers["latency_s"])
+
+
+def _message(e: Exception) -> str:
+    return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)

@@ -1,0 +1,150 @@
+"""A cluster run's results: the requests as the clients saw them (one record each, with the
+replica, and under P/D the decode replica, that served it), the cluster summary (the single
+replay's schema, pooled over the replicas, plus a `cluster` section: load imbalance, per-replica
+figures, and under P/D the TTFT split into queue, prefill and transfer), and the files.
+
+Files (`write`): requests.csv (requests.csv's columns, then `replica` and `decode_replica`),
+summary.json, replicas.csv (one row per replica), steps_replica<K>.csv, each replica's steps.csv
+(what `pagesim view` plots as per-replica load over time), and waste_replica<K>.csv where the
+KV waste was sampled.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, replace
+from operator import attrgetter
+from pathlib import Path
+
+from pagesim.metrics import REQUEST_FIELDS, WASTE_FIELDS, RequestRecord, summarize_requests, summarize_steps
+from pagesim.metrics import files
+
+CLUSTER_COLUMNS = ("replica", "decode_replica")
+REPLICA_COLUMNS = ("replica", "group", "role", "model", "gpu", "tp", "requests", "finished", "rejected", "busy_s",
+                   "num_steps", "mean_batched_requests", "mean_kv_utilization", "peak_kv_utilization",
+                   "num_preemptions", "prefix_hit_rate", "ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")
+# the summary keys a replica's own summary holds that describe its configuration, not its requests
+CONFIG_KEYS = ("config", "num_kv_blocks", "num_host_blocks", "kv_token_slots", "max_model_len", "cost_model", "notes")
+
+
+class ClusterResult:
+    def __init__(self, cluster, results: list) -> None:
+        self.cluster = cluster
+        self.results = results  # each replica's ReplayResult, in replica order
+        self.requests = [_merged(r) if isinstance(r, tuple) else r for r in cluster.records]
+        self.replica = cluster.record_replica
+        self.decode_replica = cluster.record_decode
+        self.summary = self._summary()
+
+    def _summary(self) -> dict:
+        results, cluster = self.results, self.cluster
+        if len(results) == 1:
+            summary = dict(results[0].summary)  # one replica: the single replay's summary, as it is
+        else:
+            first = results[0]
+            summary = summarize_requests(self.requests, first.config.warmup_s, first.metrics.origin)
+            summary.update(summarize_steps([r.metrics for r in results]))
+            summary.update({key: first.summary[key] for key in CONFIG_KEYS})
+            for key in ("num_kv_blocks", "num_host_blocks", "kv_token_slots"):
+                summary[key] = sum(r.summary[key] for r in results)
+            summary["notes"] = _unique(note for r in results for note in r.summary["notes"])
+        summary["cluster"] = self._cluster_section()
+        return summary
+
+    def _cluster_section(self) -> dict:
+        cluster, spec = self.cluster, self.cluster.spec
+        per_replica = [len(r.metrics.requests) for r in self.results]
+        busy = [r.metrics.step_log.duration_sum for r in self.results]
+        resolved = {}
+        for r in reversed(cluster.replicas):
+            resolved[r.group] = r.sim.cfg
+        section = {
+            "num_replicas": len(self.results),
+            "router": spec.router,
+            "router_params": spec.router_params,
+            "staleness_s": spec.staleness_s,
+            # (each group's configuration as its replicas run it: resolved, as summary["config"] is)
+            "groups": [{"name": g.name, "count": g.count, "role": g.role, "config": asdict(resolved[g.name])}
+                       for g in spec.groups],
+            "links": [asdict(link) for link in spec.links],
+            "requests_per_replica": per_replica,
+            "busy_s_per_replica": busy,
+            "imbalance": {**_imbalance("requests", per_replica), **_imbalance("busy", busy)},
+        }
+        if cluster.pd:
+            section["ttft_split"] = _ttft_split(cluster.pd_done, self.cluster.records)
+        return section
+
+    def replica_rows(self) -> list[tuple]:
+        rows = []
+        for r, result in zip(self.cluster.replicas, self.results):
+            s, cfg = result.summary, result.config
+            rows.append((r.index, r.group, r.role, cfg.model, cfg.gpu, cfg.tp, s["num_requests"], s["num_finished"],
+                         s["num_rejected"], result.metrics.step_log.duration_sum, s["num_steps"],
+                         s["mean_batched_requests"], s["mean_kv_utilization"], s["peak_kv_utilization"],
+                         s["num_preemptions"], s["prefix_hit_rate"], s["ttft_p50"], s["ttft_p99"], s["e2e_p50"],
+                         s["e2e_p99"]))
+        return rows
+
+    def write(self, out: Path, summary: dict, steps: str = "all") -> None:
+        """The results folder's files (into a folder pagesim.results stages)."""
+        out = Path(out)
+        get = attrgetter(*REQUEST_FIELDS)
+        rows = (get(record) + (replica, None if decode < 0 else decode)
+                for record, replica, decode in zip(self.requests, self.replica, self.decode_replica))
+        files.write_rows_csv(out / "requests.csv", REQUEST_FIELDS + CLUSTER_COLUMNS, rows)
+        files.write_rows_csv(out / "replicas.csv", REPLICA_COLUMNS, self.replica_rows())
+        for k, result in enumerate(self.results):
+            if steps != "none":
+                files.write_steps_csv(out / f"steps_replica{k}.csv", result.metrics.step_log, steps)
+            if result.metrics.waste:
+                files.write_rows_csv(out / f"waste_replica{k}.csv", WASTE_FIELDS, result.metrics.waste)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+    def written(self, steps: str) -> list[str]:
+        names = ["requests.csv", "replicas.csv", "summary.json"]
+        names += [f"steps_replica{k}.csv" for k in range(len(self.results))] if steps != "none" else []
+        return names + [f"waste_replica{k}.csv" for k, r in enumerate(self.results) if r.metrics.waste]
+
+
+def _merged(pair: tuple[RequestRecord, RequestRecord]) -> RequestRecord:
+    """One P/D request as its client saw it: the decode replica's record (its first token and
+    every later one come from there), with the queue it met and the prefix hits, preemptions and
+    swaps of both sides."""
+    prefill, decode = pair
+    return replace(decode, first_scheduled_time=prefill.first_scheduled_time,
+                   num_preemptions=prefill.num_preemptions + decode.num_preemptions,
+                   num_swaps=prefill.num_swaps + decode.num_swaps,
+                   cached_prompt_tokens=prefill.cached_prompt_tokens + decode.cached_prompt_tokens)
+
+
+def _imbalance(name: str, values: list[float]) -> dict:
+    """max / mean and the coefficient of variation (population standard deviation / mean)."""
+    mean = sum(values) / len(values) if values else 0.0
+    return {f"{name}_max_over_mean": max(values) / mean if mean else None,
+            f"{name}_cv": statistics.pstdev(values) / mean if mean else None}
+
+
+def _ttft_split(handoffs: list, records: list) -> dict:
+    """Per finished P/D request, TTFT's parts: queue (arrival to its prefill starting), prefill
+    (to its token on the prefill replica), link wait (for the prefill replica's link), transfer
+    (the KV on the link), decode wait (for room on the decode replica: back-pressure) and the
+    decode replica's first step (which gives the client its first token)."""
+    parts = {name: [] for name in ("queue", "prefill", "link_wait", "transfer", "decode_wait", "first_step")}
+    pairs = {p[1].request_id: p for p in records if isinstance(p, tuple)}
+    for h in handoffs:
+        prefill, decode = pairs[h.prefill_record.request_id]
+        if decode.status != "finished":
+            continue
+        parts["queue"].append(prefill.first_scheduled_time - prefill.arrival_time)
+        parts["prefill"].append(h.prefill_end - prefill.first_scheduled_time)
+        parts["link_wait"].append(h.link_start - h.prefill_end)
+        parts["transfer"].append(h.link_end - h.link_start)
+        parts["decode_wait"].append(decode.first_scheduled_time - h.link_end)
+        parts["first_step"].append(decode.first_token_time - decode.first_scheduled_time)
+    return {f"{name}_mean_s": sum(v) / len(v) if v else None for name, v in parts.items()}
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))

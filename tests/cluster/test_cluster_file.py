@@ -1,0 +1,106 @@
+"""`pagesim replay --cluster FILE`: a cluster file runs (TOML and YAML), and a malformed,
+contradictory or impossible one is one line naming the file and the key, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pagesim.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAREGPT = str(ROOT / "traces" / "sharegpt.json")
+
+GOOD_TOML = """
+[router]
+name = "round-robin"
+[[groups]]
+name = "P"
+role = "prefill"
+count = 1
+[[groups]]
+name = "D"
+role = "decode"
+count = 2
+gpu = "a100-80gb"
+[[links]]
+from = "P"
+to = "D"
+kind = "nvlink"
+"""
+GOOD_YAML = """
+router: {name: round-robin, staleness_s: 0.5}
+groups:
+  - {name: a, count: 2}
+  - {name: b, count: 1, model: llama-2-7b, gpu: h100-80gb}
+"""
+
+
+def replay(*args):
+    return CliRunner().invoke(app, ["replay", SHAREGPT, "--num-requests", "40", "--rate", "8", "--json", *map(str, args)])
+
+
+@pytest.mark.parametrize("name, text, replicas", [("c.toml", GOOD_TOML, 3), ("c.yaml", GOOD_YAML, 3)])
+def test_a_cluster_file_runs(tmp_path, name, text, replicas):
+    path = tmp_path / name
+    path.write_text(text)
+    result = replay("--cluster", path)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["num_finished"] == 40
+    assert summary["cluster"]["num_replicas"] == replicas
+
+
+BAD = [
+    ("[[groups]\nname='a'", "not valid TOML"),
+    ("color = 1\n[[groups]]\nname='a'", "color: unknown key"),
+    ("[[groups]]\ncount = 2", "groups[0].name:"),
+    ("[[groups]]\nname='a'\ncount = 0", "groups[0].count:"),
+    ("[[groups]]\nname='a'\ncount = true", "groups[0].count:"),
+    ("[[groups]]\nname='a'\nrole = 'both'", "groups[0].role:"),
+    ("[[groups]]\nname='a'\nrate = 3", "groups[0].rate: the workload"),
+    ("[[groups]]\nname='a'\ntp = 0", "groups[0].tp:"),
+    ("[[groups]]\nname='a'\nwings = 2", "groups[0].wings:"),
+    ("[[groups]]\nname='a'\nmodel = 'gpt-9'", "groups[0]:"),
+    ("[[groups]]\nname='a'\nrole='prefill'", "groups: P/D disaggregation needs both"),
+    ("[[groups]]\nname='a'\n[[groups]]\nname='a'", "groups: replica group names repeat"),
+    ("[[groups]]\nname='a'\nrole='prefill'\n[[groups]]\nname='b'\nrole='mixed'", "groups: mixed replicas"),
+    ("[router]\nname='telepathy'\n[[groups]]\nname='a'", "router.name: unknown router"),
+    ("[router]\nstaleness_s=-1\n[[groups]]\nname='a'", "router.staleness_s:"),
+    ("[router.params]\nzeal=3\n[[groups]]\nname='a'", "router.params:"),
+    ("[[groups]]\nname='P'\nrole='prefill'\n[[groups]]\nname='D'\nrole='decode'\n[[links]]\nfrom='P'\nto='X'",
+     "links: link P -> X: no group named 'X'"),
+    ("[[groups]]\nname='P'\nrole='prefill'\n[[groups]]\nname='D'\nrole='decode'\n[[links]]\nfrom='P'\nto='D'\n"
+     "kind='carrier-pigeon'", "links[0].kind:"),
+    ("[[groups]]\nname='P'\nrole='prefill'\n[[groups]]\nname='D'\nrole='decode'\n[[links]]\nfrom='P'\nto='D'\n"
+     "bandwidth_gb_s=0", "links[0].bandwidth_gb_s:"),
+    ("groups = 3", "groups: a list"),
+]
+
+
+@pytest.mark.parametrize("text, expected", BAD)
+def test_a_bad_cluster_file_is_one_line_naming_the_file_and_the_key(tmp_path, text, expected):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    result = replay("--cluster", path)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert str(path) in lines[0] and expected in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--pd", "2:0"], "--pd 2:0"),
+    (["--pd", "x"], "--pd x"),
+    (["--replicas", "2", "--pd", "1:1"], "give one of them"),
+    (["--link", "nvlink"], "--link is the link of a --pd"),
+    (["--replicas", "2", "--router", "telepathy"], "unknown router"),
+    (["--replicas", "0"], "--replicas"),
+])
+def test_bad_cluster_flags_are_one_line(args, expected):
+    result = replay(*args)
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
