@@ -9,6 +9,7 @@ every latency threshold individually (a rejected request meets none).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -141,3 +142,44 @@ def goodput(latencies: dict[str, list[float | None]], latency_slos: list[SLO]) -
                 break
         good += ok
     return good / count
+
+
+class FailureWatch:
+    """Tells, as measured requests finish one by one, when an SLO is certain to fail over all
+    `num_measured` of them, whatever the rest do (so the run can stop):
+    - pNN: once at least N - floor((N - 1) q) values exceed the threshold, the value at the
+      lower of the two ranks the percentile interpolates between does (N = num_measured bounds
+      the number with a value, and that count never shrinks as N does);
+    - mean: once the sum exceeds threshold x N (the remaining values are >= 0);
+    - goodput F: once more than N (1 - F) requests miss a latency threshold."""
+
+    def __init__(self, slos: list[SLO], num_measured: int):
+        self.slos, self.n = slos, num_measured
+        self.over = {s.name: 0 for s in slos}
+        self.sums = {s.name: 0.0 for s in slos}
+        self.bad = 0
+
+    def add(self, latencies: dict[str, float | None]) -> SLO | None:
+        """One finished measured request's latencies (metric -> value or None); returns the SLO
+        now certain to fail, or None."""
+        missed = False
+        for s in self.slos:
+            if not s.is_latency:
+                continue
+            v = latencies[s.metric]
+            if v is None:
+                continue
+            missed |= v > s.threshold
+            if s.stat == "mean":
+                self.sums[s.name] += v
+                if self.sums[s.name] > s.threshold * self.n:
+                    return s
+            elif v > s.threshold:
+                self.over[s.name] += 1
+                if self.over[s.name] >= self.n - math.floor((self.n - 1) * float(s.stat[1:]) / 100):
+                    return s
+        self.bad += missed
+        for s in self.slos:
+            if not s.is_latency and self.bad > self.n * (1 - s.threshold):
+                return s
+        return None
