@@ -5,7 +5,8 @@ A rate is *sustainable* for a configuration when, on a run judged at steady stat
 times, the queue's trend tested),
 1. every SLO holds over the measured requests (those arriving after the warm-up),
 2. the number of requests in the system does not grow (a replica offered more than it serves),
-3. no request is rejected.
+3. no request is rejected,
+and every SLO holds by more than the run's noise (slo.clear_pass: a batch-means interval).
 A run that fails an SLO or rejects a request decides at once: it started from an empty system,
 the most favourable state, so a longer one does no better. A pass counts only on a run long
 enough and with a flat queue; otherwise the probe runs again with more requests, up to the
@@ -23,13 +24,14 @@ from typing import Callable
 
 from pagesim.core.errors import CannotServe
 from pagesim.plan.cache import RunCache, run_key
-from pagesim.plan.slo import SLO, FailureWatch, slo_values
+from pagesim.plan.slo import SLO, FailureWatch, clear_pass, slo_values
 from pagesim.plan import steady
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.sim.rate_search import StopRun, run_checked
 from pagesim.workload.trace import Trace
 
 MIN_TAIL_REQUESTS = 8  # a pNN SLO is judged on at least this many measured requests beyond it
+MIN_MEASURED = 1000  # a pass counts only on at least this many measured requests (short runs flatter near the knee)
 NEAR = 1.25  # a probe starts at the run length of those up to 25 % below its rate (RateEvaluator)
 
 
@@ -117,7 +119,7 @@ RECORD_FIELDS = {
     "latencies": (dict,), "stopped_by": (dict, type(None)),
 }
 LATENCY_KEYS = ("ttft", "tpot", "e2e", "normalized_latency")
-TREND_KEYS = ("slope", "low", "high", "mean", "window_s")
+TREND_KEYS = ("slope", "low", "high", "mean", "window_s", "lag1")
 
 
 def record_problem(record, rate: float) -> str | None:
@@ -171,15 +173,19 @@ class Evaluation:
                 "violations": self.violations, "error": self.error, "runs": self.runs, "stats": self.stats}
 
 
+def measured_needed(slos: list[SLO]) -> int:
+    """MIN_MEASURED, or more where a percentile SLO needs MIN_TAIL_REQUESTS beyond its rank."""
+    tails = [MIN_TAIL_REQUESTS / (1 - float(s.stat[1:]) / 100) for s in slos if s.is_latency and s.stat.startswith("p")]
+    return max([MIN_MEASURED] + [math.ceil(t) for t in tails])
+
+
 def steadiness(record: dict, tolerance: float, slos: list[SLO]) -> str:
     """grows, flat or undecided (pagesim.plan.steady), or "short": the window spans too few
     service times, or too few measured requests lie beyond a percentile SLO's rank."""
     if not steady.long_enough(record["window_s"], record["mean_service_s"]) or record["trend"] is None:
         return "short"
-    for s in slos:
-        if s.is_latency and s.stat.startswith("p"):
-            if record["num_measured"] * (1 - float(s.stat[1:]) / 100) < MIN_TAIL_REQUESTS:
-                return "short"
+    if record["num_measured"] < measured_needed(slos):
+        return "short"
     return steady.Trend(**record["trend"]).verdict(tolerance * record["rate"])
 
 
@@ -198,7 +204,9 @@ def evaluate_record(record: dict, slos: list[SLO], tolerance: float, final: bool
         violations.append("rejections")
     if state == steady.GROWS:
         violations.append("queue grows")
-    elif state != steady.FLAT and not violations and final:
+    elif not violations and state == steady.FLAT and not clear_pass(record["latencies"], slos):
+        state = steady.UNDECIDED  # a pass within its own noise: a longer run decides
+    if state != steady.FLAT and not violations and final:
         violations.append("undecided")
     stats = {k: v for k, v in record.items() if k != "latencies"}
     return Evaluation(record["rate"], not violations, values, state, violations, None, stats,
@@ -228,10 +236,8 @@ def probe_steady(run: Callable[[int], dict], first_requests: int, max_requests: 
             n = steady.requests_needed(n, record["window_s"], record["mean_service_s"])
         else:
             n = 2 * n
-        for s in slos:  # enough measured requests beyond each percentile
-            if s.is_latency and s.stat.startswith("p"):
-                tail = MIN_TAIL_REQUESTS / (1 - float(s.stat[1:]) / 100)
-                n = max(n, math.ceil(tail / max(record["num_measured"], 1) * record["num_requests"]))
+        # enough measured requests (the same share of the run is measured at every length)
+        n = max(n, math.ceil(measured_needed(slos) / max(record["num_measured"], 1) * record["num_requests"]))
         n = min(n, max_requests)
     ev = evaluate_record(record, slos, tolerance)
     ev.runs = counts

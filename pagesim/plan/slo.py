@@ -183,3 +183,32 @@ class FailureWatch:
             if not s.is_latency and self.bad > self.n * (1 - s.threshold):
                 return s
         return None
+
+
+def clear_pass(latencies: dict[str, list[float | None]], slos: list[SLO]) -> bool:
+    """Whether every SLO holds by more than its run's noise: the 95 % batch-means interval
+    (pagesim.plan.steady) of what it bounds lies on the passing side. What it bounds, per
+    measured request in arrival order: a mean SLO, the values; pNN <= T, the indicator value > T
+    (whose mean must stay below 1 - NN/100); goodput >= F, the indicator "meets every threshold"
+    (whose mean must stay above F)."""
+    from pagesim.plan.steady import mean_interval_of_batches
+
+    latency_slos = [s for s in slos if s.is_latency]
+    for s in slos:
+        if s.is_latency:
+            values = [v for v in latencies[s.metric] if v is not None]
+            if s.stat == "mean":
+                series, bound = values, s.threshold
+            else:
+                series, bound = [1.0 if v > s.threshold else 0.0 for v in values], 1 - float(s.stat[1:]) / 100
+            interval = mean_interval_of_batches(series)
+            if interval is None or interval[1] > bound:
+                return False
+        else:
+            good = [1.0 if latencies["e2e"][i] is not None and all(
+                latencies[x.metric][i] is None or latencies[x.metric][i] <= x.threshold for x in latency_slos) else 0.0
+                for i in range(len(latencies["e2e"]))]
+            interval = mean_interval_of_batches(good)
+            if interval is None or interval[0] < s.threshold:
+                return False
+    return True

@@ -18,6 +18,11 @@ enough run shows. So a probe is judged on steady state (docs/plan.md, "What sust
      grows      the interval lies above 0 and g > b   (overloaded: unsustainable, whatever the SLOs)
      flat       the interval's upper end is below b   (steady: the SLOs decide)
      undecided  otherwise                             (the run is extended)
+   The interval is only trusted when the batches are longer than the queue's memory: if the
+   lag-1 autocorrelation of the residuals about the line exceeds MAX_LAG1 (the one-sided 5 %
+   point of a white sequence's, 1.645 / sqrt(NUM_BATCHES)), the batch means are not independent
+   (a queue near saturation wanders for longer than the run) and the trend is undecided. This is
+   the batch-means method's usual independence check (Law and Carson, 1979).
 
 A run too short (2.) or undecided (3.) is simulated again with more requests (the same seed, so the
 longer run begins with the same arrivals), until the verdict is decided or the probe reaches its
@@ -31,7 +36,8 @@ from dataclasses import asdict, dataclass
 
 from pagesim.metrics import t_quantile_975
 
-NUM_BATCHES = 10
+NUM_BATCHES = 20
+MAX_LAG1 = 1.645 / NUM_BATCHES ** 0.5
 MIN_WINDOW_SERVICES = 8.0
 GROWS, FLAT, UNDECIDED = "grows", "flat", "undecided"
 
@@ -45,11 +51,12 @@ class Trend:
     high: float
     mean: float  # requests in the system, over the window
     window_s: float
+    lag1: float = 0.0  # autocorrelation of the residuals about the line
 
     def verdict(self, bound: float) -> str:
         if self.low > 0 and self.slope > bound:
             return GROWS
-        if self.high < bound:
+        if self.high < bound and self.lag1 <= MAX_LAG1:
             return FLAT
         return UNDECIDED
 
@@ -85,9 +92,11 @@ def fit_trend(means: list[float], window_s: float) -> Trend:
     mx, my = sum(xs) / k, sum(means) / k
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, means)) / sxx
-    sse = sum((y - my - slope * (x - mx)) ** 2 for x, y in zip(xs, means))
+    residuals = [y - my - slope * (x - mx) for x, y in zip(xs, means)]
+    sse = sum(r * r for r in residuals)
     half = t_quantile_975(k - 2) * math.sqrt(sse / (k - 2) / sxx)
-    return Trend(slope, slope - half, slope + half, my, window_s)
+    lag1 = sum(a * b for a, b in zip(residuals, residuals[1:])) / sse if sse > 0 else 0.0
+    return Trend(slope, slope - half, slope + half, my, window_s, lag1)
 
 
 def in_system_trend(stays: list[tuple[float, float]], start: float, end: float) -> Trend:
@@ -104,3 +113,22 @@ def requests_needed(num_requests: int, window_s: float, mean_service_s: float) -
     in proportion to the count), with a 10 % margin, at least twice the count."""
     ratio = MIN_WINDOW_SERVICES * mean_service_s / window_s if window_s > 0 else 2.0
     return max(2 * num_requests, math.ceil(num_requests * ratio * 1.1))
+
+
+def mean_interval_of_batches(values: list[float], batches: int = NUM_BATCHES) -> tuple[float, float] | None:
+    """95 % t interval of the mean of `values` (in arrival order) from the means of `batches`
+    consecutive groups; None with fewer values than batches, or when the batch means are
+    correlated (lag-1 autocorrelation above MAX_LAG1: batches shorter than the queue's memory,
+    whose interval would be too narrow)."""
+    n = len(values)
+    if n < batches:
+        return None
+    means = [sum(values[i * n // batches:(i + 1) * n // batches]) / ((i + 1) * n // batches - i * n // batches)
+             for i in range(batches)]
+    m = sum(means) / batches
+    ss = sum((x - m) ** 2 for x in means)
+    if ss > 0 and sum((a - m) * (b - m) for a, b in zip(means, means[1:])) / ss > MAX_LAG1:
+        return None
+    sd = math.sqrt(ss / (batches - 1))
+    half = t_quantile_975(batches - 1) * sd / math.sqrt(batches)
+    return m - half, m + half
