@@ -90,11 +90,13 @@ def test_plan_matches_the_cli(tmp_path):
     trace_file = tmp_path / "small.json"
     save_trace(SMALL_TRACE, trace_file)
     common = dict(model="llama-2-7b", target_rate=50, slo="ttft_p99=0.5,tpot_p99=0.05", gpus=["a100-40gb"],
-                  preemption=["recompute", "swap"], num_requests=40, min_duration=0, tolerance=0.1, start_rate=32, jobs=1)
+                  preemption=["recompute", "swap"], num_requests=40, min_duration=0, tolerance=0.1, start_rate=32, jobs=1,
+                  min_measured=50, max_requests=1280, seeds=1, check_longer=0)
     plan = pagesim.plan(trace=trace_file, out=tmp_path / "api", **common)
     args = ["plan", "--model", "llama-2-7b", "--trace", str(trace_file), "--target-rate", "50", "--slo",
             common["slo"], "--gpus", "a100-40gb", "--preemption", "recompute,swap", "--num-requests", "40",
             "--min-duration", "0", "--tolerance", "0.1", "--start-rate", "32", "--jobs", "1", "--no-cache",
+            "--min-measured", "50", "--max-requests", "1280", "--seeds", "1", "--check-longer", "0",
             "--out", str(tmp_path / "cli")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

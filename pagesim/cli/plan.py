@@ -58,6 +58,8 @@ def plan(
     max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, model max length))"),
     num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests of a probe's first run, at least"),
     max_requests: int = typer.Option(40_000, parser=NUM_REQUESTS, help="most requests a probe runs to judge steady state"),
+    min_measured: int = typer.Option(1000, parser=NUM_REQUESTS, help="measured requests a pass needs, at least (fewer "
+                                     "flatter the knee: lower it only for quick looks)"),
     seeds: int = typer.Option(3, parser=JOBS, help="arrival seeds each capacity is searched for (its interval)"),
     check_longer: float = typer.Option(10.0, parser=NON_NEGATIVE, help="replay the recommendation this many times longer (0: no check)"),
     min_duration: float = typer.Option(60.0, parser=SECONDS, help="seconds of arrivals per run, at least (more requests at high rates)"),
@@ -108,7 +110,8 @@ def plan(
                            _ints("--max-num-seqs", max_num_seqs))
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
                                profile=str(profile) if profile else None, seed=seed, force_profile=force,
-                               kv_cache_dtype=kv_cache_dtype, max_requests_per_probe=max_requests)
+                               kv_cache_dtype=kv_cache_dtype, max_requests_per_probe=max_requests,
+                               min_measured_requests=min_measured)
         with_kv_cache_dtype(spec, kv_cache_dtype)  # checks the name
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         if target_rate is not None:
@@ -139,7 +142,7 @@ def plan(
              "--gpus", ",".join(dict.fromkeys(p.gpu for p in grid)),
              "--tp", tp, "--block-size", block_size, "--preemption", preemption, "--max-num-seqs", max_num_seqs,
              "--max-num-batched-tokens", str(settings.batched_tokens), "--num-requests", str(num_requests),
-             "--max-requests", str(max_requests), "--seeds", str(seeds), "--check-longer", f"{check_longer:.12g}",
+             "--max-requests", str(max_requests), "--min-measured", str(min_measured), "--seeds", str(seeds), "--check-longer", f"{check_longer:.12g}",
              "--min-duration", f"{min_duration:.12g}",
              "--warmup-fraction", f"{warmup_fraction:.12g}", "--tolerance", f"{tolerance:.12g}",
              "--start-rate", f"{start_rate:.12g}", "--min-rate", f"{min_rate:.12g}",

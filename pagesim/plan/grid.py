@@ -58,12 +58,16 @@ class RunSettings:
     force_profile: bool = False  # use a profile measured on another model or GPU anyway
     kv_cache_dtype: str = "auto"  # "fp8": 1-byte KV cache (vLLM's --kv-cache-dtype)
     max_requests_per_probe: int = 40_000  # a probe not decided by this many requests is "undecided"
+    # a pass counts only on at least this many measured requests (short runs flatter near the knee);
+    # smaller only where realism does not matter (tests of the search's mechanics)
+    min_measured_requests: int = 1000
 
     def __post_init__(self) -> None:
         if self.num_requests < 10:
             raise ValueError("--num-requests must be >= 10")
         NUM_REQUESTS.check(self.num_requests, "--num-requests")
         NUM_REQUESTS.check(self.max_requests_per_probe, "--max-requests")
+        NUM_REQUESTS.check(self.min_measured_requests, "--min-measured")
         SECONDS.check(self.min_duration_s, "--min-duration")
         SWAP_GIB.check(self.swap_space_gib, "--swap-space")
         if not 0 <= self.warmup_fraction < 0.9:

@@ -24,6 +24,7 @@ from typing import Callable
 
 from pagesim.core.errors import CannotServe
 from pagesim.plan.cache import RunCache, run_key
+from pagesim.plan.grid import RunSettings
 from pagesim.plan.slo import SLO, FailureWatch, clear_pass, slo_values
 from pagesim.plan import steady
 from pagesim.sim.engine import Replay, ReplayConfig
@@ -31,7 +32,7 @@ from pagesim.sim.rate_search import StopRun, run_checked
 from pagesim.workload.trace import Trace
 
 MIN_TAIL_REQUESTS = 8  # a pNN SLO is judged on at least this many measured requests beyond it
-MIN_MEASURED = 1000  # a pass counts only on at least this many measured requests (short runs flatter near the knee)
+MIN_MEASURED = RunSettings.min_measured_requests  # a pass counts only on at least this many measured requests
 NEAR = 1.25  # a probe starts at the run length of those up to 25 % below its rate (RateEvaluator)
 
 
@@ -173,29 +174,30 @@ class Evaluation:
                 "violations": self.violations, "error": self.error, "runs": self.runs, "stats": self.stats}
 
 
-def measured_needed(slos: list[SLO]) -> int:
-    """MIN_MEASURED, or more where a percentile SLO needs MIN_TAIL_REQUESTS beyond its rank."""
+def measured_needed(slos: list[SLO], minimum: int = MIN_MEASURED) -> int:
+    """minimum, or more where a percentile SLO needs MIN_TAIL_REQUESTS beyond its rank."""
     tails = [MIN_TAIL_REQUESTS / (1 - float(s.stat[1:]) / 100) for s in slos if s.is_latency and s.stat.startswith("p")]
-    return max([MIN_MEASURED] + [math.ceil(t) for t in tails])
+    return max([minimum] + [math.ceil(t) for t in tails])
 
 
-def steadiness(record: dict, tolerance: float, slos: list[SLO]) -> str:
+def steadiness(record: dict, tolerance: float, slos: list[SLO], min_measured: int = MIN_MEASURED) -> str:
     """grows, flat or undecided (pagesim.plan.steady), or "short": the window spans too few
     service times, or too few measured requests lie beyond a percentile SLO's rank."""
     if not steady.long_enough(record["window_s"], record["mean_service_s"]) or record["trend"] is None:
         return "short"
-    if record["num_measured"] < measured_needed(slos):
+    if record["num_measured"] < measured_needed(slos, min_measured):
         return "short"
     return steady.Trend(**record["trend"]).verdict(tolerance * record["rate"])
 
 
-def evaluate_record(record: dict, slos: list[SLO], tolerance: float, final: bool = True) -> Evaluation:
+def evaluate_record(record: dict, slos: list[SLO], tolerance: float, final: bool = True,
+                    min_measured: int = MIN_MEASURED) -> Evaluation:
     """The verdict on one run record; final: no longer run will follow (a pass that is not
     steady then counts as "undecided")."""
     if record.get("error"):
         return Evaluation(record["rate"], False, {s.name: None for s in slos}, None, ["error"], record["error"])
     values = slo_values(record["latencies"], slos)
-    state = steadiness(record, tolerance, slos)
+    state = steadiness(record, tolerance, slos, min_measured)
     violations = [s.name for s in slos if not s.holds(values[s.name])]
     stop = record.get("stopped_by")
     if stop is not None and stop["slo"] not in violations:  # (a partial run's value is a lower bound)
@@ -214,7 +216,7 @@ def evaluate_record(record: dict, slos: list[SLO], tolerance: float, final: bool
 
 
 def probe_steady(run: Callable[[int], dict], first_requests: int, max_requests: int, slos: list[SLO],
-                 tolerance: float) -> Evaluation:
+                 tolerance: float, min_measured: int = MIN_MEASURED) -> Evaluation:
     """A rate's steady-state verdict (the module docstring): run(n) simulates n requests at that
     rate (any driver; the same seed for every n) and returns a record as run_record makes it.
     Decided by a failed SLO or a rejection (at once), a pass on a long, flat run, or a queue seen
@@ -227,7 +229,7 @@ def probe_steady(run: Callable[[int], dict], first_requests: int, max_requests: 
         counts.append(n)
         if record.get("error"):
             break
-        ev = evaluate_record(record, slos, tolerance, final=False)
+        ev = evaluate_record(record, slos, tolerance, final=False, min_measured=min_measured)
         failed = [v for v in ev.violations if v != "queue grows"]
         if failed or ev.steady == steady.FLAT or (ev.steady == steady.GROWS and grew) or n >= max_requests:
             break
@@ -237,9 +239,9 @@ def probe_steady(run: Callable[[int], dict], first_requests: int, max_requests: 
         else:
             n = 2 * n
         # enough measured requests (the same share of the run is measured at every length)
-        n = max(n, math.ceil(measured_needed(slos) / max(record["num_measured"], 1) * record["num_requests"]))
+        n = max(n, math.ceil(measured_needed(slos, min_measured) / max(record["num_measured"], 1) * record["num_requests"]))
         n = min(n, max_requests)
-    ev = evaluate_record(record, slos, tolerance)
+    ev = evaluate_record(record, slos, tolerance, min_measured=min_measured)
     ev.runs = counts
     return ev
 
@@ -272,7 +274,8 @@ class RateEvaluator:
 
     def single(self, rate: float, num_requests: int) -> Evaluation:
         """One run of `num_requests` at `rate`, judged as it is (no longer run follows)."""
-        ev = evaluate_record(self.record(rate, num_requests), self.slos, self.tolerance)
+        ev = evaluate_record(self.record(rate, num_requests), self.slos, self.tolerance,
+                             min_measured=self.settings.min_measured_requests)
         ev.runs = [num_requests]
         return ev
 
@@ -288,7 +291,7 @@ class RateEvaluator:
         would be spent for nothing), at least the settings' count."""
         first = max([self.settings.requests_at(rate)] + [n for r, n in self.lengths.items() if rate / NEAR <= r < rate])
         ev = probe_steady(lambda n: self.record(rate, n, seed), first, max(first, self.settings.max_requests_per_probe),
-                          self.slos, self.tolerance)
+                          self.slos, self.tolerance, self.settings.min_measured_requests)
         if ev.error is None:
             self.lengths[rate] = ev.num_requests
         return ev

@@ -163,7 +163,8 @@ def test_plan_takes_a_config_file_and_prints_how_to_reproduce(tmp_path):
     config = tmp_path / "plan.toml"
     config.write_text(f'model = "llama-2-7b"\ntrace = "{trace}"\ntarget-rate = 50\nslo = "ttft_p99=2.0"\n'
                       'gpus = "a100-40gb"\nnum_requests = 60\nmin_duration = 0\ntolerance = 0.1\njobs = 1\n'
-                      'no_cache = true\nstart_rate = 16\nseed = 1\n')
+                      'no_cache = true\nstart_rate = 16\nseed = 1\nmin_measured = 50\nmax_requests = 1280\nseeds = 1\n'
+                      'check_longer = 0\n')
     result = CliRunner().invoke(app, ["plan", "--config", str(config), "--seed", "2", "--out", str(tmp_path / "P")])
     assert result.exit_code == 0, result.output
     command = json.loads((tmp_path / "P" / "plan.json").read_text())["command"]

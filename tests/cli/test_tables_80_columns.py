@@ -93,7 +93,8 @@ def test_plan_names_every_configuration_whole_at_80_columns(tmp_path):
     trace = tmp_path / "small.json"
     save_trace(SMALL_TRACE, trace)
     result = CliRunner().invoke(app, ["plan", "--model", "llama-2-7b", "--trace", str(trace), "--num-requests", "80",
-                                      "--min-duration", "0", "--target-rate", "20", "--slo", "ttft_p99=0.5",
+                                      "--min-duration", "0", "--target-rate", "20", "--slo", "ttft_p99=0.5", "--min-measured", "50",
+                                      "--max-requests", "1280", "--seeds", "1", "--check-longer", "0",
                                       "--gpus", "a100-40gb,h100-80gb", "--preemption", "recompute,swap", "--no-cache",
                                       "--jobs", "1", "--out", str(tmp_path / "plan")], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output

@@ -15,7 +15,8 @@ GRID = expand_grid(["a100-40gb", "h100-80gb"], [1, 3], [16], ["recompute"], [256
 
 def plan(grid, backend="local", jobs=1, cache_dir=None):
     return make_plan(model="llama-2-7b", trace=SMALL_TRACE, trace_path="small.json", target_rate=20.0, slos=SLOS,
-                     grid=grid, settings=TINY_RUNS, search=COARSE, cache_dir=cache_dir, backend=backend, jobs=jobs)
+                     grid=grid, settings=TINY_RUNS, search=COARSE, cache_dir=cache_dir, backend=backend, jobs=jobs,
+                     seeds=1, longer_factor=0)
 
 
 def outcome(result) -> dict:

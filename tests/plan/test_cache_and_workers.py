@@ -81,7 +81,8 @@ import pagesim
 
 # no `if __name__ == "__main__":` guard, as in docs/api.md
 plan = pagesim.plan(model="llama-2-7b", trace={trace!r}, target_rate=5, slo="ttft_p99=2",
-                    gpus=["a100-80gb", "h100-80gb"], num_requests=40, min_duration=0, tolerance=0.1, jobs=2)
+                    gpus=["a100-80gb", "h100-80gb"], num_requests=40, min_duration=0, tolerance=0.1, jobs=2,
+                    min_measured=50, max_requests=1280, seeds=1, check_longer=0)
 print("capacities", [round(r.capacity, 3) for r in plan.results])
 """
 

@@ -16,7 +16,8 @@ from pagesim.workload.trace import save_trace
 from tests.plan.common import SMALL_TRACE
 
 COMMON = ["--model", "llama-2-7b", "--tp", "1", "--block-size", "16", "--num-requests", "80", "--min-duration", "0",
-          "--tolerance", "0.05", "--jobs", "1", "--no-cache", "--start-rate", "32"]
+          "--tolerance", "0.05", "--jobs", "1", "--no-cache", "--start-rate", "32", "--min-measured", "50",
+          "--max-requests", "1280", "--seeds", "1", "--check-longer", "0"]
 
 
 class Page(HTMLParser):

@@ -22,7 +22,8 @@ def plan_dir(tmp_path_factory):
     # a light load on a large GPU: nothing is preempted, so swap and recompute give identical results
     plan = pagesim.api.plan(model="llama-2-7b", trace=SMALL_TRACE, target_rate=30, slo="ttft_p99=0.5,tpot_p99=0.05",
                             gpus=["a100-80gb", "h100-80gb"], preemption=["recompute", "swap"], block_size=[16, 32],
-                            num_requests=60, min_duration=0, tolerance=0.1, start_rate=16, jobs=1, out=out)
+                            num_requests=60, min_duration=0, tolerance=0.1, start_rate=16, jobs=1, out=out,
+                            min_measured=50, max_requests=1280, seeds=1, check_longer=0)
     return plan, out
 
 
