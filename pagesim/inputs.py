@@ -181,7 +181,11 @@ def json_depth_problem(doc: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
         if isinstance(value, (dict, list)):
             if depth > limit:
                 return f"nested more than {limit} levels deep"
-            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+            children = value.values() if isinstance(value, dict) else value
+            # only containers go on the stack; the element types are collected at C speed first,
+            # so a long list of numbers (a trace's token ids: 2M of them) costs no Python step each
+            if any(issubclass(kind, (dict, list)) for kind in set(map(type, children))):
+                stack.extend((v, depth + 1) for v in children if isinstance(v, (dict, list)))
     return None
 
 

@@ -46,7 +46,18 @@ class StepLog:
 
     def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
         self.time.append(time)
-        self._add_totals([duration], [used], [logical], held, held, 1)
+        # _add_totals for one step, unrolled (the same floats: each total gains one term, as
+        # sum(values, start) adds it): a chunked-prefill replay records most of its steps here
+        self.duration_sum += duration
+        self.used_time += used * duration
+        self.logical_time += logical * duration
+        if self.total_blocks:
+            self.utilization_time += used / self.total_blocks * duration
+        self.used_sum += used
+        self.logical_sum += logical
+        if used > self.peak_used:
+            self.peak_used = used
+        self.held_sums = list(map(add, self.held_sums, held))
         if self.keep_steps:
             self.held_from.append(len(self.time) - 1)
             self.held.extend(held)

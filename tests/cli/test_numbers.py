@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import random
 import shlex
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 import pagesim
 from pagesim.cli import app
 from pagesim.inputs import (BURSTINESS, MAX_TP, RATE, RATE_OR_TRACE, STEP_SECONDS, TP, InputValueError, NumberRule,
-                            parse_json)
+                            json_depth_problem, parse_json)
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPACA = str(ROOT / "traces" / "alpaca.json")
@@ -40,6 +41,33 @@ def test_the_rule_by_hand():
         TP.check(2.0, "--tp")
     with pytest.raises(InputValueError, match="nested more than 64 levels deep"):
         parse_json(DEEP, "x.json")
+
+
+def _depth(value) -> int:
+    """Brute-force nesting depth (recursive; only for the shallow documents below)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def test_depth_check_agrees_with_a_recursive_walk():
+    # containers mixed with long runs of scalars (the walk skips scalar-only lists in one go)
+    rng = random.Random(7)
+
+    def build(levels):
+        if levels == 0 or rng.random() < 0.2:
+            return rng.choice([1, 2.5, "x", None, True])
+        items = [build(levels - 1) for _ in range(rng.randint(0, 3))] + list(range(rng.randint(0, 50)))
+        rng.shuffle(items)
+        return items if rng.random() < 0.5 else {str(i): v for i, v in enumerate(items)}
+
+    for _ in range(300):
+        doc = build(rng.randint(0, 9))
+        depth = _depth(doc)
+        for limit in {max(depth - 1, 1), max(depth, 1)}:
+            assert (json_depth_problem(doc, limit) is None) == (depth <= limit), (doc, limit)
 
 
 def test_the_api_meets_the_same_rule():
