@@ -137,7 +137,8 @@ class Cluster:
             _check_pd_requests(self.requests)
         self.replicas: list[Replica] = []
         for group in spec.groups:
-            for _ in range(group.count):
+            # autoscaled: every replica the fleet may hold is built; the fleet says which exist
+            for _ in range(spec.autoscale.max_replicas if spec.autoscale else group.count):
                 index = len(self.replicas)
                 feed = ReplicaFeed(self, index, 0.0)
                 sim = Replay(group.cfg, trace, cost_model=(cost_models or {}).get(group.name), keep_steps=keep_steps,
@@ -157,6 +158,11 @@ class Cluster:
         self.loads = [ReplicaLoad(r.index, accepting=False) for r in self.replicas]
         self.block_size = first.block_size
         self.outstanding = [0] * len(self.replicas)
+        self.fleet = None
+        if spec.autoscale is not None:
+            from pagesim.cluster.fleet import Fleet, gpus_per_replica
+
+            self.fleet = Fleet(spec.autoscale, [gpus_per_replica(r.sim.cfg) for r in self.replicas], spec.groups[0].count)
         # finished requests in the order they left, with their replicas (decode: -1 where none)
         self.records: list = []  # a RequestRecord, or (prefill's, decode's) for a P/D request
         self.record_replica, self.record_decode = array("i"), array("i")
@@ -181,6 +187,8 @@ class Cluster:
         env = self.env = simpy.Environment()
         env.process(self._route(env))  # (first, as a single replay starts its arrivals first)
         engines = [r.sim.start(env) for r in self.replicas]
+        if self.fleet is not None:
+            env.process(self.fleet.process(env, self))
         env.run(until=simpy.AllOf(env, engines))
         results = [r.sim.finish() for r in self.replicas]
         return ClusterResult(self, results)
@@ -215,12 +223,12 @@ class Cluster:
     def _choose(self, routed: RoutedRequest, roles: tuple[str, ...], now: float) -> int:
         for load, r, count in zip(self.loads, self.replicas, self.outstanding):
             load.outstanding = count
-            load.accepting = r.role in roles
+            load.accepting = r.role in roles and (self.fleet is None or self.fleet.accepting(r.index))
         router = self.decode_router if roles == ("decode",) else self.router
         index = router.choose(routed, self.loads, now)
-        if self.replicas[index].role not in roles:
+        if not self.loads[index].accepting:
             raise RuntimeError(f"router {self.spec.router!r} chose replica {index}, which does not take "
-                               f"{'/'.join(roles)} requests")
+                               f"{'/'.join(roles)} requests now")
         self.outstanding[index] += 1
         router.on_routed(routed, index, now)
         return index
@@ -257,6 +265,8 @@ class Cluster:
         ends (Replay._done)."""
         replica = self.replicas[index]
         self.outstanding[index] -= 1
+        if self.fleet is not None:
+            self.fleet.check_drained(index, self.outstanding[index], now)
         (self.decode_router if replica.role == "decode" else self.router).on_finished(request.request_id, index, now)
 
     def _recorded(self, index: int) -> None:
