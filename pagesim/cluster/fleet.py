@@ -7,6 +7,7 @@ the fleet decides which of them exist at a time. A replica moves through
         -> draining (let go: accepting=False at once) -> off (its last request ended: GPUs freed)
 A scale-up when no replica is off (all held, some draining) takes back the draining replica
 with the most requests left: it is still loaded and warm, so it serves again at once.
+The cool-down counts from the last change's effect (a replica asked for: when it serves).
 A scale-down lets go of the serving replica with the fewest requests outstanding (ties: the
 highest index), so the drain is short.
 """
@@ -90,6 +91,9 @@ class Fleet:
     def _started(self, index: int, now: float) -> None:
         self.state[index] = "serving"
         self._log(now, index, "serving")
+        # the cool-down runs from when the change took effect: a cool-down shorter than the
+        # start-up would otherwise let the next evaluation drop the replica just started
+        self.scaler.last_change = max(self.scaler.last_change, now)
 
     def _scale_down(self, now: float, outstanding: list[int]) -> None:
         serving = [k for k, s in enumerate(self.state) if s == "serving"]
@@ -121,6 +125,8 @@ class Fleet:
             "decisions": [{"time": t, "change": c, "metric": m} for t, c, m in self.scaler.decisions],
             # (time, replicas serving, replicas holding GPUs) after each change
             "replicas_over_time": [[t, serving, held] for t, _, _, serving, held in self.events],
+            # (time, replica, event): what the load picture marks (pagesim.view.cluster)
+            "replica_events": [[t, k, event] for t, k, event, _, _ in self.events],
         }
 
     def _time_weighted(self, end: float, column: int) -> float | None:

@@ -19,7 +19,7 @@ from tests.cluster.test_cluster import ROOT, trace_of
 # each prompt 10, output 30: with max_num_seqs=1 a request holds its replica for 30 steps, 0.3 s.
 ARRIVALS = [0.0, 0.001, 0.002, 0.003, 0.004, 0.005, 1.5, 2.2, 2.25, 2.9, 2.91, 3.1]
 POLICY = AutoscalePolicy(metric="queue", up_at=1.5, down_at=0.5, min_replicas=1, max_replicas=2, interval_s=1.0,
-                         startup_s=0.75, cooldown_s=1.5)
+                         startup_s=0.75, cooldown_s=1.0)
 
 
 def run_fleet(policy=POLICY, initial=1):
@@ -33,7 +33,8 @@ def test_scale_up_and_down_timeline_by_hand():
     # t=1.0: 3 is running, 4 and 5 wait: 2 waiting per serving replica > 1.5: replica 1 is asked
     #   for (its GPU held from now), serving from 1.75. Request 6 (1.5) still goes to replica 0
     #   (replica 1 is starting): it runs [1.8, 2.1].
-    # t=2.0: nothing waits (0 < 0.5) but the cool-down (1.5 s from 1.0) holds until 2.5.
+    # t=2.0: nothing waits (0 < 0.5) but the cool-down (1 s) runs from when replica 1 began
+    #   serving (1.75), not from the ask (1.0): no change until 2.75.
     # Round-robin: 7 (2.2) -> replica 1 [2.2, 2.5], 8 (2.25) -> 0 [2.25, 2.55],
     #   9 (2.9) -> 1 [2.9, 3.2], 10 (2.91) -> 0 [2.91, 3.21].
     # t=3.0: nothing waits: one fewer. Both have 1 outstanding: the higher index, replica 1, drains:
