@@ -142,11 +142,17 @@ class Cluster:
                 index = len(self.replicas)
                 feed = ReplicaFeed(self, index, 0.0)
                 sim = Replay(group.cfg, trace, cost_model=(cost_models or {}).get(group.name), keep_steps=keep_steps,
-                             feed=feed, requests=self.workload)
+                             feed=feed, requests=self.workload, fast_forward=not spec.lockstep)
                 feed.host_s = sim.request_host_s
                 sim.on_progress = lambda done, k=index: self._recorded(k)
                 feed.decode = group.role == "decode"
                 self.replicas.append(Replica(index, group.name, group.role, sim, feed))
+        if spec.lockstep:
+            from pagesim.cluster.lockstep import LockstepCost, LockstepGroup
+
+            group = LockstepGroup(len(self.replicas))
+            for r in self.replicas:
+                r.sim.cost = LockstepCost(r.sim.cost, group, r.index, lambda: self.env.now)
         entry = [r for r in self.replicas if r.role != "decode"]
         self.host_s = min(r.sim.request_host_s for r in entry)  # when a request reaches the router
         for r in self.replicas:

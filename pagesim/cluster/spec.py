@@ -46,6 +46,9 @@ class ClusterSpec:
     # a replica count that follows load (pagesim.cluster.fleet): the one group's count is the
     # number serving at t = 0; up to autoscale.max_replicas are built
     autoscale: AutoscalePolicy | None = None
+    # data-parallel ranks of a MoE with expert parallelism: the group's replicas step in lockstep
+    # (pagesim.cluster.lockstep)
+    lockstep: bool = False
 
     def check(self) -> None:
         """ValueError naming the problem: roles that cannot serve a request, links to nowhere."""
@@ -76,6 +79,8 @@ class ClusterSpec:
                                  f"and max={p.max_replicas}")
             if p.max_replicas > MAX_REPLICAS:
                 raise ValueError(f"autoscale: max={p.max_replicas}, more than the {MAX_REPLICAS} a cluster may hold")
+        if self.lockstep and (len(self.groups) != 1 or self.groups[0].role != "mixed" or self.autoscale):
+            raise ValueError("lockstep: one group of mixed replicas (the DP ranks), not P/D, several groups or autoscaled")
         role_of = {g.name: g.role for g in self.groups}
         for link in self.links:
             for end, want in ((link.source, "prefill"), (link.target, "decode")):
