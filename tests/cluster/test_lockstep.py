@@ -3,6 +3,9 @@ hand, and vLLM's DP balancer (dp-balance) against a hand-computed choice sequenc
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from pagesim.api import replay_config
@@ -68,3 +71,24 @@ def test_dp_balance_picks_least_waiting_times_four_plus_running():
     loads[1].running = 4  # equal scores (4, 4): the first in order
     loads[1].info_time = loads[0].info_time = 0.2
     assert router.choose(request, loads, 0.2) == 0
+
+
+# the real DP 2 / EP 2 run (../shared/data/real_vllm, or $PAGESIM_DATA_DIR)
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("PAGESIM_DATA_DIR", ROOT.parent / "shared" / "data"))
+QWEN_MOE = DATA / "real_vllm" / "llmservingsim-vllm0.19" / "RTXPRO6000" / "Qwen3-30B-A3B-Instruct-2507"
+
+
+@pytest.mark.skipif(not QWEN_MOE.is_dir(), reason=f"the real Qwen3-30B-A3B DP run is not at {QWEN_MOE}")
+def test_validate_replays_every_rank_of_a_data_parallel_run():
+    from pagesim.realruns import load_real_run
+    from pagesim.validate import validate
+
+    real = load_real_run(QWEN_MOE)
+    assert real.server.data_parallel_size == 2
+    v = validate(real, gpu="rtx-pro-6000-96gb", keep_steps=False)
+    assert v.counts["requests"] == len(real.requests)  # all of them, not every 2nd
+    assert v.counts["compared"] == sum(r.ok for r in real.requests)
+    assert "2 ranks replayed, stepping in lockstep" in v.notes[0]
+    assert v.replay.summary["cluster"]["num_replicas"] == 2
+    assert all(n > 0 for n in v.replay.summary["cluster"]["requests_per_replica"])  # both ranks served
