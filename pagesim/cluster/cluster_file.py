@@ -1,6 +1,7 @@
 """`--cluster FILE`: a cluster described in TOML or YAML (docs/cluster.md), checked key by key:
 a bad file is one line naming the file and the key (ClusterFileError, a ValueError).
 
+    lockstep = false           # true: the replicas are DP ranks of a MoE with EP, stepping together
     [router]
     name = "round-robin"       # a router (pagesim.cluster.routers); default round-robin
     staleness_s = 0.0          # how often the router's view of the loads is refreshed
@@ -42,7 +43,7 @@ from pagesim.cluster.routers import ROUTERS, make_router
 from pagesim.cluster.spec import ROLES, ClusterSpec, LinkSpec, ReplicaGroup
 from pagesim.workload.requests import WorkloadConfig
 
-TOP_KEYS = ("router", "groups", "links", "autoscale")
+TOP_KEYS = ("lockstep", "router", "groups", "links", "autoscale")
 ROUTER_KEYS = ("name", "staleness_s", "params")
 GROUP_KEYS = ("name", "role", "count")
 LINK_KEYS = ("from", "to", "kind", "bandwidth_gb_s", "latency_s")
@@ -97,12 +98,15 @@ def read_cluster_file(path: Path, make_config: Callable[[dict], Any]) -> Cluster
             raise
         except ValueError as e:
             raise ClusterFileError(f"{path}: {e}") from None
-    spec = ClusterSpec(groups, name, params, float(staleness), links, autoscale)
+    lockstep = doc.get("lockstep", False)
+    if not isinstance(lockstep, bool):
+        raise bad("lockstep", f"true or false, got {lockstep!r}")
+    spec = ClusterSpec(groups, name, params, float(staleness), links, autoscale, lockstep)
     try:
         spec.check()
     except ValueError as e:
-        key = "links" if str(e).startswith("link ") else "autoscale" if str(e).startswith("autoscale") else "groups"
-        raise bad(key, str(e).removeprefix("autoscale: ")) from None
+        key = next((k for k in ("links", "autoscale", "lockstep") if str(e).startswith(k.rstrip("s"))), "groups")
+        raise bad(key, str(e).removeprefix(f"{key}: ")) from None
     return spec
 
 

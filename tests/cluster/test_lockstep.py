@@ -92,3 +92,20 @@ def test_validate_replays_every_rank_of_a_data_parallel_run():
     assert "2 ranks replayed, stepping in lockstep" in v.notes[0]
     assert v.replay.summary["cluster"]["num_replicas"] == 2
     assert all(n > 0 for n in v.replay.summary["cluster"]["requests_per_replica"])  # both ranks served
+
+
+def test_lockstep_on_the_command_line_and_in_a_cluster_file(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pagesim.cli import app
+
+    monkeypatch.chdir(ROOT)
+    args = ["replay", "traces/sharegpt.json", "--num-requests", "40", "--rate", "20", "--model", "qwen3-30b-a3b",
+            "--gpu", "h100-80gb", "--ep", "2", "--router", "dp-balance"]
+    result = CliRunner().invoke(app, [*args, "--replicas", "2", "--lockstep", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "--lockstep --out" in result.output  # the reproduce line keeps the flag
+    file = tmp_path / "c.toml"
+    file.write_text('lockstep = true\n[[groups]]\nname = "a"\n[[groups]]\nname = "b"\n')
+    bad = CliRunner().invoke(app, ["replay", "traces/sharegpt.json", "--num-requests", "5", "--cluster", str(file)])
+    assert bad.exit_code == 2 and f"{file}: lockstep: one group of mixed replicas" in bad.output
