@@ -217,8 +217,9 @@ class Cluster:
         for r in self.replicas:
             r.sim.wake()  # the feeds ran dry: idle engines see that they are done
 
-    def _refresh(self, now: float) -> None:
-        for load, r in zip(self.loads, self.replicas):
+    def _refresh(self, now: float, loads: list[ReplicaLoad] | None = None) -> None:
+        """Read the replicas' loads into the router's view (or into `loads`: the autoscaler's own)."""
+        for load, r in zip(self.loads if loads is None else loads, self.replicas):
             sched = r.sim.scheduler
             load.waiting = len(sched.waiting)
             load.running = len(sched.running)

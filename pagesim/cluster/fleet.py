@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pagesim.cluster.autoscale import AutoscalePolicy, Autoscaler, GpuHours
+from pagesim.cluster.routers.base import ReplicaLoad
 
 FLEET_COLUMNS = ("time", "replica", "event", "serving", "held")  # fleet.csv
 EVENTS = ("asked", "serving", "draining", "released", "taken_back")
@@ -62,11 +63,12 @@ class Fleet:
         """Every interval_s: the serving replicas' loads (as fresh as a /metrics scrape), a
         decision, and its execution. Runs until the cluster's engines end (env.run stops it)."""
         interval = self.policy.interval_s
+        loads = [ReplicaLoad(k) for k in range(len(self.state))]  # its own: the router's view keeps its staleness
         while True:
             yield env.timeout(interval)
             now = env.now
-            cluster._refresh(now)
-            serving = [load for load, state in zip(cluster.loads, self.state) if state == "serving"]
+            cluster._refresh(now, loads)
+            serving = [load for load, state in zip(loads, self.state) if state == "serving"]
             change = self.scaler.decide(now, serving, self.count("starting"))
             if change > 0:
                 self._scale_up(env, now, cluster.outstanding)

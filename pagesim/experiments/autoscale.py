@@ -112,6 +112,7 @@ def figure(name: str, trace: Trace, runs: dict, path: Path) -> None:
         ax.step(times, [p[1] for p in points] + [points[-1][1]], where="post", label=label.removeprefix("autoscaled: "))
     ax.set_xlabel("minutes")
     ax.set_ylabel("replicas serving")
+    ax.set_ylim(0, MAX + 0.5)
     ax.set_title(f"{name}: replicas serving over time (bars: arrival rate)")
     ax.legend(loc="upper left", fontsize=8)
     save_figure(fig, path)
