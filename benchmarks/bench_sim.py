@@ -168,13 +168,13 @@ def walls(runs: list[dict]) -> str:
     return " / ".join(f"{r['wall_s']:.2f}" for r in runs)
 
 
-def as_run(cpus: list[int]) -> str:
+def as_run(cpus: list[int], module: str = "benchmarks.bench_sim") -> str:
     """This command line, with the pinning and niceness it ran under (inherited, so not in argv)."""
     prefix = []
     if len(cpus) < (os.cpu_count() or len(cpus)):
         prefix = ["taskset", "-c", ",".join(map(str, cpus))]
     prefix += ["nice", "-n", str(os.nice(0))] if prefix or os.nice(0) else []
-    return shlex.join(prefix + ["python", "-m", "benchmarks.bench_sim"] + sys.argv[1:])
+    return shlex.join(prefix + ["python", "-m", module] + sys.argv[1:])
 
 
 def verdict(ok: bool) -> str:

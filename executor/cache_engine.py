@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from executor import kernels
+from executor.kv_layout import cache_layer_tensors
 
 
 def _mapping(pairs, device) -> torch.Tensor:
@@ -94,6 +95,15 @@ class CacheEngine:
         """K and V of one block in every layer."""
         itemsize = torch.empty((), dtype=dtype).element_size()
         return (1 if kv_shared else 2) * num_layers * block_size * num_kv_heads * head_dim * itemsize
+
+
+def model_pool_bytes(lm, block_size: int, num_blocks: int, paged: bool = True) -> int:
+    """Bytes of a pool of num_blocks blocks for the loaded model lm, as LLMEngine allocates it:
+    its KV layout's layer tensors (executor.kv_layout: a sliding-window or hybrid model keeps
+    fewer than one per layer) of K and V, or of the one latent vector of MLA (kv_shared)."""
+    tensors = cache_layer_tensors(lm.kv_groups, lm.layer_groups, paged)
+    return CacheEngine.pool_bytes(tensors, lm.num_kv_heads, lm.head_dim, block_size, num_blocks, lm.dtype,
+                                  kv_shared=lm.kv_shared)
 
 
 def num_gpu_blocks(block_bytes: int, device, fraction: float = 0.9, num_blocks: int | None = None,

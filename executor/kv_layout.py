@@ -47,3 +47,13 @@ def place_layers(kv_groups: list[KVGroupSpec], layer_groups: list[int]) -> Layer
     if layout.is_plain:  # one table of every layer: each layer its own tensor, as always
         slots = list(range(len(layer_groups)))
     return LayerPlacement(layout, tuple(tables), tuple(slots))
+
+
+def cache_layer_tensors(kv_groups: list[KVGroupSpec], layer_groups: list[int], paged: bool = True) -> int:
+    """Layer tensors the engine's CacheEngine keeps for this model: one per place in a table
+    where the model runs on the hybrid manager (paged policies, a layout that is not plain), else
+    one per layer (LLMEngine's rule: the reservation baselines keep every layer's KV)."""
+    placement = place_layers(kv_groups, layer_groups)
+    if placement.is_plain or not paged:
+        return len(layer_groups)
+    return max(placement.slot) + 1

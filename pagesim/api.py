@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from pathlib import Path
+
 from typing import TYPE_CHECKING, Callable
 
 from pagesim.workload.trace import Trace, load_trace

@@ -59,15 +59,18 @@ def load_executor_model(spec: str, device: str, dtype: str | None, console, one_
             fail(f"--model {spec}: {e}")
 
 
-def check_cache_fits(lm, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int) -> None:
+def check_cache_fits(lm, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, paged: bool = False) -> None:
     """Refuse KV pools larger than the memory free for them, before allocating (a typo in
-    --num-gpu-blocks would otherwise take the machine's memory, or fail deep inside torch)."""
+    --num-gpu-blocks would otherwise take the machine's memory, or fail deep inside torch).
+    Sized as the engine allocates them (its KV layout: MLA's one latent tensor, a hybrid model's
+    shared layer tensors where paged); paged=False sizes for the reservation baselines, which
+    keep every layer's tensor (the larger of the two)."""
     import torch
 
-    from executor.cache_engine import CacheEngine
+    from executor.cache_engine import model_pool_bytes
 
     def need(num_blocks: int) -> int:
-        return CacheEngine.pool_bytes(lm.num_layers, lm.num_kv_heads, lm.head_dim, block_size, num_blocks, lm.dtype)
+        return model_pool_bytes(lm, block_size, num_blocks, paged)
 
     host_free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     pools = [("--num-cpu-blocks", num_cpu_blocks, need(num_cpu_blocks), host_free, "host memory")]

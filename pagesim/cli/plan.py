@@ -12,7 +12,8 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import (FRACTION, NUM_REQUESTS, OUT_DIR, POSITIVE, RATE, SECONDS, SEED, TOKENS, WORKERS, fail,
+from pagesim.cli.checks import (FRACTION, JOBS, NON_NEGATIVE, NUM_REQUESTS, OUT_DIR, POSITIVE, RATE, SECONDS, SEED, TOKENS,
+                                WORKERS, fail,
                                 input_file, progress_bar)
 from pagesim.cli.config_file import config_option, print_reproduce
 from pagesim.cli.replay import DEFAULTS, WORKLOAD
@@ -55,7 +56,10 @@ def plan(
     preemption: str = typer.Option(DEFAULTS.preemption, help="preemption modes to try: recompute,swap,auto"),
     max_num_seqs: str = typer.Option("256", help="max running sequences to try, e.g. 128,256"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, model max length))"),
-    num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests per simulated run, at least"),
+    num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests of a probe's first run, at least"),
+    max_requests: int = typer.Option(40_000, parser=NUM_REQUESTS, help="most requests a probe runs to judge steady state"),
+    seeds: int = typer.Option(3, parser=JOBS, help="arrival seeds each capacity is searched for (its interval)"),
+    check_longer: float = typer.Option(10.0, parser=NON_NEGATIVE, help="replay the recommendation this many times longer (0: no check)"),
     min_duration: float = typer.Option(60.0, parser=SECONDS, help="seconds of arrivals per run, at least (more requests at high rates)"),
     warmup_fraction: float = typer.Option(0.2, parser=FRACTION, help="share of each run's arrival span left out of the statistics"),
     tolerance: float = typer.Option(0.02, parser=POSITIVE, help="relative tolerance of the rate search"),
@@ -104,7 +108,7 @@ def plan(
                            _ints("--max-num-seqs", max_num_seqs))
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
                                profile=str(profile) if profile else None, seed=seed, force_profile=force,
-                               kv_cache_dtype=kv_cache_dtype)
+                               kv_cache_dtype=kv_cache_dtype, max_requests_per_probe=max_requests)
         with_kv_cache_dtype(spec, kv_cache_dtype)  # checks the name
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         if target_rate is not None:
@@ -135,6 +139,7 @@ def plan(
              "--gpus", ",".join(dict.fromkeys(p.gpu for p in grid)),
              "--tp", tp, "--block-size", block_size, "--preemption", preemption, "--max-num-seqs", max_num_seqs,
              "--max-num-batched-tokens", str(settings.batched_tokens), "--num-requests", str(num_requests),
+             "--max-requests", str(max_requests), "--seeds", str(seeds), "--check-longer", f"{check_longer:.12g}",
              "--min-duration", f"{min_duration:.12g}",
              "--warmup-fraction", f"{warmup_fraction:.12g}", "--tolerance", f"{tolerance:.12g}",
              "--start-rate", f"{start_rate:.12g}", "--min-rate", f"{min_rate:.12g}",
@@ -152,7 +157,7 @@ def plan(
             result = make_plan(model=model, trace=loaded, trace_path=str(trace), target_rate=target_rate, slos=slos,
                                grid=grid, settings=settings, search=search, min_headroom=min_headroom,
                                prices=price_table, cache_dir=None if no_cache else cache_dir, backend=backend,
-                               jobs=workers, command=command,
+                               jobs=workers, command=command, seeds=seeds, longer_factor=check_longer,
                                on_result=lambda r: (finished.append(r), advance(len(finished))))
         except (BackendUnavailable, ValueError) as e:  # a setting no configuration can run with (not "infeasible")
             fail(str(e))
@@ -165,22 +170,30 @@ def plan(
         sys.stdout.write(paths["json"].read_text())
         return
     con = Console()
+    costs = f" · costs from profile {profile.name}, not the GPUs named" if cost_model.lower() == "profiled" and profile else ""
     columns = [Column(name, "left" if name in ("configuration", "limiting") else "right")
-               for name in ("#", "configuration", "capacity/replica", "replicas", "$/h", "$/M out tok", "headroom",
-                            "limiting")]
+               for name in ("#", "configuration", "capacity/replica", "interval", "kernel costs", "replicas", "$/h",
+                            "$/M out tok", "headroom", "limiting")]
     rank = {id(r): i + 1 for i, r in enumerate(result.ranking)}
     rows = [[str(rank.get(id(r), "-")), r.point.label, f"{r.capacity:.2f}" if r.capacity else "-",
+             f"{r.capacity_low:.2f}-{r.capacity_high:.2f}" if r.capacity_low is not None else "-", r.costs,
              str(r.replicas or "-"), f"{r.cost_per_hour:,.2f}" if r.cost_per_hour is not None else "-",
              f"{r.cost_per_m_output_tokens:.3f}" if r.cost_per_m_output_tokens is not None else "-",
              f"{100 * r.headroom:.1f}%" if r.headroom is not None else "-",
              ", ".join(r.limiting) if r.feasible else (r.reason or "")]
             for r in sorted(result.results, key=lambda r: rank.get(id(r), 10**9))]
-    print_rows(con, f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos), columns, rows)
+    print_rows(con, f"{model} · {target_rate:g} req/s · " + ", ".join(s.describe() for s in slos) + costs, columns, rows)
     best = result.recommendation
     if best is None:
         con.print("[bold]no configuration meets " + ", ".join(s.describe() for s in slos) + "[/] (see the report)")
     else:
         con.print(f"[bold]cheapest:[/] {best.replicas} replica(s) of {best.point.label}: ${best.cost_per_hour:,.2f}/h")
-    con.print(f"{simulated} runs simulated, {cached} from the cache, {elapsed:.1f} s; "
+        if best.uncertain_headroom:
+            con.print(f"[bold]warning:[/] its headroom is inside its uncertainty (capacity may be {best.capacity_low:.2f} "
+                      "req/s per replica); see the report")
+        if best.longer is not None:
+            con.print(f"checked {best.longer.factor:g} x longer: " + ("holds" if best.longer.holds else
+                      "[bold]does not hold[/] (see the report)"))
+    con.print(f"{simulated} runs simulated, {cached} from the cache, {elapsed:.1f} s of wall time; "
               f"wrote {paths['md']}, {paths['html']}, {paths['json']}", markup=False)  # paths may hold "[/bold]"
     print_reproduce(shlex.join(words + ["--out"]) + " NEW_FOLDER")

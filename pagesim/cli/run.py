@@ -15,6 +15,7 @@ from pagesim.cli.config_file import config_option, given_options_line, run_optio
 from pagesim.cli.executor_model import (GC_DURING_STEPS_OPTION, PIN_CPU_OPTION, WARMUP_STEPS_OPTION, check_cache_fits,
                                         dtype_name, load_executor_model, noise_settings)
 from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, WORKLOAD, Policy, Preemption, emit_results
+from pagesim.core.policies import uses_paged_blocks
 
 
 @app.command()
@@ -82,7 +83,7 @@ def run(
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console)
     check_model_fits_trace(lm, loaded_trace, trace, model, max_model_len)
-    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks)
+    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks, uses_paged_blocks(policy.value))
 
     from executor.engine import EngineConfig
     from executor.run import RunConfig, run_trace

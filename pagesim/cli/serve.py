@@ -12,6 +12,7 @@ from pagesim.cli import app
 from pagesim.cli.checks import COUNT, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, fail
 from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
 from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption
+from pagesim.core.policies import uses_paged_blocks
 from pagesim.serve.limits import HttpLimits
 
 
@@ -78,7 +79,7 @@ def serve(
         fail(str(e))
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console, tokenizer=True)
-    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks)
+    check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks, uses_paged_blocks(policy.value))
     import torch
 
     from executor.engine import EngineConfig

@@ -49,7 +49,7 @@ def counts_rows(s: dict) -> list[tuple[str, str, str, str]]:
         ("swapped blocks", _fmt(s["num_swapped_blocks"]), "copied blocks", _fmt(s["num_copied_blocks"])),
     ]
     if s.get("memory_saving") is not None:
-        rows.append(("saved by sharing", _fmt(s["memory_saving"] * 100, " %", 2), "", ""))
+        rows.append(("memory saving", _fmt(s["memory_saving"] * 100, " %", 2), "", ""))
     if s.get("prefix_hit_rate") is not None:
         rows.append(("prefix hit rate", _fmt(s["prefix_hit_rate"] * 100, " %", 1), "prefill saved",
                      _fmt(s["prefill_tokens_saved"], " tok")))

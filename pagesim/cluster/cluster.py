@@ -7,7 +7,8 @@ in (its arrival plus the smallest host time per request of the replicas, the tim
 replay submits it at: tokenization, which a prefix-aware router needs too); a replica whose
 host time is longer receives it that much later. The router picks a replica from ReplicaLoad
 views: waiting and running requests and KV usage read from each replica's scheduler, and the
-requests it sent there that have not ended (the cluster's own count, always current).
+requests it sent there that have not ended (its own count, always current), through the LoadBoard
+(pagesim.cluster.routers.board) that `pagesim route` uses too.
 
 What the router sees, and when:
 - staleness_s = 0: the loads are read at every routing decision. Every replica's feed reports
@@ -43,10 +44,9 @@ from dataclasses import dataclass, replace
 import simpy
 
 from pagesim.cluster.links import LinkQueue, make_link, moved_bytes_per_token
-from pagesim.cluster.routers import ReplicaLoad, RoutedRequest, make_router
+from pagesim.cluster.routers import Gauges, LoadBoard, RoutedRequest, make_router, prefix_keys
 from pagesim.cluster.spec import ClusterSpec
 from pagesim.core import SamplingParams
-from pagesim.core.paged import block_hashes
 from pagesim.sim.engine import Replay
 from pagesim.workload.feeds import RequestFeed
 from pagesim.workload.sessions import has_sessions
@@ -161,9 +161,10 @@ class Cluster:
         self.router = make_router(spec.router, **spec.router_params)
         # P/D: the decode replica is chosen by a second instance (each stage's choices its own memory)
         self.decode_router = make_router(spec.router, **spec.router_params) if self.pd else None
-        self.loads = [ReplicaLoad(r.index, accepting=False) for r in self.replicas]
+        # the loads as the router sees them, and its outstanding counts (the board pagesim route uses
+        # too); the cluster refreshes it on its own schedule (_refresh), never through route()
+        self.board = LoadBoard(len(self.replicas), spec.staleness_s)
         self.block_size = first.block_size
-        self.outstanding = [0] * len(self.replicas)
         self.fleet = None
         if spec.autoscale is not None:
             from pagesim.cluster.fleet import Fleet, gpus_per_replica
@@ -217,33 +218,28 @@ class Cluster:
         for r in self.replicas:
             r.sim.wake()  # the feeds ran dry: idle engines see that they are done
 
-    def _refresh(self, now: float, loads: list[ReplicaLoad] | None = None) -> None:
-        """Read the replicas' loads into the router's view (or into `loads`: the autoscaler's own)."""
-        for load, r in zip(self.loads if loads is None else loads, self.replicas):
-            sched = r.sim.scheduler
-            load.waiting = len(sched.waiting)
-            load.running = len(sched.running)
-            kv = sched.kv
-            load.kv_usage = kv.num_used_blocks / kv.num_device_blocks if kv.num_device_blocks else 0.0
-            load.info_time = now
+    def _refresh(self, now: float) -> None:
+        self.board.refresh(now, self._gauges)
+
+    def _gauges(self, index: int) -> Gauges:
+        sched = self.replicas[index].sim.scheduler
+        kv = sched.kv
+        return Gauges(len(sched.waiting), len(sched.running),
+                      kv.num_used_blocks / kv.num_device_blocks if kv.num_device_blocks else 0.0)
 
     def _choose(self, routed: RoutedRequest, roles: tuple[str, ...], now: float) -> int:
-        for load, r, count in zip(self.loads, self.replicas, self.outstanding):
-            load.outstanding = count
-            load.accepting = r.role in roles and (self.fleet is None or self.fleet.accepting(r.index))
+        for r in self.replicas:
+            self.board.set_accepting(r.index, r.role in roles and (self.fleet is None or self.fleet.accepting(r.index)))
         router = self.decode_router if roles == ("decode",) else self.router
-        index = router.choose(routed, self.loads, now)
-        if not self.loads[index].accepting:
+        index = self.board.route(router, routed, now)
+        if not self.board.loads[index].accepting:
             raise RuntimeError(f"router {self.spec.router!r} chose replica {index}, which does not take "
                                f"{'/'.join(roles)} requests now")
-        self.outstanding[index] += 1
-        router.on_routed(routed, index, now)
         return index
 
     def _routed_request(self, request) -> RoutedRequest:
         ids = request.prompt_token_ids
-        keys = tuple(block_hashes(ids, self.block_size, len(ids) // self.block_size)) if ids else ()
-        return RoutedRequest(request.request_id, request.prompt_len, keys)
+        return RoutedRequest(request.request_id, request.prompt_len, prefix_keys(ids, self.block_size) if ids else ())
 
     def _route_arrival(self, request, enters: float) -> None:
         index = self._choose(self._routed_request(request), ("mixed", "prefill"), enters)
@@ -271,10 +267,10 @@ class Cluster:
         proxies it): at once, or where the engine delivers tokens a step late, when the next step
         ends (Replay._done)."""
         replica = self.replicas[index]
-        self.outstanding[index] -= 1
+        self.board.finished(self.decode_router if replica.role == "decode" else self.router, request.request_id, index,
+                            now)
         if self.fleet is not None:
-            self.fleet.check_drained(index, self.outstanding[index], now)
-        (self.decode_router if replica.role == "decode" else self.router).on_finished(request.request_id, index, now)
+            self.fleet.check_drained(index, self.board.loads[index].outstanding, now)
 
     def _recorded(self, index: int) -> None:
         """Replica `index` just recorded a request that left it (its on_progress hook): the

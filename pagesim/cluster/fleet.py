@@ -63,17 +63,17 @@ class Fleet:
         """Every interval_s: the serving replicas' loads (as fresh as a /metrics scrape), a
         decision, and its execution. Runs until the cluster's engines end (env.run stops it)."""
         interval = self.policy.interval_s
-        loads = [ReplicaLoad(k) for k in range(len(self.state))]  # its own: the router's view keeps its staleness
         while True:
             yield env.timeout(interval)
             now = env.now
-            cluster._refresh(now, loads)
-            serving = [load for load, state in zip(loads, self.state) if state == "serving"]
+            # read now, into views of its own: the router's keep their staleness
+            serving = [_load(k, cluster._gauges(k), now) for k, state in enumerate(self.state) if state == "serving"]
+            outstanding = [load.outstanding for load in cluster.board.loads]
             change = self.scaler.decide(now, serving, self.count("starting"))
             if change > 0:
-                self._scale_up(env, now, cluster.outstanding)
+                self._scale_up(env, now, outstanding)
             elif change < 0:
-                self._scale_down(now, cluster.outstanding)
+                self._scale_down(now, outstanding)
 
     def _scale_up(self, env, now: float, outstanding: list[int]) -> None:
         if "off" in self.state:
@@ -138,3 +138,7 @@ class Fleet:
         for (t, *row), nxt in zip(events, events[1:] + [(end,)]):
             total += (min(nxt[0], end) - t) * row[column - 1]
         return total / end
+
+
+def _load(index: int, gauges, now: float) -> ReplicaLoad:
+    return ReplicaLoad(index, gauges.waiting, gauges.running, gauges.kv_usage, info_time=now)

@@ -106,7 +106,8 @@ class FreeBlockQueue:
 
     def _compact(self) -> None:
         """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
-        live = list(self)
+        # (without stale entries every entry from the head on is live: one slice)
+        live = self._order[self._head:] if not self._stale else list(self)
         self._pos = pos = [-1] * len(self._pos)
         for i, block in enumerate(live):
             pos[block] = i

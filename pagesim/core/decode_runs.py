@@ -190,7 +190,8 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     blocks_used = list(accumulate(opened, initial=used))[1:]
     finishing = num_steps >= to_finish
     # A window's frees at the last step go group by group between the finishes, as update() does
-    last_apart = finishing and kv.frees_while_decoding
+    # (needless while every sequence is still inside the first block of its windows)
+    last_apart = finishing and kv.frees_while_decoding and kv.windows_passed(seqs)
     if kv.tracks_computed:
         # update() calls on_computed after every step: a prompt block whose cached twin was
         # evicted during the run gets registered, and a sliding window frees what it left

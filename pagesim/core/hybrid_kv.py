@@ -22,12 +22,17 @@ block_tables(seq) gives them all, in layout order.
 from __future__ import annotations
 
 import math
+from itertools import chain
+from operator import attrgetter
 
 from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
 from pagesim.core.kv_manager import WasteBreakdown
 from pagesim.core.paged import PagedKVManager, fast_block_key, offer_to_cache
 from pagesim.core.block_pool import BlockPool
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
+
+
+_computed = attrgetter("num_computed_tokens")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -49,6 +54,7 @@ class HybridKVManager(PagedKVManager):
         for t, window in self._sliding:
             windows.setdefault(window, []).append(t)
         self._windows = list(windows.items())  # window -> its tables: a hit needs all of them
+        self._min_window = min(windows, default=0)
         self.tracks_computed = enable_prefix_caching or bool(self._sliding)
         self.frees_while_decoding = bool(self._sliding)
         self._tables: dict[int, list[list[int]]] = {}  # seq_id -> its tables; [0] is seq.block_table
@@ -202,10 +208,14 @@ class HybridKVManager(PagedKVManager):
 
     def append_blocks(self, seqs: list[Sequence]) -> None:
         # the order single steps take them in: sequence by sequence, each table in turn
-        blocks = iter(self.device.allocate_n(len(seqs) * self.num_tables))
-        for seq in seqs:
-            for table in self._tables[seq.seq_id]:
-                table.append(next(blocks))
+        blocks = self.device.allocate_n(len(seqs) * self.num_tables)
+        if self.num_tables == 1:  # (a window in every layer: the one table is seq.block_table)
+            for seq, block in zip(seqs, blocks):
+                seq.block_table.append(block)
+            return
+        tables_of = self._tables
+        for table, block in zip(chain.from_iterable([tables_of[seq.seq_id] for seq in seqs]), blocks):
+            table.append(block)
 
     def on_computed(self, seq: Sequence) -> None:
         tables = self._tables[seq.seq_id]
@@ -267,6 +277,12 @@ class HybridKVManager(PagedKVManager):
                 first = min(first, (skipped + 1) * bs + window - 1 - c)
         return first
 
+    def windows_passed(self, seqs: list[Sequence]) -> bool:
+        # past the first block of the smallest window (before that, no sliding table frees anything)
+        if not seqs or not self._sliding:
+            return False
+        return max(map(_computed, seqs)) + 1 - self._min_window >= self.block_size
+
     def on_decode_run(self, seqs: list[Sequence], num_steps: int, last_step: bool = True) -> list[int] | None:
         # Registration first (no prompt block fills while decoding: only retries), then the
         # window's frees in the order single steps give them: step by step, sequence by
@@ -283,15 +299,25 @@ class HybridKVManager(PagedKVManager):
         # c + step - W + 1 reaches (j + 1) * B. Only the blocks that go are visited.
         bs = self.block_size
         by_step: dict[int, list[int]] = {}
+        tables_of, sliding = self._tables, self._sliding
+        # a sequence frees nothing in the run while the smallest window still starts in its first block
+        reach = steps + 1 - self._min_window - num_steps
+        if not seqs or max(map(_computed, seqs)) + reach < bs:
+            return None  # (the common case while sequences are shorter than the window: a loop in C)
         for seq in seqs:  # (sequence by sequence, table by table: the order within a step)
-            start = seq.num_computed_tokens - num_steps
-            tables = self._tables[seq.seq_id]
-            for t, window in self._sliding:
+            computed = seq.num_computed_tokens
+            if computed + reach < bs:
+                continue
+            start = computed - num_steps
+            tables = tables_of[seq.seq_id]
+            for t, window in sliding:
                 table = tables[t]
                 first = max(0, start - window + 1) // bs  # skipped before the run
                 last = min(max(0, start + steps - window + 1) // bs, len(table))
                 for j in range(first, last):
                     by_step.setdefault((j + 1) * bs + window - 1 - start, []).append((table, j))
+        if not by_step:
+            return None
         freed_per_step = [0] * steps
         dev = self.device
         for step in sorted(by_step):

@@ -102,6 +102,11 @@ class KVCacheManager(ABC):
         that frees it counts); math.inf for a manager that frees nothing while decoding."""
         return math.inf
 
+    def windows_passed(self, seqs: list[Sequence]) -> bool:
+        """Whether any of seqs has blocks wholly outside a sliding window (something a step
+        could free); False for a manager that frees nothing while decoding."""
+        return False
+
     def append_block(self, seq: Sequence) -> None:
         """Give seq one more block at the end of its table (when steps_until_new_block says)."""
         raise NotImplementedError(f"{type(self).__name__} does not allocate on demand")

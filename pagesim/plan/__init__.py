@@ -10,7 +10,7 @@ import types
 from pagesim.plan.backends import run_jobs
 from pagesim.plan.cache import DEFAULT_CACHE_DIR, trace_hash
 from pagesim.plan.grid import GridPoint, RunSettings, expand_grid
-from pagesim.plan.planner import ConfigJob, ConfigResult, Plan, plan_config, price_results
+from pagesim.plan.planner import ConfigJob, ConfigResult, Plan, check_longer, plan_config, price_results
 from pagesim.plan.prices import PriceTable, load_prices
 from pagesim.plan.search import SearchSettings, bracket_search
 from pagesim.plan.slo import SLO, parse_slos
@@ -20,8 +20,10 @@ from pagesim.workload.trace import Trace
 def make_plan(*, model: str, trace: Trace, trace_path: str, target_rate: float, slos: list[SLO],
               grid: list[GridPoint], settings: RunSettings, search: SearchSettings = SearchSettings(),
               min_headroom: float = 0.0, prices: PriceTable | None = None, cache_dir=DEFAULT_CACHE_DIR,
-              backend: str = "local", jobs: int | None = None, command: str = "", on_result=None) -> Plan:
-    """Search every configuration (in parallel on `backend`), price them, and return the Plan."""
+              backend: str = "local", jobs: int | None = None, command: str = "", on_result=None,
+              seeds: int = 3, longer_factor: float = 10.0) -> Plan:
+    """Search every configuration (in parallel on `backend`), price them, check the recommendation
+    on longer runs (longer_factor x; 0: no check), and return the Plan."""
     if not target_rate > 0:
         raise ValueError("target rate must be > 0")
     if not 0 <= min_headroom < 1:
@@ -29,12 +31,20 @@ def make_plan(*, model: str, trace: Trace, trace_path: str, target_rate: float, 
     prices = prices or load_prices()
     digest = trace_hash(trace)
     cache = None if cache_dir is None else str(cache_dir)
-    work = [ConfigJob(p, settings, search, slos, target_rate, min_headroom, trace, digest, cache) for p in grid]
+    if seeds < 1:
+        raise ValueError("seeds must be >= 1")
+    work = [ConfigJob(p, settings, search, slos, target_rate, min_headroom, trace, digest, cache, seeds, longer_factor)
+            for p in grid]
     results = run_jobs(work, backend, jobs, on_result)
     price_results(results, prices, target_rate)
-    return Plan(model=model, trace_path=trace_path, trace_digest=digest, trace_name=str(trace.metadata.get("name", "")),
+    plan = Plan(model=model, trace_path=trace_path, trace_digest=digest, trace_name=str(trace.metadata.get("name", "")),
                 target_rate=target_rate, slos=slos, settings=settings, search=search, min_headroom=min_headroom,
-                prices=prices, command=command, results=results, backend=backend)
+                prices=prices, command=command, results=results, backend=backend, seeds=seeds,
+                longer_factor=longer_factor)
+    best = plan.recommendation
+    if best is not None and longer_factor > 0:
+        best.longer = check_longer(work[next(i for i, r in enumerate(results) if r is best)], best)
+    return plan
 
 
 __all__ = ["make_plan", "parse_slos", "expand_grid", "RunSettings", "SearchSettings", "GridPoint", "Plan",

@@ -23,7 +23,7 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
          tp: int | Sequence[int] = 1, block_size: int | Sequence[int] = 16,
          preemption: str | Sequence[str] = SERVING_DEFAULTS.preemption, max_num_seqs: int | Sequence[int] = 256,
          max_num_batched_tokens: int | None = None, num_requests: int = WORKLOAD_DEFAULTS.num_requests,
-         min_duration: float = 60.0,
+         max_requests: int = 40_000, seeds: int = 3, check_longer: float = 10.0, min_duration: float = 60.0,
          warmup_fraction: float = 0.2, tolerance: float = 0.02, start_rate: float = 1.0, min_rate: float = 0.01,
          min_headroom: float = 0.0, prices: str | os.PathLike | None = None, cost_model: str = "calibrated",
          profile: str | os.PathLike | None = None, force: bool = False, seed: int = WORKLOAD_DEFAULTS.seed, jobs: int | None = None,
@@ -44,13 +44,14 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
     grid = expand_grid(_listed(gpus), _listed(tp), _listed(block_size), _listed(preemption), _listed(max_num_seqs))
     settings = RunSettings(get_model(model).name, num_requests, min_duration, warmup_fraction, max_num_batched_tokens,
                            cost_model=cost_model, profile=str(profile) if profile else None, seed=seed,
-                           force_profile=force)
+                           force_profile=force, max_requests_per_probe=max_requests)
     search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
     trace_path = str(trace) if not isinstance(trace, Trace) else str(trace.metadata.get("name") or "in-memory trace")
     result = make_plan(model=settings.model, trace=loaded, trace_path=trace_path,
                        target_rate=target_rate, slos=slos, grid=grid, settings=settings, search=search,
                        min_headroom=min_headroom, prices=load_prices(prices), cache_dir=cache_dir, backend=backend,
-                       jobs=jobs, command="pagesim.plan(...)", on_result=on_result)
+                       jobs=jobs, command="pagesim.plan(...)", on_result=on_result, seeds=seeds,
+                       longer_factor=check_longer)
     if out is not None:
         from pagesim.results import results_folder
 

@@ -28,10 +28,10 @@ from pagesim.sim.engine import ReplayConfig
 from pagesim.sim.specs import get_gpu, get_model
 from pagesim.workload.trace import Trace, dumps_trace
 
-CACHE_FORMAT = 2  # bump when the stored record's layout or the key's makeup changes
+CACHE_FORMAT = 3  # bump when the stored record's layout or the key's makeup changes
 DEFAULT_CACHE_DIR = Path(".pagesim-cache") / "plan"
 _CODE_DIRS = ("core", "sim", "workload", "models", "metrics")
-_CODE_FILES = ("inputs.py", "plan/run.py", "plan/cache.py")
+_CODE_FILES = ("inputs.py", "plan/run.py", "plan/steady.py", "plan/cache.py")
 
 
 @lru_cache(maxsize=1)

@@ -36,12 +36,14 @@ class GridPoint:
 class RunSettings:
     """How each simulated run is made; the same for every configuration and rate.
 
-    A run at rate r submits n = max(num_requests, ceil(r * min_duration_s)) Poisson arrivals (the
+    A run at rate r first submits n = max(num_requests, ceil(r * min_duration_s)) Poisson arrivals (the
     trace in its order, cycled if shorter) with the same seed at every rate (common random numbers:
     arrival times at rate r are the unit-rate times / r). The duration floor keeps fast replicas
     from being judged on a few seconds of traffic. Requests arriving in the first
     `warmup_fraction` of the expected arrival span (warmup_fraction * n / r seconds) are simulated
-    but left out of every statistic, so the empty-system start does not flatter latency.
+    but left out of every statistic, so the empty-system start does not flatter latency. A probe
+    runs again with more requests until its steady state is judged (pagesim.plan.run), at most
+    max_requests_per_probe.
     """
 
     model: str
@@ -55,11 +57,13 @@ class RunSettings:
     seed: int = WORKLOAD_DEFAULTS.seed
     force_profile: bool = False  # use a profile measured on another model or GPU anyway
     kv_cache_dtype: str = "auto"  # "fp8": 1-byte KV cache (vLLM's --kv-cache-dtype)
+    max_requests_per_probe: int = 40_000  # a probe not decided by this many requests is "undecided"
 
     def __post_init__(self) -> None:
         if self.num_requests < 10:
             raise ValueError("--num-requests must be >= 10")
         NUM_REQUESTS.check(self.num_requests, "--num-requests")
+        NUM_REQUESTS.check(self.max_requests_per_probe, "--max-requests")
         SECONDS.check(self.min_duration_s, "--min-duration")
         SWAP_GIB.check(self.swap_space_gib, "--swap-space")
         if not 0 <= self.warmup_fraction < 0.9:
@@ -77,14 +81,16 @@ class RunSettings:
                              f"than the {MAX_REQUESTS:,} one run may hold")
         return n
 
-    def replay_config(self, point: GridPoint, rate: float) -> ReplayConfig:
-        n = self.requests_at(rate)
+    def replay_config(self, point: GridPoint, rate: float, num_requests: int | None = None,
+                      seed: int | None = None) -> ReplayConfig:
+        """The run at `rate` (of requests_at(rate) requests unless given; seed: the settings' unless given)."""
+        n = self.requests_at(rate) if num_requests is None else num_requests
         return ReplayConfig(
             model=self.model, gpu=point.gpu, tp=point.tp, policy="paged", block_size=point.block_size,
             preemption=point.preemption, rate=rate, num_requests=n,
             max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
             swap_space_gib=self.swap_space_gib, cost_model=self.cost_model, profile=self.profile,
-            seed=self.seed, warmup_s=self.warmup_fraction * n / rate, force_profile=self.force_profile,
+            seed=self.seed if seed is None else seed, warmup_s=self.warmup_fraction * n / rate, force_profile=self.force_profile,
             kv_cache_dtype=self.kv_cache_dtype,
         )
 

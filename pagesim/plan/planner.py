@@ -8,13 +8,17 @@ Definitions (also in docs/plan.md and every report):
   utilization, preemptions per request and latencies are the ones reported;
 - cost per hour = replicas * tp * price per GPU-hour;
 - cost per million output tokens = cost per hour / (target * mean output tokens per request
-  * 3600) * 1e6.
+  * 3600) * 1e6;
+- capacity interval: pagesim.plan.uncertainty (seeds and the cost model's measured error);
+- longer check: one replica at the operating point, and at capacity x (1 + LONGER_MARGIN), each
+  replayed with `longer_factor` x the run length the plan starts a probe at (requests_at); the
+  first must meet the SLOs, the second must not.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from pagesim.plan.cache import RunCache
 from pagesim.plan.grid import GridPoint, RunSettings
@@ -22,7 +26,10 @@ from pagesim.plan.prices import PriceTable
 from pagesim.plan.run import Evaluation, RateEvaluator
 from pagesim.plan.search import SearchSettings, bracket_search
 from pagesim.plan.slo import SLO
+from pagesim.plan import uncertainty
 from pagesim.workload.trace import Trace
+
+LONGER_MARGIN = 0.10  # the longer check's rate above the capacity, which must fail
 
 
 @dataclass
@@ -38,6 +45,31 @@ class ConfigJob:
     trace: Trace
     trace_digest: str
     cache_dir: str | None
+    seeds: int = 3  # arrival seeds the capacity is searched for (settings.seed, +1, ...)
+    longer_factor: float = 10.0  # the longer check's run length / a probe's first; 0: no check
+
+
+@dataclass
+class LongerCheck:
+    """The recommended configuration replayed `factor` x longer (planner module docstring)."""
+
+    factor: float
+    operating: Evaluation  # must be sustainable
+    above: Evaluation  # at capacity x (1 + LONGER_MARGIN): must not be
+
+    @staticmethod
+    def meets(ev: Evaluation) -> bool:
+        """The SLOs hold, nothing is rejected and the queue does not grow (one run, so its steady
+        state may stay undecided: that is no failure of the check)."""
+        return ev.error is None and all(v == "undecided" for v in ev.violations)
+
+    @property
+    def holds(self) -> bool:
+        return self.meets(self.operating) and not self.meets(self.above)
+
+    def to_dict(self) -> dict:
+        return {"factor": self.factor, "holds": self.holds, "operating": self.operating.to_dict(),
+                "above": self.above.to_dict()}
 
 
 @dataclass
@@ -53,6 +85,15 @@ class ConfigResult:
     points: list[Evaluation]  # every evaluated rate, sorted by rate
     num_simulated: int
     num_cached: int
+    knee: float | None = None  # the lowest unsustainable rate probed (the bracket is [capacity, knee])
+    num_probes: int = 0  # rates the first seed's search judged
+    seed_capacities: list[float] = field(default_factory=list)  # one per seed, the first seed's first
+    capacity_low: float | None = None  # the interval (pagesim.plan.uncertainty)
+    capacity_high: float | None = None
+    model_error: float | None = None
+    model_error_basis: str = ""
+    costs: str = ""  # "measured", "scaled from <gpu>" or the cost model
+    longer: LongerCheck | None = None
     # filled by price_results()
     usd_per_gpu_hour: float | None = None
     cost_per_hour: float | None = None
@@ -61,6 +102,12 @@ class ConfigResult:
     @property
     def feasible(self) -> bool:
         return self.capacity is not None
+
+    @property
+    def uncertain_headroom(self) -> bool:
+        """The headroom is inside the uncertainty: the operating rate per replica (capacity x
+        (1 - headroom) = target / replicas) exceeds the low end of the capacity's interval."""
+        return self.capacity_low is not None and self.capacity_low < self.capacity * (1 - self.headroom)
 
     @property
     def num_gpus(self) -> int | None:
@@ -73,16 +120,18 @@ class ConfigResult:
 
     def to_dict(self) -> dict:
         """What the search found; not how many runs the cache supplied (so plan.json reproduces)."""
-        skip = ("operating", "points", "num_simulated", "num_cached")
+        skip = ("operating", "points", "num_simulated", "num_cached", "longer")
         d = {k: v for k, v in asdict(self).items() if k not in skip}
         d["operating"] = self.operating.to_dict() if self.operating else None
+        d["longer"] = self.longer.to_dict() if self.longer else None
         d["points"] = [p.to_dict() for p in self.points]
         return d
 
 
 def plan_config(job: ConfigJob) -> ConfigResult:
     """Search one configuration. Deterministic: the same job gives the same result anywhere."""
-    evaluator = RateEvaluator(job.settings, job.point, job.trace, job.trace_digest, job.slos, RunCache(job.cache_dir))
+    evaluator = RateEvaluator(job.settings, job.point, job.trace, job.trace_digest, job.slos, RunCache(job.cache_dir),
+                              job.search.tolerance)
     memo: dict[float, Evaluation] = {}
 
     def evaluate(rate: float) -> Evaluation:
@@ -90,25 +139,42 @@ def plan_config(job: ConfigJob) -> ConfigResult:
             memo[rate] = evaluator(rate)
         return memo[rate]
 
+    def done(*args, **extra) -> ConfigResult:
+        return ConfigResult(*args, sorted(memo.values(), key=lambda e: e.rate), evaluator.num_simulated,
+                            evaluator.num_cached, costs=uncertainty.costs_source(job.point.gpu, job.settings.cost_model),
+                            **extra)
+
     first = evaluate(job.search.start_rate)
     if first.error is not None:  # does not fit, or cannot run at all: no point searching
-        return ConfigResult(job.point, None, first.error, ["error"], False, None, None, None, [first],
-                            evaluator.num_simulated, evaluator.num_cached)
+        return done(job.point, None, first.error, ["error"], False, None, None, None)
     found = bracket_search(evaluate, job.search)
-    points = sorted(memo.values(), key=lambda e: e.rate)
     if found.rate is None:
         lowest = found.upper
         reason = f"no rate >= {job.search.min_rate:g} req/s meets every condition (fails {', '.join(lowest.violations)})"
-        return ConfigResult(job.point, None, reason, lowest.violations, False, None, None, None, points,
-                            evaluator.num_simulated, evaluator.num_cached)
+        return done(job.point, None, reason, lowest.violations, False, None, None, None, num_probes=len(found.points))
     capacity = found.rate
+    seeds = [capacity] + [uncertainty.seed_capacity(lambda r, s=s: evaluator(r, job.settings.seed + s).sustainable,
+                                                    capacity, job.search) for s in range(1, job.seeds)]
+    error = uncertainty.model_error(job.point.gpu, job.settings.cost_model)
+    low, high = uncertainty.interval([c for c in seeds if c is not None] or [0.0], error.relative)
+    if None in seeds:
+        low = 0.0
     replicas = math.ceil(job.target_rate / (capacity * (1 - job.min_headroom)))
     headroom = 1 - job.target_rate / (replicas * capacity)
     operating = evaluate(job.target_rate / replicas)
-    points = sorted(memo.values(), key=lambda e: e.rate)
     limiting = found.upper.violations if found.upper is not None else []
-    return ConfigResult(job.point, capacity, None, limiting, found.capped, replicas, headroom, operating, points,
-                        evaluator.num_simulated, evaluator.num_cached)
+    return done(job.point, capacity, None, limiting, found.capped, replicas, headroom, operating,
+                knee=found.upper.rate if found.upper else None, num_probes=len(found.points), seed_capacities=seeds,
+                capacity_low=low, capacity_high=high, model_error=error.relative, model_error_basis=error.basis)
+
+
+def check_longer(job: ConfigJob, result: ConfigResult) -> LongerCheck:
+    """The longer check of a feasible result (module docstring), with the job it was searched by."""
+    evaluator = RateEvaluator(job.settings, job.point, job.trace, job.trace_digest, job.slos, RunCache(job.cache_dir),
+                              job.search.tolerance)
+    length = lambda rate: math.ceil(job.longer_factor * job.settings.requests_at(rate))  # noqa: E731
+    at, above = job.target_rate / result.replicas, result.capacity * (1 + LONGER_MARGIN)
+    return LongerCheck(job.longer_factor, evaluator.single(at, length(at)), evaluator.single(above, length(above)))
 
 
 def price_results(results: list[ConfigResult], prices: PriceTable, target_rate: float) -> None:
@@ -145,6 +211,8 @@ class Plan:
     command: str
     results: list[ConfigResult]
     backend: str = "local"
+    seeds: int = 3
+    longer_factor: float = 10.0
 
     @property
     def ranking(self) -> list[ConfigResult]:
@@ -175,7 +243,8 @@ class Plan:
             rows.append({
                 "gpu": r.point.gpu, "tp": r.point.tp, "block_size": r.point.block_size,
                 "preemption": r.point.preemption, "max_num_seqs": r.point.max_num_seqs,
-                "capacity_rps": r.capacity, "replicas": r.replicas, "gpus": r.num_gpus,
+                "capacity_rps": r.capacity, "capacity_low": r.capacity_low, "capacity_high": r.capacity_high,
+                "knee_rps": r.knee, "probes": r.num_probes, "costs": r.costs, "replicas": r.replicas, "gpus": r.num_gpus,
                 "cost_per_hour": r.cost_per_hour, "cost_per_m_output_tokens": r.cost_per_m_output_tokens,
                 "headroom": r.headroom,
                 "kv_utilization": op.stats.get("mean_kv_utilization") if op else None,
@@ -190,6 +259,7 @@ class Plan:
             "command": self.command, "model": self.model, "trace": self.trace_path, "trace_sha256": self.trace_digest,
             "target_rate": self.target_rate, "slos": [s.describe() for s in self.slos],
             "settings": asdict(self.settings), "search": asdict(self.search), "min_headroom": self.min_headroom,
+            "seeds": self.seeds, "longer_factor": self.longer_factor,
             "prices": {"file": self.prices.path, "retrieved": self.prices.retrieved,
                        "usd_per_gpu_hour": self.prices.usd_per_gpu_hour},
             "recommendation": self.recommendation.point.label if self.recommendation else None,

@@ -9,60 +9,20 @@ share one table row, one plotted point and one latency curve, which lists the va
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from pagesim.plan.planner import ConfigResult, Plan
-from pagesim.plan.run import KEEP_UP_RATIO
+from pagesim.plan.report_render import Bullets, Figure, Heading, Link, Para, Table, render_html, render_markdown
+from pagesim.plan import report_trust
+from pagesim.plan.run import MIN_TAIL_REQUESTS
+from pagesim.plan.steady import MIN_WINDOW_SERVICES, NUM_BATCHES
 from pagesim.plots import log_axis
 
 HEADROOM_WARNING = 0.10  # below this spare capacity a recommendation carries a warning
 VARIED = ("block_size", "preemption", "max_num_seqs")  # what may differ within one hardware's merged row
-
-# -- blocks -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Heading:
-    level: int
-    text: str
-
-
-@dataclass
-class Para:
-    text: str  # may hold **bold** and `code`
-
-
-@dataclass
-class Bullets:
-    items: list[str]
-
-
-@dataclass
-class Table:
-    headers: list[str]
-    rows: list[list[str]]
-    sort_keys: list[list[float | None]] | None = None  # numbers the HTML sorts by, where the text has units
-
-
-@dataclass
-class Link:
-    text: str
-    href: str  # a file beside the report
-
-
-@dataclass
-class Figure:
-    name: str  # file stem under plots/
-    caption: str
-    png: bytes
-
 
 # -- formatting helpers -----------------------------------------------------------------------
 
@@ -97,7 +57,8 @@ def _outcome(r: ConfigResult) -> tuple:
     op = r.operating
     return (r.point.gpu, r.point.tp, r.capacity, r.replicas, r.cost_per_hour, r.cost_per_m_output_tokens, r.headroom,
             tuple(sorted(op.values.items())) if op else None, op.stats.get("mean_kv_utilization") if op else None,
-            op.preemptions_per_request if op else None, tuple(r.limiting), r.reason, r.capped)
+            op.preemptions_per_request if op else None, tuple(r.limiting), r.reason, r.capped, r.capacity_low,
+            r.capacity_high, r.num_probes)
 
 
 def merge_identical(results: list[ConfigResult], key=_outcome) -> list[list[ConfigResult]]:
@@ -146,7 +107,10 @@ def build_blocks(plan: Plan) -> list:
             f"seed {st.seed} at every rate; "
             f"requests arriving in the first {st.warmup_fraction:g} of the arrival span are left out of the statistics; "
             f"max_num_batched_tokens {st.batched_tokens}, swap space {st.swap_space_gib:g} GiB/GPU, "
-            f"cost model `{st.cost_model}`" + (f" (profile `{st.profile}`)" if st.profile else ""),
+            f"cost model `{st.cost_model}`" + (f" (profile `{st.profile}`: every GPU's step times come from this "
+                                               "profile, not from the GPU named)" if st.profile else "")
+            + f"; a probe runs again with more requests until its steady state is judged, at most "
+            f"{st.max_requests_per_probe:,} (Method); {plan.seeds} arrival seed(s) per capacity",
             f"search: from {se.start_rate:g} req/s, x{se.growth:g} to bracket, then geometric bisection to a relative "
             f"tolerance of {se.tolerance:g}; range {se.min_rate:g}-{se.max_rate:g} req/s per replica",
             f"prices: {plan.prices.path}, retrieved {plan.prices.retrieved or '?'}: "
@@ -160,17 +124,22 @@ def build_blocks(plan: Plan) -> list:
     else:
         blocks.append(Para(f"**Cheapest meeting the target: {_deployment(best)}.** {_detail(best, plan)}"))
         blocks += _headroom_warning(best, "the recommendation")
+        blocks += report_trust.uncertainty_warning(best, "the recommendation")
         if second is not None:
             blocks.append(Para(f"**Runner-up (the cheapest on other hardware): {_deployment(second)}.** "
                                f"{_detail(second, plan)}"))
             blocks += _headroom_warning(second, "the runner-up")
+            blocks += report_trust.uncertainty_warning(second, "the runner-up")
         else:
             blocks.append(Para("Runner-up: none (only one configuration meets the SLOs)."))
     unpriced = [r for r in plan.results if r.feasible and r.cost_per_hour is None]
     if unpriced:
         blocks.append(Para("Not ranked (no price for the GPU): " + "; ".join(r.point.label for r in unpriced)))
+    blocks += report_trust.longer_blocks(plan)
     blocks += [Heading(2, "All configurations"), _all_table(plan)]
-    blocks += [Para("capacity: highest sustainable rate of one replica; headroom: spare share of the deployed "
+    blocks += [Para("capacity: highest sustainable rate of one replica; interval: its uncertainty (seeds and the "
+                    "cost model's measured error); probes: rates its search judged; costs: measured on that GPU or "
+                    "scaled from another; headroom: spare share of the deployed "
                     "capacity; KV util. and preemptions/request at the operating point (target / replicas per "
                     "replica); limiting: what fails just above the capacity. Configurations with identical results "
                     "share a row, which lists every block size, preemption mode and max seqs it covers. Click a "
@@ -184,9 +153,14 @@ def build_blocks(plan: Plan) -> list:
     blocks += [Heading(2, "Sensitivity to block size and preemption mode"), _sensitivity_figure(plan),
                _sensitivity_table(plan), Para(_sensitivity_summary(plan))]
     blocks += [Heading(2, "Method"), Bullets([
-        "sustainable rate: every SLO holds over the measured requests, no request is rejected, and the replica "
-        f"keeps up: the backlog (waiting + swapped requests) when the last request arrives is at most "
-        f"{1 - KEEP_UP_RATIO:.0%} of the requests that arrived in the measurement window",
+        "sustainable rate: judged at steady state: every SLO holds over the measured requests, no request is "
+        "rejected, and the number of requests in the system does not grow. A pass counts only on a run whose "
+        f"measurement window spans at least {MIN_WINDOW_SERVICES:g} mean service times, with at least "
+        f"{MIN_TAIL_REQUESTS} measured requests beyond each percentile SLO's rank, and whose queue is flat: the 95% "
+        f"t interval of the least-squares slope through {NUM_BATCHES} batch means of the number in the system lies "
+        f"below {plan.search.tolerance:g} x the rate; otherwise the probe runs again with more requests (the same seed), "
+        f"up to {st.max_requests_per_probe:,}. A failed SLO decides at once (a run starts empty, the most favourable "
+        "state); a growing queue (interval above 0, slope above the bound) decides when two runs in a row show it",
         "goodput: the fraction of measured requests meeting every latency threshold individually",
         "recommendation: the cheapest by cost per hour (ties: more headroom, then fewer GPUs); runner-up: the "
         "cheapest on another GPU or tp",
@@ -195,9 +169,8 @@ def build_blocks(plan: Plan) -> list:
         "(target x mean output tokens per request x 3600) x 1e6",
         "the simulator replays the paper's vLLM scheduler (FCFS, iteration-level batching, paged KV cache); "
         "latencies come from its cost model, not from measurements on the GPUs",
-    ] + ([f"the {st.cost_model} cost model charges block size only through swap and copy traffic (it has no per-block "
-          "attention-kernel cost, the effect behind the paper's Fig. 18b), so block size acts here through memory "
-          "alone: fragmentation and preemptions"] if st.cost_model in ("roofline", "calibrated") else []))]
+    ])]
+    blocks += report_trust.trust_blocks(plan)
     return blocks
 
 
@@ -220,7 +193,8 @@ def _detail(r: ConfigResult, plan: Plan) -> str:
     op = r.operating
     vals = ", ".join(f"{k} {_slo_value(k, v)}" for k, v in (op.values.items() if op else []))
     return (f"${r.cost_per_hour:,.2f}/h, ${_num(r.cost_per_m_output_tokens, 3)} per million output tokens; "
-            f"capacity {r.capacity:.2f} req/s per replica (limited by {_limiting(r)}), headroom {_pct(r.headroom)}. "
+            f"capacity {r.capacity:.2f} req/s per replica (limited by {_limiting(r)}; interval "
+            f"{report_trust.interval_text(r)}; {report_trust.knee_text(r)}), headroom {_pct(r.headroom)}. "
             f"At the operating point ({plan.target_rate / r.replicas:.2f} req/s per replica): {vals}, "
             f"mean KV utilization {_pct(op.stats.get('mean_kv_utilization') if op else None)}, "
             f"{_num(op.preemptions_per_request if op else None, 3)} preemptions per request."
@@ -248,7 +222,8 @@ def _all_table(plan: Plan) -> Table:
     order = {id(r): i for i, r in enumerate(plan.ranking)}
     results = sorted(plan.results, key=lambda r: (order.get(id(r), len(order)), 0))
     slo_names = [s.name for s in plan.slos]
-    headers = ["#", "gpu", "tp", "block", "preemption", "max seqs", "capacity (req/s/replica)", "replicas", "GPUs",
+    headers = ["#", "gpu", "tp", "block", "preemption", "max seqs", "capacity (req/s/replica)", "interval", "probes",
+               "costs", "replicas", "GPUs",
                "$/h", "$/M out tok", "headroom", "KV util.", "preempt./req"] + \
               [f"{n} @op" for n in slo_names] + ["limiting"]
     rows, keys = [], []
@@ -265,11 +240,14 @@ def _all_table(plan: Plan) -> Table:
                       else ", ".join(map(str, ranks)))
         rows.append([shown_rank, p.gpu, str(p.tp), _values(group, "block_size"),
                      _values(group, "preemption"), _values(group, "max_num_seqs"), _num(r.capacity, 2),
+                     "-" if r.capacity_low is None else f"{r.capacity_low:.2f}-{r.capacity_high:.2f}",
+                     str(r.num_probes), r.costs,
                      _num(r.replicas, 0), _num(r.num_gpus, 0), _num(r.cost_per_hour, 2),
                      _num(r.cost_per_m_output_tokens, 3), _pct(r.headroom), _pct(kv), _num(per_request, 3)]
                     + [_slo_value(n, v) for n, v in zip(slo_names, values)]
                     + [_limiting(r) if r.feasible else f"infeasible: {r.reason}"])
-        keys.append([rank + 1 if rank is not None else None, None, p.tp, None, None, None, r.capacity, r.replicas,
+        keys.append([rank + 1 if rank is not None else None, None, p.tp, None, None, None, r.capacity, r.capacity_low,
+                     r.num_probes, None, r.replicas,
                      r.num_gpus, r.cost_per_hour, r.cost_per_m_output_tokens, r.headroom, kv, per_request]
                     + values + [None])
     return Table(headers, rows, keys)
@@ -508,91 +486,6 @@ def _sensitivity_figure(plan: Plan) -> Figure:
 
 def figure_names(plan: Plan) -> list[str]:
     return ["pareto"] + [f"latency_{s.name}" for s in plan.slos] + ["cost_capacity", "sensitivity"]
-
-
-# -- rendering ----------------------------------------------------------------------------------
-
-
-def render_markdown(blocks: list) -> str:
-    out = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append("#" * b.level + " " + b.text)
-        elif isinstance(b, Para):
-            out.append(b.text)
-        elif isinstance(b, Bullets):
-            out.append("\n".join(f"- {item}" for item in b.items))
-        elif isinstance(b, Table):
-            lines = ["| " + " | ".join(b.headers) + " |", "|" + "---|" * len(b.headers)]
-            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in b.rows]
-            out.append("\n".join(lines))
-        elif isinstance(b, Figure):
-            out.append(f"![{b.caption}](plots/{b.name}.png)\n\n*{b.caption}*")
-        elif isinstance(b, Link):
-            out.append(f"[{b.text}]({b.href})")
-    return "\n\n".join(out) + "\n"
-
-
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:12px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}
-th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}table.sortable th{cursor:pointer}
-table.sortable th[data-dir=asc]::after{content:" \\25B2"}table.sortable th[data-dir=desc]::after{content:" \\25BC"}
-code{background:#f4f4f4;padding:1px 3px;font-size:90%}img{max-width:100%}figure{margin:1em 0}
-figcaption{font-style:italic;font-size:13px}"""
-
-# Click a header to sort its table (again to reverse): by each cell's data-sort number where it has
-# one, else by its text; numbers before text, "-" last.
-_SORT_SCRIPT = """document.querySelectorAll("table.sortable th").forEach(th => th.addEventListener("click", () => {
-  const body = th.closest("table").tBodies[0], col = th.cellIndex, dir = th.dataset.dir === "asc" ? -1 : 1;
-  th.closest("tr").querySelectorAll("th").forEach(h => delete h.dataset.dir);
-  th.dataset.dir = dir > 0 ? "asc" : "desc";
-  const key = td => td.dataset.sort !== undefined ? Number(td.dataset.sort) : td.textContent;
-  const rank = v => typeof v === "number" ? 0 : v === "-" ? 2 : 1;
-  [...body.rows].sort((a, b) => {
-    const x = key(a.cells[col]), y = key(b.cells[col]);
-    return rank(x) - rank(y) || dir * (x < y ? -1 : x > y ? 1 : 0);
-  }).forEach(row => body.appendChild(row));
-}));"""
-_NUMBER = re.compile(r"^[-+$]?[\d,]*\.?\d+(?:%| s| ms| s/token| req/s)?$")
-
-
-def _inline(text: str) -> str:
-    t = html.escape(text, quote=False)
-    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", t)
-
-
-def render_html(blocks: list, title: str) -> str:
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{html.escape(title)}</title>",
-           f"<style>{_CSS}</style></head><body>"]
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
-        elif isinstance(b, Para):
-            out.append(f"<p>{_inline(b.text)}</p>")
-        elif isinstance(b, Bullets):
-            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.items) + "</ul>")
-        elif isinstance(b, Table):
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
-            body = "".join("<tr>" + "".join(_cell(c, k) for c, k in zip(row, keys)) + "</tr>"
-                           for row, keys in zip(b.rows, b.sort_keys or [[None] * len(b.headers)] * len(b.rows)))
-            out.append(f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
-        elif isinstance(b, Link):
-            out.append(f'<p><a href="{html.escape(b.href)}">{html.escape(b.text)}</a></p>')
-        elif isinstance(b, Figure):
-            data = base64.b64encode(b.png).decode()
-            out.append(f'<figure id="{b.name}"><img alt="{html.escape(b.caption)}" src="data:image/png;base64,{data}">'
-                       f"<figcaption>{html.escape(b.caption)}</figcaption></figure>")
-    out.append(f"<script>\n{_SORT_SCRIPT}\n</script>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
-
-
-def _cell(text: str, sort_key: float | None) -> str:
-    """A table cell: numbers right-aligned, with the number to sort by where the text has units."""
-    numeric = sort_key is not None or bool(_NUMBER.match(text))
-    attrs = (' class="num"' if numeric else "") + (f' data-sort="{sort_key!r}"' if sort_key is not None else "")
-    return f"<td{attrs}>{html.escape(text)}</td>"
 
 
 def write_csv(plan: Plan, path: Path) -> None:

@@ -1,54 +1,88 @@
-"""One simulated run at one rate: what a plan keeps of it, and whether it is sustainable.
+"""One probe: a configuration at one rate, simulated until its steady state is judged.
 
-A rate is *sustainable* for a configuration when
-1. every SLO holds over the measured requests (those arriving after the warm-up), and
-2. the replica keeps up: when the last request arrives, the backlog (requests waiting for
-   admission, including preempted ones queued again, and swapped-out ones) is at most
-   1 - KEEP_UP_RATIO of the requests that arrived in the measurement window (warm-up end to last
-   arrival). A stable replica's backlog stays near zero; an overloaded one's grows by
-   (rate - capacity) per second, so keep_up = 1 - backlog / window arrivals ~ capacity / rate.
-   This catches a growing queue even when the SLOs alone would not (a TPOT-only SLO is blind to
-   queueing). Running requests are not backlog: how many are in flight depends on latency, which
-   the SLOs judge. No request may be rejected either.
+A rate is *sustainable* for a configuration when, on a run judged at steady state
+(pagesim.plan.steady: warm-up left out, a window of at least MIN_WINDOW_SERVICES service
+times, the queue's trend tested),
+1. every SLO holds over the measured requests (those arriving after the warm-up),
+2. the number of requests in the system does not grow (a replica offered more than it serves),
+3. no request is rejected,
+and every SLO holds by more than the run's noise (slo.clear_pass: a batch-means interval).
+A run that fails an SLO or rejects a request decides at once: it started from an empty system,
+the most favourable state, so a longer one does no better. A pass counts only on a run long
+enough and with a flat queue; otherwise the probe runs again with more requests, up to the
+settings' cap, where an undecided probe counts as unsustainable ("undecided").
+
+`probe_steady(run, rate, ...)` is that loop over any driver (`run(n)` -> a run record); a
+RateEvaluator is the probe of one replica configuration, cached.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from pagesim.core.errors import CannotServe
 from pagesim.plan.cache import RunCache, run_key
-from pagesim.plan.slo import SLO, slo_values
+from pagesim.plan.slo import SLO, FailureWatch, clear_pass, slo_values
+from pagesim.plan import steady
 from pagesim.sim.engine import Replay, ReplayConfig
+from pagesim.sim.rate_search import StopRun, run_checked
 from pagesim.workload.trace import Trace
 
-KEEP_UP_RATIO = 0.9
+MIN_TAIL_REQUESTS = 8  # a pNN SLO is judged on at least this many measured requests beyond it
+MIN_MEASURED = 1000  # a pass counts only on at least this many measured requests (short runs flatter near the knee)
+NEAR = 1.25  # a probe starts at the run length of those up to 25 % below its rate (RateEvaluator)
 
 
-def simulate(cfg: ReplayConfig, trace: Trace) -> dict:
-    """Run the simulator and keep what planning needs (JSON-ready). A configuration that cannot
-    serve at all (pagesim.core.errors.CannotServe: the model leaves no KV pool, its heads do not
-    split over TP) gives a record with `error`; requests it can never fit are counted as
-    rejections. Any other exception is a bug and propagates: it must not pass for "infeasible"."""
+def simulate(cfg: ReplayConfig, trace: Trace, slos: list[SLO] | None = None) -> dict:
+    """Run the simulator and keep what planning needs (JSON-ready). With `slos`, the run stops
+    as soon as one of them is certain to fail over the measured requests (slo.FailureWatch): the
+    record then says `stopped_by` that SLO, and its other numbers are the partial run's. A
+    configuration that cannot serve at all (pagesim.core.errors.CannotServe: the model leaves no
+    KV pool, its heads do not split over TP) gives a record with `error`; requests it can never
+    fit are counted as rejections. Any other exception is a bug and propagates: it must not pass
+    for "infeasible"."""
     try:
-        result = Replay(cfg, trace).run()
+        sim = Replay(cfg, trace, keep_steps=False)
     except CannotServe as e:
         return {"rate": cfg.rate, "error": str(e)}
-    s = result.summary
-    requests = result.metrics.requests
-    start = cfg.warmup_s
+    stopped = None
+    if slos:
+        watch = FailureWatch(slos, sum(1 for r in sim.requests if r.arrival_time >= cfg.warmup_s))
+
+        def check(_done: int) -> None:
+            nonlocal stopped
+            rec = sim.metrics.requests[-1]
+            if rec.arrival_time >= cfg.warmup_s and rec.status == "finished":
+                stopped = watch.add({"ttft": rec.ttft, "tpot": rec.tpot, "e2e": rec.e2e_latency,
+                                     "normalized_latency": rec.normalized_latency})
+                if stopped is not None:
+                    raise StopRun
+    try:
+        summary, _ = run_checked(sim, check) if slos else (sim.run().summary, False)
+    except CannotServe as e:
+        return {"rate": cfg.rate, "error": str(e)}
+    record = run_record(cfg.rate, cfg.warmup_s, sim.metrics.requests, summary)
+    record["stopped_by"] = None if stopped is None else {"slo": stopped.name, "threshold": stopped.threshold}
+    return record
+
+
+def run_record(rate: float, warmup_s: float, requests: list, s: dict) -> dict:
+    """The record of a finished run from its request records (pagesim.metrics.RequestRecord) and
+    its summary: what any driver (one replica, a cluster) hands probe_steady."""
+    start = warmup_s
     last_arrival = max(r.arrival_time for r in requests)
     measured = sorted((r for r in requests if r.arrival_time >= start), key=lambda r: r.request_id)
-    backlog = 0
-    log = result.metrics.step_log
-    for time, waiting, swapped in zip(log.time, log.held_column("num_waiting"), log.held_column("num_swapped")):
-        if time > last_arrival:  # in time order: the last step ending by the last arrival counts
-            break
-        backlog = waiting + swapped
     finished = s["num_finished"]
+    services = [r.finish_time - r.first_scheduled_time for r in measured
+                if r.finish_time is not None and r.first_scheduled_time is not None]
+    trend = None
+    if last_arrival > start:  # a rejected request leaves as it arrives
+        stays = [(r.arrival_time, r.finish_time if r.finish_time is not None else r.arrival_time) for r in requests]
+        trend = steady.in_system_trend(stays, start, last_arrival).to_dict()
     return {
-        "rate": cfg.rate,
+        "rate": rate,
         "error": None,
         "num_requests": s["num_requests"],
         "num_finished": finished,
@@ -56,8 +90,8 @@ def simulate(cfg: ReplayConfig, trace: Trace) -> dict:
         "reject_reasons": s["reject_reasons"],
         "num_measured": len(measured),
         "window_s": last_arrival - start,
-        "window_arrivals": len(measured),
-        "backlog_at_last_arrival": backlog,
+        "mean_service_s": sum(services) / len(services) if services else None,
+        "trend": trend,
         "request_throughput": s["request_throughput"],
         "output_token_throughput": s["output_token_throughput"],
         "mean_output_len": sum(r.output_len for r in requests if r.status == "finished") / finished if finished else None,
@@ -78,13 +112,14 @@ _NUMBER = (int, float)
 # the record `simulate` returns: field -> the types its value may have (None where a run can lack it)
 RECORD_FIELDS = {
     "num_requests": (int,), "num_finished": (int,), "num_rejected": (int,), "reject_reasons": (dict,),
-    "num_measured": (int,), "window_s": _NUMBER, "window_arrivals": (int,), "backlog_at_last_arrival": (int,),
+    "num_measured": (int,), "window_s": _NUMBER, "mean_service_s": (*_NUMBER, type(None)), "trend": (dict, type(None)),
     "request_throughput": (*_NUMBER, type(None)), "output_token_throughput": (*_NUMBER, type(None)),
     "mean_output_len": (*_NUMBER, type(None)), "mean_kv_utilization": (*_NUMBER, type(None)),
     "peak_kv_utilization": (*_NUMBER, type(None)), "num_preemptions": (int,), "num_kv_blocks": (int,),
-    "latencies": (dict,),
+    "latencies": (dict,), "stopped_by": (dict, type(None)),
 }
 LATENCY_KEYS = ("ttft", "tpot", "e2e", "normalized_latency")
+TREND_KEYS = ("slope", "low", "high", "mean", "window_s", "lag1")
 
 
 def record_problem(record, rate: float) -> str | None:
@@ -104,20 +139,29 @@ def record_problem(record, rate: float) -> str | None:
         if not isinstance(values, list) or len(values) != record["num_measured"] or \
                 not all(v is None or (isinstance(v, _NUMBER) and not isinstance(v, bool) and math.isfinite(v)) for v in values):
             return f"latencies.{key} is not one number per measured request"
+    trend = record["trend"]
+    if trend is not None and not all(isinstance(trend.get(k), _NUMBER) and not isinstance(trend.get(k), bool)
+                                     and math.isfinite(trend[k]) for k in TREND_KEYS):
+        return "trend is not a set of numbers"
     return None
 
 
 @dataclass
 class Evaluation:
-    """One rate of one configuration, judged against the SLOs."""
+    """One rate of one configuration, judged against the SLOs at steady state."""
 
     rate: float
     sustainable: bool
     values: dict[str, float | None]  # each SLO's measured value
-    keep_up: float | None  # 1 - backlog at the last arrival / window arrivals
-    violations: list[str]  # SLO names, "keep-up", "rejections" or "error"
+    steady: str | None  # the queue's trend: grows, flat, undecided; "short": window too short; None: error
+    violations: list[str]  # SLO names, "queue grows", "undecided", "rejections" or "error"
     error: str | None = None
     stats: dict = field(default_factory=dict)  # the run record without per-request latencies
+    runs: list[int] = field(default_factory=list)  # request counts simulated, shortest first (the last judged)
+
+    @property
+    def num_requests(self) -> int | None:
+        return self.runs[-1] if self.runs else None
 
     @property
     def preemptions_per_request(self) -> float | None:
@@ -125,43 +169,126 @@ class Evaluation:
         return self.stats["num_preemptions"] / n if n else None
 
     def to_dict(self) -> dict:
-        return {"rate": self.rate, "sustainable": self.sustainable, "values": self.values, "keep_up": self.keep_up,
-                "violations": self.violations, "error": self.error, "stats": self.stats}
+        return {"rate": self.rate, "sustainable": self.sustainable, "values": self.values, "steady": self.steady,
+                "violations": self.violations, "error": self.error, "runs": self.runs, "stats": self.stats}
 
 
-def evaluate_record(record: dict, slos: list[SLO]) -> Evaluation:
+def measured_needed(slos: list[SLO]) -> int:
+    """MIN_MEASURED, or more where a percentile SLO needs MIN_TAIL_REQUESTS beyond its rank."""
+    tails = [MIN_TAIL_REQUESTS / (1 - float(s.stat[1:]) / 100) for s in slos if s.is_latency and s.stat.startswith("p")]
+    return max([MIN_MEASURED] + [math.ceil(t) for t in tails])
+
+
+def steadiness(record: dict, tolerance: float, slos: list[SLO]) -> str:
+    """grows, flat or undecided (pagesim.plan.steady), or "short": the window spans too few
+    service times, or too few measured requests lie beyond a percentile SLO's rank."""
+    if not steady.long_enough(record["window_s"], record["mean_service_s"]) or record["trend"] is None:
+        return "short"
+    if record["num_measured"] < measured_needed(slos):
+        return "short"
+    return steady.Trend(**record["trend"]).verdict(tolerance * record["rate"])
+
+
+def evaluate_record(record: dict, slos: list[SLO], tolerance: float, final: bool = True) -> Evaluation:
+    """The verdict on one run record; final: no longer run will follow (a pass that is not
+    steady then counts as "undecided")."""
     if record.get("error"):
         return Evaluation(record["rate"], False, {s.name: None for s in slos}, None, ["error"], record["error"])
     values = slo_values(record["latencies"], slos)
-    keep_up = 1 - record["backlog_at_last_arrival"] / record["window_arrivals"] if record["window_arrivals"] else None
+    state = steadiness(record, tolerance, slos)
     violations = [s.name for s in slos if not s.holds(values[s.name])]
-    if keep_up is None or keep_up < KEEP_UP_RATIO:
-        violations.append("keep-up")
+    stop = record.get("stopped_by")
+    if stop is not None and stop["slo"] not in violations:  # (a partial run's value is a lower bound)
+        violations.append(stop["slo"])
     if record["num_rejected"]:
         violations.append("rejections")
+    if state == steady.GROWS:
+        violations.append("queue grows")
+    elif not violations and state == steady.FLAT and not clear_pass(record["latencies"], slos):
+        state = steady.UNDECIDED  # a pass within its own noise: a longer run decides
+    if state != steady.FLAT and not violations and final:
+        violations.append("undecided")
     stats = {k: v for k, v in record.items() if k != "latencies"}
-    return Evaluation(record["rate"], not violations, values, keep_up, violations, None, stats)
+    return Evaluation(record["rate"], not violations, values, state, violations, None, stats,
+                      [record["num_requests"]])
+
+
+def probe_steady(run: Callable[[int], dict], first_requests: int, max_requests: int, slos: list[SLO],
+                 tolerance: float) -> Evaluation:
+    """A rate's steady-state verdict (the module docstring): run(n) simulates n requests at that
+    rate (any driver; the same seed for every n) and returns a record as run_record makes it.
+    Decided by a failed SLO or a rejection (at once), a pass on a long, flat run, or a queue seen
+    growing on two runs in a row (a single short run's growth may be the batch still filling);
+    otherwise the next run is longer, up to max_requests. The Evaluation is the last run's, with
+    every count run."""
+    n, counts, grew = first_requests, [], False
+    while True:
+        record = run(n)
+        counts.append(n)
+        if record.get("error"):
+            break
+        ev = evaluate_record(record, slos, tolerance, final=False)
+        failed = [v for v in ev.violations if v != "queue grows"]
+        if failed or ev.steady == steady.FLAT or (ev.steady == steady.GROWS and grew) or n >= max_requests:
+            break
+        grew = ev.steady == steady.GROWS
+        if ev.steady == "short" and record["mean_service_s"]:
+            n = steady.requests_needed(n, record["window_s"], record["mean_service_s"])
+        else:
+            n = 2 * n
+        # enough measured requests (the same share of the run is measured at every length)
+        n = max(n, math.ceil(measured_needed(slos) / max(record["num_measured"], 1) * record["num_requests"]))
+        n = min(n, max_requests)
+    ev = evaluate_record(record, slos, tolerance)
+    ev.runs = counts
+    return ev
 
 
 class RateEvaluator:
-    """evaluate(rate) for one configuration: cached simulation, then the SLO verdict."""
+    """evaluate(rate) for one replica configuration: probe_steady over cached simulations."""
 
-    def __init__(self, settings, point, trace: Trace, trace_digest: str, slos: list[SLO], cache: RunCache):
+    def __init__(self, settings, point, trace: Trace, trace_digest: str, slos: list[SLO], cache: RunCache,
+                 tolerance: float = 0.02):
         self.settings, self.point, self.trace, self.trace_digest = settings, point, trace, trace_digest
-        self.slos, self.cache = slos, cache
+        self.slos, self.cache, self.tolerance = slos, cache, tolerance
         self.num_simulated = 0
         self.num_cached = 0
+        self.lengths: dict[float, int] = {}  # rate -> request count its probe was decided on
 
-    def __call__(self, rate: float) -> Evaluation:
-        cfg = self.settings.replay_config(self.point, rate)
+    def record(self, rate: float, num_requests: int | None = None, seed: int | None = None) -> dict:
+        """One run's record, from the cache or simulated (and cached)."""
+        cfg = self.settings.replay_config(self.point, rate, num_requests, seed)
         key = run_key(cfg, self.trace_digest)
         record = self.cache.get(key)
-        if record is not None and record_problem(record, cfg.rate) is not None:
-            record = None  # unreadable as a run of this rate: simulate again (and overwrite it)
+        if record is not None and (record_problem(record, cfg.rate) is not None or not self._stops_here(record)):
+            record = None  # unreadable as a run of this rate, or stopped for other SLOs: simulate again
         if record is None:
-            record = simulate(cfg, self.trace)
+            record = simulate(cfg, self.trace, self.slos)
             self.cache.put(key, record)
             self.num_simulated += 1
         else:
             self.num_cached += 1
-        return evaluate_record(record, self.slos)
+        return record
+
+    def single(self, rate: float, num_requests: int) -> Evaluation:
+        """One run of `num_requests` at `rate`, judged as it is (no longer run follows)."""
+        ev = evaluate_record(self.record(rate, num_requests), self.slos, self.tolerance)
+        ev.runs = [num_requests]
+        return ev
+
+    def _stops_here(self, record: dict) -> bool:
+        """A run stopped early by an SLO serves only SLO sets holding that SLO as strict or stricter."""
+        stop = record.get("stopped_by")
+        return stop is None or any(s.name == stop["slo"] and (s.threshold >= stop["threshold"] if s.metric == "goodput"
+                                                               else s.threshold <= stop["threshold"]) for s in self.slos)
+
+    def __call__(self, rate: float, seed: int | None = None) -> Evaluation:
+        """The probe at `rate`. It starts at the longest run a probe at a lower rate within NEAR
+        of this one was decided on (a higher load takes longer to settle, so the shorter runs
+        would be spent for nothing), at least the settings' count."""
+        first = max([self.settings.requests_at(rate)] + [n for r, n in self.lengths.items() if rate / NEAR <= r < rate])
+        ev = probe_steady(lambda n: self.record(rate, n, seed), first, max(first, self.settings.max_requests_per_probe),
+                          self.slos, self.tolerance)
+        if ev.error is None:
+            self.lengths[rate] = ev.num_requests
+        return ev

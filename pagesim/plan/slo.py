@@ -9,6 +9,7 @@ every latency threshold individually (a rejected request meets none).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -141,3 +142,73 @@ def goodput(latencies: dict[str, list[float | None]], latency_slos: list[SLO]) -
                 break
         good += ok
     return good / count
+
+
+class FailureWatch:
+    """Tells, as measured requests finish one by one, when an SLO is certain to fail over all
+    `num_measured` of them, whatever the rest do (so the run can stop):
+    - pNN: once at least N - floor((N - 1) q) values exceed the threshold, the value at the
+      lower of the two ranks the percentile interpolates between does (N = num_measured bounds
+      the number with a value, and that count never shrinks as N does);
+    - mean: once the sum exceeds threshold x N (the remaining values are >= 0);
+    - goodput F: once more than N (1 - F) requests miss a latency threshold."""
+
+    def __init__(self, slos: list[SLO], num_measured: int):
+        self.slos, self.n = slos, num_measured
+        self.over = {s.name: 0 for s in slos}
+        self.sums = {s.name: 0.0 for s in slos}
+        self.bad = 0
+
+    def add(self, latencies: dict[str, float | None]) -> SLO | None:
+        """One finished measured request's latencies (metric -> value or None); returns the SLO
+        now certain to fail, or None."""
+        missed = False
+        for s in self.slos:
+            if not s.is_latency:
+                continue
+            v = latencies[s.metric]
+            if v is None:
+                continue
+            missed |= v > s.threshold
+            if s.stat == "mean":
+                self.sums[s.name] += v
+                if self.sums[s.name] > s.threshold * self.n:
+                    return s
+            elif v > s.threshold:
+                self.over[s.name] += 1
+                if self.over[s.name] >= self.n - math.floor((self.n - 1) * float(s.stat[1:]) / 100):
+                    return s
+        self.bad += missed
+        for s in self.slos:
+            if not s.is_latency and self.bad > self.n * (1 - s.threshold):
+                return s
+        return None
+
+
+def clear_pass(latencies: dict[str, list[float | None]], slos: list[SLO]) -> bool:
+    """Whether every SLO holds by more than its run's noise: the 95 % batch-means interval
+    (pagesim.plan.steady) of what it bounds lies on the passing side. What it bounds, per
+    measured request in arrival order: a mean SLO, the values; pNN <= T, the indicator value > T
+    (whose mean must stay below 1 - NN/100); goodput >= F, the indicator "meets every threshold"
+    (whose mean must stay above F)."""
+    from pagesim.plan.steady import mean_interval_of_batches
+
+    latency_slos = [s for s in slos if s.is_latency]
+    for s in slos:
+        if s.is_latency:
+            values = [v for v in latencies[s.metric] if v is not None]
+            if s.stat == "mean":
+                series, bound = values, s.threshold
+            else:
+                series, bound = [1.0 if v > s.threshold else 0.0 for v in values], 1 - float(s.stat[1:]) / 100
+            interval = mean_interval_of_batches(series)
+            if interval is None or interval[1] > bound:
+                return False
+        else:
+            good = [1.0 if latencies["e2e"][i] is not None and all(
+                latencies[x.metric][i] is None or latencies[x.metric][i] <= x.threshold for x in latency_slos) else 0.0
+                for i in range(len(latencies["e2e"]))]
+            interval = mean_interval_of_batches(good)
+            if interval is None or interval[0] < s.threshold:
+                return False
+    return True

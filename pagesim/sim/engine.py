@@ -20,15 +20,15 @@ import simpy
 from pagesim.core import SchedulerOutput, ServingConfig, StepResult
 from pagesim.core.decode_runs import DecodePlan, DecodeRun, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
-from pagesim.core.kv_groups import KVLayout
-from pagesim.core.policies import uses_paged_blocks
 from pagesim import inputs
 from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
 from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
-from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, kv_bytes_per_token_per_gpu, kv_cache_capacity, with_kv_cache_dtype
+from pagesim.sim.pool import size_pool
+from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
+from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, with_kv_cache_dtype
 from pagesim.workload.feeds import Feed, Outcome
 from pagesim.workload.sessions import make_feed, session_labels
 from pagesim.workload.requests import WorkloadConfig, time_origin
@@ -37,9 +37,6 @@ from pagesim.workload.trace import Trace
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
 SIM_STEP = StepResult(default_token=SIM_TOKEN)  # one token per sequence; n samples fork at their first
 MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists)
-# The core keeps a few Python objects per KV block (about 130 bytes, 0.35 s per million blocks to
-# build); the catalog's largest real pools (OPT-125M on an H200, block size 1) hold about 4M.
-MAX_POOL_BLOCKS = 16_000_000
 EP_COST_MODELS = ("calibrated", "roofline")  # the cost models that take expert parallelism (ep=)
 
 
@@ -104,32 +101,9 @@ class Replay:
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
         self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len))
-        kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
-
-        def memory_capacity():
-            return kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                     max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
-        if cfg.num_gpu_blocks is not None:
-            num_blocks, self.capacity = cfg.num_gpu_blocks, None
-            host_blocks = int(cfg.swap_space_gib * 2**30) // (kv_bytes_per_token_per_gpu(model, cfg.tp) * cfg.block_size)
-        else:
-            self.capacity = memory_capacity()
-            num_blocks = self.capacity.num_blocks(cfg.block_size)
-            host_blocks = self.capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
-        # A hybrid model (sliding-window layers beside full ones) keeps one block table per group over
-        # one pool of blocks that each hold a group's worth of layers (pagesim.core.kv_groups): its
-        # pool in blocks is worked out from bytes, and a sliding table frees what leaves its window.
-        layout = KVLayout.of(model.kv_groups)
-        self.kv_groups = None if layout.is_plain or not uses_paged_blocks(cfg.policy) else model.kv_groups
-        if self.kv_groups is not None:
-            layer_bytes = _group_layer_bytes(model, cfg.tp)
-            if cfg.num_gpu_blocks is None:
-                num_blocks = layout.num_blocks(self.capacity.pool_bytes_per_gpu, cfg.block_size, layer_bytes)
-            host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, layer_bytes)
-        for what, blocks in (("num_gpu_blocks", num_blocks), ("swap_space_gib", host_blocks)):
-            if blocks > MAX_POOL_BLOCKS:
-                raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
-                                 "simulator keeps track of")
+        sized = size_pool(cfg, model)
+        num_blocks, host_blocks, self.capacity, self.kv_groups = sized.num_blocks, sized.host_blocks, sized.capacity, \
+            sized.kv_groups
         self.pool = cfg.pool(num_blocks, host_blocks, self.kv_groups)
         self.scheduler = cfg.make_scheduler(num_blocks, host_blocks, self.max_model_len, kv_groups=self.kv_groups)
         if cfg.ep != 1 and cost_model is None and cfg.cost_model.lower() not in EP_COST_MODELS:
@@ -142,8 +116,7 @@ class Replay:
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
         self.requests, self.notes = cfg.requests(trace) if requests is None else (requests[0], list(requests[1]))
-        if cfg.num_gpu_blocks is not None:
-            self.notes += _what_if_pool(cfg, num_blocks, memory_capacity, layout, self.kv_groups, model)
+        self.notes += sized.notes
         origin = time_origin(self.requests, cfg.rate)
         if feed is None:
             feed = make_feed(trace, self.requests, cfg.concurrency, origin, sessions_at_rate=cfg.rate is not None)
@@ -451,40 +424,11 @@ class Replay:
         return self.metrics.summary(**extra)
 
 
-# vLLM v1's defaults for its OpenAI server (vllm/engine/arg_utils.py, _set_default_args): GPUs of
-# at least 70 GiB other than the A100 get larger limits; gpu_memory_utilization 0.9.
-VLLM_V1_LARGE_GPU = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
-VLLM_V1_SMALL_GPU = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
-VLLM_V1_GPU_MEMORY_UTILIZATION = 0.9
-
-
-def policy_preset(policy: str, gpu: str) -> dict:
-    """The ReplayConfig fields a named system sets unless a run sets them itself
-    (pagesim.core.policies.POLICY_PRESETS; for vllm-v1 also v1's limits for the GPU and its
-    memory utilization). Empty for a system without presets."""
-    from pagesim.core.policies import POLICY_PRESETS
-    from pagesim.sim.specs import get_gpu
-
-    preset = dict(POLICY_PRESETS.get(policy, {}))
-    if policy == "vllm-v1":
-        spec = get_gpu(gpu)
-        large = spec.memory_bytes >= 70 * 2**30 and not spec.name.startswith("a100")
-        preset.update(VLLM_V1_LARGE_GPU if large else VLLM_V1_SMALL_GPU)
-        preset["gpu_memory_utilization"] = VLLM_V1_GPU_MEMORY_UTILIZATION
-    return preset
-
-
 def with_policy_presets(options: dict) -> dict:
     """ReplayConfig fields with the named system's presets filled in where `options` does not set
     them (policy_preset)."""
     preset = policy_preset(options.get("policy", ServingConfig.policy), options.get("gpu", ReplayConfig.gpu))
     return {**preset, **{k: v for k, v in options.items() if v is not None or k not in preset}}
-
-
-def engine_options(cost_model: str, engine: str, max_num_seqs: int) -> dict:
-    """What the calibrated cost model needs of the engine profile (the other models describe
-    their engine themselves)."""
-    return {"engine": engine, "max_num_seqs": max_num_seqs} if cost_model.lower() == "calibrated" else {}
 
 
 class _TakenRun(NamedTuple):
@@ -533,27 +477,3 @@ def replay(cfg: ReplayConfig, trace: Trace, progress=None, fast_forward: bool = 
     sim = Replay(cfg, trace, fast_forward=fast_forward)
     sim.on_progress = progress
     return sim.run()
-
-
-def _group_layer_bytes(model, tp: int) -> int:
-    """KV bytes per token per GPU of one layer group's block (the largest group's layers)."""
-    return max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
-        * kv_bytes_per_token_per_gpu(model, tp) // model.kv_bytes_per_token
-
-
-def _what_if_pool(cfg: ReplayConfig, num_blocks: int, memory_capacity, layout, kv_groups, model) -> list[str]:
-    """A note (the CLI warns with it) when --num-gpu-blocks is more than the GPU's memory holds:
-    accepted, as a what-if (say, an unbounded prefix cache), but the run is no real GPU's."""
-    try:
-        capacity = memory_capacity()
-    except ValueError:  # the model does not fit the GPU at all: nothing to compare the pool with
-        return []
-    if kv_groups is not None:
-        fits = layout.num_blocks(capacity.pool_bytes_per_gpu, cfg.block_size, _group_layer_bytes(model, cfg.tp))
-    else:
-        fits = capacity.num_blocks(cfg.block_size)
-    if num_blocks <= fits:
-        return []
-    return [f"what-if KV pool: --num-gpu-blocks {num_blocks:,} is {num_blocks / max(fits, 1):.1f}x the {fits:,} blocks "
-            f"{cfg.tp} x {cfg.gpu}'s memory holds for {cfg.model}; the results assume memory no such GPU has"]
-

@@ -84,8 +84,8 @@ def find_sustainable_rate(sustainable: Callable[[float], bool], settings: Search
     raise RuntimeError(f"no bracket after {MAX_PROBES} probes (settings {settings})")
 
 
-class _Hopeless(Exception):
-    """Raised from the progress hook to stop a run that is already clearly over its bound."""
+class StopRun(Exception):
+    """Raised from a run's progress hook (run_checked) to stop a run whose verdict is already known."""
 
 
 def run_unless_hopeless(sim, stop_above: float | None, min_measured: int) -> tuple[dict, bool]:
@@ -105,9 +105,9 @@ def run_unless_hopeless(sim, stop_above: float | None, min_measured: int) -> tup
         measured["n"] += 1
         measured["sum"] += nl
         if stop_above is not None and measured["n"] >= min_measured and measured["sum"] / measured["n"] > stop_above:
-            raise _Hopeless
+            raise StopRun
 
-    return _run_checked(sim, check)
+    return run_checked(sim, check)
 
 
 def run_unless_over(sim, threshold: float) -> tuple[dict, bool]:
@@ -129,14 +129,16 @@ def run_unless_over(sim, threshold: float) -> tuple[dict, bool]:
             return
         total["sum"] += nl
         if total["sum"] > limit:
-            raise _Hopeless
+            raise StopRun
 
-    return _run_checked(sim, check)
+    return run_checked(sim, check)
 
 
-def _run_checked(sim, check: Callable[[int], None]) -> tuple[dict, bool]:
+def run_checked(sim, check: Callable[[int], None]) -> tuple[dict, bool]:
+    """Run a Replay calling check(num_done) as each request finishes; check raises StopRun to
+    stop it. Returns (summary, stopped early)."""
     sim.on_progress = check
     try:
         return sim.run().summary, False
-    except _Hopeless:
+    except StopRun:
         return sim.summary(), True  # the partial run's, with the same keys as a whole run's

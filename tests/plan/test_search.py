@@ -20,7 +20,7 @@ def step(threshold: float):
     def evaluate(rate: float) -> Evaluation:
         asked.append(rate)
         ok = rate < threshold
-        return Evaluation(rate, ok, {}, 1.0, [] if ok else ["ttft_p99"])
+        return Evaluation(rate, ok, {}, "flat", [] if ok else ["ttft_p99"])
     evaluate.asked = asked
     return evaluate
 
@@ -46,6 +46,7 @@ def test_no_sustainable_rate_and_the_cap():
     assert [p.rate for p in capped.points] == [1, 2, 4, 8, 16, 32, 64, 100]
 
 
+@pytest.mark.slow  # ~5 minutes each: every probe runs to steady state (1,000+ measured requests)
 @pytest.mark.parametrize("gpu, slo", [("a100-40gb", "ttft_p99=0.5"), ("h100-80gb", "tpot_p90=0.02")])
 def test_bracketing_matches_a_brute_force_scan_of_simulated_runs(gpu, slo):
     tol = 0.05
@@ -66,15 +67,14 @@ def test_bracketing_matches_a_brute_force_scan_of_simulated_runs(gpu, slo):
 
 def test_a_growing_queue_is_unsustainable_even_when_the_slos_hold():
     # TPOT does not see queueing: with at most 8 running sequences an overloaded replica keeps its
-    # TPOT while requests pile up in the waiting queue; the keep-up rule must catch that.
+    # TPOT while requests pile up in the waiting queue; the steady-state trend must catch that.
     slos = parse_slos("tpot_p99=10")
     point = GridPoint("a100-40gb", 1, 16, "recompute", 8)
     evaluate = RateEvaluator(TINY_RUNS, point, SMALL_TRACE, trace_hash(SMALL_TRACE), slos, RunCache(None))
-    overloaded = evaluate(100.0)
-    assert overloaded.values["tpot_p99"] <= 10 and overloaded.violations == ["keep-up"]
-    backlog = overloaded.stats["backlog_at_last_arrival"]
-    # 80 requests arrive within about a second; with 8 running at a time most are still waiting
-    assert backlog > 0.5 * overloaded.stats["num_requests"]
-    assert overloaded.keep_up == 1 - backlog / overloaded.stats["window_arrivals"]
+    overloaded = evaluate(5.0)
+    assert overloaded.values["tpot_p99"] <= 10 and overloaded.violations == ["queue grows"]
+    trend = overloaded.stats["trend"]
+    # 8 at a time with ShareGPT's outputs serve well under 1 req/s: the queue gains most of the 5 req/s
+    assert trend["low"] > 0 and trend["slope"] > 2.5
     relaxed = evaluate(0.05)
-    assert relaxed.sustainable and relaxed.keep_up > 0.95
+    assert relaxed.sustainable and relaxed.steady == "flat"

@@ -1,0 +1,80 @@
+"""How many KV blocks a replay's device and host pools hold: from the GPU's memory (or a given
+--num-gpu-blocks), per layer group for hybrid models, with a note when a given pool is more
+than the GPU could hold (a what-if run)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pagesim.core.kv_groups import KVLayout
+from pagesim.core.policies import uses_paged_blocks
+from pagesim.sim.specs import kv_bytes_per_token_per_gpu, kv_cache_capacity
+
+# The core keeps a few Python objects per KV block (about 130 bytes, 0.35 s per million blocks to
+# build); the catalog's largest real pools (OPT-125M on an H200, block size 1) hold about 4M.
+MAX_POOL_BLOCKS = 16_000_000
+
+
+@dataclass
+class PoolSize:
+    num_blocks: int
+    host_blocks: int
+    capacity: object | None  # the memory breakdown (None with a given --num-gpu-blocks)
+    kv_groups: tuple | None  # the layer groups with their own block tables (None: one table)
+    notes: list[str] = field(default_factory=list)
+
+
+def size_pool(cfg, model) -> PoolSize:
+    """The pools of a run of cfg (a ReplayConfig whose batched-token budget is resolved) on model."""
+    kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
+
+    def memory_capacity():
+        return kv_cache_capacity(model, cfg.gpu, cfg.tp, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                 max_num_seqs=cfg.max_num_seqs, ep=cfg.ep, **kwargs)
+    if cfg.num_gpu_blocks is not None:
+        num_blocks, capacity = cfg.num_gpu_blocks, None
+        host_blocks = int(cfg.swap_space_gib * 2**30) // (kv_bytes_per_token_per_gpu(model, cfg.tp) * cfg.block_size)
+    else:
+        capacity = memory_capacity()
+        num_blocks = capacity.num_blocks(cfg.block_size)
+        host_blocks = capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
+    # A hybrid model (sliding-window layers beside full ones) keeps one block table per group over
+    # one pool of blocks that each hold a group's worth of layers (pagesim.core.kv_groups): its
+    # pool in blocks is worked out from bytes, and a sliding table frees what leaves its window.
+    layout = KVLayout.of(model.kv_groups)
+    kv_groups = None if layout.is_plain or not uses_paged_blocks(cfg.policy) else model.kv_groups
+    if kv_groups is not None:
+        layer_bytes = _group_layer_bytes(model, cfg.tp)
+        if cfg.num_gpu_blocks is None:
+            num_blocks = layout.num_blocks(capacity.pool_bytes_per_gpu, cfg.block_size, layer_bytes)
+        host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, layer_bytes)
+    for what, blocks in (("num_gpu_blocks", num_blocks), ("swap_space_gib", host_blocks)):
+        if blocks > MAX_POOL_BLOCKS:
+            raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
+                             "simulator keeps track of")
+    notes = _what_if_pool(cfg, num_blocks, memory_capacity, layout, kv_groups, model) \
+        if cfg.num_gpu_blocks is not None else []
+    return PoolSize(num_blocks, host_blocks, capacity, kv_groups, notes)
+
+
+def _group_layer_bytes(model, tp: int) -> int:
+    """KV bytes per token per GPU of one layer group's block (the largest group's layers)."""
+    return max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
+        * kv_bytes_per_token_per_gpu(model, tp) // model.kv_bytes_per_token
+
+
+def _what_if_pool(cfg, num_blocks: int, memory_capacity, layout, kv_groups, model) -> list[str]:
+    """A note (the CLI warns with it) when --num-gpu-blocks is more than the GPU's memory holds:
+    accepted, as a what-if (say, an unbounded prefix cache), but the run is no real GPU's."""
+    try:
+        capacity = memory_capacity()
+    except ValueError:  # the model does not fit the GPU at all: nothing to compare the pool with
+        return []
+    if kv_groups is not None:
+        fits = layout.num_blocks(capacity.pool_bytes_per_gpu, cfg.block_size, _group_layer_bytes(model, cfg.tp))
+    else:
+        fits = capacity.num_blocks(cfg.block_size)
+    if num_blocks <= fits:
+        return []
+    return [f"what-if KV pool: --num-gpu-blocks {num_blocks:,} is {num_blocks / max(fits, 1):.1f}x the {fits:,} blocks "
+            f"{cfg.tp} x {cfg.gpu}'s memory holds for {cfg.model}; the results assume memory no such GPU has"]

@@ -1,0 +1,32 @@
+"""What named systems and engines set unless a run sets it: vLLM v1's server defaults, and the
+engine-profile options the calibrated cost model takes."""
+
+from __future__ import annotations
+
+# vLLM v1's defaults for its OpenAI server (vllm/engine/arg_utils.py, _set_default_args): GPUs of
+# at least 70 GiB other than the A100 get larger limits; gpu_memory_utilization 0.9.
+VLLM_V1_LARGE_GPU = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
+VLLM_V1_SMALL_GPU = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
+VLLM_V1_GPU_MEMORY_UTILIZATION = 0.9
+
+
+def policy_preset(policy: str, gpu: str) -> dict:
+    """The ReplayConfig fields a named system sets unless a run sets them itself
+    (pagesim.core.policies.POLICY_PRESETS; for vllm-v1 also v1's limits for the GPU and its
+    memory utilization). Empty for a system without presets."""
+    from pagesim.core.policies import POLICY_PRESETS
+    from pagesim.sim.specs import get_gpu
+
+    preset = dict(POLICY_PRESETS.get(policy, {}))
+    if policy == "vllm-v1":
+        spec = get_gpu(gpu)
+        large = spec.memory_bytes >= 70 * 2**30 and not spec.name.startswith("a100")
+        preset.update(VLLM_V1_LARGE_GPU if large else VLLM_V1_SMALL_GPU)
+        preset["gpu_memory_utilization"] = VLLM_V1_GPU_MEMORY_UTILIZATION
+    return preset
+
+
+def engine_options(cost_model: str, engine: str, max_num_seqs: int) -> dict:
+    """What the calibrated cost model needs of the engine profile (the other models describe
+    their engine themselves)."""
+    return {"engine": engine, "max_num_seqs": max_num_seqs} if cost_model.lower() == "calibrated" else {}
