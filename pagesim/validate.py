@@ -227,7 +227,8 @@ class Validation:
 
 
 def one_rank(run):
-    """A data-parallel run as one rank sees it: every dp-th request (vLLM's front end balances
+    """A data-parallel run as one rank sees it (what the engine fit replays; validate replays every
+    rank, replay_ranks): every dp-th request (vLLM's front end balances
     requests over the ranks; round robin is the even share), the rest left out, said so."""
     dp = run.server.data_parallel_size or 1
     if dp <= 1:
