@@ -58,4 +58,6 @@ class LockstepCost(CostModel):
         return {**self.inner.describe(), "lockstep_ranks": self.group.num_ranks}
 
     def __getattr__(self, name: str):  # what else the replay reads of its cost model (engine profile, ...)
+        if name == "inner":  # (not set yet: a copy being built)
+            raise AttributeError(name)
         return getattr(self.inner, name)
