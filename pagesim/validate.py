@@ -227,7 +227,8 @@ class Validation:
 
 
 def one_rank(run):
-    """A data-parallel run as one rank sees it: every dp-th request (vLLM's front end balances
+    """A data-parallel run as one rank sees it (what the engine fit replays; validate replays every
+    rank, replay_ranks): every dp-th request (vLLM's front end balances
     requests over the ranks; round robin is the even share), the rest left out, said so."""
     dp = run.server.data_parallel_size or 1
     if dp <= 1:
@@ -240,15 +241,41 @@ def one_rank(run):
                                          f"expert parallelism {dp * (run.server.tensor_parallel_size or 1)})"]
 
 
+DP_STATS_INTERVAL_S = 0.1  # vLLM's DP coordinator publishes the ranks' counts this often (its default)
+
+
+def replay_ranks(cfg: ReplayConfig, trace, dp: int, keep_steps: bool, progress=None):
+    """A data-parallel run's ranks as a lockstep cluster (pagesim.cluster.lockstep): the result of
+    rank 0 (its steps) with every rank's requests and the cluster's summary."""
+    from dataclasses import replace
+
+    from pagesim.cluster.cluster import Cluster
+    from pagesim.cluster.spec import ClusterSpec, ReplicaGroup
+
+    spec = ClusterSpec([ReplicaGroup("ranks", cfg, dp)], router="dp-balance", staleness_s=DP_STATS_INTERVAL_S,
+                       lockstep=True)
+    cluster = Cluster(spec, trace, keep_steps=keep_steps)
+    cluster.on_progress = progress
+    result = cluster.run()
+    first = result.results[0]
+    first.metrics.requests[:] = result.requests
+    return replace(first, summary=result.summary)
+
+
 def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Validation:
     """Replay `run` and compare (see the module docstring). keep_steps=False: no per-step records
     (nothing will write steps.csv; the comparison is the same)."""
-    run, rank_notes = one_rank(run)
+    dp = run.server.data_parallel_size or 1
     cfg, notes = replay_config(run, **overrides)
-    notes = rank_notes + notes
-    sim = Replay(cfg, run.to_trace(), keep_steps=keep_steps)
-    sim.on_progress = progress
-    result = sim.run()
+    if dp > 1:
+        result = replay_ranks(cfg, run.to_trace(), dp, keep_steps, progress)
+        notes = [f"data parallel {dp}: all {dp} ranks replayed, stepping in lockstep (the MoE all-to-all joins "
+                 f"them), behind vLLM's DP balancer (dp-balance: least waiting*4+running, counts read every "
+                 f"{DP_STATS_INTERVAL_S:g} s); steps.csv holds rank 0's steps"] + notes
+    else:
+        sim = Replay(cfg, run.to_trace(), keep_steps=keep_steps)
+        sim.on_progress = progress
+        result = sim.run()
     records = {r.request_id: r for r in result.metrics.requests}
     real_all, sim_all = Sample(), Sample()
     real_stage: dict[int, Sample] = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 from pagesim.cli.checks import check_workload, fail, progress_bar
 
 PD = re.compile(r"^(\d+):(\d+)$")
-CLUSTER_FLAGS = ("replicas", "router", "staleness", "pd", "link", "cluster")  # replay's flags that make it a cluster
+CLUSTER_FLAGS = ("replicas", "router", "staleness", "pd", "link", "cluster", "autoscale", "lockstep")  # replay's flags that make it a cluster
 
 
 def cluster_spec(ctx, options: dict, flags: dict):
@@ -31,13 +31,28 @@ def cluster_spec(ctx, options: dict, flags: dict):
             for flag in ("router", "staleness"):
                 if flags[flag] is not None:
                     fail(f"--{flag}: the cluster file {file} sets the router ([router] in the file)")
+            if flags["lockstep"]:
+                fail(f"--lockstep: the cluster file {file} describes the cluster (lockstep = true in the file)")
+            if flags["autoscale"] is not None:
+                fail(f"--autoscale: the cluster file {file} describes the cluster (an [autoscale] table in the file)")
             return read_cluster_file(file, lambda group: replay_config(**{**options, **group}))
+        autoscale = None
+        if flags["autoscale"] is not None:
+            from pagesim.cluster.autoscale import parse_autoscale
+
+            if pd is not None:
+                fail("--autoscale scales a group of mixed replicas, not a --pd cluster")
+            autoscale = parse_autoscale(flags["autoscale"])
+            replicas = replicas or autoscale.min_replicas  # (--replicas: how many serve at t = 0)
         cfg = replay_config(**options)
         router = flags["router"] or "round-robin"
         make_router(router)
         staleness = flags["staleness"] or 0.0
         if pd is None:
-            return ClusterSpec([ReplicaGroup("replicas", cfg, replicas or 1)], router, {}, staleness)
+            spec = ClusterSpec([ReplicaGroup("replicas", cfg, replicas or 1)], router, {}, staleness, autoscale=autoscale,
+                               lockstep=bool(flags["lockstep"]))
+            spec.check()
+            return spec
         match = PD.match(pd)
         if not match or int(match[1]) < 1 or int(match[2]) < 1:
             fail(f"--pd {pd}: P:D, two whole numbers of replicas >= 1 (e.g. 2:6)")
@@ -89,7 +104,9 @@ def reproduce_line(ctx, trace: Path, steps: str) -> str:
     words = ["pagesim", "replay", str(trace), "--config", "SUMMARY_JSON"]
     for name in CLUSTER_FLAGS:
         value = ctx.params.get(name)
-        if value is not None:
+        if value is True:
+            words.append(f"--{name}")
+        elif value is not None:
             words += [f"--{name}", str(value)]
     words += ["--steps", steps] if steps != "all" else []
     return shlex.join(words + ["--out"]) + " NEW_FOLDER"

@@ -96,6 +96,11 @@ def replay(
                                        "infiniband-hdr, pcie; default infiniband)"),
     cluster: Optional[Path] = typer.Option(None, help="a cluster file (TOML or YAML): replica groups, router, links "
                                            "(docs/cluster.md)"),
+    lockstep: Optional[bool] = typer.Option(None, "--lockstep", help="the --replicas are the data-parallel ranks of a "
+                                            "MoE with expert parallelism: they step together (docs/cluster.md)"),
+    autoscale: Optional[str] = typer.Option(None, help="a replica count that follows load: KEY=VALUE,... of metric "
+                                            "(queue|kv), up_at, down_at, min, max, startup, cooldown, interval "
+                                            "(docs/cluster.md)"),
     out: Optional[Path] = typer.Option(None, parser=RUN_OUT_DIR, help="write requests.csv, steps.csv and summary.json here"),
     steps: Steps = typer.Option(Steps.all, help="steps.csv rows --out writes: every step, the first of each simulated "
                                 "second, or none"),
@@ -126,14 +131,15 @@ def replay(
                    gpu_memory_utilization=gpu_memory_utilization)
     drop_preset_defaults(ctx, options)
     options.update(config_extra(ctx))  # the file's ReplayConfig fields that have no flag
-    if any(v is not None for v in (replicas, router, staleness, pd, link, cluster)):
+    if any(v is not None for v in (replicas, router, staleness, pd, link, cluster, autoscale, lockstep)):
         from pagesim.cli.cluster import replay_cluster
 
         if concurrency is not None:
             fail("--concurrency: a cluster replays open-loop arrivals (a rate or the trace's own times), not closed-loop "
                  "clients")
         return replay_cluster(ctx, trace, loaded, options, dict(replicas=replicas, router=router, staleness=staleness,
-                                                                pd=pd, link=link, cluster=cluster),
+                                                                pd=pd, link=link, cluster=cluster, autoscale=autoscale,
+                                                                lockstep=lockstep),
                               out, steps.value, as_json, warmup, duration)
     levels = concurrency_levels(concurrency)
     if len(levels) > 1:

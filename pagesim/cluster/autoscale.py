@@ -98,3 +98,48 @@ class GpuHours:
         """GPU-hours so far, counting replicas still held up to now."""
         held = sum((now - since) * self.gpus[r] for r, since in self.held_since.items())
         return (self.gpu_seconds + held) / 3600.0
+
+
+# --autoscale's keys (and a cluster file's [autoscale] table's) -> AutoscalePolicy fields
+POLICY_KEYS = {"metric": "metric", "up_at": "up_at", "down_at": "down_at", "min": "min_replicas",
+               "max": "max_replicas", "startup": "startup_s", "cooldown": "cooldown_s", "interval": "interval_s"}
+
+
+def policy_from_mapping(values: dict, where: str) -> AutoscalePolicy:
+    """The policy a mapping of POLICY_KEYS gives (strings are parsed); ValueError naming `where`
+    and the key on a bad one."""
+    kwargs = {}
+    for key, value in values.items():
+        if key not in POLICY_KEYS:
+            raise ValueError(f"{where}: unknown key {key!r}; one of {', '.join(POLICY_KEYS)}")
+        name = POLICY_KEYS[key]
+        if name == "metric":
+            kwargs[name] = str(value)
+            continue
+        kind = int if name.endswith("replicas") else float
+        try:
+            if isinstance(value, bool) or (kind is int and isinstance(value, float)):
+                raise ValueError
+            kwargs[name] = kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {key}: {'a whole number' if kind is int else 'a number'}, got {value!r}") from None
+        if not math.isfinite(kwargs[name]):
+            raise ValueError(f"{where}: {key}: a finite number, got {value!r}")
+    try:
+        return AutoscalePolicy(**kwargs)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def parse_autoscale(text: str) -> AutoscalePolicy:
+    """`--autoscale metric=queue,up_at=4,down_at=0.5,min=1,max=8,startup=60,cooldown=120,interval=10`
+    (every key optional: AutoscalePolicy's defaults)."""
+    values = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not value.strip():
+            raise ValueError(f"--autoscale: {part!r} is not KEY=VALUE (keys: {', '.join(POLICY_KEYS)})")
+        if key.strip() in values:
+            raise ValueError(f"--autoscale: {key.strip()} given twice")
+        values[key.strip()] = value.strip()
+    return policy_from_mapping(values, "--autoscale")

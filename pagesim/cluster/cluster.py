@@ -137,15 +137,22 @@ class Cluster:
             _check_pd_requests(self.requests)
         self.replicas: list[Replica] = []
         for group in spec.groups:
-            for _ in range(group.count):
+            # autoscaled: every replica the fleet may hold is built; the fleet says which exist
+            for _ in range(spec.autoscale.max_replicas if spec.autoscale else group.count):
                 index = len(self.replicas)
                 feed = ReplicaFeed(self, index, 0.0)
                 sim = Replay(group.cfg, trace, cost_model=(cost_models or {}).get(group.name), keep_steps=keep_steps,
-                             feed=feed, requests=self.workload)
+                             feed=feed, requests=self.workload, fast_forward=not spec.lockstep)
                 feed.host_s = sim.request_host_s
                 sim.on_progress = lambda done, k=index: self._recorded(k)
                 feed.decode = group.role == "decode"
                 self.replicas.append(Replica(index, group.name, group.role, sim, feed))
+        if spec.lockstep:
+            from pagesim.cluster.lockstep import LockstepCost, LockstepGroup
+
+            group = LockstepGroup(len(self.replicas))
+            for r in self.replicas:
+                r.sim.cost = LockstepCost(r.sim.cost, group, r.index, lambda: self.env.now)
         entry = [r for r in self.replicas if r.role != "decode"]
         self.host_s = min(r.sim.request_host_s for r in entry)  # when a request reaches the router
         for r in self.replicas:
@@ -158,6 +165,11 @@ class Cluster:
         # too); the cluster refreshes it on its own schedule (_refresh), never through route()
         self.board = LoadBoard(len(self.replicas), spec.staleness_s)
         self.block_size = first.block_size
+        self.fleet = None
+        if spec.autoscale is not None:
+            from pagesim.cluster.fleet import Fleet, gpus_per_replica
+
+            self.fleet = Fleet(spec.autoscale, [gpus_per_replica(r.sim.cfg) for r in self.replicas], spec.groups[0].count)
         # finished requests in the order they left, with their replicas (decode: -1 where none)
         self.records: list = []  # a RequestRecord, or (prefill's, decode's) for a P/D request
         self.record_replica, self.record_decode = array("i"), array("i")
@@ -182,6 +194,8 @@ class Cluster:
         env = self.env = simpy.Environment()
         env.process(self._route(env))  # (first, as a single replay starts its arrivals first)
         engines = [r.sim.start(env) for r in self.replicas]
+        if self.fleet is not None:
+            env.process(self.fleet.process(env, self))
         env.run(until=simpy.AllOf(env, engines))
         results = [r.sim.finish() for r in self.replicas]
         return ClusterResult(self, results)
@@ -215,12 +229,12 @@ class Cluster:
 
     def _choose(self, routed: RoutedRequest, roles: tuple[str, ...], now: float) -> int:
         for r in self.replicas:
-            self.board.set_accepting(r.index, r.role in roles)
+            self.board.set_accepting(r.index, r.role in roles and (self.fleet is None or self.fleet.accepting(r.index)))
         router = self.decode_router if roles == ("decode",) else self.router
         index = self.board.route(router, routed, now)
-        if self.replicas[index].role not in roles:
+        if not self.board.loads[index].accepting:
             raise RuntimeError(f"router {self.spec.router!r} chose replica {index}, which does not take "
-                               f"{'/'.join(roles)} requests")
+                               f"{'/'.join(roles)} requests now")
         return index
 
     def _routed_request(self, request) -> RoutedRequest:
@@ -255,6 +269,8 @@ class Cluster:
         replica = self.replicas[index]
         self.board.finished(self.decode_router if replica.role == "decode" else self.router, request.request_id, index,
                             now)
+        if self.fleet is not None:
+            self.fleet.check_drained(index, self.board.loads[index].outstanding, now)
 
     def _recorded(self, index: int) -> None:
         """Replica `index` just recorded a request that left it (its on_progress hook): the

@@ -1,6 +1,7 @@
 """`--cluster FILE`: a cluster described in TOML or YAML (docs/cluster.md), checked key by key:
 a bad file is one line naming the file and the key (ClusterFileError, a ValueError).
 
+    lockstep = false           # true: the replicas are DP ranks of a MoE with EP, stepping together
     [router]
     name = "round-robin"       # a router (pagesim.cluster.routers); default round-robin
     staleness_s = 0.0          # how often the router's view of the loads is refreshed
@@ -21,6 +22,11 @@ a bad file is one line naming the file and the key (ClusterFileError, a ValueErr
     bandwidth_gb_s = 50        # per GPU and direction (default: the kind's)
     latency_s = 1e-5           # (default: the kind's)
 
+    [autoscale]                # optional: a replica count that follows load (one mixed group;
+    metric = "queue"           # its count: the replicas serving at t = 0); the keys of --autoscale:
+    up_at = 4                  # metric, up_at, down_at, min, max, startup, cooldown, interval
+    max = 8
+
 The workload (trace, rate, number of requests, seed, warm-up) is the command line's, the same
 for the whole cluster, so a group cannot set it.
 """
@@ -31,12 +37,13 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
 
+from pagesim.cluster.autoscale import policy_from_mapping
 from pagesim.cluster.links import LINK_KINDS
 from pagesim.cluster.routers import ROUTERS, make_router
 from pagesim.cluster.spec import ROLES, ClusterSpec, LinkSpec, ReplicaGroup
 from pagesim.workload.requests import WorkloadConfig
 
-TOP_KEYS = ("router", "groups", "links")
+TOP_KEYS = ("lockstep", "router", "groups", "links", "autoscale")
 ROUTER_KEYS = ("name", "staleness_s", "params")
 GROUP_KEYS = ("name", "role", "count")
 LINK_KEYS = ("from", "to", "kind", "bandwidth_gb_s", "latency_s")
@@ -83,11 +90,23 @@ def read_cluster_file(path: Path, make_config: Callable[[dict], Any]) -> Cluster
     if not isinstance(links_doc, list):
         raise bad("links", "a list of [[links]] tables")
     links = [_link(link, f"links[{i}]", bad) for i, link in enumerate(links_doc)]
-    spec = ClusterSpec(groups, name, params, float(staleness), links)
+    autoscale = None
+    if "autoscale" in doc:
+        try:
+            autoscale = policy_from_mapping(_table(doc["autoscale"], "autoscale", bad), "autoscale")
+        except ClusterFileError:
+            raise
+        except ValueError as e:
+            raise ClusterFileError(f"{path}: {e}") from None
+    lockstep = doc.get("lockstep", False)
+    if not isinstance(lockstep, bool):
+        raise bad("lockstep", f"true or false, got {lockstep!r}")
+    spec = ClusterSpec(groups, name, params, float(staleness), links, autoscale, lockstep)
     try:
         spec.check()
     except ValueError as e:
-        raise bad("links" if str(e).startswith("link ") else "groups", str(e)) from None
+        key = next((k for k in ("links", "autoscale", "lockstep") if str(e).startswith(k.rstrip("s"))), "groups")
+        raise bad(key, str(e).removeprefix(f"{key}: ")) from None
     return spec
 
 

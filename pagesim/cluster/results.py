@@ -1,12 +1,13 @@
 """A cluster run's results: the requests as the clients saw them (one record each, with the
 replica, and under P/D the decode replica, that served it), the cluster summary (the single
 replay's schema, pooled over the replicas, plus a `cluster` section: load imbalance, per-replica
-figures, and under P/D the TTFT split into queue, prefill and transfer), and the files.
+figures, and under P/D the TTFT split into queue, prefill and transfer; autoscaled, an `autoscale`
+section: GPU-hours and the replica count over time), and the files.
 
 Files (`write`): requests.csv (requests.csv's columns, then `replica` and `decode_replica`),
 summary.json, replicas.csv (one row per replica), steps_replica<K>.csv, each replica's steps.csv
 (what `pagesim view` plots as per-replica load over time), and waste_replica<K>.csv where the
-KV waste was sampled.
+KV waste was sampled; autoscaled, fleet.csv (each replica asked for, serving, draining, released).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from pagesim.metrics import REQUEST_FIELDS, WASTE_FIELDS, RequestRecord, summarize_requests, summarize_steps
+from pagesim.cluster.fleet import FLEET_COLUMNS
 from pagesim.metrics import files
 
 CLUSTER_COLUMNS = ("replica", "decode_replica")
@@ -50,6 +52,8 @@ class ClusterResult:
                 summary[key] = sum(r.summary[key] for r in results)
             summary["notes"] = _unique(note for r in results for note in r.summary["notes"])
         summary["cluster"] = self._cluster_section()
+        if cluster.fleet is not None:
+            summary["autoscale"] = cluster.fleet.section(cluster.env.now)
         return summary
 
     def _cluster_section(self) -> dict:
@@ -100,10 +104,12 @@ class ClusterResult:
                 files.write_steps_csv(out / f"steps_replica{k}.csv", result.metrics.step_log, steps)
             if result.metrics.waste:
                 files.write_rows_csv(out / f"waste_replica{k}.csv", WASTE_FIELDS, result.metrics.waste)
+        if self.cluster.fleet is not None:
+            files.write_rows_csv(out / "fleet.csv", FLEET_COLUMNS, self.cluster.fleet.events)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
     def written(self, steps: str) -> list[str]:
-        names = ["requests.csv", "replicas.csv", "summary.json"]
+        names = ["requests.csv", "replicas.csv", "summary.json"] + (["fleet.csv"] if self.cluster.fleet else [])
         names += [f"steps_replica{k}.csv" for k in range(len(self.results))] if steps != "none" else []
         return names + [f"waste_replica{k}.csv" for k, r in enumerate(self.results) if r.metrics.waste]
 

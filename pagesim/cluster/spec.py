@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pagesim.cluster.autoscale import AutoscalePolicy
 from pagesim.cluster.links import DEFAULT_LINK, LINK_KINDS
 
 ROLES = ("mixed", "prefill", "decode")  # mixed: the whole request; prefill / decode: P/D disaggregation
@@ -42,6 +43,12 @@ class ClusterSpec:
     # 0: read at every routing decision (see pagesim.cluster.cluster)
     staleness_s: float = 0.0
     links: list[LinkSpec] = field(default_factory=list)
+    # a replica count that follows load (pagesim.cluster.fleet): the one group's count is the
+    # number serving at t = 0; up to autoscale.max_replicas are built
+    autoscale: AutoscalePolicy | None = None
+    # data-parallel ranks of a MoE with expert parallelism: the group's replicas step in lockstep
+    # (pagesim.cluster.lockstep)
+    lockstep: bool = False
 
     def check(self) -> None:
         """ValueError naming the problem: roles that cannot serve a request, links to nowhere."""
@@ -63,6 +70,17 @@ class ClusterSpec:
             raise ValueError(f"P/D disaggregation needs both prefill and decode groups; no {missing} group")
         if self.staleness_s < 0:
             raise ValueError(f"staleness_s must be >= 0, got {self.staleness_s}")
+        if self.autoscale is not None:
+            if len(self.groups) != 1 or self.groups[0].role != "mixed":
+                raise ValueError("autoscale scales one group of mixed replicas (not P/D or several groups yet)")
+            p, count = self.autoscale, self.groups[0].count
+            if not p.min_replicas <= count <= p.max_replicas:
+                raise ValueError(f"autoscale: the cluster starts with {count} replicas, outside min={p.min_replicas} "
+                                 f"and max={p.max_replicas}")
+            if p.max_replicas > MAX_REPLICAS:
+                raise ValueError(f"autoscale: max={p.max_replicas}, more than the {MAX_REPLICAS} a cluster may hold")
+        if self.lockstep and (len(self.groups) != 1 or self.groups[0].role != "mixed" or self.autoscale):
+            raise ValueError("lockstep: one group of mixed replicas (the DP ranks), not P/D, several groups or autoscaled")
         role_of = {g.name: g.role for g in self.groups}
         for link in self.links:
             for end, want in ((link.source, "prefill"), (link.target, "decode")):

@@ -61,6 +61,8 @@ def cluster_panels(run: Run) -> list[Panel]:
         panels = []
     else:
         panels = [_load_panel(run), _latency_panel(run)]
+    if isinstance(run.summary.get("autoscale"), dict):
+        panels.insert(0, _fleet_panel(run))
     if run.replica_steps:
         panels.append(_replica_steps_panel(run))
     else:
@@ -75,6 +77,7 @@ def _load_panel(run: Run) -> Panel:
     if len(counts) <= MAX_LINES:
         for k, replica in enumerate(counts):
             ax.plot(grid, counts[replica], color=color(k), lw=1, label=f"replica {replica}")
+        marks = _mark_fleet_events(ax, run, {replica: k for k, replica in enumerate(counts)})
         ax.set_ylabel("requests in flight")
         legend_outside(ax)
         ax.set_ylim(bottom=0)
@@ -85,12 +88,45 @@ def _load_panel(run: Run) -> Panel:
         ax.set_ylabel("replica")
         ax.grid(False)
         fig.colorbar(image, ax=ax, label="requests in flight")
+        marks = ""
     ax.set_xlabel(time_axis_label([run]))
     pd = any(a != b for a, b in replica_of_request(run))
     how = (" A handed-over request counts on its prefill replica until its first token, then on its decode replica."
            if pd else "")
     return Panel(f"Load per replica: {run.label}", to_svg(fig),
-                 f"Finished requests between arrival and finish, per replica (requests.csv's replica column).{how}")
+                 f"Finished requests between arrival and finish, per replica (requests.csv's replica column).{how}{marks}")
+
+
+FLEET_MARKS = {"serving": "--", "released": ":"}  # an autoscaled replica starts serving / gives its GPUs back
+
+
+def _mark_fleet_events(ax, run: Run, colour_of: dict[int, int]) -> str:
+    """Vertical lines where an autoscaled replica started serving or was released (summary.json's
+    autoscale.replica_events; t = 0 left out); a sentence for the caption, or ''."""
+    section = run.summary.get("autoscale")
+    if not isinstance(section, dict):
+        return ""
+    for t, replica, event in section.get("replica_events", []):
+        if event in FLEET_MARKS and t > 0:
+            ax.axvline(t - run.origin, color=color(colour_of.get(replica, replica)), ls=FLEET_MARKS[event], lw=0.8)
+    return " Autoscaled: a dashed line where a replica starts serving, a dotted one where it gives its GPUs back."
+
+
+def _fleet_panel(run: Run) -> Panel:
+    section = run.summary["autoscale"]
+    points = section["replicas_over_time"]
+    end = section["end_s"]
+    fig, (ax,) = new_figure(height=2.4)
+    times = [p[0] - run.origin for p in points] + [end - run.origin]
+    for column, label, k in ((1, "serving", 0), (2, "holding GPUs", 1)):
+        ax.step(times, [p[column] for p in points] + [points[-1][column]], where="post", color=color(k), label=label)
+    ax.set_xlabel(time_axis_label([run]))
+    ax.set_ylabel("replicas")
+    ax.set_ylim(bottom=0)
+    legend_outside(ax)
+    return Panel(f"Autoscaled fleet: {run.label}", to_svg(fig),
+                 f"Replicas serving and replicas holding GPUs (asked for and starting, or draining) over time; "
+                 f"{section['gpu_hours']:.3f} GPU-hours, {len(section['decisions'])} scaling decisions.")
 
 
 def _latency_panel(run: Run) -> Panel:
