@@ -105,6 +105,13 @@ class Child:
                 raise RuntimeError(f"pagesim {self.args[0]}: no answer on /health within {STARTUP_S:g} s")
             time.sleep(0.2)
 
+    def warm_up(self) -> None:
+        """One short request, so that the first measured ones do not pay the server's first step."""
+        model = httpx.get(f"{self.base}/v1/models", timeout=30).json()["data"][0]["id"]
+        answer = httpx.post(f"{self.base}/v1/completions", timeout=60,
+                            json={"model": model, "prompt": [5, 6, 7], "max_tokens": 2})
+        answer.raise_for_status()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -230,7 +237,7 @@ def report(runs: list[RouterRun], replicas: int, num_requests: int, command: str
             "tiny model measured just before (`pagesim profile --model random:llama-tiny --grid tiny`, thread CPU "
             "time). The measured latencies also hold what no step profile sees: HTTP through two hops (client, "
             "router, server), the server's request handling and streaming, and the other processes "
-            "sharing this machine's cores (the runs were not quiet): so the measured numbers are larger, and the "
+            "sharing this machine's cores (the runs were not quiet; each server took one warm-up request first): so the measured numbers are larger, and the "
             "comparison is of the routing and of the order of magnitude, not a calibration (reports/fidelity_cpu.md "
             "is that).", ""]
     return "\n".join(out)
@@ -250,6 +257,8 @@ def check(replicas: int, num_requests: int, routers: list[str]) -> list[RouterRu
             deadline = time.monotonic() + STARTUP_S
             for b in backends:
                 b.wait_healthy(deadline)
+            for b in backends:
+                b.warm_up()
             return [check_router(r, ROUTERS[r], backends, trace_path, num_requests, profile, work) for r in routers]
         finally:
             for b in backends:
