@@ -98,6 +98,17 @@ def payload_of(req: Request, prompt, model: str, cfg: BenchConfig) -> dict:
     return payload
 
 
+def request_headers(req: Request, labels: dict[int, tuple[str, int]]) -> dict[str, str]:
+    """x-request-id: the trace request's id (a router's decision log pairs its decisions with the
+    trace's requests by it); x-session-id: its session's name, where it is a turn of one (the
+    header `pagesim route --router session-affinity` keys on)."""
+    headers = {"x-request-id": str(req.request_id)}
+    label = labels.get(req.request_id)
+    if label is not None:
+        headers["x-session-id"] = label[0]
+    return headers
+
+
 def outcome_of(req: Request, timing: Timing, skipped: str | None) -> Outcome:
     """How a sent (or skipped) request ended, for a feed that releases on ends (sessions, closed loop)."""
     if skipped is not None or timing.error is not None or timing.finish is None:
@@ -193,6 +204,8 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
         sent = {r.request_id: r for r in fit.requests}  # as sent: clamped, or built from a session's history
         wake = asyncio.Event()  # a dynamic feed's release may have come: an end was reported
 
+        labels = session_labels(trace, requests)
+
         def ended(req: Request, outcome: Outcome) -> None:
             feed.on_finished(req, clock() - start + origin, outcome)
             wake.set()
@@ -209,7 +222,8 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
                     payload["return_token_ids"] = True
                 async with limit if limit is not None else nullcontext():
                     timing.sent = clock()
-                    await stream_one(client, url, payload, timing, cfg.endpoint_type, clock)
+                    await stream_one(client, url, payload, timing, cfg.endpoint_type, clock,
+                                     request_headers(req, labels))
             except asyncio.TimeoutError:
                 timing.error = f"no complete answer within --timeout {cfg.timeout_s:g} s"
             except Exception as e:  # noqa: BLE001 - a failed request is counted, never retried
@@ -275,7 +289,6 @@ async def run_bench_async(trace: Trace, cfg: BenchConfig, progress=None, warn=No
         samples.after = await _scrape_one(client, cfg, samples, record=False)
 
     metrics = MetricsRecorder(0, cfg.warmup_s, origin=origin)
-    labels = session_labels(trace, requests)
     for req in requests:
         record = record_of(sent.get(req.request_id, req), timings[req.request_id], fit.skipped.get(req.request_id))
         record.session_id, record.turn = labels.get(req.request_id, (None, None))

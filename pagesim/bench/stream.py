@@ -183,9 +183,10 @@ def exception_reason(e: Exception) -> str:
     return short(f"{type(e).__name__}: {e}")
 
 
-async def stream_one(client, url: str, payload: dict, timing: Timing, endpoint_type: str, clock) -> None:
+async def stream_one(client, url: str, payload: dict, timing: Timing, endpoint_type: str, clock,
+                     headers: dict[str, str] | None = None) -> None:
     """Send one streamed request and read its answer into timing; a bad answer sets timing.error."""
-    async with client.post(url, json=payload) as resp:
+    async with client.post(url, json=payload, headers=headers) as resp:
         if resp.status != 200:
             timing.error = f"HTTP {resp.status}: {error_message(await resp.content.read(MAX_ERROR_BODY))}"
             return

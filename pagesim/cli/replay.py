@@ -134,9 +134,10 @@ def replay(
     if any(v is not None for v in (replicas, router, staleness, pd, link, cluster, autoscale, lockstep)):
         from pagesim.cli.cluster import replay_cluster
 
-        if concurrency is not None:
-            fail("--concurrency: a cluster replays open-loop arrivals (a rate or the trace's own times), not closed-loop "
-                 "clients")
+        levels = concurrency_levels(concurrency)
+        if len(levels) > 1:
+            fail("--concurrency: a cluster takes one client count (a sweep runs on one replica)")
+        options["concurrency"] = levels[0]
         return replay_cluster(ctx, trace, loaded, options, dict(replicas=replicas, router=router, staleness=staleness,
                                                                 pd=pd, link=link, cluster=cluster, autoscale=autoscale,
                                                                 lockstep=lockstep),

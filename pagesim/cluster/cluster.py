@@ -32,6 +32,15 @@ token computed there, which gives the client its first token). A decode replica 
 keeps it waiting in its queue (back-pressure: it waits, nothing is lost). The prefill replica
 frees its blocks when its one token is out (the KV's wait for the link is not held against its
 pool: a simplification).
+
+Sessions and closed-loop clients (--concurrency): the cluster holds one feed for the whole run
+(pagesim.workload.sessions.make_feed, the one a single replay takes): turn k + 1 is released
+when turn k ends, on whichever replica, and routed then, with its session id (session-affinity
+keys on it). A turn turned away because its session ended is given to replica 0 unrouted. Such
+a release can come at the end of any replica's step, so a replica's next_time() is also bounded
+by the earliest step end of the others (or now, for one that has work and has not started its
+step): its decode runs then never pass a release that another replica's finish creates, and
+outputs equal stepping one step at a time (fast_forward=False). Not with P/D yet.
 """
 
 from __future__ import annotations
@@ -49,7 +58,8 @@ from pagesim.cluster.spec import ClusterSpec
 from pagesim.core import SamplingParams
 from pagesim.sim.engine import Replay
 from pagesim.workload.feeds import RequestFeed
-from pagesim.workload.sessions import has_sessions
+from pagesim.workload.requests import time_origin
+from pagesim.workload.sessions import has_sessions, make_feed, session_labels
 from pagesim.workload.trace import Trace
 
 PREFILL_SAMPLING = {}  # max_tokens=1 sampling params, shared
@@ -93,6 +103,8 @@ class ReplicaFeed:
         """(The replica adds its own host time to this.)"""
         cluster = self.cluster
         t = cluster.feed.next_time()
+        if cluster.dynamic:
+            t = min(t, cluster.next_release_bound(self.index) - self.host_s)
         if self.decode:
             # a hand-off enters after a prefill step ends, and a prefill step starts at the
             # earliest when a request reaches a prefill replica: the earliest of those bounds it
@@ -112,7 +124,7 @@ class ReplicaFeed:
         return cluster.feed.exhausted and not self.pending and not (self.decode and cluster.num_prefilling)
 
     def on_finished(self, request, now: float, outcome=None) -> None:
-        self.cluster.on_finished(self.index, request, now)
+        self.cluster.on_finished(self.index, request, now, outcome)
 
     def reject_reason(self, request) -> str | None:
         return None  # (the cluster submits its requests itself)
@@ -121,18 +133,28 @@ class ReplicaFeed:
 class Cluster:
     """Build with the spec and the trace, then run(): a ClusterResult (pagesim.cluster.results)."""
 
-    def __init__(self, spec: ClusterSpec, trace: Trace, keep_steps: bool = True, cost_models: dict | None = None):
-        """cost_models: {group name: CostModel} to use instead of the configurations' (tests)."""
+    def __init__(self, spec: ClusterSpec, trace: Trace, keep_steps: bool = True, cost_models: dict | None = None,
+                 fast_forward: bool = True):
+        """cost_models: {group name: CostModel} to use instead of the configurations' (tests).
+        fast_forward=False: every replica takes its decode steps one at a time (tests)."""
         spec.check()
         self.spec = spec
         first = spec.groups[0].cfg
-        if has_sessions(trace) or first.concurrency is not None:
-            raise ValueError("a cluster replays open-loop arrivals: traces with sessions and closed-loop clients "
-                             "(--concurrency) run on one replica (their feed is not spread over replicas yet)")
         self.workload = first.requests(trace)  # built once, shared by every replica
         self.requests = self.workload[0]
-        self.feed = RequestFeed(self.requests)
         self.pd = any(g.role == "prefill" for g in spec.groups)
+        if has_sessions(trace) or first.concurrency is not None:
+            if self.pd:
+                raise ValueError("P/D disaggregation replays open-loop arrivals: traces with sessions and closed-loop "
+                                 "clients (--concurrency) run on co-located replicas")
+            self.feed = make_feed(trace, self.requests, first.concurrency, time_origin(self.requests, first.rate),
+                                  sessions_at_rate=first.rate is not None)
+        else:
+            self.feed = RequestFeed(self.requests)
+        self.dynamic = not self.feed.static  # releases follow ends (sessions, closed loop)
+        self.session_of = {rid: name for rid, (name, _turn) in session_labels(trace, self.requests).items()}
+        self._unrouted: set[int] = set()  # turns turned away unrouted (their session ended)
+        self._released = None  # event the router waits on while the feed has nothing due (dynamic)
         if self.pd:
             _check_pd_requests(self.requests)
         self.replicas: list[Replica] = []
@@ -142,7 +164,7 @@ class Cluster:
                 index = len(self.replicas)
                 feed = ReplicaFeed(self, index, 0.0)
                 sim = Replay(group.cfg, trace, cost_model=(cost_models or {}).get(group.name), keep_steps=keep_steps,
-                             feed=feed, requests=self.workload, fast_forward=not spec.lockstep)
+                             feed=feed, requests=self.workload, fast_forward=fast_forward and not spec.lockstep)
                 feed.host_s = sim.request_host_s
                 sim.on_progress = lambda done, k=index: self._recorded(k)
                 feed.decode = group.role == "decode"
@@ -186,6 +208,12 @@ class Cluster:
                 if r.role == "prefill":
                     r.sim.on_step = self._prefill_step_hook(r.index)
             self._link_queues = {r.index: LinkQueue() for r in self.replicas if r.role == "prefill"}
+        # the end of each replica's step (or decode run) in progress, where a finish may release a turn
+        self._step_end = [-math.inf] * len(self.replicas)
+        if self.dynamic:
+            for r in self.replicas:
+                r.sim.on_step = self._step_hook(r.index)
+                r.sim.on_decode_run = self._decode_run_hook(r.index)
 
     # -- the run ----------------------------------------------------------------------------
     def run(self):
@@ -206,17 +234,35 @@ class Cluster:
         feed, host_s, staleness = self.feed, self.host_s, self.spec.staleness_s
         while not feed.exhausted:
             released = feed.next_time()
-            if released + host_s > env.now:
+            if self.dynamic:
+                # (as Replay._arrivals: an end while waiting may release a turn sooner)
+                self._released = env.event()
+                if released == math.inf:
+                    yield self._released
+                    continue
+                if released + host_s > env.now:
+                    yield self._released | env.timeout(released + host_s - env.now)
+                    continue
+            elif released + host_s > env.now:
                 yield env.timeout(released + host_s - env.now)
             now = env.now
             self._refresh(now)
-            self._route_arrival(feed.pop(), now)
+            self._take(feed.pop(), now)
             if staleness:  # the rest of the window, from the same view
                 until = now + staleness
                 while not feed.exhausted and (enters := feed.next_time() + host_s) < until:
-                    self._route_arrival(feed.pop(), max(now, enters))
+                    self._take(feed.pop(), max(now, enters))
         for r in self.replicas:
             r.sim.wake()  # the feeds ran dry: idle engines see that they are done
+
+    def _take(self, request, enters: float) -> None:
+        """A released request: routed, or (a turn whose session ended) turned away on replica 0."""
+        reason = self.feed.reject_reason(request)
+        if reason is None:
+            self._route_arrival(request, enters)
+            return
+        self._unrouted.add(request.request_id)
+        self.replicas[0].sim.submit(request, reason)
 
     def _refresh(self, now: float) -> None:
         self.board.refresh(now, self._gauges)
@@ -239,7 +285,8 @@ class Cluster:
 
     def _routed_request(self, request) -> RoutedRequest:
         ids = request.prompt_token_ids
-        return RoutedRequest(request.request_id, request.prompt_len, prefix_keys(ids, self.block_size) if ids else ())
+        return RoutedRequest(request.request_id, request.prompt_len, prefix_keys(ids, self.block_size) if ids else (),
+                             self.session_of.get(request.request_id))
 
     def _route_arrival(self, request, enters: float) -> None:
         index = self._choose(self._routed_request(request), ("mixed", "prefill"), enters)
@@ -262,15 +309,23 @@ class Cluster:
         timer.callbacks.append(lambda _event, r=replica: r.sim.submit(r.feed.pop()))
 
     # -- ends -------------------------------------------------------------------------------
-    def on_finished(self, index: int, request, now: float) -> None:
+    def on_finished(self, index: int, request, now: float, outcome=None) -> None:
         """The end of a request on replica `index` reached its client (and the router, which
         proxies it): at once, or where the engine delivers tokens a step late, when the next step
-        ends (Replay._done)."""
+        ends (Replay._done). A session's next turn may be released by it."""
         replica = self.replicas[index]
-        self.board.finished(self.decode_router if replica.role == "decode" else self.router, request.request_id, index,
-                            now)
+        if request.request_id in self._unrouted:
+            self._unrouted.discard(request.request_id)
+        else:
+            self.board.finished(self.decode_router if replica.role == "decode" else self.router, request.request_id,
+                                index, now)
         if self.fleet is not None:
             self.fleet.check_drained(index, self.board.loads[index].outstanding, now)
+        if self.dynamic:
+            self.feed.on_finished(request, now, outcome)
+            released = self._released
+            if released is not None and not released.triggered and self.feed.next_time() < math.inf:
+                released.succeed()
 
     def _recorded(self, index: int) -> None:
         """Replica `index` just recorded a request that left it (its on_progress hook): the
@@ -332,6 +387,40 @@ class Cluster:
         def on_step(end: float, duration: float, shape) -> None:
             ends[index] = end
         return on_step
+
+    def _step_hook(self, index: int):
+        ends, pd_hook = self._step_end, self.replicas[index].sim.on_step
+
+        def on_step(end: float, duration: float, shape) -> None:
+            ends[index] = end
+            if pd_hook is not None:
+                pd_hook(end, duration, shape)
+        return on_step
+
+    def _decode_run_hook(self, index: int):
+        ends = self._step_end
+
+        def on_decode_run(run_ends, durations, num_seqs, context_tokens) -> None:
+            ends[index] = run_ends[-1]  # (a run's requests finish only at its last step)
+        return on_decode_run
+
+    def next_release_bound(self, index: int) -> float:
+        """No release that a finish on another replica creates can come before this: the earliest
+        end of another replica's step in progress; now, where one has work and has not started
+        its step yet (it was just woken: its step ends after now); the earliest request waiting to
+        enter another replica (an idle one starts a step only then)."""
+        now, bound = self.env.now, math.inf
+        for r in self.replicas:
+            if r.index == index:
+                continue
+            end = self._step_end[r.index]
+            if end >= now:
+                bound = min(bound, end)
+            elif r.sim.scheduler.has_unfinished:
+                return now
+            if r.feed.pending:
+                bound = min(bound, r.feed.pending[0][0])
+        return bound
 
     def next_prefill_end(self) -> float:
         """The earliest end of a prefill step in progress, or request about to enter a prefill

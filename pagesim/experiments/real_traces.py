@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from pagesim.experiments.figures import command_line, pyplot, write_csv
+from pagesim.experiments.real_traces_sessions import sessions_section
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.builders.mooncake import prefix_block_reuse
 from pagesim.workload.builders.timeline import arrival_stats
@@ -48,6 +49,7 @@ MOONCAKE_PAPER = {
                            "arrivals": "Poisson"},
 }
 MOONCAKE_SOURCE = "Qin et al., FAST 2025, Table 2 (Workload Statistics)"
+# the Sessions section (pagesim.experiments.real_traces_sessions) follows this line
 SESSIONS_MARK = "<!-- sessions: helper B's section (TTFT of later turns with and without reuse) goes here -->"
 
 
@@ -220,8 +222,22 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="the first 400 requests of each trace (a quick check)")
     ap.add_argument("--out", type=Path, default=ROOT / "reports" / "real_traces.md")
+    ap.add_argument("--sessions-only", action="store_true", help="rewrite only the report's Sessions section "
+                    "(from its heading to the end; the rest of --out kept as it is)")
     args = ap.parse_args(argv)
     log = print
+    sessions_md, sessions = sessions_section(ROOT, SETUP)
+    if args.sessions_only:
+        text = args.out.read_text()
+        head = text.split("\n## Sessions\n", 1)[0]
+        args.out.write_text(f"{head}\n## Sessions\n\n{SESSIONS_MARK}\n{sessions_md}\n\n(This section was regenerated "
+                            "alone, by `python -m pagesim.experiments.real_traces --sessions-only`.)\n")
+        data_path = args.out.with_suffix(".json")
+        data = json.loads(data_path.read_text())
+        data["sessions"] = sessions
+        data_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        log(f"wrote the Sessions section of {args.out}")
+        return
     fig_dir = args.out.parent / "real_traces"
     fig_dir.mkdir(parents=True, exist_ok=True)
 
@@ -254,8 +270,10 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(fig_dir / "runs.csv", list(runs[0]), runs)
     write_csv(fig_dir / "traces.csv", sorted({k for d in described for k in d}), described)
     command = command_line(__file__, argv)
-    args.out.write_text(markdown(command, described, runs, timing, figs, args.smoke))
-    args.out.with_suffix(".json").write_text(json.dumps({"traces": described, "runs": runs, "timing": timing},
+    text = markdown(command, described, runs, timing, figs, args.smoke)
+    args.out.write_text(text.replace(SESSIONS_MARK, f"{SESSIONS_MARK}\n{sessions_md}"))
+    args.out.with_suffix(".json").write_text(json.dumps({"traces": described, "runs": runs, "timing": timing,
+                                                         "sessions": sessions},
                                                         indent=1, sort_keys=True) + "\n")
     log(f"wrote {args.out}")
 

@@ -59,6 +59,7 @@ class FakeServer:
         self.script = script or Script()
         self.payloads: list[dict] = []  # every completion request received, in order of arrival
         self.paths: list[str] = []  # and the path each was sent to
+        self.headers: list[dict[str, str]] = []  # and its headers (names in lower case)
         self._lock = threading.Lock()
         server = self
 
@@ -92,6 +93,7 @@ class FakeServer:
                 with server._lock:
                     server.payloads.append(payload)
                     server.paths.append(self.path)
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
                     number = len(server.payloads) - 1
                 status, chunks = server.script.respond(payload, number)
                 self._send(status, chunks, "text/event-stream" if status == 200 else "application/json")
