@@ -57,6 +57,7 @@ from pagesim.cluster.routers import Gauges, LoadBoard, RoutedRequest, make_route
 from pagesim.cluster.spec import ClusterSpec
 from pagesim.core import SamplingParams
 from pagesim.sim.engine import Replay
+from pagesim.sim.releases import Releases
 from pagesim.workload.feeds import RequestFeed
 from pagesim.workload.requests import time_origin
 from pagesim.workload.sessions import has_sessions, make_feed, session_labels
@@ -154,7 +155,6 @@ class Cluster:
         self.dynamic = not self.feed.static  # releases follow ends (sessions, closed loop)
         self.session_of = {rid: name for rid, (name, _turn) in session_labels(trace, self.requests).items()}
         self._unrouted: set[int] = set()  # turns turned away unrouted (their session ended)
-        self._released = None  # event the router waits on while the feed has nothing due (dynamic)
         if self.pd:
             _check_pd_requests(self.requests)
         self.replicas: list[Replica] = []
@@ -177,6 +177,7 @@ class Cluster:
                 r.sim.cost = LockstepCost(r.sim.cost, group, r.index, lambda: self.env.now)
         entry = [r for r in self.replicas if r.role != "decode"]
         self.host_s = min(r.sim.request_host_s for r in entry)  # when a request reaches the router
+        self.releases = Releases(self.feed, self.host_s)
         for r in self.replicas:
             if r.role != "decode":
                 r.feed.host_offset = self.host_s - r.sim.request_host_s
@@ -231,26 +232,14 @@ class Cluster:
     def _route(self, env: simpy.Environment):
         """Route each request when it reaches the router (as Replay's own arrivals process
         submits them: the same arithmetic, so a one-replica cluster runs the same events)."""
-        feed, host_s, staleness = self.feed, self.host_s, self.spec.staleness_s
-        while not feed.exhausted:
-            released = feed.next_time()
-            if self.dynamic:
-                # (as Replay._arrivals: an end while waiting may release a turn sooner)
-                self._released = env.event()
-                if released == math.inf:
-                    yield self._released
-                    continue
-                if released + host_s > env.now:
-                    yield self._released | env.timeout(released + host_s - env.now)
-                    continue
-            elif released + host_s > env.now:
-                yield env.timeout(released + host_s - env.now)
+        feed, staleness = self.feed, self.spec.staleness_s
+        while (yield from self.releases.wait(env)):
             now = env.now
             self._refresh(now)
             self._take(feed.pop(), now)
             if staleness:  # the rest of the window, from the same view
                 until = now + staleness
-                while not feed.exhausted and (enters := feed.next_time() + host_s) < until:
+                while not feed.exhausted and (enters := feed.next_time() + self.host_s) < until:
                     self._take(feed.pop(), max(now, enters))
         for r in self.replicas:
             r.sim.wake()  # the feeds ran dry: idle engines see that they are done
@@ -322,10 +311,7 @@ class Cluster:
         if self.fleet is not None:
             self.fleet.check_drained(index, self.board.loads[index].outstanding, now)
         if self.dynamic:
-            self.feed.on_finished(request, now, outcome)
-            released = self._released
-            if released is not None and not released.triggered and self.feed.next_time() < math.inf:
-                released.succeed()
+            self.releases.on_finished(request, now, outcome)
 
     def _recorded(self, index: int) -> None:
         """Replica `index` just recorded a request that left it (its on_progress hook): the

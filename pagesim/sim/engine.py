@@ -27,6 +27,7 @@ from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.pool import size_pool
+from pagesim.sim.releases import Releases
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, with_kv_cache_dtype
 from pagesim.workload.feeds import Feed, Outcome
@@ -121,6 +122,7 @@ class Replay:
         if feed is None:
             feed = make_feed(trace, self.requests, cfg.concurrency, origin, sessions_at_rate=cfg.rate is not None)
         self.feed = feed
+        self.releases = Releases(feed, self.request_host_s)
         self.session_labels = session_labels(trace, self.requests)  # request_id -> (session, turn)
 
         # Beam groups get explicit samples every step, their ancestry drawn from the measured
@@ -146,7 +148,6 @@ class Replay:
         # per submitted request, in submission order, while its client may still give up (kept only
         # with a client timeout, and dropped as its deadline passes: memory stays flat in requests)
         self._groups: list = []
-        self._released = None  # event an idle dynamic feed waits on (see _arrivals)
         self._unheard_ends: list = []  # (request, Outcome) of ends a dynamic feed hears of at the next step's end
         self._next_deadline_index = 0
         # step ends and durations, kept where the engine delivers tokens a step late
@@ -169,9 +170,7 @@ class Replay:
             self.on_progress(self.num_done)
 
     def _tell_feed(self, request, outcome: Outcome) -> None:
-        self.feed.on_finished(request, self.env.now, outcome)
-        if self._released is not None and not self._released.triggered and self.feed.next_time() < math.inf:
-            self._released.succeed()  # the end released another request: wake the arrivals
+        self.releases.on_finished(request, self.env.now, outcome)
 
     def _deliver_ends(self) -> None:
         """The ends the clients had not heard of yet reach them now (see _done)."""
@@ -181,6 +180,7 @@ class Replay:
 
     def run(self) -> ReplayResult:
         env = simpy.Environment()
+        self.releases = Releases(self.feed, self.request_host_s)  # (the feed may have been set after __init__)
         env.process(self._arrivals(env))
         env.run(until=self.start(env))
         return self.finish()
@@ -221,20 +221,8 @@ class Replay:
 
     def _arrivals(self, env: simpy.Environment):
         """Release the feed's requests into the engine (each after the host time per request)."""
-        feed, host_s = self.feed, self.request_host_s
-        while not feed.exhausted:
-            released = feed.next_time()
-            if not feed.static:
-                # a release may come sooner than the one waited for: an end while waiting releases it
-                self._released = env.event()
-                if released == math.inf:
-                    yield self._released
-                    continue
-                if released + host_s > env.now:
-                    yield self._released | env.timeout(released + host_s - env.now)
-                    continue
-            elif released + host_s > env.now:
-                yield env.timeout(released + host_s - env.now)
+        feed = self.feed
+        while (yield from self.releases.wait(env)):
             request = feed.pop()
             self.submit(request, feed.reject_reason(request))
         self.wake()  # a dynamic feed can run dry after the last submission: let the engine end
