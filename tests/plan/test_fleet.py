@@ -1,0 +1,90 @@
+"""Fleets sized by simulating the cluster (pagesim.plan.fleet) on an M/D/1-like system whose
+single-replica answer is computed by hand (as tests/plan/test_steady.py): one request at a time
+(max_num_seqs 1), every step STEP_S, every request OUTPUT tokens, so a deterministic service of
+S = OUTPUT x STEP_S and a service rate MU = 1 / S = 20 req/s per replica."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from pagesim.cli import app
+from pagesim.plan import RunSettings, SearchSettings
+from pagesim.plan.fleet import FleetShape, parse_fleet, size_fleet
+from pagesim.plan.grid import GridPoint
+from pagesim.plan.planner import ConfigJob
+from pagesim.plan.slo import parse_slos
+from pagesim.sim.cost.base import ConstantCostModel
+from pagesim.workload.trace import Trace, TraceRequest
+
+STEP_S, OUTPUT = 0.01, 5
+SERVICE_S = OUTPUT * STEP_S
+MU = 1 / SERVICE_S
+TRACE = Trace({"name": "md1"}, [TraceRequest(prompt_len=4, output_len=OUTPUT)])
+CONSTANT = ConstantCostModel(STEP_S)
+COSTS = {"replicas": CONSTANT, "prefill": CONSTANT, "decode": CONSTANT}
+SETTINGS = RunSettings("opt-125m", num_requests=1300, min_duration_s=0.0, max_requests_per_probe=6000)
+
+
+def job(target: float, slo: str) -> ConfigJob:
+    point = GridPoint("a100-40gb", 1, 16, "recompute", 1)
+    return ConfigJob(point, SETTINGS, SearchSettings(tolerance=0.03), parse_slos(slo), target, 0.0, TRACE, "md1",
+                     None, seeds=1, longer_factor=0)
+
+
+def test_round_robin_needs_the_ideal_count_never_fewer():
+    # no latency SLO binds (tpot p50 <= 100 s): a replica sustains anything below MU, so the ideal
+    # is ceil(44 / 20) = 3 replicas; 2 would each get 22 req/s > MU and their queues grow
+    target = 2.2 * MU
+    ideal = math.ceil(target / MU)
+    found = size_fleet(job(target, "tpot_p50=100"), FleetShape("round-robin"), ideal, COSTS)
+    assert found.replicas in (ideal, ideal + 1), found.tried
+    assert found.tried[ideal - 1] is False and "queue grows" in found.below.violations
+    assert found.evaluation.stats["num_finished"] == found.evaluation.stats["num_requests"]
+    imb = found.imbalance
+    assert imb["requests_max_over_mean"] == pytest.approx(1.0, abs=0.01)  # round-robin deals evenly
+
+
+def test_least_outstanding_needs_no_more_replicas_than_random():
+    # mean TTFT <= one step + 2 S: by Pollaczek-Khinchine (Wq = rho S / (2 (1 - rho))) an M/D/1
+    # replica meets it up to rho = 0.8, 16 req/s. Random routing splits Poisson arrivals into
+    # independent Poisson streams, so at 50 req/s it needs ceil(50 / 16) = 4 replicas (3 would
+    # each run at rho 0.83: mean TTFT 0.135 s > 0.11 s); joining the shortest queue does better.
+    target, slo = 50.0, f"ttft_mean={STEP_S + 2 * SERVICE_S}"
+    ideal = math.ceil(target / 16)
+    rand = size_fleet(job(target, slo), FleetShape("random"), ideal, COSTS)
+    least = size_fleet(job(target, slo), FleetShape("least-outstanding"), ideal, COSTS)
+    assert rand.replicas == 4, rand.tried
+    assert least.replicas is not None and least.replicas <= rand.replicas, (least.tried, rand.tried)
+
+
+def test_a_pd_fleet_finishes_every_request():
+    found = size_fleet(job(10.0, "tpot_p50=100"), FleetShape("round-robin", (1, 1)), 1, COSTS)
+    assert found.units == 1 and found.replicas == 2, (found.tried, found.reason)
+    stats = found.evaluation.stats
+    assert stats["num_finished"] == stats["num_requests"] and stats["num_rejected"] == 0
+
+
+def test_fleet_flags_parse():
+    shapes = parse_fleet("round-robin,random", "none,1:3")
+    assert [s.label for s in shapes] == ["round-robin, co-located", "round-robin, P:D 1:3", "random, co-located",
+                                         "random, P:D 1:3"]
+    assert [s.unit for s in shapes] == [1, 4, 1, 4]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--router", "nearest"], "--router: unknown router 'nearest'"),
+    (["--pd", "1:0"], "--pd: '1:0' is neither none nor P:D"),
+    (["--pd", "two"], "--pd: 'two' is neither none nor P:D"),
+    (["--router", ","], "--router: no router given"),
+])
+def test_malformed_fleet_flags_give_one_line_and_exit_2(flags, words, tmp_path):
+    args = ["plan", "--model", "opt-125m", "--trace", "traces/sharegpt.json", "--target-rate", "5", "--slo",
+            "ttft_p99=2", "--gpus", "a100-40gb", "--out", str(tmp_path / "p"), *flags]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], result.output
+    assert not (tmp_path / "p").exists()
