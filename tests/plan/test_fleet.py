@@ -88,3 +88,41 @@ def test_malformed_fleet_flags_give_one_line_and_exit_2(flags, words, tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], result.output
     assert not (tmp_path / "p").exists()
+
+
+def test_plan_with_a_fleet_reports_it(tmp_path):
+    # the M/D/1 system through the command line (cost model `constant`: every step 0.01 s), no
+    # latency SLO binding: capacity just below MU = 20 req/s, so 44 req/s needs 3 replicas, and 2
+    # (22 req/s each, above MU) cannot keep up
+    from pagesim.workload.trace import save_trace
+
+    trace = tmp_path / "md1.json"
+    save_trace(TRACE, trace)
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"retrieved": "test", "gpus": {"a100-40gb": {"usd_per_gpu_hour": 1.5}}}')
+    out = tmp_path / "plan"
+    result = CliRunner().invoke(app, [
+        "plan", "--model", "opt-125m", "--trace", str(trace), "--target-rate", "44", "--slo", "tpot_p50=100",
+        "--gpus", "a100-40gb", "--max-num-seqs", "1", "--cost-model", "constant", "--num-requests", "1300",
+        "--max-requests", "6000", "--min-duration", "0", "--tolerance", "0.03", "--jobs", "1", "--no-cache",
+        "--seeds", "1", "--check-longer", "0", "--prices", str(prices), "--router", "round-robin", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    import json
+
+    plan = json.loads((out / "plan.json").read_text())
+    assert "--router round-robin --pd none" in plan["command"]
+    res = plan["results"][0]
+    fleet, = res["fleet"]
+    assert 0.85 * MU <= res["capacity"] <= 1.03 * MU
+    assert fleet["ideal_replicas"] == res["replicas"] == 3
+    assert fleet["replicas"] in (3, 4) and fleet["tried"]["2"] is False, fleet["tried"]
+    assert fleet["cost_per_hour"] == pytest.approx(fleet["replicas"] * 1.5)
+    assert fleet["router_cost_per_hour"] == pytest.approx((fleet["replicas"] - 3) * 1.5)
+    assert fleet["evaluation"]["sustainable"] and fleet["below"]["sustainable"] is False
+    if fleet["replicas"] == 3:
+        assert "queue grows" in fleet["below"]["violations"]  # 2 replicas at 22 req/s each, above MU
+    assert plan["fleet_recommendation"]["replicas"] == fleet["replicas"]
+    md = (out / "report.md").read_text()
+    assert "## Fleets simulated as clusters" in md and "round-robin, co-located" in md
+    assert md.index("## Fleets simulated as clusters") < md.index("## All configurations")
+    assert "cheapest simulated fleet" in result.output
