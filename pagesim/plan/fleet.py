@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from pagesim.cluster.cluster import Cluster
+from pagesim.cluster.results import imbalance
 from pagesim.cluster.routers import ROUTERS
 from pagesim.cluster.spec import ClusterSpec, LinkSpec, ReplicaGroup
 from pagesim.core.errors import CannotServe
@@ -154,8 +155,23 @@ class FleetEvaluator:
             return {"rate": cfg.rate, "error": str(e)}
         record = run_record(cfg.rate, cfg.warmup_s, result.requests, result.summary)
         record["stopped_by"] = None
-        record["imbalance"] = result.summary["cluster"]["imbalance"]
+        record["imbalance"] = self._imbalance(result.summary["cluster"])
         return record
+
+    def _imbalance(self, section: dict) -> dict:
+        """The cluster summary's imbalance figures; under P:D each role's own (a prefill replica
+        serves every request once, a decode replica a share), and of each figure the larger."""
+        if self.shape.pd is None:
+            return section["imbalance"]
+        by_role = {}
+        start = 0
+        for group in section["groups"]:
+            end = start + group["count"]
+            by_role[group["role"]] = {**imbalance("requests", section["requests_per_replica"][start:end]),
+                                      **imbalance("busy", section["busy_s_per_replica"][start:end])}
+            start = end
+        keys = by_role["prefill"].keys()
+        return {k: max((v[k] for v in by_role.values() if v[k] is not None), default=None) for k in keys}
 
     def __call__(self, units: int) -> Evaluation:
         settings, rate = self.job.settings, self.job.target_rate

@@ -29,7 +29,7 @@ def fleet_blocks(plan: Plan) -> list:
         "ideal replicas) x tp x price, what the router and the load imbalance cost against perfect balancing; "
         "negative where the cluster does better than independent replicas (round-robin and least-outstanding "
         "smooth Poisson arrivals). Imbalance at the count found: max / mean and coefficient of variation over the "
-        "replicas of requests served and of busy time.")]
+        "replicas of requests served and of busy time (under P:D within each role, the larger of the two).")]
     ranking = plan.fleet_ranking
     if ranking:
         r, f = ranking[0]

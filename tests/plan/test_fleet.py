@@ -67,6 +67,14 @@ def test_a_pd_fleet_finishes_every_request():
     assert stats["num_finished"] == stats["num_requests"] and stats["num_rejected"] == 0
 
 
+def test_pd_imbalance_is_judged_within_each_role():
+    # one prefill replica serves every request, three decode replicas a third each: across roles
+    # that is max / mean 2; within each role round-robin deals evenly (1, up to the remainder)
+    found = size_fleet(job(10.0, "tpot_p50=100"), FleetShape("round-robin", (1, 3)), 1, COSTS)
+    assert found.replicas == 4 and found.imbalance["requests_max_over_mean"] == pytest.approx(1.0, abs=0.01)
+    assert found.evaluation.stats["num_finished"] == found.evaluation.stats["num_requests"]
+
+
 def test_fleet_flags_parse():
     shapes = parse_fleet("round-robin,random", "none,1:3")
     assert [s.label for s in shapes] == ["round-robin, co-located", "round-robin, P:D 1:3", "random, co-located",
