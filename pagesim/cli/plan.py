@@ -125,6 +125,8 @@ def plan(
         shapes = parse_fleet(router or ",".join(DEFAULT_ROUTERS), pd or "none") if wants_fleet else []
         if shapes and target_concurrency is not None:
             fail("--fleet, --router and --pd size fleets for --target-rate (open-loop arrivals), not --target-concurrency")
+        if shapes:
+            settings.requests_at(target_rate)  # a fleet's runs are at the target rate: within what one run may hold
         loaded = load_trace(input_file(find_trace(trace), "trace file"))
     except KeyError as e:
         fail(e.args[0])

@@ -134,3 +134,12 @@ def test_plan_with_a_fleet_reports_it(tmp_path):
     assert "## Fleets simulated as clusters" in md and "round-robin, co-located" in md
     assert md.index("## Fleets simulated as clusters") < md.index("## All configurations")
     assert "cheapest simulated fleet" in result.output
+
+
+def test_fleet_with_closed_loop_clients_is_refused_in_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["plan", "--model", "opt-125m", "--trace", "traces/sharegpt.json",
+                                      "--target-concurrency", "5", "--slo", "ttft_p99=2", "--gpus", "a100-40gb",
+                                      "--fleet", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--target-rate (open-loop arrivals), not --target-concurrency" in lines[0], lines
