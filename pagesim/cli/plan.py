@@ -79,6 +79,12 @@ def plan(
     no_cache: bool = typer.Option(False, "--no-cache", help="simulate every run again, store nothing"),
     out: Path = typer.Option(..., parser=OUT_DIR, help="write report.md, report.html, plan.json and plots/ here"),
     as_json: bool = typer.Option(False, "--json", help="print plan.json's content instead of the table"),
+    fleet: bool = typer.Option(False, "--fleet", help="also size each configuration's fleet by simulating the cluster "
+                               "(routers round-robin, least-outstanding, prefix-affinity; co-located)"),
+    router: Optional[str] = typer.Option(None, help="with or instead of --fleet: the routers to size fleets for, "
+                                         "comma-separated (see docs/cluster.md)"),
+    pd: Optional[str] = typer.Option(None, "--pd", help="with or instead of --fleet: co-located (none) and P:D ratios "
+                                     "to size fleets for, e.g. none,1:1,1:3"),
 ) -> None:
     """Find, for each configuration, the highest rate one replica sustains within the SLOs; then the
     replicas and cost to serve TARGET_RATE, the cheapest configuration, and a report."""
@@ -87,6 +93,7 @@ def plan(
     from pagesim.cli.tables import Column, print_rows
 
     from pagesim.plan import make_plan
+    from pagesim.plan.fleet import DEFAULT_ROUTERS, parse_fleet
     from pagesim.plan.backends import BACKENDS, BackendUnavailable
     from pagesim.plan.grid import RunSettings, expand_grid
     from pagesim.plan.prices import load_prices
@@ -117,6 +124,12 @@ def plan(
         if target_rate is not None:
             settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
         price_table = load_prices(prices)
+        wants_fleet = fleet or router is not None or pd is not None
+        shapes = parse_fleet(router or ",".join(DEFAULT_ROUTERS), pd or "none") if wants_fleet else []
+        if shapes and target_concurrency is not None:
+            fail("--fleet, --router and --pd size fleets for --target-rate (open-loop arrivals), not --target-concurrency")
+        if shapes:
+            settings.requests_at(target_rate)  # a fleet's runs are at the target rate: within what one run may hold
         loaded = load_trace(input_file(find_trace(trace), "trace file"))
     except KeyError as e:
         fail(e.args[0])
@@ -148,7 +161,10 @@ def plan(
              "--start-rate", f"{start_rate:.12g}", "--min-rate", f"{min_rate:.12g}",
              "--min-headroom", f"{min_headroom:.12g}", "--cost-model", cost_model, "--seed", str(seed)]
              + (["--prices", str(prices)] if prices else []) + (["--profile", str(profile)] if profile else [])
-             + (["--force"] if force else []))
+             + (["--force"] if force else [])
+             + (["--router", ",".join(dict.fromkeys(s.router for s in shapes)),
+                 "--pd", ",".join(dict.fromkeys("none" if s.pd is None else f"{s.pd[0]}:{s.pd[1]}" for s in shapes))]
+                if shapes else []))
     command = shlex.join(words + ["--out", str(out)])
 
     workers = jobs or os.cpu_count() or 1
@@ -160,7 +176,7 @@ def plan(
             result = make_plan(model=model, trace=loaded, trace_path=str(trace), target_rate=target_rate, slos=slos,
                                grid=grid, settings=settings, search=search, min_headroom=min_headroom,
                                prices=price_table, cache_dir=None if no_cache else cache_dir, backend=backend,
-                               jobs=workers, command=command, seeds=seeds, longer_factor=check_longer,
+                               jobs=workers, command=command, seeds=seeds, longer_factor=check_longer, fleet=shapes,
                                on_result=lambda r: (finished.append(r), advance(len(finished))))
         except (BackendUnavailable, ValueError) as e:  # a setting no configuration can run with (not "infeasible")
             fail(str(e))
@@ -197,6 +213,27 @@ def plan(
         if best.longer is not None:
             con.print(f"checked {best.longer.factor:g} x longer: " + ("holds" if best.longer.holds else
                       "[bold]does not hold[/] (see the report)"))
+    if shapes:
+        print_fleets(con, result)
     con.print(f"{simulated} runs simulated, {cached} from the cache, {elapsed:.1f} s of wall time; "
               f"wrote {paths['md']}, {paths['html']}, {paths['json']}", markup=False)  # paths may hold "[/bold]"
     print_reproduce(shlex.join(words + ["--out"]) + " NEW_FOLDER")
+
+
+def print_fleets(con, result) -> None:
+    """The simulated fleets, cheapest first, and what the router costs against the ideal."""
+    from pagesim.cli.tables import Column, print_rows
+
+    columns = [Column(n, "left" if n in ("configuration", "fleet") else "right")
+               for n in ("configuration", "fleet", "replicas", "ideal", "router cost $/h", "$/h", "requests max/mean")]
+    rows = [[r.point.label, f.shape.label, f.shape.counts(f.units), str(f.ideal_replicas),
+             f"{f.router_cost_per_hour:+,.2f}", f"{f.cost_per_hour:,.2f}",
+             f"{f.imbalance['requests_max_over_mean']:.3f}" if f.imbalance.get("requests_max_over_mean") else "-"]
+            for r, f in result.fleet_ranking]
+    print_rows(con, "fleets simulated as clusters at the target rate", columns, rows)
+    if result.fleet_ranking:
+        r, f = result.fleet_ranking[0]
+        con.print(f"[bold]cheapest simulated fleet:[/] {f.shape.counts(f.units)} replica(s) of {r.point.label} behind "
+                  f"{f.shape.label}: ${f.cost_per_hour:,.2f}/h")
+    else:
+        con.print("[bold]no simulated fleet sustains the target[/] (see the report)")

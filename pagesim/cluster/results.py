@@ -74,7 +74,7 @@ class ClusterResult:
             "links": [asdict(link) for link in spec.links],
             "requests_per_replica": per_replica,
             "busy_s_per_replica": busy,
-            "imbalance": {**_imbalance("requests", per_replica), **_imbalance("busy", busy)},
+            "imbalance": {**imbalance("requests", per_replica), **imbalance("busy", busy)},
         }
         if cluster.pd:
             section["ttft_split"] = _ttft_split(cluster.pd_done, self.cluster.records)
@@ -125,7 +125,7 @@ def _merged(pair: tuple[RequestRecord, RequestRecord]) -> RequestRecord:
                    cached_prompt_tokens=prefill.cached_prompt_tokens + decode.cached_prompt_tokens)
 
 
-def _imbalance(name: str, values: list[float]) -> dict:
+def imbalance(name: str, values: list[float]) -> dict:
     """max / mean and the coefficient of variation (population standard deviation / mean)."""
     mean = sum(values) / len(values) if values else 0.0
     return {f"{name}_max_over_mean": max(values) / mean if mean else None,

@@ -21,9 +21,10 @@ def make_plan(*, model: str, trace: Trace, trace_path: str, target_rate: float, 
               grid: list[GridPoint], settings: RunSettings, search: SearchSettings = SearchSettings(),
               min_headroom: float = 0.0, prices: PriceTable | None = None, cache_dir=DEFAULT_CACHE_DIR,
               backend: str = "local", jobs: int | None = None, command: str = "", on_result=None,
-              seeds: int = 3, longer_factor: float = 10.0) -> Plan:
+              seeds: int = 3, longer_factor: float = 10.0, fleet: tuple = ()) -> Plan:
     """Search every configuration (in parallel on `backend`), price them, check the recommendation
-    on longer runs (longer_factor x; 0: no check), and return the Plan."""
+    on longer runs (longer_factor x; 0: no check), and return the Plan. fleet: FleetShapes
+    (pagesim.plan.fleet) each feasible configuration's fleet is also sized for by simulating the cluster."""
     if not target_rate > 0:
         raise ValueError("target rate must be > 0")
     if not 0 <= min_headroom < 1:
@@ -33,8 +34,8 @@ def make_plan(*, model: str, trace: Trace, trace_path: str, target_rate: float, 
     cache = None if cache_dir is None else str(cache_dir)
     if seeds < 1:
         raise ValueError("seeds must be >= 1")
-    work = [ConfigJob(p, settings, search, slos, target_rate, min_headroom, trace, digest, cache, seeds, longer_factor)
-            for p in grid]
+    work = [ConfigJob(p, settings, search, slos, target_rate, min_headroom, trace, digest, cache, seeds, longer_factor,
+                      tuple(fleet)) for p in grid]
     results = run_jobs(work, backend, jobs, on_result)
     price_results(results, prices, target_rate)
     plan = Plan(model=model, trace_path=trace_path, trace_digest=digest, trace_name=str(trace.metadata.get("name", "")),

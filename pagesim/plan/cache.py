@@ -34,12 +34,13 @@ _CODE_DIRS = ("core", "sim", "workload", "models", "metrics")
 _CODE_FILES = ("inputs.py", "plan/run.py", "plan/steady.py", "plan/cache.py")
 
 
-@lru_cache(maxsize=1)
-def code_tag() -> str:
-    """Hash of the simulator's source (see module docstring)."""
+@lru_cache(maxsize=None)
+def code_tag(dirs: tuple[str, ...] = _CODE_DIRS, extra_files: tuple[str, ...] = _CODE_FILES) -> str:
+    """Hash of the simulator's source (see module docstring); a fleet's runs add the cluster's
+    code (pagesim.plan.fleet)."""
     root = Path(pagesim.__file__).parent
-    files = sorted(p for d in _CODE_DIRS if (root / d).is_dir() for p in (root / d).rglob("*.py"))
-    files += [root / f for f in _CODE_FILES]
+    files = sorted(p for d in dirs if (root / d).is_dir() for p in (root / d).rglob("*.py"))
+    files += [root / f for f in extra_files]
     h = hashlib.sha256(f"pagesim {pagesim.__version__} format {CACHE_FORMAT}".encode())
     for path in files:
         h.update(str(path.relative_to(root)).encode())

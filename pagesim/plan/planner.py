@@ -21,6 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from pagesim.plan.cache import RunCache
+from pagesim.plan.fleet import FleetResult, FleetShape, price_fleet, size_fleet
 from pagesim.plan.grid import GridPoint, RunSettings
 from pagesim.plan.prices import PriceTable
 from pagesim.plan.run import Evaluation, RateEvaluator
@@ -47,6 +48,7 @@ class ConfigJob:
     cache_dir: str | None
     seeds: int = 3  # arrival seeds the capacity is searched for (settings.seed, +1, ...)
     longer_factor: float = 10.0  # the longer check's run length / a probe's first; 0: no check
+    fleet: tuple[FleetShape, ...] = ()  # fleet shapes sized by simulating the cluster (pagesim.plan.fleet)
 
 
 @dataclass
@@ -94,6 +96,7 @@ class ConfigResult:
     model_error_basis: str = ""
     costs: str = ""  # "measured", "scaled from <gpu>" or the cost model
     longer: LongerCheck | None = None
+    fleet: list[FleetResult] = field(default_factory=list)  # one per ConfigJob.fleet shape
     # filled by price_results()
     usd_per_gpu_hour: float | None = None
     cost_per_hour: float | None = None
@@ -120,11 +123,13 @@ class ConfigResult:
 
     def to_dict(self) -> dict:
         """What the search found; not how many runs the cache supplied (so plan.json reproduces)."""
-        skip = ("operating", "points", "num_simulated", "num_cached", "longer")
+        skip = ("operating", "points", "num_simulated", "num_cached", "longer", "fleet")
         d = {k: v for k, v in asdict(self).items() if k not in skip}
         d["operating"] = self.operating.to_dict() if self.operating else None
         d["longer"] = self.longer.to_dict() if self.longer else None
         d["points"] = [p.to_dict() for p in self.points]
+        if self.fleet:  # (a plan without --fleet writes what it wrote before)
+            d["fleet"] = [f.to_dict() for f in self.fleet]
         return d
 
 
@@ -163,9 +168,11 @@ def plan_config(job: ConfigJob) -> ConfigResult:
     headroom = 1 - job.target_rate / (replicas * capacity)
     operating = evaluate(job.target_rate / replicas)
     limiting = found.upper.violations if found.upper is not None else []
+    fleet = [size_fleet(job, shape, replicas) for shape in job.fleet]
     return done(job.point, capacity, None, limiting, found.capped, replicas, headroom, operating,
                 knee=found.upper.rate if found.upper else None, num_probes=len(found.points), seed_capacities=seeds,
-                capacity_low=low, capacity_high=high, model_error=error.relative, model_error_basis=error.basis)
+                capacity_low=low, capacity_high=high, model_error=error.relative, model_error_basis=error.basis,
+                fleet=fleet)
 
 
 def check_longer(job: ConfigJob, result: ConfigResult) -> LongerCheck:
@@ -180,6 +187,7 @@ def check_longer(job: ConfigJob, result: ConfigResult) -> LongerCheck:
 def price_results(results: list[ConfigResult], prices: PriceTable, target_rate: float) -> None:
     for r in results:
         r.usd_per_gpu_hour = prices.price(r.point.gpu)
+        price_fleet(r.fleet, r.usd_per_gpu_hour, r.point.tp)
         if not r.feasible or r.usd_per_gpu_hour is None:
             continue
         r.cost_per_hour = r.replicas * r.point.tp * r.usd_per_gpu_hour
@@ -219,6 +227,13 @@ class Plan:
         return ranked(self.results)
 
     @property
+    def fleet_ranking(self) -> list[tuple[ConfigResult, FleetResult]]:
+        """Every simulated fleet that sustains the target and has a price, cheapest first (ties:
+        fewer replicas, then grid and shape order)."""
+        found = [(r, f) for r in self.results for f in r.fleet if f.cost_per_hour is not None]
+        return sorted(found, key=lambda rf: (round(rf[1].cost_per_hour, 9), rf[1].replicas))
+
+    @property
     def recommendation(self) -> ConfigResult | None:
         r = self.ranking
         return r[0] if r else None
@@ -255,7 +270,10 @@ class Plan:
         return rows
 
     def to_dict(self) -> dict:
-        return {
+        fleet = self.fleet_ranking
+        extra = {"fleet_recommendation": {"configuration": fleet[0][0].point.label, **fleet[0][1].to_dict()}} \
+            if fleet else {}
+        return extra | {
             "command": self.command, "model": self.model, "trace": self.trace_path, "trace_sha256": self.trace_digest,
             "target_rate": self.target_rate, "slos": [s.describe() for s in self.slos],
             "settings": asdict(self.settings), "search": asdict(self.search), "min_headroom": self.min_headroom,

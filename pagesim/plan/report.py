@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pagesim.plan.planner import ConfigResult, Plan
 from pagesim.plan.report_render import Bullets, Figure, Heading, Link, Para, Table, render_html, render_markdown
-from pagesim.plan import report_trust
+from pagesim.plan import report_fleet, report_trust
 from pagesim.plan.run import MIN_TAIL_REQUESTS
 from pagesim.plan.steady import MIN_WINDOW_SERVICES, NUM_BATCHES
 from pagesim.plots import log_axis
@@ -136,6 +136,7 @@ def build_blocks(plan: Plan) -> list:
     if unpriced:
         blocks.append(Para("Not ranked (no price for the GPU): " + "; ".join(r.point.label for r in unpriced)))
     blocks += report_trust.longer_blocks(plan)
+    blocks += report_fleet.fleet_blocks(plan)
     blocks += [Heading(2, "All configurations"), _all_table(plan)]
     blocks += [Para("capacity: highest sustainable rate of one replica; interval: its uncertainty (seeds and the "
                     "cost model's measured error); probes: rates its search judged; costs: measured on that GPU or "
