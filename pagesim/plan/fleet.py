@@ -177,7 +177,7 @@ class FleetEvaluator:
         settings, rate = self.job.settings, self.job.target_rate
         first = settings.requests_at(rate)
         return probe_steady(lambda n: self.record(units, n), first, max(first, settings.max_requests_per_probe),
-                            self.job.slos, self.job.search.tolerance)
+                            self.job.slos, self.job.search.tolerance, settings.min_measured_requests)
 
 
 def size_fleet(job, shape: FleetShape, ideal_replicas: int, cost_models: dict | None = None) -> FleetResult:
