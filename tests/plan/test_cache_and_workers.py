@@ -67,13 +67,13 @@ def test_an_entry_it_cannot_use_is_simulated_again(tmp_path, stored):
     path.parent.mkdir(parents=True)
     path.write_text(stored)
     evaluate = RateEvaluator(TINY_RUNS, POINT, SMALL_TRACE, digest, SLOS, cache)
-    fresh = evaluate(2.0)
+    fresh = evaluate.single(2.0, TINY_RUNS.num_requests)  # one run, whose cache entry is the bad one
     assert (evaluate.num_simulated, evaluate.num_cached) == (1, 0)
     assert fresh.error is None and fresh.stats["num_finished"] == TINY_RUNS.num_requests
     record = json.loads(path.read_text())  # overwritten with a good record, used from now on
     assert record_problem(record, 2.0) is None
     again = RateEvaluator(TINY_RUNS, POINT, SMALL_TRACE, digest, SLOS, cache)
-    assert again(2.0).to_dict() == fresh.to_dict() and again.num_cached == 1
+    assert again.single(2.0, TINY_RUNS.num_requests).to_dict() == fresh.to_dict() and again.num_cached == 1
 
 
 SCRIPT = """

@@ -38,7 +38,8 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan")
     pagesim.api.plan(model="llama-2-7b", trace=SMALL_TRACE, target_rate=30, slo="ttft_p99=0.5,tpot_p99=0.05",
                      gpus=["a100-40gb", "a100-80gb", "h100-80gb"], preemption=["recompute", "swap"], num_requests=60,
-                     min_duration=0, tolerance=0.1, start_rate=16, jobs=1, out=out)
+                     min_duration=0, tolerance=0.1, start_rate=16, jobs=1, out=out, min_measured=50,
+                     max_requests=1280, seeds=1, check_longer=0)
     return out / "report.html"
 
 
