@@ -180,7 +180,6 @@ class Replay:
 
     def run(self) -> ReplayResult:
         env = simpy.Environment()
-        self.releases = Releases(self.feed, self.request_host_s)  # (the feed may have been set after __init__)
         env.process(self._arrivals(env))
         env.run(until=self.start(env))
         return self.finish()
