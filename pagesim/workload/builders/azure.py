@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pagesim.workload.builders.common import _require, sha256_of
-from pagesim.workload.builders.timeline import (Shaping, SourceError, SourceRecord, check_order, production_stats,
-                                                shape)
+from pagesim.workload.builders.timeline import (Shaping, SourceError, SourceRecord, check_order,
+                                                shape, shaped_trace)
 from pagesim.workload.trace import Trace
 
 AZURE_DIR = "traces_public/azure-llm-2023"
@@ -92,12 +92,5 @@ def build_azure(kind: str, data_dir: Path, shaping: Shaping | None = None, comma
         "arrival_time": f"TIMESTAMP (wall clock, 100 ns digits, read exactly) as seconds from the first ({first}), "
                         "then shaped (see shaping)",
         "prompt_len": "ContextTokens", "output_len": "GeneratedTokens",
-        "shaping": shaping.as_metadata(),
-        "filters": filters,
-        "count": len(requests),
-        "stats": production_stats(requests),
-        "command": command,
     }
-    if cap is not None:
-        metadata["context_cap"] = cap
-    return Trace(metadata=metadata, requests=requests)
+    return shaped_trace(metadata, shaping, filters, requests, cap, command)

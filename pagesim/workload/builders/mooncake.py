@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from pagesim.workload.builders.common import _require, sha256_of
-from pagesim.workload.builders.timeline import (Shaping, SourceError, SourceRecord, check_order, production_stats,
-                                                shape)
+from pagesim.workload.builders.timeline import (Shaping, SourceError, SourceRecord, check_order,
+                                                shape, shaped_trace)
 from pagesim.workload.trace import Trace
 
 MOONCAKE_DIR = "traces_public/mooncake-fast25"
@@ -117,12 +117,5 @@ def build_mooncake(kind: str, data_dir: Path, shaping: Shaping | None = None, co
                     "Replays key the prefix cache from them (pagesim.core.hashed_prompt); bench and the executor "
                     "send seeded token ids per hash id (HashedPrompt.vocab_ids)",
         "prefix_block_reuse": prefix_block_reuse(requests),
-        "shaping": shaping.as_metadata(),
-        "filters": filters,
-        "count": len(requests),
-        "stats": production_stats(requests),
-        "command": command,
     }
-    if cap is not None:
-        metadata["context_cap"] = cap
-    return Trace(metadata=metadata, requests=requests)
+    return shaped_trace(metadata, shaping, filters, requests, cap, command)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pagesim.workload.builders.common import length_stats
-from pagesim.workload.trace import TraceRequest
+from pagesim.workload.trace import Trace, TraceRequest
 
 ARRIVAL_DECIMALS = 7  # Azure's clock has 100 ns digits; rounding keeps the file's numbers short and exact
 
@@ -181,3 +181,14 @@ def production_stats(requests: Sequence[TraceRequest]) -> dict[str, Any]:
     return {"prompt_len": length_stats([r.prompt_len for r in requests]),
             "output_len": length_stats([r.output_len for r in requests]),
             "arrivals": arrival_stats([r.arrival_time for r in requests])}
+
+
+def shaped_trace(metadata: dict[str, Any], shaping: Shaping, filters: list, requests: list[TraceRequest],
+                 cap: dict | None, command: str) -> Trace:
+    """A production trace: the source's own metadata, then what shaping did to it (the same keys for
+    every source)."""
+    metadata = {**metadata, "shaping": shaping.as_metadata(), "filters": filters, "count": len(requests),
+                "stats": production_stats(requests), "command": command}
+    if cap is not None:
+        metadata["context_cap"] = cap
+    return Trace(metadata=metadata, requests=requests)
