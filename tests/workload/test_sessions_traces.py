@@ -146,7 +146,7 @@ DATA = default_data_dir()
 
 
 @pytest.mark.skipif(not (DATA / "tokenizers" / "opt").exists(), reason=f"OPT tokenizer not at {DATA}")
-@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="reads ShareGPT and tokenizes (15 s); "
+@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="reads ShareGPT and tokenizes (about 5 s); "
                     "set PAGESIM_SLOW_TESTS=1")
 def test_sharegpt_sessions_extend_their_history():
     trace = build_sharegpt_sessions(DATA, num=8, max_context=2048, max_output=64)
@@ -180,7 +180,7 @@ def test_committed_sharegpt_sessions_trace():
 
 
 @pytest.mark.skipif(not (DATA / "tokenizers" / "opt").exists(), reason=f"OPT tokenizer not at {DATA}")
-@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="tokenizes (15 s); set PAGESIM_SLOW_TESTS=1")
+@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="tokenizes (about 5 s); set PAGESIM_SLOW_TESTS=1")
 def test_sharegpt_sessions_rebuild_is_byte_identical(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
