@@ -314,7 +314,7 @@ class EngineCostModel(CostModel):
         return t + shape.decode_context_tokens * self._per_ctx
 
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
-        base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
+        base = self.plain_decode_base(num_seqs, block_size)
         if self._window:
             return windowed_context_durations(base, self._per_ctx, self._per_window_ctx, self._window, num_seqs,
                                               context_tokens, num_steps)
