@@ -357,6 +357,8 @@ class Replay:
             # (durations are positive, so ends increase: the first end at or after until)
             cut = bisect_left(part_ends, until) + 1
             if cut <= count:
+                if not ends:  # (most runs: cut inside the first chunk)
+                    return part[:cut], part_ends[:cut]
                 durations += part[:cut]
                 ends += part_ends[:cut]
                 break

@@ -425,7 +425,7 @@ class CalibratedCostModel(CostModel):
 
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # the base is iteration_time's sum before its context terms, so every float equals it
-        base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
+        base = self.plain_decode_base(num_seqs, block_size)
         if self._window:
             return windowed_context_durations(base, self._dec_per_ctx, self._dec_per_window_ctx, self._window, num_seqs,
                                               context_tokens, num_steps)
