@@ -40,10 +40,10 @@ METRIC_WEIGHTS = {"e2e": 0.0, "ttft": 1.0, "itl": 1.0}
 # (value, spread), and the data move it as far as they can tell it apart. Sources:
 # gpu_time_scale: the operator measurements themselves (1.0) to within 15 %;
 # attention_time_scale: the decode attention measurements, to within 10 %: A100 FlashAttention at the very
-#   per-GPU shape of CodeLlama-34B TP 2 (64 query / 8 KV heads at TP 2, block 16) runs at 71-78 % of the
+#   per-GPU shape of CodeLlama-34B TP 2 (64 query / 8 KV heads at TP 2, block 16) runs at 69-79 % of the
 #   datasheet bandwidth at batch 128 and 1-4k contexts, and the transfer rule (per-byte terms by HBM
 #   bandwidth) keeps that efficiency on H100, i.e. 1.0; batches of 96-128 at 1-4k tokens lie within
-#   -13 .. +4 % of the fitted line (gpu_profiles/attention). The published H100 decode measurement found
+#   -15 .. +10 % of the fitted line (gpu_profiles/attention). The published H100 decode measurement found
 #   is less efficient, not more: FlashAttention 3 paged decode under CUDA graphs reaches 1.80-1.85 TB/s (54-55 %) at
 #   batch 16, 2-4k contexts (Dao-AILab/flash-attention issue 1572), a scale of about 1.35 there.
 #   Without this prior the ~800-token fit set leaves it weakly identified (reports/sim2real.md);
