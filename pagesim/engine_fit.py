@@ -39,19 +39,16 @@ METRIC_WEIGHTS = {"e2e": 0.0, "ttft": 1.0, "itl": 1.0}
 # step), so the fit is a maximum a posteriori estimate: each parameter has a physical prior
 # (value, spread), and the data move it as far as they can tell it apart. Sources:
 # gpu_time_scale: the operator measurements themselves (1.0) to within 15 %;
-# attention_time_scale: the decode attention measurements, to within 10 %: A100 FlashAttention at the very
-#   per-GPU shape of CodeLlama-34B TP 2 (64 query / 8 KV heads at TP 2, block 16) runs at 69-79 % of the
-#   datasheet bandwidth at batch 128 and 1-4k contexts, and the transfer rule (per-byte terms by HBM
-#   bandwidth) keeps that efficiency on H100, i.e. 1.0; batches of 96-128 at 1-4k tokens lie within
-#   -15 .. +10 % of the fitted line (gpu_profiles/attention). The published H100 decode measurement found
-#   is less efficient, not more: FlashAttention 3 paged decode under CUDA graphs reaches 1.80-1.85 TB/s (54-55 %) at
-#   batch 16, 2-4k contexts (Dao-AILab/flash-attention issue 1572), a scale of about 1.35 there.
-#   Without this prior the ~800-token fit set leaves it weakly identified (reports/sim2real.md);
+# attention_time_scale: the decode attention measurements (A100 FlashAttention, scaled) to within 30 %.
+#   Tried and measured (reports/sim2real.md): a prior of 1.0 +- 0.1 from the A100 decode measurement at
+#   CodeLlama-34B TP 2's own per-GPU shape (69-79 % of the datasheet bandwidth at batch 128, 1-4k
+#   tokens, kept on H100 by the transfer rule) leaves the fit where it is: replayed, the kept-up runs
+#   score best at the fit's 0.84, so the wider prior stays;
 # graph_kernel_s: a kernel boundary inside a CUDA graph costs 1-3 us on A100/H100;
 # allreduce_latency_s: vLLM's custom one-shot all-reduce, 5-15 us for small messages on NVLink;
 # cpu_step_s / cpu_per_seq_s: what async scheduling leaves exposed, up to ~1 ms and ~10 us;
 # request_host_s: HTTP, tokenization and the client's stack, tens of ms at most.
-PRIORS = {"gpu_time_scale": (1.0, 0.15), "attention_time_scale": (1.0, 0.1), "graph_kernel_s": (2e-6, 1.5e-6), "allreduce_latency_s": (8e-6, 6e-6),
+PRIORS = {"gpu_time_scale": (1.0, 0.15), "attention_time_scale": (1.0, 0.3), "graph_kernel_s": (2e-6, 1.5e-6), "allreduce_latency_s": (8e-6, 6e-6),
           "cpu_step_s": (5e-4, 5e-4), "cpu_per_seq_s": (0.0, 1e-5), "request_host_s": (0.0, 0.05)}
 # Relative error of one stage mean that counts as much as one prior spread (run-to-run noise).
 STAGE_MEAN_NOISE = 0.02
