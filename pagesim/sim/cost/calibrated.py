@@ -73,6 +73,7 @@ STEP_OPERATORS = ("emb",)  # once per step, not per layer
 ELEMENTWISE_KIND = {"input_layernorm": "norm", "post_attention_layernorm": "norm", "attn_rope": "rope",
                     "mlp_act": "act", "add": "add", "emb": "emb"}
 RESIDUAL_ADDS_PER_LAYER = 2  # after attention and after the MLP
+ROUTING_KIND = "add"  # the elementwise line that prices a MoE layer's routing kernels
 # Measured GPUs and what the others are scaled from.
 MEASURED_GPUS = ("a100-80gb", "h100-80gb", "a40-48gb")
 
@@ -175,6 +176,11 @@ class Calibration:
         if g.count == 1 and g.weight_bytes == dtype_bytes and not g.fp8:
             return self.gemm.seconds(g.m, g.k, g.n, dtype_bytes)
         return self.gemm.grouped_seconds(g, dtype_bytes, fp8_flop_scale if g.fp8 else 1.0)
+
+    def routing_seconds(self, nbytes: float) -> float:
+        """One of a MoE layer's routing kernels (top-k softmax, align, sum) moving `nbytes`: the
+        residual add's line, the elementwise kernel nearest in kind (a few small reads and a write)."""
+        return self.elementwise[ROUTING_KIND].seconds(nbytes)
 
     def operator_floor(self, op: str, shape: LayerShape) -> float:
         """The launch-and-tail floor inside operator_seconds (what a CUDA graph takes away), and
@@ -329,6 +335,7 @@ class CalibratedCostModel(CostModel):
             layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale) for g in group.gemms]
                         + [cal.operator_seconds(op, s, tokens) for op in ELEMENTWISE_OPERATORS])
             layer += (RESIDUAL_ADDS_PER_LAYER - 1) * cal.operator_seconds("add", s, tokens)
+            layer += sum(cal.routing_seconds(b) for b in group.routing_bytes)
             seconds = layer + allreduce
             if group.ep_exchange_bytes:  # expert parallelism: all-gather + reduce-scatter over the ranks
                 seconds += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
@@ -371,6 +378,11 @@ class CalibratedCostModel(CostModel):
                     continue
                 busy += cal.operator_seconds(op, s, tokens) - floor
                 floors += floor
+                kernels += 1
+            for nbytes in group.routing_bytes:  # a MoE layer's routing kernels (layer_ops.moe_routing_bytes)
+                line = cal.elementwise[ROUTING_KIND]
+                busy += line.slope * nbytes
+                floors += line.floor_s
                 kernels += 1
             if group.ep_exchange_bytes:
                 exchange += group.num_layers * cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
