@@ -90,11 +90,14 @@ def block_term(gpu: GPUSpec) -> PagedBlockTerm | None:
     return PAPER_BLOCK_TERM if gpu.name in PAPER_GPUS else None
 
 
-def not_modelled_reason(gpu_name: str, engine: str | None = None) -> str | None:
-    """Why block size is not in the step time for this GPU (and engine profile), or None where it is."""
+def not_modelled_reason(gpu_name: str, cost_model: str = "calibrated", engine: str | None = None) -> str | None:
+    """Why block size is not in the step time of this GPU under this cost model (and engine
+    profile), or None where it is (the calibrated and roofline models on the paper's A100s)."""
+    if cost_model not in ("calibrated", "roofline"):
+        return f"the {cost_model} cost model has no block-size term"
     if engine:
         return (f"engine profile {engine}: its attention backends are not the paper's kernel and no "
                 "measurement prices their blocks")
     if gpu_name not in PAPER_GPUS:
-        return f"{gpu_name}: the only kernel measurement by block size (the paper's) is of an A100"
+        return "the one kernel measurement by block size (the paper's Fig. 18a) is of an A100"
     return None
