@@ -106,7 +106,7 @@ def block_size_sweep(trace_name: str, block_sizes, duration: float, warmup: floa
     """Normalized latency at every block size, at `rate` or (None) at LOAD x the block-16
     sustainable rate."""
     from pagesim.experiments.fig12_latency_vs_rate import START_RATES, Search, sustainable_rate
-    from pagesim.experiments.paper import Setup
+    from pagesim.experiments.paper import SEARCH_OPT13B
 
     from pagesim.sim.engine import Replay, ReplayConfig
     from pagesim.sim.rate_search import run_unless_over
@@ -127,8 +127,7 @@ def block_size_sweep(trace_name: str, block_sizes, duration: float, warmup: floa
                 "kv_token_slots": s["kv_token_slots"], "wall_s": timer.elapsed()}
 
     if rate is None:
-        setup = Setup(SETUP_OPT13B["model"], SETUP_OPT13B["gpu"], SETUP_OPT13B["tp"], label="OPT-13B")  # (the engine: probe's own)
-        search = Search(setup, trace_name, "paged")
+        search = Search(SEARCH_OPT13B, trace_name, "paged")
         sustained, _ = sustainable_rate(search, lambda r: run(16, r, SUSTAIN_THRESHOLD), SUSTAIN_THRESHOLD,
                                         START_RATES[trace_name], resolution)
         rate = LOAD * sustained
