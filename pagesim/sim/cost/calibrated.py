@@ -40,6 +40,9 @@ kept. Nearest = smallest distance in (log FP16 FLOP/s, log HBM bandwidth): A100-
 A100-80GB, H200 from H100-80GB, and so does any GPUSpec a user defines.
 
 Swap and copy-on-write block moves are not in the measurements: they use the roofline's terms.
+The attention file is of block 16 only; on A100s decode attention at other block sizes adds the
+block-table gather and partial-last-block term of pagesim/sim/cost/paged_blocks.py (fitted to the
+paper's Fig. 18(a)); elsewhere block size does not enter the step time.
 
 Modern models (MoE and expert parallelism, MLA, sliding-window layers, quantized and FP8 weights)
 use the same terms on the GEMMs pagesim/sim/cost/layer_ops.py lists per group of equal layers,
