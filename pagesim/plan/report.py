@@ -262,7 +262,8 @@ def _sensitivity_table(plan: Plan) -> Table:
     cap = {(r.point.gpu, r.point.tp, r.point.max_num_seqs, r.point.block_size, r.point.preemption): r.capacity
            for r in plan.results}
     # where block size is not in the step time the row's differences are KV memory's alone (report_trust)
-    priced = lambda g: "yes" if not_modelled_reason(g, plan.settings.cost_model) is None else "no"  # noqa: E731
+    engine = report_trust.replay_engine_profile(plan)
+    priced = lambda g: "yes" if not_modelled_reason(g, plan.settings.cost_model, engine) is None else "no"  # noqa: E731
     headers = ["gpu", "tp", "max seqs"] + [f"b{b} {m}" for b in blocks for m in modes] + ["block size in step time"]
     rows = [[g, str(t), str(s)] + [_num(cap.get((g, t, s, b, m)), 2) for b in blocks for m in modes] + [priced(g)]
             for g, t, s in groups]

@@ -9,7 +9,9 @@ import csv
 from pagesim.plan.planner import LONGER_MARGIN, ConfigResult, Plan
 from pagesim.plan.report_render import Bullets, Heading, Para, Table
 from pagesim.plan.uncertainty import ERRORS_CSV, ERRORS_NAME
+from pagesim.sim.cost.engine import load_engine_profile
 from pagesim.sim.cost.paged_blocks import PAPER_BLOCK_TERM, SOURCE, not_modelled_reason
+from pagesim.sim.engine import ReplayConfig
 
 
 def _rate(v) -> str:
@@ -100,11 +102,18 @@ def trust_blocks(plan: Plan) -> list:
     return blocks + [Bullets(notes)]
 
 
+def replay_engine_profile(plan: Plan) -> str | None:
+    """The current-vLLM engine profile the plan's replays run the calibrated kernels under (the
+    ReplayConfig default), or None for the paper-era engine (the kernels as measured)."""
+    engine = getattr(plan.settings, "engine", ReplayConfig.engine)
+    return None if load_engine_profile(engine).measured_eager else engine
+
+
 def block_size_notes(plan: Plan) -> list[str]:
     """Where block size is in the step time (decode attention's per-block gather and partial last
     block, pagesim/sim/cost/paged_blocks.py) and where it is not, with the reason."""
     gpus = sorted({r.point.gpu for r in plan.results})
-    reasons = {g: not_modelled_reason(g, plan.settings.cost_model) for g in gpus}
+    reasons = {g: not_modelled_reason(g, plan.settings.cost_model, replay_engine_profile(plan)) for g in gpus}
     priced = [g for g in gpus if reasons[g] is None]
     notes = []
     if priced:

@@ -105,3 +105,26 @@ def test_decode_runs_equal_single_steps_at_every_block(cost_model, model, block)
     m = make_cost_model(cost_model, MODELS[model], "a100-80gb")
     runs = m.decode_run_durations(8, 8 * 3000, 200, block)  # crosses Gemma's 4096-token window
     assert runs == CostModel.decode_run_durations(m, 8, 8 * 3000, 200, block)
+
+
+def test_where_block_size_is_said_to_be_modelled():
+    from pagesim.sim.cost.paged_blocks import not_modelled_reason
+
+    assert not_modelled_reason("a100-80gb") is None  # calibrated, paper-era engine
+    assert not_modelled_reason("a100-40gb", "roofline") is None
+    assert "engine profile vllm-0.19" in not_modelled_reason("a100-80gb", "calibrated", "vllm-0.19")
+    assert "A100" in not_modelled_reason("h100-80gb")
+    assert "profiled cost model" in not_modelled_reason("a100-80gb", "profiled")
+
+
+def test_plan_notes_split_gpus_by_whether_block_size_is_priced():
+    from types import SimpleNamespace
+
+    from pagesim.plan.report_trust import block_size_notes
+
+    point = lambda gpu: SimpleNamespace(point=SimpleNamespace(gpu=gpu))  # noqa: E731
+    plan = SimpleNamespace(results=[point("a100-80gb"), point("h200-141gb"), point("a100-40gb")],
+                           settings=SimpleNamespace(cost_model="roofline"))
+    priced, unpriced = block_size_notes(plan)
+    assert priced.startswith("block size on a100-40gb, a100-80gb: decode attention pays a gather per block (3.68")
+    assert unpriced.startswith("block size is not modelled in the step time on h200-141gb (the one kernel")

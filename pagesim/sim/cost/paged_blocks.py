@@ -90,13 +90,14 @@ def block_term(gpu: GPUSpec) -> PagedBlockTerm | None:
     return PAPER_BLOCK_TERM if gpu.name in PAPER_GPUS else None
 
 
-def not_modelled_reason(gpu_name: str, cost_model: str = "calibrated", engine: str | None = None) -> str | None:
-    """Why block size is not in the step time of this GPU under this cost model (and engine
-    profile), or None where it is (the calibrated and roofline models on the paper's A100s)."""
+def not_modelled_reason(gpu_name: str, cost_model: str = "calibrated", engine_profile: str | None = None) -> str | None:
+    """Why block size is not in the step time of this GPU under this cost model (and, for the
+    calibrated model, this current-vLLM engine profile; None: the paper-era engine), or None where
+    it is (the calibrated model under the paper-era engine, and the roofline, on the paper's A100s)."""
     if cost_model not in ("calibrated", "roofline"):
         return f"the {cost_model} cost model has no block-size term"
-    if engine:
-        return (f"engine profile {engine}: its attention backends are not the paper's kernel and no "
+    if engine_profile and cost_model == "calibrated":
+        return (f"engine profile {engine_profile}: its attention backends are not the paper's kernel and no "
                 "measurement prices their blocks")
     if gpu_name not in PAPER_GPUS:
         return "the one kernel measurement by block size (the paper's Fig. 18a) is of an A100"
