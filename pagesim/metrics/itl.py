@@ -172,13 +172,19 @@ def _order_statistics(chunks: Chunks, ranks: list[int]) -> list[float]:
     return results
 
 
-def weighted_percentiles_of(chunks: Chunks, qs: list[float]) -> list[float]:
-    """np.percentile(np.repeat(values, weights), qs) exactly (its default linear method: the
-    same two order statistics and the same interpolation arithmetic), without the repeat, over
-    values and weights given a chunk at a time."""
+def _total_weight(chunks: Chunks) -> int:
     import numpy as np
 
-    count = sum(int(w.sum(dtype=np.int64)) for _, w in chunks())
+    return sum(int(w.sum(dtype=np.int64)) for _, w in chunks())
+
+
+def weighted_percentiles_of(chunks: Chunks, qs: list[float], count: int | None = None) -> list[float]:
+    """np.percentile(np.repeat(values, weights), qs) exactly (its default linear method: the
+    same two order statistics and the same interpolation arithmetic), without the repeat, over
+    values and weights given a chunk at a time; count: their total weight, where known."""
+    import numpy as np
+
+    count = _total_weight(chunks) if count is None else count
     virtuals = (np.asarray(qs, dtype=float) / 100) * (count - 1)
     lows = [int(np.floor(v)) for v in virtuals]
     ranks = sorted({min(k, count - 1) for lo in lows for k in (lo, lo + 1)})
@@ -230,13 +236,11 @@ def weighted_vllm_stats(name: str, chunks: Chunks) -> dict | None:
     the median and p99 exactly as numpy gives them on the repeated values; the mean and the
     (population) std from correctly rounded sums, so equal for any grouping of the same values
     (numpy's pairwise sums round in an order that depends on the grouping). None: no values."""
-    import numpy as np
-
-    count = sum(int(w.sum(dtype=np.int64)) for _, w in chunks())
+    count = _total_weight(chunks)
     if not count:
         return None
     mean = exact_weighted_sum_of(chunks()) / count
     std = math.sqrt(exact_weighted_sum_of(((v - mean) ** 2, w) for v, w in chunks()) / count)
-    median, p99 = weighted_percentiles_of(chunks, [50, 99])
+    median, p99 = weighted_percentiles_of(chunks, [50, 99], count)
     return {f"mean_{name}_ms": mean * 1000.0, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std * 1000.0,
             f"p99_{name}_ms": p99 * 1000.0}
