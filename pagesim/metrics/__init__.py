@@ -15,7 +15,7 @@ import math
 import statistics
 from array import array
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
