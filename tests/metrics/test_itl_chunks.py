@@ -87,3 +87,26 @@ def test_replay_gaps_in_tiny_chunks_equal_the_per_token_definition(monkeypatch, 
     assert s["median_itl_ms"] == np.percentile(gaps, 50) * 1000.0
     assert s["p99_itl_ms"] == np.percentile(gaps, 99) * 1000.0
     assert s["mean_itl_ms"] == math.fsum(gaps) / len(gaps) * 1000.0
+
+
+def test_stats_over_chunks_never_hold_every_value():
+    # 2**21 (value, weight) pairs made a chunk at a time: materialised they take 24 MiB (float64
+    # values, int32 weights) and the statistics another 38 MiB at their peak (measured); read in
+    # chunks the peak stays a few chunks' worth (6 MiB here: mostly the exact sums' float lists)
+    import tracemalloc
+
+    size, step = 1 << 21, itl.CHUNK
+
+    def chunks():
+        for i in range(0, size, step):
+            rng = np.random.default_rng(i)  # (the same chunk at every pass)
+            yield rng.exponential(0.03, step), rng.integers(1, 9, step).astype(np.int32)
+
+    tracemalloc.start()
+    try:
+        stats = itl.weighted_vllm_stats("x", chunks)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stats["p99_x_ms"] > stats["median_x_ms"] > 0
+    assert peak < 10 * 2**20, f"peak {peak / 2**20:.1f} MiB"
