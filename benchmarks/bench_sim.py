@@ -281,14 +281,17 @@ def main() -> None:
                   "That the two simulate the same workload is the quoter's claim, not checked here."
                   + (f" {args.peer_note}" if args.peer_note else ""), "",
                   "| pagesim path | pagesim median (s) | peer command | peer runs (s) | peer median (s) | pagesim / peer "
-                  "| the same in CPU time |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| the same in CPU time | max RSS (MB): pagesim / peer |",
+                  "|---|---|---|---|---|---|---|---|"]
         for i, (name, cmd) in enumerate(peers):
             mine = by_name[name].median_wall
             theirs = statistics.median(r["wall_s"] for r in peer_runs[i])
             cpu_ratio = by_name[name].median_cpu / statistics.median(r["cpu_s"] for r in peer_runs[i])
+            # (a shell's child: wait4 reports the largest RSS of it and the descendants it waited for)
+            peer_rss = max(r["max_rss_mb"] for r in peer_runs[i])
             lines.append(f"| {name} | {mine:.2f} | `{cmd}` | {walls(peer_runs[i])} | "
-                         f"{theirs:.2f} | {mine / theirs:.2f} | {cpu_ratio:.2f} |")
+                         f"{theirs:.2f} | {mine / theirs:.2f} | {cpu_ratio:.2f} | "
+                         f"{by_name[name].peak_rss:.0f} / {peer_rss:.0f} |")
     lines += [
         "",
         "## Start-up",
