@@ -350,7 +350,32 @@ def in_process_sections(args) -> list[str]:
     for name, ts in cost_times.items():
         lines.append(f"| {name} | {' / '.join(f'{t:.2f}' for t in ts)} | {best[name]:.2f} |")
     lines += ["", f"Calibrated / roofline: {cost_ratio:.2f} (target <= 1.10: {verdict(cost_ratio <= 1.10)}).", ""]
-    return lines
+    return lines + step_cost_section(args.repeat)
+
+
+def step_cost_section(repeat: int, calls: int = 20_000) -> list[str]:
+    """One mixed step's price (`iteration_time`) per call for each cost model, the models
+    alternating in each of `repeat` rounds (best kept): the simulator calls it once per step it
+    does not take in a decode run."""
+    import timeit
+
+    from pagesim.core import BatchShape
+    from pagesim.sim.cost import make_cost_model
+
+    shape = BatchShape(num_prefill_tokens=300, num_prefill_seqs=2, prefill_attn_pairs=50_000, num_decode_seqs=40,
+                       decode_context_tokens=12_000, num_swap_blocks=4)
+    models = {name: make_cost_model(name, "opt-13b", "a100-40gb") for name in ("roofline", "calibrated")}
+    per_call: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(repeat):
+        for name, model in models.items():
+            per_call[name].append(timeit.timeit(lambda m=model: m.iteration_time(shape), number=calls) / calls)
+    lines = ["## One step's price per call (in-process)", "",
+             f"`iteration_time` of a mixed step (2 prompts of 300 tokens, 40 decodes over 12,000 context tokens, 4 "
+             f"swapped blocks), OPT-13B on A100-40GB, {calls:,} calls a run, the models alternating, {repeat} runs each.",
+             "", "| cost model | runs (us per call) | best (us) |", "|---|---|---|"]
+    for name, ts in per_call.items():
+        lines.append(f"| {name} | {' / '.join(f'{t * 1e6:.2f}' for t in ts)} | {min(ts) * 1e6:.2f} |")
+    return lines + [""]
 
 
 if __name__ == "__main__":
