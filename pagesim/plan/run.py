@@ -12,8 +12,9 @@ the most favourable state, so a longer one does no better. A pass counts only on
 enough and with a flat queue; otherwise the probe runs again with more requests, up to the
 settings' cap, where an undecided probe counts as unsustainable ("undecided").
 
-`probe_steady(run, rate, ...)` is that loop over any driver (`run(n)` -> a run record); a
-RateEvaluator is the probe of one replica configuration, cached.
+`probe_steady(run, rate, ...)` is that loop over any driver (`run(n)` -> a run record);
+`scout_probe` the same capped at a short length and judged optimistically, for locating the
+knee cheaply (pagesim.plan.search); a RateEvaluator is the probe of one replica configuration, cached.
 """
 
 from __future__ import annotations
