@@ -81,7 +81,8 @@ def build_blocks(plan: Plan) -> list:
                                                "profile, not from the GPU named)" if st.profile else "")
             + f"; a probe runs again with more requests until its steady state is judged, at most "
             f"{st.max_requests_per_probe:,} (Method); {plan.seeds} arrival seed(s) per capacity",
-            f"search: from {se.start_rate:g} req/s, x{se.growth:g} to bracket, then geometric bisection to a relative "
+            f"search: short scouting probes from {se.start_rate:g} req/s, x{se.growth:g} to bracket, then geometric "
+            f"bisection; from the scouted capacity, full probes step towards the knee and bisect to a relative "
             f"tolerance of {se.tolerance:g}; range {se.min_rate:g}-{se.max_rate:g} req/s per replica",
             f"prices: {plan.prices.path}, retrieved {plan.prices.retrieved or '?'}: "
             + ", ".join(f"{g} ${p:.2f}/GPU-h" for g, p in sorted(plan.prices.usd_per_gpu_hour.items())),
@@ -109,7 +110,8 @@ def build_blocks(plan: Plan) -> list:
     blocks += report_fleet.fleet_blocks(plan)
     blocks += [Heading(2, "All configurations"), _all_table(plan)]
     blocks += [Para("capacity: highest sustainable rate of one replica; interval: its uncertainty (seeds and the "
-                    "cost model's measured error); probes: rates its search judged; costs: measured on that GPU or "
+                    "cost model's measured error); probes: rates its search judged with full steady-state probes "
+                    "(after short scouting probes); costs: measured on that GPU or "
                     "scaled from another; headroom: spare share of the deployed "
                     "capacity; KV util. and preemptions/request at the operating point (target / replicas per "
                     "replica); limiting: what fails just above the capacity. Configurations with identical results "
