@@ -281,14 +281,17 @@ def main() -> None:
                   "That the two simulate the same workload is the quoter's claim, not checked here."
                   + (f" {args.peer_note}" if args.peer_note else ""), "",
                   "| pagesim path | pagesim median (s) | peer command | peer runs (s) | peer median (s) | pagesim / peer "
-                  "| the same in CPU time |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| the same in CPU time | max RSS (MB): pagesim / peer |",
+                  "|---|---|---|---|---|---|---|---|"]
         for i, (name, cmd) in enumerate(peers):
             mine = by_name[name].median_wall
             theirs = statistics.median(r["wall_s"] for r in peer_runs[i])
             cpu_ratio = by_name[name].median_cpu / statistics.median(r["cpu_s"] for r in peer_runs[i])
+            # (a shell's child: wait4 reports the largest RSS of it and the descendants it waited for)
+            peer_rss = max(r["max_rss_mb"] for r in peer_runs[i])
             lines.append(f"| {name} | {mine:.2f} | `{cmd}` | {walls(peer_runs[i])} | "
-                         f"{theirs:.2f} | {mine / theirs:.2f} | {cpu_ratio:.2f} |")
+                         f"{theirs:.2f} | {mine / theirs:.2f} | {cpu_ratio:.2f} | "
+                         f"{by_name[name].peak_rss:.0f} / {peer_rss:.0f} |")
     lines += [
         "",
         "## Start-up",
@@ -347,7 +350,32 @@ def in_process_sections(args) -> list[str]:
     for name, ts in cost_times.items():
         lines.append(f"| {name} | {' / '.join(f'{t:.2f}' for t in ts)} | {best[name]:.2f} |")
     lines += ["", f"Calibrated / roofline: {cost_ratio:.2f} (target <= 1.10: {verdict(cost_ratio <= 1.10)}).", ""]
-    return lines
+    return lines + step_cost_section(args.repeat)
+
+
+def step_cost_section(repeat: int, calls: int = 20_000) -> list[str]:
+    """One mixed step's price (`iteration_time`) per call for each cost model, the models
+    alternating in each of `repeat` rounds (best kept): the simulator calls it once per step it
+    does not take in a decode run."""
+    import timeit
+
+    from pagesim.core import BatchShape
+    from pagesim.sim.cost import make_cost_model
+
+    shape = BatchShape(num_prefill_tokens=300, num_prefill_seqs=2, prefill_attn_pairs=50_000, num_decode_seqs=40,
+                       decode_context_tokens=12_000, num_swap_blocks=4)
+    models = {name: make_cost_model(name, "opt-13b", "a100-40gb") for name in ("roofline", "calibrated")}
+    per_call: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(repeat):
+        for name, model in models.items():
+            per_call[name].append(timeit.timeit(lambda m=model: m.iteration_time(shape), number=calls) / calls)
+    lines = ["## One step's price per call (in-process)", "",
+             f"`iteration_time` of a mixed step (2 prompts of 300 tokens, 40 decodes over 12,000 context tokens, 4 "
+             f"swapped blocks), OPT-13B on A100-40GB, {calls:,} calls a run, the models alternating, {repeat} runs each.",
+             "", "| cost model | runs (us per call) | best (us) |", "|---|---|---|"]
+    for name, ts in per_call.items():
+        lines.append(f"| {name} | {' / '.join(f'{t * 1e6:.2f}' for t in ts)} | {min(ts) * 1e6:.2f} |")
+    return lines + [""]
 
 
 if __name__ == "__main__":

@@ -39,7 +39,11 @@ METRIC_WEIGHTS = {"e2e": 0.0, "ttft": 1.0, "itl": 1.0}
 # step), so the fit is a maximum a posteriori estimate: each parameter has a physical prior
 # (value, spread), and the data move it as far as they can tell it apart. Sources:
 # gpu_time_scale: the operator measurements themselves (1.0) to within 15 %;
-# attention_time_scale: the decode attention measurements (A100 FlashAttention, scaled) to within 30 %;
+# attention_time_scale: the decode attention measurements (A100 FlashAttention, scaled) to within 30 %.
+#   Tried and measured (reports/sim2real.md): a prior of 1.0 +- 0.1 from the A100 decode measurement at
+#   CodeLlama-34B TP 2's own per-GPU shape (69-79 % of the datasheet bandwidth at batch 128, 1-4k
+#   tokens, kept on H100 by the transfer rule) leaves the fit where it is: replayed, the kept-up runs
+#   score best at the fit's 0.84, so the wider prior stays;
 # graph_kernel_s: a kernel boundary inside a CUDA graph costs 1-3 us on A100/H100;
 # allreduce_latency_s: vLLM's custom one-shot all-reduce, 5-15 us for small messages on NVLink;
 # cpu_step_s / cpu_per_seq_s: what async scheduling leaves exposed, up to ~1 ms and ~10 us;

@@ -119,6 +119,12 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
         if clients:
             notes.append(f"a closed-loop run ({clients} clients): replayed closed loop, each request sent when one "
                          "of the replay's own ended (--concurrency 0: at the recorded send times)")
+        staged = stage_clients(run)
+        if staged and (s.data_parallel_size or 1) == 1:
+            plan = ", ".join(f"{n} clients" if n else "recorded gaps" for n in staged)
+            notes.append(f"{len(staged)} stages, closed-loop ones among them: replayed one after another, each "
+                         f"starting when the previous stage's last request ended in the replay ({plan}; "
+                         "--concurrency 0: every stage at the recorded send times)")
     if clients:
         options["concurrency"] = clients
     timeout = client_timeout(run)
@@ -136,10 +142,35 @@ def replay_config(run, **overrides) -> tuple[ReplayConfig, list[str]]:
 
 def closed_loop_clients(run) -> int | None:
     """The client count of a run that was one closed-loop stage (pagesim.realruns.Stage.closed_loop);
-    None otherwise (a run of several stages changed its load as it went: one replay cannot)."""
+    None otherwise (several stages: stage_clients)."""
     if len(run.stages) == 1 and run.stages[0].closed_loop and run.stages[0].concurrency:
         return run.stages[0].concurrency
     return None
+
+
+def stage_clients(run) -> list[int | None] | None:
+    """Per stage of a run of several stages with a closed-loop one among them (a guidellm sweep of
+    concurrencies, say): its client count, None for an open-loop stage. None for other runs."""
+    if len(run.stages) > 1 and any(s.closed_loop and s.concurrency for s in run.stages):
+        return [s.concurrency if s.closed_loop else None for s in run.stages]
+    return None
+
+
+def staged_replay(cfg: ReplayConfig, run, trace, keep_steps: bool) -> Replay:
+    """A multi-stage closed-loop run's replay: its stages in order through a StagedFeed, each
+    closed loop with its own clients or at its recorded gaps (pagesim.workload.sessions)."""
+    from pagesim.workload.requests import time_origin
+    from pagesim.workload.sessions import StagedFeed
+
+    requests, notes = cfg.requests(trace)
+    by_stage: dict[int, list] = {s.index: [] for s in run.stages}
+    for real, request in zip(run.requests, requests):
+        if (real.stage or 0) not in by_stage:
+            raise ValidateError(f"{run.path}: request {real.index} is in stage {real.stage}, which the run does not list")
+        by_stage[real.stage or 0].append(request)
+    clients = stage_clients(run)
+    feed = StagedFeed([(by_stage[s.index], n) for s, n in zip(run.stages, clients)], time_origin(requests, None))
+    return Replay(cfg, trace, keep_steps=keep_steps, feed=feed, requests=(requests, notes))
 
 
 def fit_run(run, **overrides) -> FitRun:
@@ -273,7 +304,9 @@ def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Valida
                  f"them), behind vLLM's DP balancer (dp-balance: least waiting*4+running, counts read every "
                  f"{DP_STATS_INTERVAL_S:g} s); steps.csv holds rank 0's steps"] + notes
     else:
-        sim = Replay(cfg, run.to_trace(), keep_steps=keep_steps)
+        staged = overrides.get("concurrency") is None and stage_clients(run)
+        sim = staged_replay(cfg, run, run.to_trace(), keep_steps) if staged else \
+            Replay(cfg, run.to_trace(), keep_steps=keep_steps)
         sim.on_progress = progress
         result = sim.run()
     records = {r.request_id: r for r in result.metrics.requests}

@@ -19,9 +19,8 @@ from pagesim.cli.config_file import config_extra, config_option, print_reproduce
 from pagesim.cli.summary_table import _fmt, print_summary  # noqa: F401 (run and bench print it through here too)
 from pagesim.core.config import CHOICES
 from pagesim.core.config import SERVING_DEFAULTS as DEFAULTS
-from pagesim.sim.cost.engine import DEFAULT_ENGINE, ENGINE_NAMES
+from pagesim.sim.cost.names import DEFAULT_COST_MODEL, DEFAULT_ENGINE, ENGINE_NAMES
 from pagesim.metrics.files import STEPS_CHOICES
-from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.workload.requests import WORKLOAD_DEFAULTS as WORKLOAD
 
 # The options' choices and defaults come from the one serving configuration (pagesim.core.config).

@@ -1,25 +1,35 @@
 """The engine core: requests, KV cache managers and the scheduler. Pure Python, shared by the
-simulator and the executor; it imports nothing heavy."""
+simulator and the executor; it imports nothing heavy. The names below are imported from their
+modules when first read, so a module that needs one part of the core (a command's help reads
+pagesim.core.config alone) does not load all of it."""
 
-from pagesim.core.allocators import BuddyAllocator, FirstFitAllocator
-from pagesim.core.hashed_prompt import HashedPrompt
-from pagesim.core.errors import CannotServe, CoreError, DoubleFree, NegativeRefcount, OutOfBlocks, SchedulerStalled
-from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
-from pagesim.core.paged import BlockPool, PagedKVManager
-from pagesim.core.hybrid_kv import HybridKVManager
-from pagesim.core.kv_groups import NULL_BLOCK, KVGroupSpec, KVLayout
-from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
-from pagesim.core.reservation import ReservationKVManager
-from pagesim.core.policies import POLICIES, PoolConfig, make_kv_manager, make_scheduler
-from pagesim.core.scheduler import Scheduler, SchedulerConfig
-from pagesim.core.config import DEFAULT_MAX_NUM_BATCHED_TOKENS, ServingConfig
-from pagesim.core.step import BatchShape, Sample, SchedulerOutput, StepResult
+import importlib
 
-__all__ = [
-    "BatchShape", "DEFAULT_MAX_NUM_BATCHED_TOKENS", "POLICIES", "PoolConfig", "make_kv_manager", "make_scheduler",
-    "CannotServe", "CoreError", "DoubleFree", "NegativeRefcount", "OutOfBlocks", "SchedulerStalled",
-    "BlockPool", "BuddyAllocator", "FirstFitAllocator", "HashedPrompt", "HybridKVManager", "KVCacheManager", "KVGroupSpec", "KVLayout",
-    "NULL_BLOCK", "PagedKVManager",
-    "Request", "ReservationKVManager", "Sample", "SamplingParams", "Scheduler", "SchedulerConfig",
-    "SchedulerOutput", "Sequence", "ServingConfig", "SequenceGroup", "SequenceStatus", "StepResult", "WasteBreakdown",
-]
+_HOMES = {
+    "BuddyAllocator": "allocators", "FirstFitAllocator": "allocators",
+    "HashedPrompt": "hashed_prompt",
+    "CannotServe": "errors", "CoreError": "errors", "DoubleFree": "errors", "NegativeRefcount": "errors",
+    "OutOfBlocks": "errors", "SchedulerStalled": "errors",
+    "KVCacheManager": "kv_manager", "WasteBreakdown": "kv_manager",
+    "BlockPool": "paged", "PagedKVManager": "paged",
+    "HybridKVManager": "hybrid_kv",
+    "NULL_BLOCK": "kv_groups", "KVGroupSpec": "kv_groups", "KVLayout": "kv_groups",
+    "Request": "request", "SamplingParams": "request", "Sequence": "request", "SequenceGroup": "request",
+    "SequenceStatus": "request",
+    "ReservationKVManager": "reservation",
+    "POLICIES": "policies", "PoolConfig": "policies", "make_kv_manager": "policies", "make_scheduler": "policies",
+    "Scheduler": "scheduler", "SchedulerConfig": "scheduler",
+    "DEFAULT_MAX_NUM_BATCHED_TOKENS": "config", "ServingConfig": "config",
+    "BatchShape": "step", "Sample": "step", "SchedulerOutput": "step", "StepResult": "step",
+}
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # (read once)
+    return value

@@ -4,7 +4,7 @@ order is the eviction order (vLLM v1's block_pool.py), shared by every paged KV 
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
+from itertools import compress, repeat
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 
@@ -198,9 +198,9 @@ class BlockPool:
         counts = list(map(refcount.__getitem__, blocks))
         if len(set(blocks)) == len(blocks) and min(counts, default=1) > 0:
             # (the common case, checked at C speed: distinct blocks all in use, nothing can fail)
-            run_all(map(refcount.__setitem__, blocks, [c - 1 for c in counts]))
+            run_all(map(refcount.__setitem__, blocks, map((1).__rsub__, counts)))  # (count - 1 each)
             self.num_refs -= len(blocks)
-            self.free_queue.extend([block for block, c in zip(blocks, counts) if c == 1])
+            self.free_queue.extend(list(compress(blocks, map((1).__eq__, counts))))  # (those at 1)
             return
         freed = []
         for i, block in enumerate(blocks):

@@ -76,21 +76,29 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     to_finish = INF
     context = 0
     seqs = []
-    request_ids = []
+    add_seq = seqs.append
     forked = []  # positions of sequences in groups of several: only forks share a partly filled last block
-    for group in sched.running:
-        request = group.request
-        sampling = request.sampling
+    running = sched.running
+    for group in running:
+        sampling = group.request.sampling
         if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
             # EOS could stop a sequence early; beams fork and drop every step; parallel samples
             # fork at their first token, and a last prefill chunk of one token looks like a
             # decode but produces the first token
             return None
-        request_ids.append(request.request_id)
-        stop = group.stop_len
         group_seqs = group.seqs
-        if len(group_seqs) > 1:
-            forked.extend(range(len(seqs), len(seqs) + len(group_seqs)))
+        if len(group_seqs) == 1:  # (most groups: the loop below, unrolled)
+            seq = group_seqs[0]
+            num_tokens = seq.num_tokens
+            if num_tokens - seq.num_computed_tokens != 1:
+                return None  # still in prefill
+            context += num_tokens
+            if group.stop_len - num_tokens < to_finish:
+                to_finish = group.stop_len - num_tokens
+            add_seq(seq)
+            continue
+        stop = group.stop_len
+        forked.extend(range(len(seqs), len(seqs) + len(group_seqs)))
         for seq in group_seqs:
             num_tokens = seq.num_tokens
             if num_tokens - seq.num_computed_tokens != 1:
@@ -98,7 +106,8 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             context += num_tokens
             if stop - num_tokens < to_finish:
                 to_finish = stop - num_tokens
-            seqs.append(seq)
+            add_seq(seq)
+    request_ids = [group.request.request_id for group in running]
     num_seqs = len(seqs)
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):
@@ -180,13 +189,10 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     opened = [0] * num_steps  # new blocks taken at each step
     if opens:
         opens.sort()
-        takers = []
         tables = kv.num_tables
         for at in opens:
-            step, order = divmod(at, num_seqs)
-            opened[step] += tables
-            takers.append(seqs[order])
-        kv.append_blocks(takers)
+            opened[at // num_seqs] += tables
+        kv.append_blocks([seqs[at % num_seqs] for at in opens])
     blocks_used = list(accumulate(opened, initial=used))[1:]
     finishing = num_steps >= to_finish
     # A window's frees at the last step go group by group between the finishes, as update() does

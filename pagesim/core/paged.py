@@ -341,7 +341,10 @@ class PagedKVManager(KVCacheManager):
             return
         keys = list(prompt_keys)
         if seq.hashed_prompt is not None:  # blocks wholly inside a hashed prompt keep its numbered keys
-            keys = self._hashed_keys.keys(seq.hashed_prompt, min(full, seq.prompt_len // self.block_size))
+            # (the prompt keys are the first of those; only a prompt whose last block is full has one more)
+            num_hashed = min(full, seq.prompt_len // self.block_size)
+            if num_hashed > len(keys):
+                keys = self._hashed_keys.keys(seq.hashed_prompt, num_hashed)
         parent, bs = (keys[-1] if keys else 0), self.block_size
         for i in range(len(keys), full):
             parent = self.block_key(parent, token_span(seq, i * bs, (i + 1) * bs))

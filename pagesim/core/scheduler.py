@@ -144,7 +144,8 @@ class Scheduler:
     def num_running_seqs(self) -> int:
         """Sequences the running groups hold, counting a group that has yet to fork into its
         n samples (or beams) as all of them, so max_num_seqs holds after the fork too."""
-        return sum(len(g.seqs) if g.first_token_time is not None else g.max_num_seqs for g in self.running)
+        # (a list, not a generator: sum() reads it faster, and it is asked before every decode run)
+        return sum([len(g.seqs) if g.first_token_time is not None else g.max_num_seqs for g in self.running])
 
     # -- one iteration ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
@@ -339,6 +340,8 @@ class Scheduler:
         new_tokens = out.num_new_tokens
         samples_for, apply_samples, retire, finish = (result.samples_for, self._apply_samples, self.retire_stopped,
                                                       self.finish_if_done)
+        # the simulator's step: every due sequence takes the default token (see _takes_default)
+        default = result.default_token if not result.samples else None
         finished = []
         pos = 0
         for group in out.groups:
@@ -354,7 +357,12 @@ class Scheduler:
                 continue  # a prefill chunk that did not reach the end of the prompt
             if group.first_token_time is None:
                 group.first_token_time = now
-            apply_samples(group, due, samples_for(group, due))
+            if default is not None and _takes_default(group, due):
+                for seq in due:
+                    seq.append_token(default)
+                group.sample_seq_ids = [seq.seq_id for seq in due]
+            else:
+                apply_samples(group, due, samples_for(group, due))
             retire(group)
             finish(group, now, finished)
         return finished
@@ -434,6 +442,16 @@ def _prompt_kv_moved(group: SequenceGroup) -> bool:
     """A P/D hand-off at its first admission (once preempted, by recompute or swap, it is an
     ordinary group: a recompute computes its prompt again here)."""
     return group.request.prompt_kv_moved and group.num_preemptions == 0
+
+
+def _takes_default(group: SequenceGroup, due: list[Sequence]) -> bool:
+    """Whether a group without explicit samples just appends the default token to each due
+    sequence: what StepResult.samples_for and _apply_samples do together, except at a parallel
+    group's first token (where it forks, or beam search wants samples)."""
+    if len(due) > 1 or len(group.seqs) > 1:
+        return True
+    first = due[0]
+    return first.num_tokens != first.prompt_len or group.request.sampling.num_seqs == 1
 
 
 def _arrival(group: SequenceGroup) -> int:

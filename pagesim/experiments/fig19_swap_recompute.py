@@ -29,7 +29,7 @@ from pagesim.experiments.figures import (Row, Timer, named_trace, command_line, 
                                  executor_replay_parser, pyplot, replay_window, save_figure, start_figure, write_csv,
                                  write_report)
 from pagesim.experiments.paper import (FIG19_BLOCK_SIZES, FIG19_COMPARABLE_BLOCKS, FIG19_RECOMPUTE_MAX_OVER_SWAP, FIG19_SOURCE,
-                               SETUP_OPT13B, Setup)
+                               SEARCH_OPT13B, SETUP_OPT13B)
 from pagesim.plots import log_axis
 
 STEM = "fig19_swap_recompute"
@@ -124,7 +124,7 @@ def preemption_sweep(block_sizes, duration: float, warmup: float, seed: int, res
 
     searched = {}
     if rate is None:
-        search = Search(Setup(**SETUP_OPT13B, label="OPT-13B"), TRACE, "paged")
+        search = Search(SEARCH_OPT13B, TRACE, "paged")
         rate, _ = sustainable_rate(search, lambda r: run(16, "recompute", r, SUSTAIN_THRESHOLD), SUSTAIN_THRESHOLD,
                                    START_RATES[TRACE], resolution)
         # the search ran block 16 with recompute at this rate in full (it passed): not again

@@ -85,6 +85,8 @@ class Setup:
         return f"{self.model}/{self.tp}x{self.gpu}"
 
 
+# Figs. 18 and 19's rate search over SETUP_OPT13B (Fig. 12's probe sets the engine itself)
+SEARCH_OPT13B = Setup(SETUP_OPT13B["model"], SETUP_OPT13B["gpu"], SETUP_OPT13B["tp"], "OPT-13B")
 FIG12_SETUPS = (Setup("opt-13b", "a100-40gb", 1, "OPT-13B, 1 x A100-40GB"),
                 Setup("opt-66b", "a100-40gb", 4, "OPT-66B, 4 x A100-40GB"),
                 Setup("opt-175b", "a100-80gb", 8, "OPT-175B, 8 x A100-80GB"))

@@ -27,21 +27,19 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import random
-import re
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from pagesim.bench.child import CliChild, cli_env
 from pagesim.workload.trace import Trace, TraceRequest, save_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +52,6 @@ GAP_S = 0.25
 OUTPUT_LEN = 8
 ROUTERS = {"round-robin": {}, "prefix-affinity": {"load_weight": 0.0, "kv_weight": 0.0}}
 STARTUP_S = 180.0
-LISTENING = re.compile(r"on (http://127\.0\.0\.1:\d+)/v1$")
 
 
 def shared_prefix_trace(num_requests: int, num_prefixes: int = 3, prefix_blocks: int = 3, seed: int = 0) -> Trace:
@@ -69,64 +66,18 @@ def shared_prefix_trace(num_requests: int, num_prefixes: int = 3, prefix_blocks:
     return Trace({"source": "pagesim.experiments.route_check (synthetic shared prefixes)"}, requests)
 
 
-@dataclass
-class Child:
-    """A `pagesim` subprocess; its stderr read by a thread (a full pipe would block it)."""
-
-    args: list[str]
-    proc: subprocess.Popen = field(init=False)
-    base: str = ""
-    lines: list[str] = field(default_factory=list)
-
-    def __post_init__(self):
-        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "pagesim.cli", *self.args], cwd=ROOT, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            found = LISTENING.search(line.rstrip())
-            if found and not self.base:
-                self.base = found[1]
-
-    def wait_healthy(self, deadline: float) -> None:
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"pagesim {self.args[0]} exited with {self.proc.returncode}: "
-                                   f"{''.join(self.lines)[-2000:]}")
-            try:
-                if self.base and httpx.get(f"{self.base}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"pagesim {self.args[0]}: no answer on /health within {STARTUP_S:g} s")
-            time.sleep(0.2)
-
-    def warm_up(self) -> None:
-        """One short request, so that the first measured ones do not pay the server's first step."""
-        model = httpx.get(f"{self.base}/v1/models", timeout=30).json()["data"][0]["id"]
-        answer = httpx.post(f"{self.base}/v1/completions", timeout=60,
-                            json={"model": model, "prompt": [5, 6, 7], "max_tokens": 2})
-        answer.raise_for_status()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def warm_up(child: CliChild) -> None:
+    """One short request, so that the first measured ones do not pay the server's first step."""
+    model = httpx.get(f"{child.base}/v1/models", timeout=30).json()["data"][0]["id"]
+    answer = httpx.post(f"{child.base}/v1/completions", timeout=60,
+                        json={"model": model, "prompt": [5, 6, 7], "max_tokens": 2})
+    answer.raise_for_status()
 
 
 def cli(*args: str) -> None:
     """A pagesim command to its end (its output shown on failure)."""
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, "-m", "pagesim.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-m", "pagesim.cli", *args], cwd=ROOT, env=cli_env(ROOT),
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"pagesim {' '.join(args[:2])} exited with {done.returncode}: "
                            f"{(done.stdout + done.stderr)[-2000:]}")
@@ -171,13 +122,14 @@ class RouterRun:
         return [choices.count(k) for k in range(max(self.real_choices + self.sim_choices) + 1)]
 
 
-def check_router(router: str, params: dict, backends: list[Child], trace_path: Path, num_requests: int,
+def check_router(router: str, params: dict, backends: list[CliChild], trace_path: Path, num_requests: int,
                  profile: Path, work: Path) -> RouterRun:
     n, count = len(backends), str(num_requests)
     decisions = work / f"{router}_decisions.jsonl"
-    route = Child(["route", *[a for b in backends for a in ("--backend", b.base)], "--port", "0", "--router", router,
-                   *[a for k, v in params.items() for a in ("--router-param", f"{k}={v}")],
-                   "--block-size", str(BLOCK), "--decisions", str(decisions), "--log-level", "warning"])
+    args = ["route", *[a for b in backends for a in ("--backend", b.base)], "--port", "0", "--router", router,
+            *[a for k, v in params.items() for a in ("--router-param", f"{k}={v}")],
+            "--block-size", str(BLOCK), "--decisions", str(decisions), "--log-level", "warning"]
+    route = CliChild.start(args, ROOT)
     try:
         route.wait_healthy(time.monotonic() + STARTUP_S)
         cli("bench", str(trace_path), "--endpoint", route.base, "--rate", "0", "--num-requests", count,
@@ -251,14 +203,14 @@ def check(replicas: int, num_requests: int, routers: list[str]) -> list[RouterRu
         save_trace(shared_prefix_trace(num_requests), trace_path)
         profile = work / "profile.json"
         cli("profile", "--model", MODEL, "--grid", "tiny", "--block-size", str(BLOCK), "--out", str(profile))
-        backends = [Child(["serve", "--model", MODEL, "--port", "0", "--num-gpu-blocks", str(GPU_BLOCKS),
-                           "--log-level", "warning"]) for _ in range(replicas)]
+        backends = [CliChild.start(["serve", "--model", MODEL, "--port", "0", "--num-gpu-blocks", str(GPU_BLOCKS),
+                                     "--log-level", "warning"], ROOT) for _ in range(replicas)]
         try:
             deadline = time.monotonic() + STARTUP_S
             for b in backends:
                 b.wait_healthy(deadline)
             for b in backends:
-                b.warm_up()
+                warm_up(b)
             return [check_router(r, ROUTERS[r], backends, trace_path, num_requests, profile, work) for r in routers]
         finally:
             for b in backends:

@@ -15,13 +15,14 @@ import math
 import statistics
 from array import array
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagesim.core import SchedulerOutput, SequenceGroup
 from pagesim.metrics import files
 from pagesim.metrics.files import STEPS_CHOICES, read_requests_csv, read_steps_csv
+from pagesim.metrics.itl import TokenGaps, exact_weighted_sum, weighted_percentiles, weighted_vllm_stats
 from pagesim.metrics.records import (HELD_FIELDS, REQUEST_FIELDS, STEP_FIELDS, WASTE_FIELDS, RequestRecord,
                                      StepRecord)
 from pagesim.metrics.step_log import StepLog
@@ -31,7 +32,8 @@ if TYPE_CHECKING:  # (numpy is imported where a summary needs it: `import pagesi
 
 __all__ = ["HELD_FIELDS", "REQUEST_FIELDS", "STEP_FIELDS", "STEPS_CHOICES", "WASTE_FIELDS", "MetricsRecorder",
            "RequestRecord", "StepLog", "StepRecord", "mean_interval", "nonnegative_interval", "percentile", "read_requests_csv",
-           "read_steps_csv", "summarize_requests", "summarize_steps", "t_quantile_975"]
+           "read_steps_csv", "summarize_requests", "summarize_steps", "t_quantile_975", "exact_weighted_sum",
+           "weighted_percentiles"]
 
 
 @dataclass
@@ -67,7 +69,10 @@ class MetricsRecorder:
     def record_request(self, group: SequenceGroup) -> RequestRecord:
         """Call after the request's last step was recorded (its last token time is in it)."""
         spans = self.token_spans.pop(group.request_id, None)
-        record = RequestRecord.from_group(group, spans[1:] if spans else None, self.step_log.time)
+        # (packed: a request kept to the end of a long run holds its spans in 4 bytes an entry,
+        # not a list of boxed step indices, 36 bytes an entry; a replay stays far below 2**31 steps)
+        record = RequestRecord.from_group(group, array("i", islice(spans, 1, None)) if spans else None,
+                                          self.step_log.time)
         self.requests.append(record)
         return record
 
@@ -211,7 +216,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
     ttfts = [r.ttft for r in measured]
     tpots = [r.tpot for r in measured]  # None for one-token outputs, which vLLM leaves out too
     e2els = [r.e2e_latency for r in measured]
-    itls, itl_weights = _pooled_inter_token_latencies(measured)
+    itls = TokenGaps(measured)  # (a chunk at a time: a long run pools millions of gaps)
     normalized = _stats("normalized_latency", [r.normalized_latency for r in measured])
     # the paper's metric keeps the name every reader (figures, plan, compare) uses
     normalized["mean_normalized_latency"] = normalized.pop("normalized_latency_mean")
@@ -239,7 +244,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
         "longest_output_throughput": per_second(longest_tokens),
         **_vllm_stats("ttft", ttfts),
         **_vllm_stats("tpot", tpots),
-        **_weighted_vllm_stats("itl", itls, itl_weights),
+        **_weighted_vllm_stats("itl", itls),
         **_vllm_stats("e2el", e2els),
         "prefill_tokens_saved": sum(r.cached_prompt_tokens for r in requests),
         "reject_reasons": _count(r.reject_reason for r in requests if r.status == "rejected"),
@@ -316,115 +321,13 @@ def _stats(name: str, values) -> dict:
 
 
 def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
-    """Every request's token-to-token gaps pooled (as vLLM pools them over requests), as distinct
-    gaps with weights, in memory that grows with steps, not tokens: a gap between a request's
-    tokens at steps k and k + 1 is the driver's gap between those steps, weighted by how many
-    requests had both; a gap across a break in a request's tokens (a preemption, a step without
-    it) is kept once per pair of steps, weighted by the requests that broke there."""
-    import numpy as np
-
-    values, weights = [], []
-    by_times: dict[int, list[RequestRecord]] = {}
-    for r in records:
-        if r.token_spans:
-            by_times.setdefault(id(r.step_times), []).append(r)
-    for group in by_times.values():
-        step_times = group[0].step_times
-        # (a view of the driver's packed array where it is one, not a copy; gone when this returns)
-        times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
-        n = len(times)
-        # held[k]: requests with tokens at steps k and k + 1 (a difference array over the spans)
-        held = np.zeros(n + 1, dtype=np.int32)
-        pairs, pair_counts = [], []
-        for i in range(0, len(group), 4096):  # a slice of the records at a time: memory stays flat
-            part = group[i:i + 4096]
-            spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
-            starts, stops = spans[0::2], spans[1::2]
-            held += np.bincount(starts, minlength=n + 1).astype(np.int32)
-            held -= np.bincount(stops - 1, minlength=n + 1).astype(np.int32)
-            # a break: from a span's last step to the next span of the same request
-            same_request = np.ones(len(starts), dtype=bool)
-            same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
-            # (requests in the batch break together, at a prefill step: one gap per pair of steps)
-            unique, count = np.unique((stops[:-1][same_request[:-1]] - 1) * n + starts[1:][same_request[:-1]],
-                                      return_counts=True)
-            pairs.append(unique)
-            pair_counts.append(count)
-        held = np.cumsum(held[:n - 1], dtype=np.int32) if n > 1 else np.zeros(0, dtype=np.int32)
-        inside = held > 0
-        values.append(np.diff(times)[inside])
-        weights.append(held[inside].astype(np.int64))
-        unique, where = np.unique(np.concatenate(pairs), return_inverse=True)
-        values.append(times[unique % n] - times[unique // n])
-        weights.append(np.bincount(where, weights=np.concatenate(pair_counts), minlength=len(unique)).astype(np.int64))
-    if not values:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    return np.concatenate(values), np.concatenate(weights)
+    """Every request's token-to-token gaps pooled, as distinct gaps with weights (see TokenGaps)."""
+    return TokenGaps(records).arrays()
 
 
-def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> list[float]:
-    """np.percentile(np.repeat(values, weights), qs) exactly (its default linear method: the
-    same two order statistics and the same interpolation arithmetic), without the repeat."""
-    import numpy as np
-
-    order = np.argsort(values, kind="stable")
-    upto = weights[order]
-    np.cumsum(upto, out=upto)  # upto[i]: how many repeated values sort at or before values[order[i]]
-    count = int(upto[-1])
-
-    def nth(k: int) -> float:  # the k-th smallest (0-based) of the repeated values
-        return values[order[np.searchsorted(upto, k, side="right")]]
-
-    results = []
-    for virtual in (np.asarray(qs, dtype=float) / 100) * (count - 1):
-        if virtual >= count - 1:
-            results.append(float(values[order[-1]]))
-            continue
-        lo = np.floor(virtual)
-        a, b = nth(int(lo)), nth(int(lo) + 1)
-        gamma = virtual - lo
-        diff = b - a
-        results.append(float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma))
-    return results
-
-
-def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
-    """sum(v * w), correctly rounded: the same float however the values are grouped or ordered
-    (one run's gaps weighted by the requests in it, or every token's gap one by one). Each value
-    is split into two halves of at most 26 and 27 significant bits (Veltkamp), so that with
-    weights below 2**26 every product is exact, and math.fsum adds the products exactly."""
-    import numpy as np
-
-    if weights.size and int(weights.max()) >= 2**26:
-        raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
-    chunk = 1 << 16  # a chunk at a time, to fsum as Python floats, so memory stays flat
-
-    def products():  # lists of exact products, a chunk at a time
-        for i in range(0, len(values), chunk):
-            v, w = values[i:i + chunk], weights[i:i + chunk].astype(float)
-            scaled = v * 134217729.0  # 2**27 + 1
-            high = scaled - (scaled - v)
-            yield (high * w).tolist()
-            yield ((v - high) * w).tolist()
-
-    return math.fsum(chain.from_iterable(products()))
-
-
-def _weighted_vllm_stats(name: str, values: np.ndarray, weights: np.ndarray) -> dict:
-    """_vllm_stats of the values each repeated weight times: the median and p99 exactly as numpy
-    gives them on the repeated values; the mean and the (population) std from correctly rounded
-    sums, so equal for any grouping of the same values (numpy's pairwise sums round in an order
-    that depends on the grouping)."""
-    import numpy as np
-
-    if not values.size:
-        return _vllm_stats(name, values)
-    count = int(weights.sum())
-    mean = exact_weighted_sum(values, weights) / count
-    std = math.sqrt(exact_weighted_sum((values - mean) ** 2, weights) / count)
-    median, p99 = weighted_percentiles(values, weights, [50, 99])
-    return {f"mean_{name}_ms": mean * 1000.0, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std * 1000.0,
-            f"p99_{name}_ms": p99 * 1000.0}
+def _weighted_vllm_stats(name: str, gaps: TokenGaps) -> dict:
+    """_vllm_stats of the gaps each repeated weight times (see weighted_vllm_stats)."""
+    return weighted_vllm_stats(name, gaps.chunks) or _vllm_stats(name, [])
 
 
 def _vllm_stats(name: str, seconds) -> dict:

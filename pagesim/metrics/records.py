@@ -38,8 +38,8 @@ class RequestRecord:
     # step_times[a:b] for each span (a, b) in token_spans, flattened [a0, b0, a1, b1, ...]. A
     # driver's step times are shared by all its requests, and a request that gets a token at
     # every step from its first to its last holds one span, so memory does not grow with tokens.
-    # Not in requests.csv.
-    token_spans: list[int] = field(default_factory=list, repr=False)
+    # A list, or a packed array('i') (what MetricsRecorder keeps). Not in requests.csv.
+    token_spans: Sequence[int] = field(default_factory=list, repr=False)
     step_times: Sequence[float] = field(default=(), repr=False)
     session_id: str | None = None  # the session it is a turn of (None: none) and which turn (0-based)
     turn: int | None = None
@@ -92,7 +92,7 @@ class RequestRecord:
         return {name: getattr(self, name) for name in REQUEST_FIELDS}
 
     @classmethod
-    def from_group(cls, group: SequenceGroup, token_spans: list[int] | None = None,
+    def from_group(cls, group: SequenceGroup, token_spans: Sequence[int] | None = None,
                    step_times: Sequence[float] = ()) -> "RequestRecord":
         return cls(
             request_id=group.request_id,

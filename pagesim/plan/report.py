@@ -20,6 +20,7 @@ from pagesim.plan.report_plots import (cost_figure, latency_figures, merge_ident
                                        settings_values, sensitivity_figure)
 from pagesim.plan.run import MIN_TAIL_REQUESTS
 from pagesim.plan.steady import MIN_WINDOW_SERVICES, NUM_BATCHES
+from pagesim.sim.cost.paged_blocks import not_modelled_reason
 
 HEADROOM_WARNING = 0.10  # below this spare capacity a recommendation carries a warning
 VARIED = ("block_size", "preemption", "max_num_seqs")  # what may differ within one hardware's merged row
@@ -232,8 +233,11 @@ def _sensitivity_table(plan: Plan) -> Table:
     groups = sorted({(r.point.gpu, r.point.tp, r.point.max_num_seqs) for r in plan.results})
     cap = {(r.point.gpu, r.point.tp, r.point.max_num_seqs, r.point.block_size, r.point.preemption): r.capacity
            for r in plan.results}
-    headers = ["gpu", "tp", "max seqs"] + [f"b{b} {m}" for b in blocks for m in modes]
-    rows = [[g, str(t), str(s)] + [_num(cap.get((g, t, s, b, m)), 2) for b in blocks for m in modes]
+    # where block size is not in the step time the row's differences are KV memory's alone (report_trust)
+    engine = report_trust.replay_engine_profile(plan)
+    priced = lambda g: "yes" if not_modelled_reason(g, plan.settings.cost_model, engine) is None else "no"  # noqa: E731
+    headers = ["gpu", "tp", "max seqs"] + [f"b{b} {m}" for b in blocks for m in modes] + ["block size in step time"]
+    rows = [[g, str(t), str(s)] + [_num(cap.get((g, t, s, b, m)), 2) for b in blocks for m in modes] + [priced(g)]
             for g, t, s in groups]
     return Table(headers, rows)
 

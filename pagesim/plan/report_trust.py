@@ -1,6 +1,6 @@
 """The plan report's sections on how far to trust it: each capacity's interval and the knee's
 bracket, the recommendation replayed on longer runs, where each GPU's costs come from, what is
-extrapolated, and what the cost model leaves out (block size)."""
+extrapolated, and where block size enters the step time (and where the cost model leaves it out)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import csv
 from pagesim.plan.planner import LONGER_MARGIN, ConfigResult, Plan
 from pagesim.plan.report_render import Bullets, Heading, Para, Table
 from pagesim.plan.uncertainty import ERRORS_CSV, ERRORS_NAME
+from pagesim.sim.cost.engine import load_engine_profile
+from pagesim.sim.cost.paged_blocks import PAPER_BLOCK_TERM, SOURCE, not_modelled_reason
+from pagesim.sim.engine import ReplayConfig
 
 
 def _rate(v) -> str:
@@ -96,11 +99,34 @@ def trust_blocks(plan: Plan) -> list:
         notes.append(f"the cost model's error was measured on {len(models)} real vLLM runs ({ERRORS_NAME}); "
                      f"`{plan.model}` " + ("is among their models" if named else
                                           "is not among their models, so its error is carried over from them"))
-    notes.append("block size: the calibrated and roofline cost models have no per-block attention term (block-table "
-                 "gather, partial last block), so block size is not modelled in the step time here: it acts only "
-                 "through KV memory (fragmentation, preemptions) and swap/copy traffic, and configurations differing "
-                 "only in block size can show identical capacities for that reason")
+    notes += block_size_notes(plan)
     return blocks + [Bullets(notes)]
+
+
+def replay_engine_profile(plan: Plan) -> str | None:
+    """The current-vLLM engine profile the plan's replays run the calibrated kernels under (the
+    ReplayConfig default), or None for the paper-era engine (the kernels as measured)."""
+    engine = getattr(plan.settings, "engine", ReplayConfig.engine)
+    return None if load_engine_profile(engine).measured_eager else engine
+
+
+def block_size_notes(plan: Plan) -> list[str]:
+    """Where block size is in the step time (decode attention's per-block gather and partial last
+    block, pagesim/sim/cost/paged_blocks.py) and where it is not, with the reason."""
+    gpus = sorted({r.point.gpu for r in plan.results})
+    reasons = {g: not_modelled_reason(g, plan.settings.cost_model, replay_engine_profile(plan)) for g in gpus}
+    priced = [g for g in gpus if reasons[g] is None]
+    notes = []
+    if priced:
+        notes.append(f"block size on {', '.join(priced)}: decode attention pays a gather per block "
+                     f"({PAPER_BLOCK_TERM.gather_slots_per_block:.2f} slot-reads) and the partial last block's empty "
+                     f"slots, on top of KV memory and swap/copy traffic; the one parameter is fitted to {SOURCE}")
+    for reason in sorted({r for r in reasons.values() if r is not None}):
+        named = [g for g in gpus if reasons[g] == reason]
+        notes.append(f"block size is not modelled in the step time on {', '.join(named)} ({reason}): it acts only "
+                     "through KV memory (fragmentation, preemptions) and swap/copy traffic, and configurations "
+                     "differing only in block size can show identical capacities for that reason")
+    return notes
 
 
 def _validated_models() -> list[str]:

@@ -121,8 +121,9 @@ def read(path: Path, doc: dict) -> RealRun:
         if len(stages) == 1 and stages[0].closed_loop:
             assumptions.append("one closed-loop stage: validate replays it closed loop, with as many clients")
         else:
-            assumptions.append("closed-loop stages (a fixed number of requests in flight) are replayed open loop, at "
-                               "the recorded send times (one replay cannot change its client count)")
+            assumptions.append("several stages with closed-loop ones (a fixed number of requests in flight): validate "
+                               "replays them one after another, each closed-loop stage with as many clients, the "
+                               "others at their recorded gaps")
     version = (doc.get("metadata") or {}).get("guidellm_version") if isinstance(doc.get("metadata"), dict) else None
     if version and not str(version).startswith("0.8"):
         assumptions.append(f"written by guidellm {version}; this reader follows 0.8.1's schema")

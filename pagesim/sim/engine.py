@@ -150,8 +150,11 @@ class Replay:
         self._groups: list = []
         self._unheard_ends: list = []  # (request, Outcome) of ends a dynamic feed hears of at the next step's end
         self._next_deadline_index = 0
-        # step ends and durations, kept where the engine delivers tokens a step late
-        self._delayed_steps = (array("d"), array("d")) if self.cost.output_delay_steps else None
+        # where the engine delivers tokens a step late: the steps' durations (their ends are the
+        # step log's times; its durations too, when it keeps them)
+        self._delayed_steps = None
+        if self.cost.output_delay_steps:
+            self._delayed_steps = self.metrics.step_log.duration if keep_steps else array("d")
 
     def _done(self, group, at_once: bool = False) -> None:
         """A group left. Its client hears of it now, or (async output: the engine profile delivers
@@ -205,7 +208,7 @@ class Replay:
         """Async output (the engine profile's output_delay_steps): a request's first token and its
         last reach the client when the step after theirs ends; with the engine idle after
         their step, at once."""
-        ends, durations = self._delayed_steps
+        ends, durations = self.metrics.step_log.time, self._delayed_steps
 
         def delivered(t: float) -> float:
             k = bisect_right(ends, t)  # the step after the one that ended at t
@@ -278,9 +281,8 @@ class Replay:
             duration = cost.iteration_time(shape)
             if self.on_step is not None:
                 self.on_step(env.now + duration, duration, shape)
-            if self._delayed_steps is not None:
-                self._delayed_steps[0].append(env.now + duration)
-                self._delayed_steps[1].append(duration)
+            if self._delayed_steps is not None and not self.metrics.keep_steps:
+                self._delayed_steps.append(duration)
             yield env.timeout(duration)
             if self._unheard_ends:
                 self._deliver_ends()
@@ -315,9 +317,8 @@ class Replay:
         durations, ends = self._run_times(plan, now, until)
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
-        if self._delayed_steps is not None:
-            self._delayed_steps[0].extend(ends)
-            self._delayed_steps[1].extend(durations)
+        if self._delayed_steps is not None and not self.metrics.keep_steps:
+            self._delayed_steps.extend(durations)
         end = ends[-1]
         queues = (len(scheduler.running), len(scheduler.waiting), len(scheduler.swapped))
         kv = scheduler.kv
@@ -357,6 +358,8 @@ class Replay:
             # (durations are positive, so ends increase: the first end at or after until)
             cut = bisect_left(part_ends, until) + 1
             if cut <= count:
+                if not ends:  # (most runs: cut inside the first chunk)
+                    return part[:cut], part_ends[:cut]
                 durations += part[:cut]
                 ends += part_ends[:cut]
                 break

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
+if TYPE_CHECKING:  # (numpy is imported where arrivals are drawn: `import pagesim.workload` stays light)
+    import numpy as np
 
-if TYPE_CHECKING:
     from pagesim.workload.trace import Trace, TraceRequest
 
 # Draw gaps in blocks when generating up to a duration; the block size does not change the
@@ -39,6 +39,8 @@ def _check_count_duration(count: int | None, duration: float | None) -> None:
 
 
 def _times_from_gaps(draw: Callable[[int], np.ndarray], count: int | None, duration: float | None) -> np.ndarray:
+    import numpy as np
+
     _check_count_duration(count, duration)
     if count is not None:
         return np.cumsum(draw(count), dtype=np.float64)
@@ -58,6 +60,8 @@ def _times_from_gaps(draw: Callable[[int], np.ndarray], count: int | None, durat
 
 def poisson_arrivals(rate: float, *, count: int | None = None, duration: float | None = None, seed: int = 0) -> np.ndarray:
     """Poisson arrivals at `rate` requests per second."""
+    import numpy as np
+
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     rng = np.random.default_rng(seed)
@@ -73,6 +77,8 @@ def gamma_arrivals(
     seed: int = 0,
 ) -> np.ndarray:
     """Gamma-distributed gaps with mean 1/rate and squared CV 1/burstiness (vLLM semantics)."""
+    import numpy as np
+
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     if not burstiness > 0:
@@ -87,6 +93,8 @@ def gamma_arrivals(
 
 def trace_arrivals(trace: "Trace", *, count: int | None = None, duration: float | None = None) -> np.ndarray:
     """The trace's own `arrival_time`s (all of them, the first `count`, or those <= duration)."""
+    import numpy as np
+
     if count is not None and duration is not None:
         raise ValueError("give at most one of count or duration")
     times = [r.arrival_time for r in trace.requests]
@@ -133,6 +141,7 @@ class ArrivalProcess:
 
 def with_arrivals(requests: "list[TraceRequest]", times) -> "list[TraceRequest]":
     """Copies of the first len(times) requests, each stamped with its arrival time."""
+    import numpy as np
     from dataclasses import replace
 
     times = np.asarray(times, dtype=np.float64)

@@ -11,6 +11,10 @@ Closed loop (`concurrency` N): N clients, each taking the next session (a reques
 session is a session of one turn) the moment its last one ended, as `vllm bench serve
 --max-concurrency` with no rate and guidellm's concurrent profile do. Without it, sessions start
 at their first turn's arrival time (open loop).
+
+Stages (StagedFeed): a sweep's load stages one after another, each closed loop with its own
+client count or at its recorded gaps, the next starting when the last request of the one before
+ended (how `pagesim validate` replays a recorded multi-stage closed-loop run).
 """
 
 from __future__ import annotations
@@ -207,3 +211,58 @@ def next_turn_request(sent: Request, outcome: Outcome, turn: Turn) -> Request:
         ids = sent.prompt_token_ids + list(output) + recorded.prompt_token_ids[turn.history_len:]
     prompt_len = sent.prompt_len + outcome.output_len + turn.new_len
     return Request(recorded.request_id, prompt_len, recorded.sampling, recorded.arrival_time, ids)
+
+
+class StagedFeed:
+    """Load stages run one after another, as a benchmark sweep runs them (guidellm's strategies):
+    stage k + 1 starts the moment every request of stage k has ended. A stage is (its requests,
+    clients): clients N replays it closed loop (N clients, each request a session of one turn);
+    None at its recorded gaps, shifted to start then. So a sweep of concurrencies, or of rates,
+    is one replay, each stage meeting the server as the previous one left it."""
+
+    static = False
+
+    def __init__(self, stages: list[tuple[list[Request], int | None]], start: float) -> None:
+        self._stages = [(requests, clients) for requests, clients in stages if requests]
+        if not self._stages:
+            raise ValueError("StagedFeed needs a stage with requests")
+        self._index = -1
+        self._in_flight = 0  # released by the current stage and not ended
+        self._inner: RequestFeed | SessionFeed
+        self._open(start)
+
+    @property
+    def stage(self) -> int:
+        """The stage now releasing (its index among the stages with requests)."""
+        return self._index
+
+    def _open(self, at: float) -> None:
+        self._index += 1
+        requests, clients = self._stages[self._index]
+        if clients is None:
+            first = requests[0].arrival_time
+            for request in requests:
+                request.arrival_time = at + (request.arrival_time - first)
+            self._inner = RequestFeed(requests)
+        else:
+            self._inner = SessionFeed([Session("", [Turn(r, 0.0)]) for r in requests], clients, at)
+
+    def next_time(self) -> float:
+        return self._inner.next_time()
+
+    def pop(self) -> Request:
+        self._in_flight += 1
+        return self._inner.pop()
+
+    @property
+    def exhausted(self) -> bool:
+        return self._index == len(self._stages) - 1 and self._inner.exhausted
+
+    def reject_reason(self, request: Request) -> str | None:
+        return self._inner.reject_reason(request)
+
+    def on_finished(self, request: Request, now: float, outcome: Outcome | None = None) -> None:
+        self._inner.on_finished(request, now, outcome)
+        self._in_flight -= 1
+        if not self._in_flight and self._inner.exhausted and self._index + 1 < len(self._stages):
+            self._open(now)

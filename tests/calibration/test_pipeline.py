@@ -2,7 +2,6 @@
 
 import csv
 import json
-import time
 
 import pytest
 
@@ -62,11 +61,9 @@ def test_compare_runs_both_drivers_on_the_same_arrivals(tiny_profile, tmp_path):
     from pagesim.workload.trace import load_trace
 
     lm, path, _ = tiny_profile
-    t = time.perf_counter()
     settings = CompareSettings(rate=200.0, num_requests=12, num_gpu_blocks=12, num_cpu_blocks=32, max_num_seqs=8,
                                max_num_batched_tokens=256, max_model_len=256, clock="cpu")
     result = compare(lm, load_trace("traces/alpaca.json"), "paged-swap", settings, str(path), out_dir=tmp_path)
-    assert time.perf_counter() - t < 30
     assert [r["key"] for r in result.rows] == [k for _, k in METRICS]
     for row in result.rows:
         assert row["executor"] == result.executor[row["key"]] and row["simulator"] == result.simulator[row["key"]]

@@ -1,5 +1,6 @@
 """Start-up: pagesim.cli.coercion against typer's own (pydantic) coercion, parameter by parameter;
-a short replay loads neither pydantic nor rich, nor any other command's module; the command tree
+a short replay loads neither pydantic nor rich, nor any other command's module; a replay's help
+loads neither numpy nor simpy nor a cost model; the command tree
 seen through `app` is whole."""
 
 import json
@@ -67,6 +68,18 @@ def test_short_replay_loads_only_what_it_uses():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout)["num_finished"] == 10
     assert done.stderr.strip().splitlines()[-1] == "['pagesim.cli.replay']"
+
+
+def test_replay_help_loads_no_numpy_simpy_or_cost_model():
+    # the help names the defaults (pagesim.sim.cost.names) without loading what a run needs
+    code = ("import sys; from pagesim.cli import main\n"
+            "sys.argv = ['pagesim', 'replay', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m in ('numpy', 'simpy', 'pandas', 'pagesim.sim.cost.calibrated',"
+            " 'pagesim.sim.cost.registry', 'pagesim.sim.engine')), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "--num-requests" in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize("argv, modules", [

@@ -363,3 +363,31 @@ def test_a_group_swapped_in_mid_prefill_takes_its_next_chunk_at_once():
     sched = make_scheduler("paged", "swap", True, num_blocks=28)
     FakeEngine(sched).run(random_requests(random.Random("mla-False-True-swap"), 150, multi=0.2, oversize=0.03,
                                           max_model_len=128), rng)
+
+
+@pytest.mark.parametrize("mode, chunked", [("recompute", False), ("swap", True), ("auto", False)])
+def test_default_token_steps_equal_the_explicit_samples_they_stand_for(mode, chunked):
+    # update() appends the default token itself where samples_for + _apply_samples would only
+    # append it: a twin scheduler given those very samples explicitly must end every step alike
+    rng = random.Random(7)
+    reqs = random_requests(rng, 120, multi=0.4, max_model_len=64)
+    fast, slow = (paged_sched(40, num_host=40, mode=mode, chunked=chunked, max_tokens=64) for _ in range(2))
+    default = StepResult(default_token=3)
+    pending = {False: list(reqs), True: list(reqs)}
+    groups = {False: [], True: []}
+    now = 0.0
+    while pending[False] or fast.has_unfinished:
+        arrivals = rng.randint(0, 2)
+        for explicit, sched in ((False, fast), (True, slow)):
+            for _ in range(min(arrivals, len(pending[explicit]))):
+                groups[explicit].append(sched.add_request(pending[explicit].pop(0)))
+        out, twin = fast.schedule(now), slow.schedule(now)
+        samples = {g.request_id: default.samples_for(g, due) for g, due in twin.due_by_group() if due}
+        now += 1.0
+        done = fast.update(out, default, now), slow.update(twin, StepResult(samples=samples), now)
+        assert [g.request_id for g in done[0]] == [g.request_id for g in done[1]]
+        for a, b in zip(groups[False], groups[True]):
+            assert a.sample_seq_ids == b.sample_seq_ids
+            assert [(s.seq_id, s.num_tokens, s.token_ids, s.status) for s in a.seqs + a.finished_seqs] == \
+                [(s.seq_id, s.num_tokens, s.token_ids, s.status) for s in b.seqs + b.finished_seqs]
+    assert sum(len(g.finished_seqs) for g in groups[False]) > 120  # parallel groups forked

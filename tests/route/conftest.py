@@ -6,39 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.serve.conftest import MODEL, ROOT, ServerProcess, cli_env
+from tests.serve.conftest import MODEL, ServerProcess, start, wait_healthy
 
 STARTUP_S = 120.0
-
-
-def start(args: list[str]) -> ServerProcess:
-    proc = subprocess.Popen([sys.executable, "-m", "pagesim.cli", *args], cwd=ROOT, env=cli_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return ServerProcess(proc)
-
-
-def wait_healthy(server: ServerProcess, deadline: float) -> None:
-    while True:
-        if server.proc.poll() is not None:
-            server.stop()
-            pytest.fail(f"{server.proc.args[3]} exited with {server.proc.returncode}: {server.stderr[-2000:]}")
-        try:
-            if server.base and httpx.get(f"{server.base}/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            pytest.fail(f"no answer on /health within {STARTUP_S} s: {server.stderr[-2000:]}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

@@ -100,6 +100,16 @@ def test_decode_runs_give_the_same_floats_as_single_steps():
                    for k in range(20)]
 
 
+def test_decode_runs_keep_their_base_per_batch_and_block_size():
+    # plain_decode_base keeps each run's base: asked again, in any order, the floats stay iteration_time's
+    m = EngineCostModel("llama-2-7b", "h100-80gb", 1, "vllm-0.19", max_num_seqs=256)
+    for _ in range(2):
+        for num_seqs, block_size in ((37, 16), (5, 16), (37, 32), (256, 8), (1, 16)):
+            run = m.decode_run_durations(num_seqs, 9000, 5, block_size)
+            assert run == [m.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size,
+                                                       decode_context_tokens=9000 + num_seqs * k)) for k in range(5)]
+
+
 def test_features_reproduce_the_step_time():
     m = model(tp=2)
     for shape in (BatchShape(num_decode_seqs=3, decode_context_tokens=30),

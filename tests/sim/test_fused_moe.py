@@ -4,13 +4,17 @@ TP 2 on H100 against vLLM's published fused_moe kernel times."""
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from pagesim.models import load_model_config
+import pagesim.sim.cost.calibrated as calibrated
+from pagesim.models import MODELS, load_model_config
+from pagesim.sim.cost.base import BatchShape
 from pagesim.sim.cost.calibrated import CalibratedCostModel
-from pagesim.sim.cost.layer_ops import expected_padded_rows, layer_groups, moe_block_m
+from pagesim.sim.cost.engine import EngineCostModel
+from pagesim.sim.cost.layer_ops import expected_padded_rows, layer_groups, moe_block_m, moe_routing_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 # the real runs' model configs (../shared/data/real_vllm/model_configs, or $PAGESIM_DATA_DIR/...)
@@ -65,3 +69,30 @@ def test_mixtral_expert_gemms_against_published_kernel_times():
         errors.append(predicted / published - 1)
     assert max(abs(e) for e in errors) < 0.15, errors
     assert sum(abs(e) for e in errors) / len(errors) < 0.07, errors
+
+
+def test_routing_kernels_of_mixtral_by_hand():
+    """The three routing kernels vLLM's FusedMoE launches per layer around the expert GEMMs
+    (topk_softmax, moe_align_block_size, moe_sum), for Mixtral-8x7B at TP 2 and 128 tokens."""
+    m = MODELS["mixtral-8x7b"]
+    # top-k softmax: 8 fp32 logits in, 2 int32 ids + 2 fp32 weights out per token
+    # align: 256 routed ids in; 256 sorted ids + at most 8 x 63 pads out (BLOCK_SIZE_M 64 at 128 tokens)
+    # moe_sum: 2 bf16 expert outputs of 4096 in, one out, per token
+    assert moe_routing_bytes(m, 128, 2, 1) == (128 * 48, 4 * 256 + 4 * (256 + 8 * 63), 128 * 3 * 4096 * 2)
+    # in an engine's CUDA graph each is one graphed kernel more per MoE layer, its bytes busy time
+    with_routing = CalibratedCostModel(m, "h100-80gb", 2)
+    add = with_routing.calibration.elementwise["add"]
+    busy, floors, kernels, _ = with_routing.token_kernel_split(128)
+    stripped = lambda *a: tuple(replace(g, routing_bytes=()) for g in layer_groups(*a))  # noqa: E731
+    original, calibrated.layer_groups = calibrated.layer_groups, stripped
+    try:
+        busy0, floors0, kernels0, _ = with_routing.token_kernel_split(128)
+    finally:
+        calibrated.layer_groups = original
+    assert kernels - kernels0 == 32 * 3
+    assert floors - floors0 == pytest.approx(32 * 3 * add.floor_s, rel=1e-12)
+    assert busy - busy0 == pytest.approx(32 * add.slope * sum(moe_routing_bytes(m, 128, 2, 1)), rel=1e-12)
+    # so a full-graph decode step of 128 sequences pays 96 graph_kernel_s more than without them
+    engine = EngineCostModel(m, "h100-80gb", 2, "vllm-0.15", max_num_seqs=128)
+    step = BatchShape(num_decode_seqs=128, decode_context_tokens=128 * 1000)
+    assert engine.features(step).linear[2] == kernels + 32  # and one attention kernel per layer

@@ -19,13 +19,18 @@ from pagesim.sim.specs import get_gpu
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_moe_of_one_expert_costs_the_dense_model_plus_its_router():
+def test_moe_of_one_expert_costs_the_dense_model_plus_its_router_and_routing_kernels():
     dense = MODELS["llama-3.1-8b"]
     moe = dataclasses.replace(dense, moe=MoESpec(1, 1, dense.ffn_size, dense.num_layers))
     a, b = CalibratedCostModel(dense, "h100-80gb"), CalibratedCostModel(moe, "h100-80gb")
-    for tokens in (1, 7, 300, 2048):
+    add = a.calibration.elementwise["add"]
+    for tokens, block in ((1, 16), (7, 16), (300, 64), (2048, 128)):
         router = a.calibration.gemm.seconds(tokens, dense.hidden_size, 1)  # hidden -> 1 expert
-        assert b.tokens_seconds(tokens) - a.tokens_seconds(tokens) == pytest.approx(dense.num_layers * router, rel=1e-9)
+        # top-k softmax (1 fp32 logit in, an int32 id and an fp32 weight out), the align kernel
+        # (the id in, the sorted id and up to BM - 1 pads out), moe_sum (1 output in, 1 out, bf16)
+        routing = [12 * tokens, 4 * tokens + 4 * (tokens + block - 1), 2 * tokens * dense.hidden_size * 2]
+        hand = router + sum(add.floor_s + add.slope * b_ for b_ in routing)
+        assert b.tokens_seconds(tokens) - a.tokens_seconds(tokens) == pytest.approx(dense.num_layers * hand, rel=1e-9)
 
 
 def test_roofline_decode_of_one_token_reads_its_experts_only():

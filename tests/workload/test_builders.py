@@ -32,7 +32,7 @@ def test_sharegpt_rebuild_is_byte_identical(tmp_path, monkeypatch):
 
 @needs_data
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="loads the tokenizer (10-20 s); set PAGESIM_SLOW_TESTS=1")
+@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="reads Alpaca and tokenizes (about 4 s); set PAGESIM_SLOW_TESTS=1")
 def test_alpaca_rebuild_is_byte_identical(tmp_path, monkeypatch):
     assert build_in(tmp_path, monkeypatch, "alpaca", "alpaca.json") == (TRACES / "alpaca.json").read_bytes()
 

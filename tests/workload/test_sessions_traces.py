@@ -10,9 +10,10 @@ import os
 import pytest
 
 from pagesim.workload.builders import default_data_dir
-from pagesim.workload.builders.sessions import (MOONCAKE_BLOCK, AgentParams, build_agent_sessions,
-                                                build_mooncake_sessions, build_sharegpt_sessions, conversation_chains,
-                                                hash_block_ids, read_mooncake_jsonl)
+from pagesim.core.hashed_prompt import HashedPrompt
+from pagesim.workload.builders.sessions import (TOKEN_ID_SPACE, AgentParams, build_agent_sessions,
+                                                build_mooncake_sessions, build_sharegpt_sessions, conversation_chains)
+from pagesim.workload.builders.timeline import SourceError
 from pagesim.workload.sessions import extends
 from pagesim.workload.trace import TraceError, dumps_trace, load_trace, parse_trace
 
@@ -64,39 +65,51 @@ def write_jsonl(path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def bench_ids(hash_ids, length):
+    """The ids bench sends for a Mooncake prompt (the vocabulary of the session builder)."""
+    return HashedPrompt(tuple(hash_ids), length).vocab_ids(TOKEN_ID_SPACE)
+
+
 def test_mooncake_sessions_from_a_small_file(tmp_path):
     path = tmp_path / "synthetic.jsonl"
     write_jsonl(path, [
         {"timestamp": 0, "input_length": 1300, "output_length": 7, "hash_ids": [1, 2, 3]},
         {"timestamp": 500, "input_length": 600, "output_length": 3, "hash_ids": [40, 41]},  # alone: dropped
+        {"timestamp": 1000, "input_length": 0, "output_length": 3, "hash_ids": []},  # no prompt: dropped, counted
         {"timestamp": 2000, "input_length": 1250, "output_length": 4, "hash_ids": [1, 2, 9]},
     ])
     trace = build_mooncake_sessions(tmp_path, num=None, source=path)
     first, second = trace.requests
     assert (first.session_id, first.turn, second.session_id, second.turn) == (0, 0, 0, 1)
-    assert first.prompt_token_ids == hash_block_ids(1, 512) + hash_block_ids(2, 512) + hash_block_ids(3, 1300 - 1024)
+    assert first.prompt_token_ids == bench_ids([1, 2, 3], 1300)
+    # a hash id's block is the same stream wherever it appears: block 2 alone, block 3's start
+    assert first.prompt_token_ids[512:1024] == bench_ids([2], 512)
+    assert first.prompt_token_ids[1024:] == bench_ids([3], 1300 - 1024)
+    assert all(4 <= t < TOKEN_ID_SPACE for t in first.prompt_token_ids)
     # turn 1: turn 0's prompt and output, then its row's tokens past the 2 full blocks it shares
-    assert second.prompt_len == 1300 + 7 + (1250 - 2 * MOONCAKE_BLOCK)
+    assert second.prompt_len == 1300 + 7 + (1250 - 2 * 512)
     assert second.prompt_token_ids[:1300] == first.prompt_token_ids
-    assert second.prompt_token_ids[1307:] == hash_block_ids(9, 1250 - 1024)
+    assert second.prompt_token_ids[1307:] == bench_ids([9], 1250 - 1024)
     assert extends(second, first)
     assert [r.arrival_time for r in trace.requests] == [0.0, 2.0]
     assert trace.metadata["history_tokens_added"] == 1307 - 1024
+    assert trace.metadata["filters"][0] == {"rule": "prompt and output have at least one token (a replay needs both)",
+                                            "kept": 3, "dropped": 1}
     assert dumps_trace(trace) == dumps_trace(build_mooncake_sessions(tmp_path, num=None, source=path))
 
 
-@pytest.mark.parametrize("row, field, words", [
+@pytest.mark.parametrize("row, field, words", [  # (the reader's every check: tests/workload/test_production_traces.py)
     ({"timestamp": 5, "output_length": 1, "hash_ids": [1]}, "input_length", "missing"),
-    ({"timestamp": 5, "input_length": -3, "output_length": 1, "hash_ids": [1]}, "input_length", ">= 1"),
+    ({"timestamp": 5, "input_length": -3, "output_length": 1, "hash_ids": [1]}, "input_length", ">= 0"),
     ({"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [1]}, "timestamp", "earlier"),
-    ({"timestamp": 5, "input_length": 600, "output_length": 1, "hash_ids": [1]}, "hash_ids", "do not fit"),
+    ({"timestamp": 5, "input_length": 600, "output_length": 1, "hash_ids": [1]}, "hash_ids", "spans 2 blocks"),
     ({"timestamp": 5, "input_length": 10, "output_length": 1, "hash_ids": ["x"]}, "hash_ids", "integers"),
 ])
 def test_malformed_mooncake_rows_name_the_line_and_field(tmp_path, row, field, words):
     path = tmp_path / "bad.jsonl"
     write_jsonl(path, [{"timestamp": 2, "input_length": 10, "output_length": 1, "hash_ids": [0]}, row])
-    with pytest.raises(ValueError) as caught:
-        read_mooncake_jsonl(path)
+    with pytest.raises(SourceError) as caught:
+        build_mooncake_sessions(tmp_path, source=path)
     message = str(caught.value)
     assert message.startswith(f"{path}: line 2: field '{field}'") and words in message
 
@@ -133,7 +146,7 @@ DATA = default_data_dir()
 
 
 @pytest.mark.skipif(not (DATA / "tokenizers" / "opt").exists(), reason=f"OPT tokenizer not at {DATA}")
-@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="reads ShareGPT and tokenizes (15 s); "
+@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="reads ShareGPT and tokenizes (about 5 s); "
                     "set PAGESIM_SLOW_TESTS=1")
 def test_sharegpt_sessions_extend_their_history():
     trace = build_sharegpt_sessions(DATA, num=8, max_context=2048, max_output=64)
@@ -167,7 +180,7 @@ def test_committed_sharegpt_sessions_trace():
 
 
 @pytest.mark.skipif(not (DATA / "tokenizers" / "opt").exists(), reason=f"OPT tokenizer not at {DATA}")
-@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="tokenizes (15 s); set PAGESIM_SLOW_TESTS=1")
+@pytest.mark.skipif(not os.environ.get("PAGESIM_SLOW_TESTS"), reason="tokenizes (about 5 s); set PAGESIM_SLOW_TESTS=1")
 def test_sharegpt_sessions_rebuild_is_byte_identical(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -3,12 +3,26 @@
 `base` (BatchShape, the CostModel interface, ConstantCostModel), `roofline` (datasheet peaks times
 estimated efficiencies), `calibrated` (operator terms fitted to measured GPU timings, the default;
 its fitting is `fit`, its data reader `measurements`), `profiled` (fitted to the executor's own
-profile), and `registry`, the one place that knows their names. Importing this package loads no
-numpy: `profiled`, `fit` and `lsq` are imported only where used.
+profile), `registry`, the one place that knows their names, and `names`, their names alone.
+Importing this package loads no cost model: the names below are imported when first read (a
+command's help names the defaults without loading the models), and no numpy at all: `profiled`,
+`fit` and `lsq` are imported only where used.
 """
 
-from pagesim.sim.cost.base import BatchShape, ConstantCostModel, CostModel, prefill_attn_pairs
-from pagesim.sim.cost.registry import COST_MODELS, DEFAULT_COST_MODEL, make_cost_model, register_cost_model
+import importlib
 
-__all__ = ["BatchShape", "ConstantCostModel", "CostModel", "prefill_attn_pairs", "COST_MODELS", "DEFAULT_COST_MODEL",
-           "make_cost_model", "register_cost_model"]
+from pagesim.sim.cost.names import DEFAULT_COST_MODEL
+
+_HOMES = {"BatchShape": "base", "ConstantCostModel": "base", "CostModel": "base", "prefill_attn_pairs": "base",
+          "COST_MODELS": "registry", "make_cost_model": "registry", "register_cost_model": "registry"}
+
+__all__ = ["DEFAULT_COST_MODEL", *_HOMES]
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # (read once)
+    return value

@@ -43,6 +43,21 @@ class CostModel(ABC):
                                                decode_context_tokens=context_tokens + step * num_seqs))
                 for step in range(num_steps)]
 
+    def plain_decode_base(self, num_seqs: int, block_size: int = 16) -> float:
+        """iteration_time of a plain decode step of num_seqs sequences reading no context: the
+        base a decode run's durations add their context terms to. Kept per (num_seqs, block_size):
+        a model is pure, and a replay asks for the same few batch sizes thousands of times."""
+        key = (num_seqs, block_size)
+        try:
+            return self._plain_decode_bases[key]
+        except AttributeError:  # (the first call: no model's __init__ needs to know of the table)
+            self._plain_decode_bases: dict[tuple[int, int], float] = {}
+        except KeyError:
+            pass
+        base = self._plain_decode_bases[key] = self.iteration_time(BatchShape(num_decode_seqs=num_seqs,
+                                                                              block_size=block_size))
+        return base
+
     def decode_run_times(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> Iterator[float]:
         """decode_run_durations without an end."""
         chunk = 64

@@ -40,6 +40,9 @@ kept. Nearest = smallest distance in (log FP16 FLOP/s, log HBM bandwidth): A100-
 A100-80GB, H200 from H100-80GB, and so does any GPUSpec a user defines.
 
 Swap and copy-on-write block moves are not in the measurements: they use the roofline's terms.
+The attention file is of block 16 only; on A100s decode attention at other block sizes adds the
+block-table gather and partial-last-block term of pagesim/sim/cost/paged_blocks.py (fitted to the
+paper's Fig. 18(a)); elsewhere block size does not enter the step time.
 
 Modern models (MoE and expert parallelism, MLA, sliding-window layers, quantized and FP8 weights)
 use the same terms on the GEMMs pagesim/sim/cost/layer_ops.py lists per group of equal layers,
@@ -60,6 +63,7 @@ from importlib import resources
 
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.layer_ops import Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape re-exported)
+from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
@@ -73,6 +77,7 @@ STEP_OPERATORS = ("emb",)  # once per step, not per layer
 ELEMENTWISE_KIND = {"input_layernorm": "norm", "post_attention_layernorm": "norm", "attn_rope": "rope",
                     "mlp_act": "act", "add": "add", "emb": "emb"}
 RESIDUAL_ADDS_PER_LAYER = 2  # after attention and after the MLP
+ROUTING_KIND = "add"  # the elementwise line that prices a MoE layer's routing kernels
 # Measured GPUs and what the others are scaled from.
 MEASURED_GPUS = ("a100-80gb", "h100-80gb", "a40-48gb")
 
@@ -175,6 +180,11 @@ class Calibration:
         if g.count == 1 and g.weight_bytes == dtype_bytes and not g.fp8:
             return self.gemm.seconds(g.m, g.k, g.n, dtype_bytes)
         return self.gemm.grouped_seconds(g, dtype_bytes, fp8_flop_scale if g.fp8 else 1.0)
+
+    def routing_seconds(self, nbytes: float) -> float:
+        """One of a MoE layer's routing kernels (top-k softmax, align, sum) moving `nbytes`: the
+        residual add's line, the elementwise kernel nearest in kind (a few small reads and a write)."""
+        return self.elementwise[ROUTING_KIND].seconds(nbytes)
 
     def operator_floor(self, op: str, shape: LayerShape) -> float:
         """The launch-and-tail floor inside operator_seconds (what a CUDA graph takes away), and
@@ -308,6 +318,9 @@ class CalibratedCostModel(CostModel):
         self._dec_per_ctx = (layers * a.decode_s_per_kv_byte * kv_token_layer if model.mla is None and not sliding
                              else full * ctx_layer)
         self._dec_per_window_ctx = sliding * ctx_layer
+        # decode attention away from block 16 (pagesim/sim/cost/paged_blocks.py), where its source applies
+        self._block_term = block_term(gpu)
+        self._dec_by_block: dict[int, tuple[float, float, float]] = {}
         self._pre_floor = layers * a.prefill_floor_s
         self._pre_per_pair = full * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_window_pair = sliding * a.prefill_s_per_flop * flops_pair_layer
@@ -329,6 +342,7 @@ class CalibratedCostModel(CostModel):
             layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale) for g in group.gemms]
                         + [cal.operator_seconds(op, s, tokens) for op in ELEMENTWISE_OPERATORS])
             layer += (RESIDUAL_ADDS_PER_LAYER - 1) * cal.operator_seconds("add", s, tokens)
+            layer += sum(cal.routing_seconds(b) for b in group.routing_bytes)
             seconds = layer + allreduce
             if group.ep_exchange_bytes:  # expert parallelism: all-gather + reduce-scatter over the ranks
                 seconds += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
@@ -372,6 +386,11 @@ class CalibratedCostModel(CostModel):
                 busy += cal.operator_seconds(op, s, tokens) - floor
                 floors += floor
                 kernels += 1
+            for nbytes in group.routing_bytes:  # a MoE layer's routing kernels (layer_ops.moe_routing_bytes)
+                line = cal.elementwise[ROUTING_KIND]
+                busy += line.slope * nbytes
+                floors += line.floor_s
+                kernels += 1
             if group.ep_exchange_bytes:
                 exchange += group.num_layers * cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
             total_busy += group.num_layers * busy
@@ -409,27 +428,44 @@ class CalibratedCostModel(CostModel):
         if shape.num_swap_blocks or shape.num_copy_blocks:
             t += self._block_moves(shape)
         if n_dec:
-            t += self._dec_floor + n_dec * self._dec_per_seq
+            if shape.block_size == 16 or self._block_term is None:
+                per_seq, per_ctx, per_window_ctx = self._dec_per_seq, self._dec_per_ctx, self._dec_per_window_ctx
+            else:
+                per_seq, per_ctx, per_window_ctx = self.decode_terms(shape.block_size)
+            t += self._dec_floor + n_dec * per_seq
             if self._window:  # base.windowed_context_durations: the same two terms, in this order
-                t += shape.decode_context_tokens * self._dec_per_ctx
+                t += shape.decode_context_tokens * per_ctx
                 ctx, cap = shape.decode_context_tokens, n_dec * self._window
-                return t + (ctx if ctx < cap else cap) * self._dec_per_window_ctx
-            return t + shape.decode_context_tokens * self._dec_per_ctx
+                return t + (ctx if ctx < cap else cap) * per_window_ctx
+            return t + shape.decode_context_tokens * per_ctx
         return t
 
-    def decode_attention_seconds(self, num_seqs: int, context_tokens: int) -> float:
+    def decode_terms(self, block_size: int) -> tuple[float, float, float]:
+        """Decode attention's (seconds per sequence, per context token, per sliding-layer context
+        token) at `block_size`: the measured block-16 terms, with the block term where it applies."""
+        terms = self._dec_by_block.get(block_size)
+        if terms is None:
+            terms = (self._dec_per_seq, self._dec_per_ctx, self._dec_per_window_ctx)
+            if self._block_term is not None and block_size != 16:
+                terms = self._block_term.decode_terms(*terms, block_size)
+            self._dec_by_block[block_size] = terms
+        return terms
+
+    def decode_attention_seconds(self, num_seqs: int, context_tokens: int, block_size: int = 16) -> float:
         """Decode attention of all layers for `num_seqs` sequences holding `context_tokens` in all
         (for reports; iteration_time adds the same terms inline)."""
-        t = self._dec_floor + num_seqs * self._dec_per_seq + context_tokens * self._dec_per_ctx
-        return t + min(context_tokens, num_seqs * self._window) * self._dec_per_window_ctx if self._window else t
+        per_seq, per_ctx, per_window_ctx = self.decode_terms(block_size)
+        t = self._dec_floor + num_seqs * per_seq + context_tokens * per_ctx
+        return t + min(context_tokens, num_seqs * self._window) * per_window_ctx if self._window else t
 
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # the base is iteration_time's sum before its context terms, so every float equals it
-        base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
+        base = self.plain_decode_base(num_seqs, block_size)
+        _, per_ctx, per_window_ctx = self.decode_terms(block_size)
         if self._window:
-            return windowed_context_durations(base, self._dec_per_ctx, self._dec_per_window_ctx, self._window, num_seqs,
+            return windowed_context_durations(base, per_ctx, per_window_ctx, self._window, num_seqs,
                                               context_tokens, num_steps)
-        return linear_context_durations(base, self._dec_per_ctx, num_seqs, context_tokens, num_steps)
+        return linear_context_durations(base, per_ctx, num_seqs, context_tokens, num_steps)
 
     def describe(self) -> dict:
         ep = {"ep": self.ep} if self.ep > 1 else {}

@@ -52,11 +52,9 @@ from pathlib import Path
 
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.calibrated import CalibratedCostModel, Calibration
+from pagesim.sim.cost.names import DEFAULT_ENGINE, ENGINE_NAMES, PAPER_ENGINE  # noqa: F401 (re-exported)
 
 ENGINE_FORMAT = "pagesim-engine/1"
-PAPER_ENGINE = "paper"
-DEFAULT_ENGINE = "vllm-0.19"  # the newest vLLM profile shipped
-ENGINE_NAMES = ("vllm-0.19", "vllm-0.15", PAPER_ENGINE)
 FEATURES = ("gpu_time_scale", "attention_time_scale", "graph_kernel_s", "allreduce_latency_s", "cpu_step_s",
             "cpu_per_seq_s")
 # vLLM's custom all-reduce takes messages up to this size (its default max_size, 8 MiB); NCCL above.
@@ -316,7 +314,7 @@ class EngineCostModel(CostModel):
         return t + shape.decode_context_tokens * self._per_ctx
 
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
-        base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
+        base = self.plain_decode_base(num_seqs, block_size)
         if self._window:
             return windowed_context_durations(base, self._per_ctx, self._per_window_ctx, self._window, num_seqs,
                                               context_tokens, num_steps)

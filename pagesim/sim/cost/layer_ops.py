@@ -24,6 +24,10 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
   this one (assumed symmetric), so an expert GEMM sees the tokens of all ranks, and each MoE
   layer exchanges hidden states by an all-gather before and a reduce-scatter after the experts
   (vLLM's default all2all backend, allgather_reducescatter).
+- The routing kernels around the experts, one launch each per MoE layer (vLLM FusedMoE on CUDA):
+  `topk_softmax` (router logits in fp32 -> top-k ids and weights), `moe_align_block_size` (the
+  routed rows sorted by expert and padded to BLOCK_SIZE_M) and `moe_sum` (each token's k expert
+  outputs summed); priced as elementwise kernels by the bytes they move (`moe_routing_bytes`).
 - Weights of a quantized model's linear layers (not the router) take `ModelSpec.weight_element_bytes`;
   W8A8 FP8 GEMMs are flagged `fp8` (priced at the GPU's FP8 rate where it has one).
 """
@@ -187,6 +191,7 @@ class LayerGroup:
     shape: LayerShape
     ep_exchange_bytes: float = 0.0
     ep_ranks: int = 1
+    routing_bytes: tuple[float, ...] = ()  # per routing kernel of a MoE layer (moe_routing_bytes)
 
 
 def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
@@ -241,6 +246,21 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
     return gemms, exchange, ranks
 
 
+def moe_routing_bytes(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[float, float, float]:
+    """Bytes read and written by a MoE layer's three routing kernels on one GPU: topk_softmax
+    (fp32 logits of every expert in; k int32 ids and k fp32 weights out per token),
+    moe_align_block_size (the k ids per routed token in; the sorted row ids out, padding
+    included) and moe_sum (each token's k expert outputs in, one hidden state out)."""
+    moe, h, d = model.moe, model.hidden_size, model.dtype_bytes
+    e, k = moe.num_experts, moe.experts_per_token
+    routed = tokens * (ep // tp if ep > 1 else 1)
+    block = moe_block_m(routed)
+    topk = tokens * (4 * e + 8 * k)
+    align = 4 * routed * k + 4 * (routed * k + e * (block - 1))  # ids in; sorted ids out, at most E (BM - 1) pads
+    moe_sum = tokens * (k / ep + 1) * h * d  # this GPU's share of the k outputs, then the sum
+    return float(topk), float(align), float(moe_sum)
+
+
 def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:
     """The model's layers in groups of one shape, with their GEMMs for a step of `tokens` tokens."""
     base = LayerShape.of(model, tp)
@@ -256,5 +276,6 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
         # the activation runs over each token's k experts (and the shared ones), split over TP
         shape = LayerShape(model, tp, base.rotary, mlp_width=moe.experts_per_token * moe.expert_ffn_size
                            + moe.shared_expert_ffn_size)
-        groups.append(LayerGroup(moe.num_moe_layers, tuple(attention + gemms), shape, exchange, ranks))
+        groups.append(LayerGroup(moe.num_moe_layers, tuple(attention + gemms), shape, exchange, ranks,
+                                 moe_routing_bytes(model, tokens, tp, ep)))
     return tuple(groups)

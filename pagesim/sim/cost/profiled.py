@@ -283,7 +283,7 @@ class ProfiledCostModel(CostModel):
 
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # the base is iteration_time's sum before its last term, so every float equals it
-        base = self.iteration_time(BatchShape(num_decode_seqs=num_seqs, block_size=block_size))
+        base = self.plain_decode_base(num_seqs, block_size)
         return linear_context_durations(base, self._c_ctx, num_seqs, context_tokens, num_steps)
 
     def describe(self) -> dict:

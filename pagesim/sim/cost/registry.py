@@ -9,11 +9,11 @@ from pagesim.sim.cost.base import ConstantCostModel, CostModel
 from pagesim.sim.cost.calibrated import CalibratedCostModel
 from pagesim.sim.cost.engine import PAPER_ENGINE, EngineCostModel, load_engine_profile
 from pagesim.sim.cost.roofline import DEFAULT_ROOFLINE_CONSTANTS, RooflineConstants, RooflineCostModel
+from pagesim.sim.cost.names import DEFAULT_COST_MODEL  # noqa: F401 (re-exported)
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model
 
-# Used wherever a command does not name one. The calibrated model covers every catalog GPU
-# (measured or scaled through its specs); the roofline stays selectable.
-DEFAULT_COST_MODEL = "calibrated"
+# DEFAULT_COST_MODEL is used wherever a command does not name one. The calibrated model covers
+# every catalog GPU (measured or scaled through its specs); the roofline stays selectable.
 
 CostModelFactory = Callable[..., CostModel]
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.layer_ops import check_parallelism
+from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
 
@@ -29,6 +30,7 @@ class RooflineConstants:
     attention_compute_efficiency: float = 0.5
     # Paged decode attention reads KV at ~70% of HBM peak: the paper (Fig. 18a) measures its
     # kernel 20-26% slower than FasterTransformer's contiguous one, itself ~85-90% of peak.
+    # That is at block 16; other block sizes follow pagesim/sim/cost/paged_blocks.py on A100s.
     kv_read_efficiency: float = 0.7
     # Elementwise work outside the matmuls (norms, residual adds, rotary/positions, activation
     # function, KV writes), as full passes over a token's vectors per layer: read+write of the
@@ -132,6 +134,9 @@ class RooflineCostModel(CostModel):
             self._window_pair_s = self._prefill_attn_s_per_pair * share
             self._decode_attn_s_per_ctx -= self._window_ctx_s
             self._prefill_attn_s_per_pair -= self._window_pair_s
+        # decode attention away from block 16 (pagesim/sim/cost/paged_blocks.py), where its source applies
+        self._block_term = block_term(gpu)
+        self._dec_by_block: dict[int, tuple[float, float, float]] = {}
         # TP all-reduce: 2 per layer over tokens * hidden, ring moves 2 (tp-1)/tp of the data.
         if tp > 1:
             ring = 2 * (tp - 1) / tp
@@ -173,12 +178,30 @@ class RooflineCostModel(CostModel):
             b = shape.num_prefill_tokens * self._prefill_kv_s_per_token
             t += a if a > b else b
         if n_dec:
-            t += shape.decode_context_tokens * self._decode_attn_s_per_ctx
-            if self._window:
-                t += min(shape.decode_context_tokens, n_dec * self._window) * self._window_ctx_s
+            if shape.block_size == 16 or self._block_term is None:
+                t += shape.decode_context_tokens * self._decode_attn_s_per_ctx
+                if self._window:
+                    t += min(shape.decode_context_tokens, n_dec * self._window) * self._window_ctx_s
+            else:
+                per_seq, per_ctx, per_window_ctx = self.decode_terms(shape.block_size)
+                t += n_dec * per_seq  # before the context read: decode_run_durations' base
+                t += shape.decode_context_tokens * per_ctx
+                if self._window:
+                    t += min(shape.decode_context_tokens, n_dec * self._window) * per_window_ctx
         if shape.num_swap_blocks or shape.num_copy_blocks:
             t += self.block_move_time(shape)
         return t
+
+    def decode_terms(self, block_size: int) -> tuple[float, float, float]:
+        """Decode attention's (seconds per sequence, per context token, per sliding-layer context
+        token) at `block_size`: 0 and the block-16 terms, with the block term where it applies."""
+        terms = self._dec_by_block.get(block_size)
+        if terms is None:
+            terms = (0.0, self._decode_attn_s_per_ctx, self._window_ctx_s)
+            if self._block_term is not None and block_size != 16:
+                terms = self._block_term.decode_terms(*terms, block_size)
+            self._dec_by_block[block_size] = terms
+        return terms
 
     def _linear_time(self, tokens: int) -> float:
         """max(compute, weight read) of every matmul of the layers for a step of `tokens`."""
@@ -224,11 +247,16 @@ class RooflineCostModel(CostModel):
     def decode_run_durations(self, num_seqs: int, context_tokens: int, num_steps: int, block_size: int = 16) -> list[float]:
         # iteration_time's sum in its own order, with the one term that changes (the context
         # read) added last, so every float is the one iteration_time returns
+        base = self._decode_base(num_seqs)
+        if block_size == 16 or self._block_term is None:
+            per_ctx, per_window_ctx = self._decode_attn_s_per_ctx, self._window_ctx_s
+        else:  # iteration_time adds the partial blocks (per sequence) to the base first
+            per_seq, per_ctx, per_window_ctx = self.decode_terms(block_size)
+            base += num_seqs * per_seq
         if self._window:
-            return windowed_context_durations(self._decode_base(num_seqs), self._decode_attn_s_per_ctx,
-                                              self._window_ctx_s, self._window, num_seqs, context_tokens, num_steps)
-        return linear_context_durations(self._decode_base(num_seqs), self._decode_attn_s_per_ctx, num_seqs,
-                                        context_tokens, num_steps)
+            return windowed_context_durations(base, per_ctx, per_window_ctx, self._window, num_seqs, context_tokens,
+                                              num_steps)
+        return linear_context_durations(base, per_ctx, num_seqs, context_tokens, num_steps)
 
     def _decode_base(self, n_dec: int) -> float:
         t = self._step_s + self._per_seq_s * n_dec
@@ -254,15 +282,18 @@ class RooflineCostModel(CostModel):
                                      * self._window_pair_s,
                                      shape.num_prefill_tokens * self._prefill_kv_s_per_token)
             if shape.num_prefill_tokens else 0.0,
-            "decode_attention": shape.decode_context_tokens * self._decode_attn_s_per_ctx
-            + min(shape.decode_context_tokens, shape.num_decode_seqs * self._window) * self._window_ctx_s
-            if shape.num_decode_seqs else 0.0,
+            "decode_attention": self._decode_attention(shape) if shape.num_decode_seqs else 0.0,
             "swap": shape.num_swap_blocks * self._swap_copies_per_block * (
                 self._swap_latency_s + shape.block_size * self._swap_s_per_token_copy),
             "copy": (self._cow_launch_s + shape.num_copy_blocks * shape.block_size
                      * self._cow_s_per_token) if shape.num_copy_blocks else 0.0,
         }
         return parts
+
+    def _decode_attention(self, shape: BatchShape) -> float:
+        per_seq, per_ctx, per_window_ctx = self.decode_terms(shape.block_size)
+        return (shape.num_decode_seqs * per_seq + shape.decode_context_tokens * per_ctx
+                + min(shape.decode_context_tokens, shape.num_decode_seqs * self._window) * per_window_ctx)
 
     def swap_seconds_per_byte(self, block_size: int) -> float:
         """Swap time per KV byte moved at `block_size` (paper Fig. 19a: worse for small blocks)."""

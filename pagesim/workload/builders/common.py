@@ -136,21 +136,33 @@ def _require(path: Path, what: str) -> Path:
 
 @dataclass
 class OptTokenizer:
-    """The OPT tokenizer, used without special tokens (no BOS), as every trace here counts."""
+    """A trace builder's tokenizer, used without special tokens (no BOS), as every trace here counts."""
 
-    tokenizer: Any
+    encode_batch: Callable[[list[str]], list[list[int]]]  # texts -> their ids, no special tokens added
     info: dict[str, Any] = field(default_factory=dict)
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:
             return []
-        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        return [list(ids) for ids in self.encode_batch(list(texts))]
 
 
-def _offline_tokenizer(data_dir: Path, name: str, what: str, description: str, special_tokens: str,
-                       backend: str = "") -> OptTokenizer:
-    """The transformers AutoTokenizer in data_dir/tokenizers/<name>, loaded offline, with the
-    metadata every trace records about it (its files and their hash, the library versions)."""
+def _tokenizer_info(tok_dir: Path, name: str, description: str, loaded_with: str, special_tokens: str,
+                    vocab_size: int) -> dict[str, Any]:
+    """What every trace records about its tokenizer: its files and their hash, the library."""
+    files = sorted(p for p in tok_dir.iterdir() if p.is_file())
+    return {
+        "name": description,
+        "files": f"tokenizers/{name} (" + ", ".join(p.name for p in files) + ")",
+        "files_sha256": sha256_of(*files),
+        "loaded_with": loaded_with,
+        "special_tokens": special_tokens,
+        "vocab_size": vocab_size,
+    }
+
+
+def _offline_tokenizer(data_dir: Path, name: str, what: str, description: str, special_tokens: str) -> OptTokenizer:
+    """The transformers AutoTokenizer in data_dir/tokenizers/<name>, loaded offline."""
     import transformers
 
     tok_dir = _require(Path(data_dir) / "tokenizers" / name, f"{what} tokenizer")
@@ -163,24 +175,41 @@ def _offline_tokenizer(data_dir: Path, name: str, what: str, description: str, s
     # Nothing is truncated here; lifting the model's length limit only silences a warning that
     # long messages would be too long *for the model*.
     tok.model_max_length = 1 << 30
-    files = sorted(p for p in tok_dir.iterdir() if p.is_file())
-    info = {
-        "name": description,
-        "files": f"tokenizers/{name} (" + ", ".join(p.name for p in files) + ")",
-        "files_sha256": sha256_of(*files),
-        "loaded_with": f"transformers {transformers.__version__} AutoTokenizer{backend}, offline",
-        "special_tokens": special_tokens,
-        "vocab_size": len(tok),
-    }
-    return OptTokenizer(tok, info)
+    info = _tokenizer_info(tok_dir, name, description, f"transformers {transformers.__version__} AutoTokenizer, offline",
+                           special_tokens, len(tok))
+    return OptTokenizer(lambda texts: tok(texts, add_special_tokens=False)["input_ids"], info)
+
+
+def opt_backend(tok_dir: Path):
+    """The OPT tokenizer as a `tokenizers.Tokenizer`, built from vocab.json and merges.txt as
+    transformers' GPT2Tokenizer builds it (byte-level BPE, no prefix space, the config's special
+    tokens matched whole in the text). Built directly because importing transformers takes
+    seconds (torch with it), most of a sessions build; tests/workload/test_opt_tokenizer.py
+    checks it equals what AutoTokenizer loads, part by part and id by id."""
+    from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+
+    config = json.loads((tok_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    backend = Tokenizer(BPE.from_file(str(tok_dir / "vocab.json"), str(tok_dir / "merges.txt"), dropout=None,
+                                      continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(config.get("add_prefix_space", False)))
+    backend.decoder = decoders.ByteLevel()
+    specials = sorted({config[k] for k in ("pad_token", "bos_token", "eos_token", "unk_token") if k in config})
+    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
+    return backend
 
 
 def load_opt_tokenizer(data_dir: Path) -> OptTokenizer:
     import tokenizers
 
-    return _offline_tokenizer(data_dir, "opt", "OPT", "OPT (GPT-2 byte-level BPE with the RoBERTa/OPT vocabulary ids)",
-                              "none added: add_special_tokens=False, so no BOS </s> (id 2) is counted",
-                              backend=f" (tokenizers {tokenizers.__version__})")
+    tok_dir = _require(Path(data_dir) / "tokenizers" / "opt", "OPT tokenizer")
+    backend = opt_backend(tok_dir)
+    info = _tokenizer_info(tok_dir, "opt", "OPT (GPT-2 byte-level BPE with the RoBERTa/OPT vocabulary ids)",
+                           f"tokenizers {tokenizers.__version__} byte-level BPE from vocab.json and merges.txt, built "
+                           "as transformers' GPT2Tokenizer (AutoTokenizer's class for it) builds it, offline",
+                           "none added: add_special_tokens=False, so no BOS </s> (id 2) is counted",
+                           backend.get_vocab_size(with_added_tokens=True))
+    return OptTokenizer(lambda texts: [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)], info)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,19 +10,18 @@ and a session-aware driver (pagesim.workload.sessions) swaps in what was really 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from pagesim.core.hashed_prompt import FIRST_VOCAB_ID, HashedPrompt
 from pagesim.workload.builders.chat import ROLE_SPEAKER, _speaker, chat_turns, message_bodies
 from pagesim.workload.builders.common import (DEFAULT_SEED, Progress, _require, load_opt_tokenizer,
                                               read_json_array_prefix, seeded_sample, sha256_of, trace_stats)
+from pagesim.workload.builders.mooncake import HASH_BLOCK_TOKENS, MOONCAKE_DIR, MOONCAKE_FILES, read_mooncake_jsonl
 from pagesim.workload.trace import Trace, TraceRequest
 
-MOONCAKE_BLOCK = 512  # tokens per hash id in Mooncake's traces
 TOKEN_ID_SPACE = 32_000  # synthetic ids stay below every catalog vocabulary (Llama-2's 32,000 the smallest)
-FIRST_ID = 4  # below: special tokens in most vocabularies
 
 
 def _counted(requests: list[TraceRequest]) -> dict:
@@ -118,53 +117,7 @@ def build_sharegpt_sessions(data_dir: Path, num: int | None = 200, seed: int = D
 # Mooncake's synthetic trace: conversations from prefix-block hash chains
 
 
-@dataclass
-class MooncakeRow:
-    timestamp_ms: int
-    input_length: int
-    output_length: int
-    hash_ids: list[int]
-
-
-def read_mooncake_jsonl(path: Path) -> list[MooncakeRow]:
-    """Mooncake's jsonl rows, checked: one line each, the four fields, lengths > 0, times in order,
-    len(hash_ids) = ceil(input_length / 512); ValueError naming the file, the line and the field."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {line_no}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: invalid JSON: {exc.msg}") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{where}: must be a JSON object")
-            for name in ("timestamp", "input_length", "output_length", "hash_ids"):
-                if name not in rec:
-                    raise ValueError(f"{where}: field '{name}': missing")
-            for name, low in (("timestamp", 0), ("input_length", 1), ("output_length", 1)):
-                value = rec[name]
-                if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                    raise ValueError(f"{where}: field '{name}': must be an integer >= {low}, got {json.dumps(value)}")
-            ids = rec["hash_ids"]
-            if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in ids):
-                raise ValueError(f"{where}: field 'hash_ids': must be a list of integers >= 0")
-            blocks = -(-rec["input_length"] // MOONCAKE_BLOCK)
-            if len(ids) != blocks:
-                raise ValueError(f"{where}: field 'hash_ids': {len(ids)} ids do not fit input_length "
-                                 f"{rec['input_length']} ({blocks} blocks of {MOONCAKE_BLOCK})")
-            if rows and rec["timestamp"] < rows[-1].timestamp_ms:
-                raise ValueError(f"{where}: field 'timestamp': {rec['timestamp']} is earlier than the line before's "
-                                 f"{rows[-1].timestamp_ms}")
-            rows.append(MooncakeRow(rec["timestamp"], rec["input_length"], rec["output_length"], ids))
-    if not rows:
-        raise ValueError(f"{path}: no records")
-    return rows
-
-
-def conversation_chains(hash_ids: list[list[int]], input_lengths: list[int], block: int = MOONCAKE_BLOCK
+def conversation_chains(hash_ids: list[list[int]], input_lengths: list[int], block: int = HASH_BLOCK_TOKENS
                         ) -> list[tuple[int, int]]:
     """(conversation, turn) of each request, in time order: a request continues the conversation
     whose latest request's full input blocks are the longest run of whole blocks its own hash ids
@@ -197,27 +150,21 @@ def conversation_chains(hash_ids: list[list[int]], input_lengths: list[int], blo
     return where
 
 
-def hash_block_ids(hash_id: int, count: int, block: int = MOONCAKE_BLOCK) -> list[int]:
-    """The token ids standing for the first `count` tokens of the block a hash id names: the same
-    ids wherever the hash appears, distinct runs for distinct hashes (an affine map of the hash and
-    the position, kept below TOKEN_ID_SPACE)."""
-    base = hash_id * block
-    span = TOKEN_ID_SPACE - FIRST_ID
-    return [FIRST_ID + ((base + j) * 2654435761) % span for j in range(count)]
-
-
 def build_mooncake_sessions(data_dir: Path, num: int | None = 20, seed: int = DEFAULT_SEED, command: str = "",
                             source: Path | None = None) -> Trace:
     """The first `num` conversations (by first arrival) of conversation_chains over Mooncake's
-    synthetic trace that have two turns or more. Turn 0 is its row, with token ids from its hash
-    ids (hash_block_ids). A later turn's prompt is the previous turn's prompt and output, then its
-    own row's tokens past the blocks it shares with the previous row (a conversation re-sends its
-    history, which the row's lengths leave out: its input is often shorter than the previous
-    input plus output); arrival times are the rows', and the think time is absent (the recorded gap)."""
-    path = source or _require(Path(data_dir) / "traces_public" / "mooncake-fast25" / "synthetic_trace.jsonl",
+    synthetic trace (read and checked by builders.mooncake, the one Mooncake reader) that have two
+    turns or more. Turn 0 is its row, with the token ids bench sends for its hash ids
+    (HashedPrompt.vocab_ids, vocabulary TOKEN_ID_SPACE). A later turn's prompt is the previous
+    turn's prompt and output, then its own row's tokens past the blocks it shares with the previous
+    row (a conversation re-sends its history, which the row's lengths leave out: its input is often
+    shorter than the previous input plus output); arrival times are the rows', and the think time
+    is absent (the recorded gap)."""
+    path = source or _require(Path(data_dir) / MOONCAKE_DIR / MOONCAKE_FILES["mooncake-synthetic"],
                               "Mooncake synthetic trace")
-    rows = read_mooncake_jsonl(path)
-    chains = conversation_chains([r.hash_ids for r in rows], [r.input_length for r in rows])
+    records = read_mooncake_jsonl(path)
+    rows = [r for r in records if r.prompt_len > 0 and r.output_len > 0]
+    chains = conversation_chains([r.hash_ids for r in rows], [r.prompt_len for r in rows])
     members: dict[int, list[int]] = {}
     for i, (conversation, _) in enumerate(chains):
         members.setdefault(conversation, []).append(i)
@@ -225,35 +172,35 @@ def build_mooncake_sessions(data_dir: Path, num: int | None = 20, seed: int = DE
     kept = kept if num is None else kept[:num]
     chosen = sorted(i for c in kept for i in members[c])
     history: dict[int, list[int]] = {}  # conversation -> previous prompt + output ids
-    out_ids: dict[int, list[int]] = {}
     requests = []
     added = 0
     for i in chosen:
         row, (conversation, turn) = rows[i], chains[i]
-        ids = [t for k, h in enumerate(row.hash_ids)
-               for t in hash_block_ids(h, min(MOONCAKE_BLOCK, row.input_length - k * MOONCAKE_BLOCK))]
+        ids = HashedPrompt(row.hash_ids, row.prompt_len, HASH_BLOCK_TOKENS).vocab_ids(TOKEN_ID_SPACE, seed)
         if turn:
-            shared = (rows[members[conversation][turn - 1]].input_length // MOONCAKE_BLOCK) * MOONCAKE_BLOCK
+            shared = (rows[members[conversation][turn - 1]].prompt_len // HASH_BLOCK_TOKENS) * HASH_BLOCK_TOKENS
             ids = history[conversation] + ids[shared:]
-            added += len(ids) - row.input_length
+            added += len(ids) - row.prompt_len
         rng = random.Random(f"mooncake-output:{seed}:{i}")
-        out_ids[conversation] = [rng.randrange(FIRST_ID, TOKEN_ID_SPACE) for _ in range(row.output_length)]
-        history[conversation] = ids + out_ids[conversation]
-        requests.append(TraceRequest(prompt_len=len(ids), output_len=row.output_length,
-                                     arrival_time=row.timestamp_ms / 1000, session_id=conversation, turn=turn,
-                                     prompt_token_ids=ids))
+        output = [rng.randrange(FIRST_VOCAB_ID, TOKEN_ID_SPACE) for _ in range(row.output_len)]
+        history[conversation] = ids + output
+        requests.append(TraceRequest(prompt_len=len(ids), output_len=row.output_len, arrival_time=row.arrival,
+                                     session_id=conversation, turn=turn, prompt_token_ids=ids))
     metadata = {
         "name": "mooncake-sessions",
         "description": "Mooncake FAST'25 synthetic trace's multi-turn conversations (hash-id prefix chains) as "
         "sessions; prefix-block hashes become token ids, so turns reuse what their rows share",
-        "source": {"file": "traces_public/mooncake-fast25/synthetic_trace.jsonl", "file_sha256": sha256_of(path),
-                   "rows": len(rows), "repository": "kvcache-ai/Mooncake @ 3b5a594133958449a1feaf1c9e0fc1b553e34a28"},
+        "source": {"file": f"{MOONCAKE_DIR}/{MOONCAKE_FILES['mooncake-synthetic']}", "file_sha256": sha256_of(path),
+                   "rows": len(records), "repository": "kvcache-ai/Mooncake @ 3b5a594133958449a1feaf1c9e0fc1b553e34a28"},
         "grouping": "a row continues the conversation whose latest row's full 512-token blocks are the longest "
         "whole-block prefix of its hash ids; a row extending an older row of a conversation starts its own "
         "(pagesim.workload.builders.sessions.conversation_chains)",
-        "token_ids": f"block h, position j -> {FIRST_ID} + ((512 h + j) x 2654435761) mod {TOKEN_ID_SPACE - FIRST_ID}; "
-        "a partial last block keeps its first input_length mod 512 ids; outputs: seeded ids",
-        "filters": [{"rule": "conversation has two rows or more",
+        "token_ids": f"hash id h's block: the seeded stream of ids in [{FIRST_VOCAB_ID}, {TOKEN_ID_SPACE}) that bench "
+        f"sends for it (pagesim.core.hashed_prompt.HashedPrompt.vocab_ids, vocab_size {TOKEN_ID_SPACE}, seed {seed}); "
+        "a partial last block keeps the start of its stream; outputs: seeded ids",
+        "filters": [{"rule": "prompt and output have at least one token (a replay needs both)", "kept": len(rows),
+                     "dropped": len(records) - len(rows)},
+                    {"rule": "conversation has two rows or more",
                      "kept": sum(len(members[c]) >= 2 for c in members), "dropped": sum(len(members[c]) < 2 for c in members)},
                     {"rule": f"first {num} conversations by first arrival" if num is not None else "all",
                      "kept": len(kept)}],
@@ -293,7 +240,7 @@ def build_agent_sessions(data_dir: Path | None = None, num: int | None = 100, se
     """`num` agent sessions (AgentParams) with synthetic token ids; needs no data."""
     num = 100 if num is None else num
     shared_rng = random.Random(f"agent-shared:{seed}")
-    shared = [shared_rng.randrange(FIRST_ID, TOKEN_ID_SPACE) for _ in range(params.shared_context_tokens)]
+    shared = [shared_rng.randrange(FIRST_VOCAB_ID, TOKEN_ID_SPACE) for _ in range(params.shared_context_tokens)]
     p = params
     sessions = []
     clock = 0.0
@@ -302,7 +249,7 @@ def build_agent_sessions(data_dir: Path | None = None, num: int | None = 100, se
         clock += rng.expovariate(p.session_rate)
 
         def ids(bounds: tuple[int, int]) -> list[int]:
-            return [rng.randrange(FIRST_ID, TOKEN_ID_SPACE) for _ in range(rng.randint(*bounds))]
+            return [rng.randrange(FIRST_VOCAB_ID, TOKEN_ID_SPACE) for _ in range(rng.randint(*bounds))]
 
         prompt = shared + ids(p.task_tokens)
         turns = rng.randint(*p.tool_calls)
@@ -325,7 +272,7 @@ def build_agent_sessions(data_dir: Path | None = None, num: int | None = 100, se
         "description": "synthetic agent sessions: a shared context, then tool calls (outputs) with tool-latency "
         "gaps (think_time) and tool results (new prompt tokens), then an answer",
         "parameters": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(params).items()},
-        "token_ids": f"seeded uniform ids in [{FIRST_ID}, {TOKEN_ID_SPACE}); the shared context is the same ids in "
+        "token_ids": f"seeded uniform ids in [{FIRST_VOCAB_ID}, {TOKEN_ID_SPACE}); the shared context is the same ids in "
         "every session",
         "arrival_time": "each turn carries its session's start (Poisson at session_rate); later turns are sent "
         "think_time after the previous turn ends",

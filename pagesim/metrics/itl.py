@@ -1,0 +1,246 @@
+"""Weighted statistics of many values in bounded memory: the pooled inter-token latencies of a
+run (every request's token-to-token gaps, as vLLM pools them), whose count grows with the run's
+steps.
+
+The gaps are never materialised at once: `TokenGaps` keeps, per driver, one count per step
+(4 bytes) and the distinct gaps across breaks, and hands out (values, weights) a stretch of
+steps at a time. The statistics read those chunks in a few passes: the mean and the standard
+deviation from correctly rounded sums (`exact_weighted_sum`), the percentiles from order
+statistics found by a histogram over the values' bit patterns, then a sort of the one histogram
+bin that holds each (`weighted_percentiles`). Results are the same floats as numpy gives on the
+values repeated by their weights (tests/metrics/test_itl_weighted.py), so a run's summary does
+not depend on how the gaps are grouped.
+
+numpy is imported inside the functions: `import pagesim.metrics` stays light.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from itertools import chain
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pagesim.metrics.records import RequestRecord
+
+Chunks = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]  # each call: a fresh pass over (values, weights)
+
+CHUNK = 1 << 16  # values per chunk: every pass's temporaries stay this size
+RECORDS_PER_PASS = 4096  # request records read at a time while counting their spans
+BIN_SHIFT = 48  # histogram bins: sign, exponent and the top 4 mantissa bits of a value
+NUM_BINS = 1 << 16
+
+
+class TokenGaps:
+    """Every request's token-to-token gaps pooled, as (gap, weight) pairs, in memory that grows
+    with steps, not tokens: a gap between a request's tokens at steps k and k + 1 is the
+    driver's gap between those steps, weighted by how many requests had both; a gap across a
+    break in a request's tokens (a preemption, a step without it) is kept once per pair of
+    steps, weighted by the requests that broke there."""
+
+    def __init__(self, records: list[RequestRecord]):
+        import numpy as np
+
+        # per driver (the records sharing one step-time array): its step times, the requests
+        # holding tokens at each pair of successive steps, and the gaps across breaks
+        self.drivers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        by_times: dict[int, list[RequestRecord]] = {}
+        for r in records:
+            if r.token_spans:
+                by_times.setdefault(id(r.step_times), []).append(r)
+        for group in by_times.values():
+            step_times = group[0].step_times
+            # (a view of the driver's packed array where it is one, not a copy)
+            times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
+            self.drivers.append((times, *_held_and_breaks(group, times)))
+
+    def chunks(self):
+        """(values, weights) a stretch at a time; together every distinct gap once per driver."""
+        for times, held, break_values, break_weights in self.drivers:
+            for i in range(0, len(held), CHUNK):
+                part = held[i:i + CHUNK]
+                inside = part > 0
+                yield (times[i + 1:i + 1 + len(part)] - times[i:i + len(part)])[inside], part[inside]
+            if len(break_values):
+                yield break_values, break_weights
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every (value, weight) pair at once (for tests and small runs)."""
+        import numpy as np
+
+        parts = list(self.chunks())
+        if not parts:
+            return np.zeros(0), np.zeros(0, dtype=np.int32)
+        return np.concatenate([v for v, _ in parts]), np.concatenate([w for _, w in parts])
+
+
+def _held_and_breaks(group: list[RequestRecord], times: np.ndarray):
+    """held[k]: requests with tokens at steps k and k + 1; the distinct gaps across breaks (from
+    a span's last step to the same request's next span) and how many requests broke there."""
+    import numpy as np
+
+    n = len(times)
+    held = np.zeros(n + 1, dtype=np.int32)  # a difference array over the spans, then its running sum
+    pairs = _PairCounts()
+    for i in range(0, len(group), RECORDS_PER_PASS):  # a slice of the records at a time: memory stays flat
+        part = group[i:i + RECORDS_PER_PASS]
+        spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
+        starts, stops = spans[0::2], spans[1::2]
+        np.add(held, np.bincount(starts, minlength=n + 1), out=held, casting="unsafe")
+        np.subtract(held, np.bincount(stops - 1, minlength=n + 1), out=held, casting="unsafe")
+        same_request = np.ones(len(starts), dtype=bool)
+        same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
+        # (requests in the batch break together, at a prefill step: one gap per pair of steps)
+        pairs.add((stops[:-1][same_request[:-1]] - 1) * n + starts[1:][same_request[:-1]])
+    held = np.cumsum(held[:n - 1], dtype=np.int32, out=held[:n - 1]) if n > 1 else np.zeros(0, dtype=np.int32)
+    unique, counts = pairs.result()
+    return held, times[unique % n] - times[unique // n], counts.astype(np.int32)
+
+
+class _PairCounts:
+    """Distinct step pairs with counts, merged as they come: memory grows with distinct pairs
+    (merging whenever the pending ones outnumber the merged, so each pair is merged O(log) times)."""
+
+    def __init__(self):
+        import numpy as np
+
+        self.unique, self.counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        self.pending: list[np.ndarray] = []
+        self.num_pending = 0
+
+    def add(self, pairs: np.ndarray) -> None:
+        self.pending.append(pairs)
+        self.num_pending += len(pairs)
+        if self.num_pending > max(len(self.unique), CHUNK):
+            self._merge()
+
+    def _merge(self) -> None:
+        import numpy as np
+
+        fresh = np.concatenate(self.pending) if self.pending else np.zeros(0, dtype=np.int64)
+        values = np.concatenate([self.unique, fresh])
+        weights = np.concatenate([self.counts, np.ones(len(fresh), dtype=np.int64)])
+        self.unique, where = np.unique(values, return_inverse=True)
+        self.counts = np.bincount(where, weights=weights, minlength=len(self.unique)).astype(np.int64)
+        self.pending, self.num_pending = [], 0
+
+    def result(self):
+        self._merge()
+        return self.unique, self.counts
+
+
+def _bins(values: np.ndarray) -> np.ndarray:
+    """Histogram bin of each value, in the values' order: the float's bits as a signed integer
+    (the low 63 bits flipped for negatives, so that integer order is value order), shifted."""
+    import numpy as np
+
+    bits = values.view(np.int64)
+    key = bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
+    return (key >> BIN_SHIFT) + NUM_BINS // 2
+
+
+def _order_statistics(chunks: Chunks, ranks: list[int]) -> list[float]:
+    """The k-th smallest (0-based) of the values each repeated weight times, for each k in ranks:
+    one pass counts the weight in each bin, a second gathers the bins the ranks fall in, and
+    those few values are sorted. (Memory: the bins, a chunk, and the gathered bins: small unless
+    most values share one bin's 4 mantissa bits.)"""
+    import numpy as np
+
+    hist = np.zeros(NUM_BINS, dtype=np.int64)
+    for values, weights in chunks():
+        hist += np.bincount(_bins(values), weights=weights, minlength=NUM_BINS).astype(np.int64)
+    upto = np.cumsum(hist)
+    wanted = sorted({int(np.searchsorted(upto, k, side="right")) for k in ranks})
+    gathered_values, gathered_weights = [], []
+    for values, weights in chunks():
+        keep = np.isin(_bins(values), wanted)
+        gathered_values.append(values[keep])
+        gathered_weights.append(weights[keep])
+    values, weights = np.concatenate(gathered_values), np.concatenate(gathered_weights)
+    order = np.argsort(values, kind="stable")
+    values, weights = values[order], weights[order]
+    results = []
+    for k in ranks:
+        b = int(np.searchsorted(upto, k, side="right"))
+        before = int(upto[b - 1]) if b else 0  # repeated values in the bins below b
+        inside = _bins(values) == b
+        in_bin, in_weights = values[inside], weights[inside]
+        results.append(in_bin[np.searchsorted(np.cumsum(in_weights, dtype=np.int64), k - before, side="right")])
+    return results
+
+
+def _total_weight(chunks: Chunks) -> int:
+    import numpy as np
+
+    return sum(int(w.sum(dtype=np.int64)) for _, w in chunks())
+
+
+def weighted_percentiles_of(chunks: Chunks, qs: list[float], count: int | None = None) -> list[float]:
+    """np.percentile(np.repeat(values, weights), qs) exactly (its default linear method: the
+    same two order statistics and the same interpolation arithmetic), without the repeat, over
+    values and weights given a chunk at a time; count: their total weight, where known."""
+    import numpy as np
+
+    count = _total_weight(chunks) if count is None else count
+    virtuals = (np.asarray(qs, dtype=float) / 100) * (count - 1)
+    lows = [int(np.floor(v)) for v in virtuals]
+    ranks = sorted({min(k, count - 1) for lo in lows for k in (lo, lo + 1)})
+    nth = dict(zip(ranks, _order_statistics(chunks, ranks)))
+    results = []
+    for virtual, lo in zip(virtuals, lows):
+        if virtual >= count - 1:
+            results.append(float(nth[count - 1]))
+            continue
+        a, b = nth[lo], nth[lo + 1]
+        gamma = virtual - np.floor(virtual)
+        diff = b - a
+        results.append(float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma))
+    return results
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> list[float]:
+    """weighted_percentiles_of over one chunk: np.percentile(np.repeat(values, weights), qs)."""
+    return weighted_percentiles_of(lambda: [(values, weights)], qs)
+
+
+def exact_weighted_sum_of(chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> float:
+    """sum(v * w) over every chunk's values and weights, correctly rounded: the same float however
+    the values are grouped or ordered (one run's gaps weighted by the requests in it, or every
+    token's gap one by one). Each value is split into two halves of at most 26 and 27
+    significant bits (Veltkamp), so that with weights below 2**26 every product is exact, and
+    math.fsum adds the products exactly."""
+    def products():  # lists of exact products, a piece at a time, so memory stays flat
+        for values, weights in chunks:
+            if weights.size and int(weights.max()) >= 2**26:
+                raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
+            for i in range(0, len(values), CHUNK):
+                v, w = values[i:i + CHUNK], weights[i:i + CHUNK].astype(float)
+                scaled = v * 134217729.0  # 2**27 + 1
+                high = scaled - (scaled - v)
+                yield (high * w).tolist()
+                yield ((v - high) * w).tolist()
+
+    return math.fsum(chain.from_iterable(products()))
+
+
+def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
+    """exact_weighted_sum_of one chunk."""
+    return exact_weighted_sum_of([(values, weights)])
+
+
+def weighted_vllm_stats(name: str, chunks: Chunks) -> dict | None:
+    """vLLM's mean / median / std / p99 in milliseconds of the values each repeated weight times:
+    the median and p99 exactly as numpy gives them on the repeated values; the mean and the
+    (population) std from correctly rounded sums, so equal for any grouping of the same values
+    (numpy's pairwise sums round in an order that depends on the grouping). None: no values."""
+    count = _total_weight(chunks)
+    if not count:
+        return None
+    mean = exact_weighted_sum_of(chunks()) / count
+    std = math.sqrt(exact_weighted_sum_of(((v - mean) ** 2, w) for v, w in chunks()) / count)
+    median, p99 = weighted_percentiles_of(chunks, [50, 99], count)
+    return {f"mean_{name}_ms": mean * 1000.0, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std * 1000.0,
+            f"p99_{name}_ms": p99 * 1000.0}
