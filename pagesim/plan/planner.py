@@ -24,8 +24,8 @@ from pagesim.plan.cache import RunCache
 from pagesim.plan.fleet import FleetResult, FleetShape, price_fleet, size_fleet
 from pagesim.plan.grid import GridPoint, RunSettings
 from pagesim.plan.prices import PriceTable
-from pagesim.plan.run import Evaluation, RateEvaluator
-from pagesim.plan.search import SearchSettings, bracket_search
+from pagesim.plan.run import Evaluation, RateEvaluator, meets_slos
+from pagesim.plan.search import SearchSettings, scouted_search
 from pagesim.plan.slo import SLO
 from pagesim.plan import uncertainty
 from pagesim.workload.trace import Trace
@@ -63,7 +63,7 @@ class LongerCheck:
     def meets(ev: Evaluation) -> bool:
         """The SLOs hold, nothing is rejected and the queue does not grow (one run, so its steady
         state may stay undecided: that is no failure of the check)."""
-        return ev.error is None and all(v == "undecided" for v in ev.violations)
+        return meets_slos(ev)
 
     @property
     def holds(self) -> bool:
@@ -88,7 +88,8 @@ class ConfigResult:
     num_simulated: int
     num_cached: int
     knee: float | None = None  # the lowest unsustainable rate probed (the bracket is [capacity, knee])
-    num_probes: int = 0  # rates the first seed's search judged
+    num_probes: int = 0  # rates the first seed's search judged with full probes
+    num_scouts: int = 0  # short scouting probes that located the knee first (pagesim.plan.search)
     seed_capacities: list[float] = field(default_factory=list)  # one per seed, the first seed's first
     capacity_low: float | None = None  # the interval (pagesim.plan.uncertainty)
     capacity_high: float | None = None
@@ -138,25 +139,33 @@ def plan_config(job: ConfigJob) -> ConfigResult:
     evaluator = RateEvaluator(job.settings, job.point, job.trace, job.trace_digest, job.slos, RunCache(job.cache_dir),
                               job.search.tolerance)
     memo: dict[float, Evaluation] = {}
+    scouts: dict[float, Evaluation] = {}
 
     def evaluate(rate: float) -> Evaluation:
         if rate not in memo:
             memo[rate] = evaluator(rate)
         return memo[rate]
 
+    def scout(rate: float) -> Evaluation:
+        if rate not in scouts:
+            scouts[rate] = evaluator.scout(rate)
+        return scouts[rate]
+
     def done(*args, **extra) -> ConfigResult:
         return ConfigResult(*args, sorted(memo.values(), key=lambda e: e.rate), evaluator.num_simulated,
                             evaluator.num_cached, costs=uncertainty.costs_source(job.point.gpu, job.settings.cost_model),
                             **extra)
 
-    first = evaluate(job.search.start_rate)
+    first = scout(job.search.start_rate)
     if first.error is not None:  # does not fit, or cannot run at all: no point searching
+        memo[first.rate] = first
         return done(job.point, None, first.error, ["error"], False, None, None, None)
-    found = bracket_search(evaluate, job.search)
+    found = scouted_search(evaluate, scout, job.search)
     if found.rate is None:
         lowest = found.upper
         reason = f"no rate >= {job.search.min_rate:g} req/s meets every condition (fails {', '.join(lowest.violations)})"
-        return done(job.point, None, reason, lowest.violations, False, None, None, None, num_probes=len(found.points))
+        return done(job.point, None, reason, lowest.violations, False, None, None, None, num_probes=len(found.points),
+                    num_scouts=len(found.scouts))
     capacity = found.rate
     seeds = [capacity] + [uncertainty.seed_capacity(lambda r, s=s: evaluator(r, job.settings.seed + s).sustainable,
                                                     capacity, job.search) for s in range(1, job.seeds)]
@@ -170,7 +179,8 @@ def plan_config(job: ConfigJob) -> ConfigResult:
     limiting = found.upper.violations if found.upper is not None else []
     fleet = [size_fleet(job, shape, replicas) for shape in job.fleet]
     return done(job.point, capacity, None, limiting, found.capped, replicas, headroom, operating,
-                knee=found.upper.rate if found.upper else None, num_probes=len(found.points), seed_capacities=seeds,
+                knee=found.upper.rate if found.upper else None, num_probes=len(found.points),
+                num_scouts=len(found.scouts), seed_capacities=seeds,
                 capacity_low=low, capacity_high=high, model_error=error.relative, model_error_basis=error.basis,
                 fleet=fleet)
 

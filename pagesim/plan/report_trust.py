@@ -29,7 +29,8 @@ def interval_text(r: ConfigResult) -> str:
 
 def knee_text(r: ConfigResult) -> str:
     upper = f"{r.knee:.2f}" if r.knee is not None else "above the search cap"
-    return f"knee bracketed in [{r.capacity:.2f}, {upper}] req/s by {r.num_probes} probes"
+    scouts = f" after {r.num_scouts} short scouting probes" if r.num_scouts else ""
+    return f"knee bracketed in [{r.capacity:.2f}, {upper}] req/s by {r.num_probes} full probes{scouts}"
 
 
 def uncertainty_warning(r: ConfigResult, which: str) -> list:

@@ -12,8 +12,9 @@ the most favourable state, so a longer one does no better. A pass counts only on
 enough and with a flat queue; otherwise the probe runs again with more requests, up to the
 settings' cap, where an undecided probe counts as unsustainable ("undecided").
 
-`probe_steady(run, rate, ...)` is that loop over any driver (`run(n)` -> a run record); a
-RateEvaluator is the probe of one replica configuration, cached.
+`probe_steady(run, rate, ...)` is that loop over any driver (`run(n)` -> a run record);
+`scout_probe` the same capped at a short length and judged optimistically, for locating the
+knee cheaply (pagesim.plan.search); a RateEvaluator is the probe of one replica configuration, cached.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from pagesim.workload.trace import Trace
 
 MIN_TAIL_REQUESTS = 8  # a pNN SLO is judged on at least this many measured requests beyond it
 MIN_MEASURED = RunSettings.min_measured_requests  # a pass counts only on at least this many measured requests
-NEAR = 1.25  # a probe starts at the run length of those up to 25 % below its rate (RateEvaluator)
+NEAR = 1.25  # a probe starts at the run length of passes within 25 % of its rate (RateEvaluator)
+SCOUT_RUNS = 2  # a scout probe runs at most this many times its first run length (RateEvaluator.scout)
 
 
 def simulate(cfg: ReplayConfig, trace: Trace, slos: list[SLO] | None = None) -> dict:
@@ -174,6 +176,12 @@ class Evaluation:
                 "violations": self.violations, "error": self.error, "runs": self.runs, "stats": self.stats}
 
 
+def meets_slos(ev: Evaluation) -> bool:
+    """The SLOs hold, nothing is rejected and the queue was not seen growing; the steady state may
+    be undecided (a scout probe's or a single run's optimistic verdict)."""
+    return ev.error is None and all(v == "undecided" for v in ev.violations)
+
+
 def measured_needed(slos: list[SLO], minimum: int = MIN_MEASURED) -> int:
     """minimum, or more where a percentile SLO needs MIN_TAIL_REQUESTS beyond its rank."""
     tails = [MIN_TAIL_REQUESTS / (1 - float(s.stat[1:]) / 100) for s in slos if s.is_latency and s.stat.startswith("p")]
@@ -246,6 +254,18 @@ def probe_steady(run: Callable[[int], dict], first_requests: int, max_requests: 
     return ev
 
 
+def scout_probe(run: Callable[[int], dict], first_requests: int, slos: list[SLO], tolerance: float,
+                min_measured: int = MIN_MEASURED) -> Evaluation:
+    """A cheap probe for locating the knee (pagesim.plan.search.scouted_search): probe_steady
+    capped at SCOUT_RUNS x its first run length, sustainable when nothing failed (meets_slos) on
+    a window long enough to judge: an undecided trend (or too few requests for a tail) passes, so
+    a scout errs towards the higher rate; a window still too short does not (an overloaded
+    replica's windows stay short: they shrink with the rate while its service time does not)."""
+    ev = probe_steady(run, first_requests, SCOUT_RUNS * first_requests, slos, tolerance, min_measured)
+    ev.sustainable = meets_slos(ev) and steady.long_enough(ev.stats["window_s"], ev.stats["mean_service_s"])
+    return ev
+
+
 class RateEvaluator:
     """evaluate(rate) for one replica configuration: probe_steady over cached simulations."""
 
@@ -279,6 +299,12 @@ class RateEvaluator:
         ev.runs = [num_requests]
         return ev
 
+    def scout(self, rate: float) -> Evaluation:
+        """scout_probe at `rate` from the settings' first run length: the first runs a full probe
+        at this rate makes, so the cache reuses them."""
+        return scout_probe(lambda n: self.record(rate, n), self.settings.requests_at(rate), self.slos, self.tolerance,
+                           self.settings.min_measured_requests)
+
     def _stops_here(self, record: dict) -> bool:
         """A run stopped early by an SLO serves only SLO sets holding that SLO as strict or stricter."""
         stop = record.get("stopped_by")
@@ -286,12 +312,15 @@ class RateEvaluator:
                                                                else s.threshold <= stop["threshold"]) for s in self.slos)
 
     def __call__(self, rate: float, seed: int | None = None) -> Evaluation:
-        """The probe at `rate`. It starts at the longest run a probe at a lower rate within NEAR
-        of this one was decided on (a higher load takes longer to settle, so the shorter runs
-        would be spent for nothing), at least the settings' count."""
-        first = max([self.settings.requests_at(rate)] + [n for r, n in self.lengths.items() if rate / NEAR <= r < rate])
+        """The probe at `rate`. It starts at the longest run a pass within NEAR of this rate (either
+        side, any seed) was decided on, at least the settings' count: near the knee the lengths
+        a pass needs are alike, and a probe that doubles its way up from the first length runs
+        about twice its final length, so the shorter runs would be spent for nothing. (Only passes
+        count: a failure stopped early says nothing of the length a verdict needs.)"""
+        first = max([self.settings.requests_at(rate)] +
+                    [n for r, n in self.lengths.items() if rate / NEAR <= r <= rate * NEAR])
         ev = probe_steady(lambda n: self.record(rate, n, seed), first, max(first, self.settings.max_requests_per_probe),
                           self.slos, self.tolerance, self.settings.min_measured_requests)
-        if ev.error is None:
-            self.lengths[rate] = ev.num_requests
+        if ev.sustainable:
+            self.lengths[rate] = max(ev.num_requests, self.lengths.get(rate, 0))
         return ev

@@ -52,12 +52,13 @@ def test_ray_gives_the_same_table(local_plan):
 def test_a_wider_grid_reuses_the_cache(tmp_path, local_plan):
     narrow = expand_grid(["a100-40gb"], [1], [16], ["recompute"], [256])
     first = plan(narrow, cache_dir=tmp_path)
-    assert first.results[0].num_cached == 0 and first.results[0].num_simulated > 0
+    assert first.results[0].num_simulated > 0  # (its full probes read the runs its scouts made: num_cached > 0)
     entries = sorted(p.name for p in tmp_path.rglob("*.json"))
     assert len(entries) == first.results[0].num_simulated
     wider = plan(narrow + expand_grid(["h100-80gb"], [1], [16], ["recompute"], [256]), cache_dir=tmp_path)
     reused, new = wider.results
-    assert reused.num_simulated == 0 and reused.num_cached == first.results[0].num_simulated
+    assert reused.num_simulated == 0
+    assert reused.num_cached == first.results[0].num_simulated + first.results[0].num_cached
     assert new.num_simulated > 0
     assert outcome(reused) == outcome(first.results[0])
     # cached and fresh runs agree with a plan made without any cache

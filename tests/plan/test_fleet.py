@@ -121,7 +121,8 @@ def test_plan_with_a_fleet_reports_it(tmp_path):
     assert "--router round-robin --pd none" in plan["command"]
     res = plan["results"][0]
     fleet, = res["fleet"]
-    assert 0.85 * MU <= res["capacity"] <= 1.03 * MU
+    # the trend rule lets the queue grow by less than tolerance x rate: r - MU < 0.03 r, so r < MU / 0.97
+    assert 0.85 * MU <= res["capacity"] <= MU / (1 - 0.03)
     assert fleet["ideal_replicas"] == res["replicas"] == 3
     assert fleet["replicas"] in (3, 4) and fleet["tried"]["2"] is False, fleet["tried"]
     assert fleet["cost_per_hour"] == pytest.approx(fleet["replicas"] * 1.5)

@@ -12,7 +12,8 @@ import re
 import pytest
 
 import pagesim.api
-from pagesim.plan.report import HEADROOM_WARNING, build_blocks, merge_identical, pareto_front, render_markdown
+from pagesim.plan.report import HEADROOM_WARNING, build_blocks, merge_identical, render_markdown
+from pagesim.plan.report_plots import pareto_front
 from tests.plan.common import SMALL_TRACE
 
 
@@ -96,10 +97,10 @@ def test_pareto_front_against_brute_force(seed):
 
 def _drawn(monkeypatch, make, plan):
     """The matplotlib figure a report figure function draws (its PNG bytes are not decoded)."""
-    import pagesim.plan.report as report
+    import pagesim.plan.report_plots as report_plots
 
     figures = []
-    monkeypatch.setattr(report, "_png", lambda fig: figures.append(fig) or b"")
+    monkeypatch.setattr(report_plots, "_png", lambda fig: figures.append(fig) or b"")
     make(plan)
     (fig,) = figures
     fig.canvas.draw()
@@ -109,7 +110,7 @@ def _drawn(monkeypatch, make, plan):
 def test_cost_annotations_stay_inside_their_axes(plan_dir, monkeypatch):
     """Issue 27: the 'cheapest' label beside a point at the right edge ran off the axes. Moved to
     the right edge here (the most capacity of all, still the cheapest), it stays inside."""
-    from pagesim.plan.report import _cost_figure
+    from pagesim.plan.report_plots import cost_figure
 
     plan, _ = plan_dir
     best = plan.recommendation
@@ -117,7 +118,7 @@ def test_cost_annotations_stay_inside_their_axes(plan_dir, monkeypatch):
     try:
         best.capacity = max(r.capacity for r in plan.results if r.capacity) * 1.5
         assert plan.recommendation is best
-        fig = _drawn(monkeypatch, _cost_figure, plan)
+        fig = _drawn(monkeypatch, cost_figure, plan)
     finally:
         best.capacity = saved
     (ax,) = fig.axes
@@ -130,16 +131,16 @@ def test_cost_annotations_stay_inside_their_axes(plan_dir, monkeypatch):
 
 
 def test_one_block_size_says_there_is_no_sensitivity_to_draw(plan_dir, monkeypatch):
-    from pagesim.plan.report import _sensitivity_figure
+    from pagesim.plan.report_plots import sensitivity_figure
 
     plan, _ = plan_dir
     saved = plan.results
     try:
         plan.results = [r for r in saved if r.point.block_size == 16]
-        fig = _drawn(monkeypatch, _sensitivity_figure, plan)
+        fig = _drawn(monkeypatch, sensitivity_figure, plan)
     finally:
         plan.results = saved
     words = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
     assert "one block size searched (16): no sensitivity to draw" in words
-    both = _drawn(monkeypatch, _sensitivity_figure, plan)  # two block sizes: a panel per GPU, with lines
+    both = _drawn(monkeypatch, sensitivity_figure, plan)  # two block sizes: a panel per GPU, with lines
     assert len([ax for ax in both.axes if ax.lines]) == 2

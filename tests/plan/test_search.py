@@ -8,6 +8,7 @@ import math
 import pytest
 
 from pagesim.plan import GridPoint, SearchSettings, bracket_search, parse_slos
+from pagesim.plan.search import scouted_search
 from pagesim.plan.cache import RunCache, trace_hash
 from pagesim.plan.run import Evaluation, RateEvaluator
 from tests.plan.common import SMALL_TRACE, TINY_RUNS
@@ -78,3 +79,26 @@ def test_a_growing_queue_is_unsustainable_even_when_the_slos_hold():
     assert trend["low"] > 0 and trend["slope"] > 2.5
     relaxed = evaluate(0.05)
     assert relaxed.sustainable and relaxed.steady == "flat"
+
+
+@pytest.mark.parametrize("threshold", [0.037, 1.0, 7.3, 123.4])
+@pytest.mark.parametrize("scout_bias", [0.5, 0.97, 1.0, 1.3, 3.0])
+def test_the_scouted_search_finds_the_threshold_whatever_the_scout_says(threshold, scout_bias):
+    """Scouts that put the knee at scout_bias x the true one (short runs flatter: above 1, the
+    usual case): the full probes still bracket the true threshold within the tolerance, and a
+    scout near the truth leaves only a few full probes."""
+    settings = SearchSettings(start_rate=1.0, tolerance=0.02)
+    full, scout = step(threshold), step(threshold * scout_bias)
+    found = scouted_search(full, scout, settings)
+    assert found.rate < threshold <= found.rate * 1.02 + 1e-12
+    assert not found.upper.sustainable and found.upper.rate / found.rate - 1 <= 0.02
+    assert [p.rate for p in found.points] == full.asked and [p.rate for p in found.scouts] == scout.asked
+    if scout_bias in (0.97, 1.0):  # the scouted capacity within ~5 % of the knee: a walk of a few steps
+        assert len(full.asked) <= 4
+
+
+def test_the_scouted_search_keeps_the_bounds():
+    capped = scouted_search(step(math.inf), step(math.inf), SearchSettings(max_rate=100.0))
+    assert capped.capped and capped.rate == 100.0 and [p.rate for p in capped.points] == [100.0]
+    none = scouted_search(step(0.001), step(0.001), SearchSettings(min_rate=0.01))
+    assert none.rate is None and none.upper.rate == 0.01 and [p.rate for p in none.points] == [0.01]

@@ -10,8 +10,8 @@ import random
 import pytest
 
 from pagesim.plan import steady
-from pagesim.plan.run import probe_steady, run_record
-from pagesim.plan.search import SearchSettings, bracket_search
+from pagesim.plan.run import probe_steady, run_record, scout_probe
+from pagesim.plan.search import SearchSettings, bracket_search, scouted_search
 from pagesim.plan.slo import FailureWatch, parse_slos, statistic
 from pagesim.sim.cost.base import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
@@ -26,16 +26,27 @@ MU = 1 / SERVICE_S  # 20 req/s
 TRACE = Trace({"name": "md1"}, [TraceRequest(prompt_len=4, output_len=OUTPUT)])
 
 
+def md1_run(rate: float):
+    def one(n: int) -> dict:
+        cfg = ReplayConfig(model="opt-125m", gpu="a100-40gb", rate=rate, num_requests=n, max_num_seqs=1,
+                           warmup_s=0.2 * n / rate, seed=0)
+        sim = Replay(cfg, TRACE, cost_model=ConstantCostModel(STEP_S), keep_steps=False)
+        result = sim.run()
+        return run_record(rate, cfg.warmup_s, result.metrics.requests, result.summary)
+    return one
+
+
 def md1_probe(slos, num_requests: int, tolerance: float = 0.02, max_requests: int = 40_000):
-    def run(rate: float) -> object:
-        def one(n: int) -> dict:
-            cfg = ReplayConfig(model="opt-125m", gpu="a100-40gb", rate=rate, num_requests=n, max_num_seqs=1,
-                               warmup_s=0.2 * n / rate, seed=0)
-            sim = Replay(cfg, TRACE, cost_model=ConstantCostModel(STEP_S), keep_steps=False)
-            result = sim.run()
-            return run_record(rate, cfg.warmup_s, result.metrics.requests, result.summary)
-        return probe_steady(one, num_requests, max_requests, slos, tolerance)
-    return run
+    return lambda rate: probe_steady(md1_run(rate), num_requests, max_requests, slos, tolerance)
+
+
+def md1_search(slos, num_requests: int, scouted: bool, tolerance: float, max_requests: int):
+    """The planner's search (scouted: short scout probes first, pagesim.plan.search) or plain bisection."""
+    settings = SearchSettings(start_rate=1.0, tolerance=tolerance)
+    probe = md1_probe(slos, num_requests, tolerance, max_requests)
+    if not scouted:
+        return bracket_search(probe, settings)
+    return scouted_search(probe, lambda rate: scout_probe(md1_run(rate), num_requests, slos, tolerance), settings)
 
 
 def test_the_md1_system_serves_at_its_hand_computed_rate():
@@ -47,25 +58,27 @@ def test_the_md1_system_serves_at_its_hand_computed_rate():
     assert ev.sustainable and ev.values["ttft_mean"] == pytest.approx(STEP_S + rho * SERVICE_S / (2 * (1 - rho)), rel=0.03)
 
 
+@pytest.mark.parametrize("scouted", [True, False], ids=["scouted", "bisection"])
 @pytest.mark.parametrize("num_requests", [300, 3000])
-def test_the_search_finds_the_md1_knee_of_a_mean_ttft_slo(num_requests):
+def test_the_search_finds_the_md1_knee_of_a_mean_ttft_slo(num_requests, scouted):
     # Pollaczek-Khinchine for deterministic service: mean wait Wq = rho S / (2 (1 - rho)); the SLO
     # mean TTFT = Wq + one step <= STEP_S + 2 S holds up to rho = 2w / (1 + 2w) with w = 2, 0.8.
     w = 2.0
     knee = (2 * w / (1 + 2 * w)) * MU  # 16 req/s
     slos = parse_slos(f"ttft_mean={STEP_S + w * SERVICE_S}")
-    found = bracket_search(md1_probe(slos, num_requests, tolerance=0.03, max_requests=20_000),
-                           SearchSettings(start_rate=1.0, tolerance=0.03))
+    found = md1_search(slos, num_requests, scouted, tolerance=0.03, max_requests=20_000)
     assert found.rate == pytest.approx(knee, rel=0.05), found.rate
     assert found.upper.rate / found.rate - 1 <= 0.03
+    assert found.lower.sustainable and not found.upper.sustainable  # both ends judged by full probes
+    assert bool(found.scouts) == scouted
 
 
+@pytest.mark.parametrize("scouted", [True, False], ids=["scouted", "bisection"])
 @pytest.mark.parametrize("num_requests", [300, 3000])
-def test_with_a_slo_that_never_binds_the_knee_is_the_service_rate(num_requests):
+def test_with_a_slo_that_never_binds_the_knee_is_the_service_rate(num_requests, scouted):
     # only the queue's growth can fail a rate: the capacity is just below mu, never above it
-    found = bracket_search(md1_probe(parse_slos("tpot_p50=100"), num_requests, tolerance=0.03, max_requests=10_000),
-                           SearchSettings(start_rate=1.0, tolerance=0.03))
-    assert 0.85 * MU <= found.rate <= MU * 1.03, found.rate
+    found = md1_search(parse_slos("tpot_p50=100"), num_requests, scouted, tolerance=0.03, max_requests=10_000)
+    assert 0.85 * MU <= found.rate <= MU / (1 - 0.03), found.rate  # growth < tolerance x rate: r - MU < 0.03 r
     assert "queue grows" in found.upper.violations or "undecided" in found.upper.violations
 
 
