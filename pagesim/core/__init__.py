@@ -3,7 +3,7 @@ simulator and the executor; it imports nothing heavy. The names below are import
 modules when first read, so a module that needs one part of the core (a command's help reads
 pagesim.core.config alone) does not load all of it."""
 
-import importlib
+from pagesim.lazy_names import lazy_getattr
 
 _HOMES = {
     "BuddyAllocator": "allocators", "FirstFitAllocator": "allocators",
@@ -26,10 +26,4 @@ _HOMES = {
 __all__ = list(_HOMES)
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # (read once)
-    return value
+__getattr__ = lazy_getattr(__name__, _HOMES, globals())

@@ -9,8 +9,7 @@ command's help names the defaults without loading the models), and no numpy at a
 `fit` and `lsq` are imported only where used.
 """
 
-import importlib
-
+from pagesim.lazy_names import lazy_getattr
 from pagesim.sim.cost.names import DEFAULT_COST_MODEL
 
 _HOMES = {"BatchShape": "base", "ConstantCostModel": "base", "CostModel": "base", "prefill_attn_pairs": "base",
@@ -19,10 +18,4 @@ _HOMES = {"BatchShape": "base", "ConstantCostModel": "base", "CostModel": "base"
 __all__ = ["DEFAULT_COST_MODEL", *_HOMES]
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # (read once)
-    return value
+__getattr__ = lazy_getattr(__name__, _HOMES, globals())
