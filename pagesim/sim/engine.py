@@ -150,11 +150,10 @@ class Replay:
         self._groups: list = []
         self._unheard_ends: list = []  # (request, Outcome) of ends a dynamic feed hears of at the next step's end
         self._next_deadline_index = 0
-        # where the engine delivers tokens a step late: the steps' durations (their ends are the
-        # step log's times; its durations too, when it keeps them)
-        self._delayed_steps = None
-        if self.cost.output_delay_steps:
-            self._delayed_steps = self.metrics.step_log.duration if keep_steps else array("d")
+        # where the engine delivers tokens a step late (async output), _delay_outputs reads every
+        # step's end and duration from the step log; a log that keeps no durations gets this copy
+        self._output_delayed = bool(self.cost.output_delay_steps)
+        self._step_durations = array("d") if self._output_delayed and not keep_steps else None
 
     def _done(self, group, at_once: bool = False) -> None:
         """A group left. Its client hears of it now, or (async output: the engine profile delivers
@@ -165,7 +164,7 @@ class Replay:
         if label is not None:
             record.session_id, record.turn = label
         self.num_done += 1
-        if at_once or self.feed.static or self._delayed_steps is None:
+        if at_once or self.feed.static or not self._output_delayed:
             self._tell_feed(group.request, _outcome(group))
         else:
             self._unheard_ends.append((group.request, _outcome(group)))
@@ -195,7 +194,7 @@ class Replay:
 
     def finish(self) -> ReplayResult:
         """The result, once the engine's process has ended."""
-        if self._delayed_steps is not None:
+        if self._output_delayed:
             self._delay_outputs()
         return ReplayResult(self.cfg, self.summary(), self.metrics, self.notes)
 
@@ -208,7 +207,8 @@ class Replay:
         """Async output (the engine profile's output_delay_steps): a request's first token and its
         last reach the client when the step after theirs ends; with the engine idle after
         their step, at once."""
-        ends, durations = self.metrics.step_log.time, self._delayed_steps
+        log = self.metrics.step_log
+        ends, durations = log.time, (log.duration if self._step_durations is None else self._step_durations)
 
         def delivered(t: float) -> float:
             k = bisect_right(ends, t)  # the step after the one that ended at t
@@ -281,8 +281,8 @@ class Replay:
             duration = cost.iteration_time(shape)
             if self.on_step is not None:
                 self.on_step(env.now + duration, duration, shape)
-            if self._delayed_steps is not None and not self.metrics.keep_steps:
-                self._delayed_steps.append(duration)
+            if self._step_durations is not None:
+                self._step_durations.append(duration)
             yield env.timeout(duration)
             if self._unheard_ends:
                 self._deliver_ends()
@@ -317,8 +317,8 @@ class Replay:
         durations, ends = self._run_times(plan, now, until)
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
-        if self._delayed_steps is not None and not self.metrics.keep_steps:
-            self._delayed_steps.extend(durations)
+        if self._step_durations is not None:
+            self._step_durations.extend(durations)
         end = ends[-1]
         queues = (len(scheduler.running), len(scheduler.waiting), len(scheduler.swapped))
         kv = scheduler.kv
