@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.bench_sim import as_run, pagesim_command, timed, verdict, walls
+from benchmarks.bench_sim import as_run, machine_lines, pagesim_command, timed, verdict, walls
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 1.2
@@ -93,11 +92,9 @@ def main() -> None:
         "",
         f"Command: `{as_run(cpus, 'benchmarks.bench_models')}`",
         "",
-        f"Machine: {len(cpus)} CPU(s) this run could use (affinity {','.join(map(str, cpus))}; the machine has "
-        f"{os.cpu_count()}), Python {platform.python_version()}. Load average at start: "
-        f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min); at the end: "
-        f"{load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}. A load above the CPU count means other work "
-        "competed for the CPUs: wall times are then inflated unevenly; the CPU times (user + sys of the child) less so.",
+        *machine_lines(cpus, load_start, load_end),
+        "A load above the CPU count means other work competed for the CPUs: wall times are then inflated unevenly; "
+        "the CPU times (user + sys of the child) less so.",
         "",
         f"Every model: `pagesim {' '.join(replay_args('MODEL', args))}`, {args.repeat} alternating rounds, medians.",
         "",

@@ -177,6 +177,16 @@ def as_run(cpus: list[int], module: str = "benchmarks.bench_sim") -> str:
     return shlex.join(prefix + ["python", "-m", module] + sys.argv[1:])
 
 
+def machine_lines(cpus: list[int], load_start: tuple, load_end: tuple) -> list[str]:
+    """The machine a benchmark ran on and its load average at the start and the end (the
+    benchmark's report says what the load means for its numbers)."""
+    return [f"Machine: {len(cpus)} CPU(s) this run could use (affinity {','.join(map(str, cpus))}; the machine has "
+            f"{os.cpu_count()}), {platform.processor() or platform.machine()}, Python {platform.python_version()} "
+            f"({platform.python_implementation()}), {platform.system()} {platform.release()}.",
+            f"Load average at start: {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min); "
+            f"at the end: {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}."]
+
+
 def verdict(ok: bool) -> str:
     return "**met**" if ok else "**NOT met**"
 
@@ -230,13 +240,9 @@ def main() -> None:
         "",
         f"Command: `{as_run(cpus)}`",
         "",
-        f"Machine: {len(cpus)} CPU(s) this run could use (affinity {','.join(map(str, cpus))}; the machine has "
-        f"{os.cpu_count()}), {platform.processor() or platform.machine()}, Python {platform.python_version()} "
-        f"({platform.python_implementation()}), {platform.system()} {platform.release()}.",
-        f"Load average at start: {load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min); "
-        f"at the end: {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}. A load near or above the machine's CPU "
-        "count means other work competed for the CPUs: the ratios (from interleaved runs) hold up better than the "
-        "absolute times.",
+        *machine_lines(cpus, load_start, load_end),
+        "A load near or above the machine's CPU count means other work competed for the CPUs: the ratios (from "
+        "interleaved runs) hold up better than the absolute times.",
         "",
         "## Whole commands, interleaved",
         "",
