@@ -49,8 +49,14 @@ def _config_words(r: ConfigResult) -> str:
     return f"{p.gpu}, tp {p.tp}, block {p.block_size}, {p.preemption} preemption, max {p.max_num_seqs} seqs"
 
 
+# violation names as the report says them: "undecided" alone read as a cause ("limited by undecided")
+LIMITING_WORDS = {"undecided": "queue trend undecided at the longest probe"}
+
+
 def _limiting(r: ConfigResult) -> str:
-    return ", ".join(r.limiting) if r.limiting else ("none up to the search cap" if r.capped else "-")
+    if not r.limiting:
+        return "none up to the search cap" if r.capped else "-"
+    return ", ".join(LIMITING_WORDS.get(v, v) for v in r.limiting)
 
 
 
@@ -115,7 +121,8 @@ def build_blocks(plan: Plan) -> list:
                     "(after short scouting probes); costs: measured on that GPU or "
                     "scaled from another; headroom: spare share of the deployed "
                     "capacity; KV util. and preemptions/request at the operating point (target / replicas per "
-                    "replica); limiting: what fails just above the capacity. Configurations with identical results "
+                    "replica); limiting: what fails just above the capacity (a queue trend still undecided at the longest "
+                    "probe counts as unsustainable). Configurations with identical results "
                     "share a row, which lists every block size, preemption mode and max seqs it covers. Click a "
                     "column header (in report.html) to sort."),
                Link("Every configuration, one row each, as CSV: report.csv", "report.csv")]

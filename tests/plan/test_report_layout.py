@@ -144,3 +144,15 @@ def test_one_block_size_says_there_is_no_sensitivity_to_draw(plan_dir, monkeypat
     assert "one block size searched (16): no sensitivity to draw" in words
     both = _drawn(monkeypatch, sensitivity_figure, plan)  # two block sizes: a panel per GPU, with lines
     assert len([ax for ax in both.axes if ax.lines]) == 2
+
+
+def test_limiting_reason_says_what_undecided_means():
+    # "limited by undecided" named no cause: the report spells out the steady-state verdict
+    from types import SimpleNamespace
+
+    from pagesim.plan.report import _limiting
+
+    undecided = _limiting(SimpleNamespace(limiting=["ttft_p99", "undecided"], capped=False))
+    assert undecided == "ttft_p99, queue trend undecided at the longest probe"
+    assert _limiting(SimpleNamespace(limiting=["queue grows"], capped=False)) == "queue grows"
+    assert _limiting(SimpleNamespace(limiting=[], capped=True)) == "none up to the search cap"
