@@ -85,6 +85,9 @@ def plan(
                                          "comma-separated (see docs/cluster.md)"),
     pd: Optional[str] = typer.Option(None, "--pd", help="with or instead of --fleet: co-located (none) and P:D ratios "
                                      "to size fleets for, e.g. none,1:1,1:3"),
+    staleness: Optional[float] = typer.Option(None, parser=SECONDS, help="with or instead of --fleet: seconds between "
+                                              "refreshes of the simulated fleets' router view of the loads (as replay "
+                                              "--staleness; default 0: read at every decision)"),
 ) -> None:
     """Find, for each configuration, the highest rate one replica sustains within the SLOs; then the
     replicas and cost to serve TARGET_RATE, the cheapest configuration, and a report."""
@@ -124,10 +127,11 @@ def plan(
         if target_rate is not None:
             settings.requests_at(start_rate)  # --min-duration x the first rate within what one run may hold
         price_table = load_prices(prices)
-        wants_fleet = fleet or router is not None or pd is not None
-        shapes = parse_fleet(router or ",".join(DEFAULT_ROUTERS), pd or "none") if wants_fleet else []
+        wants_fleet = fleet or router is not None or pd is not None or staleness is not None
+        shapes = parse_fleet(router or ",".join(DEFAULT_ROUTERS), pd or "none", staleness or 0.0) if wants_fleet else []
         if shapes and target_concurrency is not None:
-            fail("--fleet, --router and --pd size fleets for --target-rate (open-loop arrivals), not --target-concurrency")
+            fail("--fleet, --router, --pd and --staleness size fleets for --target-rate (open-loop arrivals), not "
+                 "--target-concurrency")
         if shapes:
             settings.requests_at(target_rate)  # a fleet's runs are at the target rate: within what one run may hold
         loaded = load_trace(input_file(find_trace(trace), "trace file"))
@@ -163,7 +167,8 @@ def plan(
              + (["--prices", str(prices)] if prices else []) + (["--profile", str(profile)] if profile else [])
              + (["--force"] if force else [])
              + (["--router", ",".join(dict.fromkeys(s.router for s in shapes)),
-                 "--pd", ",".join(dict.fromkeys("none" if s.pd is None else f"{s.pd[0]}:{s.pd[1]}" for s in shapes))]
+                 "--pd", ",".join(dict.fromkeys("none" if s.pd is None else f"{s.pd[0]}:{s.pd[1]}" for s in shapes)),
+                 "--staleness", f"{shapes[0].staleness_s:.12g}"]
                 if shapes else []))
     command = shlex.join(words + ["--out", str(out)])
 

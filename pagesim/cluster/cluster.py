@@ -36,11 +36,17 @@ pool: a simplification).
 Sessions and closed-loop clients (--concurrency): the cluster holds one feed for the whole run
 (pagesim.workload.sessions.make_feed, the one a single replay takes): turn k + 1 is released
 when turn k ends, on whichever replica, and routed then, with its session id (session-affinity
-keys on it). A turn turned away because its session ended is given to replica 0 unrouted. Such
-a release can come at the end of any replica's step, so a replica's next_time() is also bounded
-by the earliest step end of the others (or now, for one that has work and has not started its
-step): its decode runs then never pass a release that another replica's finish creates, and
-outputs equal stepping one step at a time (fast_forward=False). Not with P/D yet.
+keys on it). A turn turned away because its session ended is given to the first replica that
+takes arrivals, unrouted. Such a release can come at the end of any replica's step, so a
+replica's next_time() is also bounded by the earliest step end of the others (or now, for one
+that has work and has not started its step): its decode runs then never pass a release that
+another replica's finish creates, and outputs equal stepping one step at a time
+(fast_forward=False). Under P/D a request ends for its client when it ends on its decode replica:
+that end (plus the think time) releases the session's next turn or the client's next request,
+which is routed to a prefill stage again (session affinity keys the prefill choice on the session;
+the decode stage's router instance picks as it does for any hand-off). A prefill that finishes
+releases nothing; one that fails (refused, aborted) ends the session there, as a failure on a
+co-located replica does.
 """
 
 from __future__ import annotations
@@ -145,9 +151,6 @@ class Cluster:
         self.requests = self.workload[0]
         self.pd = any(g.role == "prefill" for g in spec.groups)
         if has_sessions(trace) or first.concurrency is not None:
-            if self.pd:
-                raise ValueError("P/D disaggregation replays open-loop arrivals: traces with sessions and closed-loop "
-                                 "clients (--concurrency) run on co-located replicas")
             self.feed = make_feed(trace, self.requests, first.concurrency, time_origin(self.requests, first.rate),
                                   sessions_at_rate=first.rate is not None)
         else:
@@ -176,6 +179,7 @@ class Cluster:
             for r in self.replicas:
                 r.sim.cost = LockstepCost(r.sim.cost, group, r.index, lambda: self.env.now)
         entry = [r for r in self.replicas if r.role != "decode"]
+        self.entry_index = entry[0].index  # where a turn turned away unrouted is recorded
         self.host_s = min(r.sim.request_host_s for r in entry)  # when a request reaches the router
         self.releases = Releases(self.feed, self.host_s)
         for r in self.replicas:
@@ -251,7 +255,7 @@ class Cluster:
             self._route_arrival(request, enters)
             return
         self._unrouted.add(request.request_id)
-        self.replicas[0].sim.submit(request, reason)
+        self.replicas[self.entry_index].sim.submit(request, reason)
 
     def _refresh(self, now: float) -> None:
         self.board.refresh(now, self._gauges)
@@ -310,7 +314,8 @@ class Cluster:
                                 index, now)
         if self.fleet is not None:
             self.fleet.check_drained(index, self.board.loads[index].outstanding, now)
-        if self.dynamic:
+        if self.dynamic and (replica.role != "prefill" or (outcome is not None and outcome.failure is not None)):
+            # (a finished prefill is no end for its client: its decode replica's end is)
             self.releases.on_finished(request, now, outcome)
 
     def _recorded(self, index: int) -> None:
@@ -321,11 +326,12 @@ class Cluster:
         record = replica.sim.metrics.requests[-1]
         rid = record.request_id
         if replica.role == "prefill":
-            self.num_prefilling -= 1
-            original = self._originals.pop(rid)
-            if record.status == "finished":
-                self._hand_off(index, original, record, self.env.now)
-                return
+            original = self._originals.pop(rid, None)  # (None: a turn turned away unrouted)
+            if original is not None:
+                self.num_prefilling -= 1
+                if record.status == "finished":
+                    self._hand_off(index, original, record, self.env.now)
+                    return
             if not self.num_prefilling and self.feed.exhausted:
                 self._wake_decoders()
         if replica.role == "decode":
@@ -410,12 +416,19 @@ class Cluster:
 
     def next_prefill_end(self) -> float:
         """The earliest end of a prefill step in progress, or request about to enter a prefill
-        replica (math.inf: none): no hand-off can come sooner (an idle prefill replica starts a
-        step only when a request enters it)."""
-        now = self.env.now
-        ends = [end for end in self._prefill_step_end.values() if end >= now]
-        ends += [self.replicas[i].feed.pending[0][0] for i in self._prefill_step_end if self.replicas[i].feed.pending]
-        return min(ends, default=math.inf)
+        replica (math.inf: none); now, where a prefill replica has work and has not started its
+        step yet (a request just entered it): no hand-off can come sooner (an idle prefill replica
+        starts a step only when a request enters it)."""
+        now, bound = self.env.now, math.inf
+        for index, end in self._prefill_step_end.items():
+            replica = self.replicas[index]
+            if end >= now:
+                bound = min(bound, end)
+            elif replica.sim.scheduler.has_unfinished:
+                return now
+            if replica.feed.pending:
+                bound = min(bound, replica.feed.pending[0][0])
+        return bound
 
 
 def _prefill_sampling(sampling: SamplingParams) -> SamplingParams:

@@ -1,8 +1,9 @@
 """Fleets sized by simulating the whole cluster (`pagesim plan --fleet`; docs/plan.md).
 
 The plan's ideal fleet multiplies one replica: replicas = ceil(target / capacity) assumes a
-router that balances perfectly. Here, for one configuration and one fleet shape (a router, and
-co-located replicas or a P:D ratio of prefill to decode replicas), the cluster (pagesim.cluster)
+router that balances perfectly. Here, for one configuration and one fleet shape (a router, the
+delay of its view of the loads, and co-located replicas or a P:D ratio of prefill to decode
+replicas), the cluster (pagesim.cluster)
 is simulated at the target rate with the plan's own steady-state probe
 (pagesim.plan.run.probe_steady, the cluster's summary as the run's), and the smallest count
 that sustains the target within the SLOs is searched for:
@@ -36,14 +37,18 @@ _FLEET_CODE = ("cluster",), ("plan/run.py", "plan/steady.py", "plan/cache.py", "
 
 @dataclass(frozen=True)
 class FleetShape:
-    """A router in front of co-located replicas (pd None) or of P:D prefill and decode replicas."""
+    """A router in front of co-located replicas (pd None) or of P:D prefill and decode replicas.
+    staleness_s: the router's view of the loads is refreshed this often (ClusterSpec.staleness_s,
+    `replay --staleness`; 0: read at every decision)."""
 
     router: str
     pd: tuple[int, int] | None = None
+    staleness_s: float = 0.0
 
     @property
     def label(self) -> str:
-        return f"{self.router}, " + ("co-located" if self.pd is None else f"P:D {self.pd[0]}:{self.pd[1]}")
+        stale = f", view {self.staleness_s:g} s stale" if self.staleness_s else ""
+        return f"{self.router}, " + ("co-located" if self.pd is None else f"P:D {self.pd[0]}:{self.pd[1]}") + stale
 
     @property
     def unit(self) -> int:
@@ -58,15 +63,17 @@ class FleetShape:
 
     def spec(self, cfg, units: int) -> ClusterSpec:
         links = [] if self.pd is None else [LinkSpec("prefill", "decode")]
-        return ClusterSpec(self.groups(cfg, units), self.router, {}, 0.0, links)
+        return ClusterSpec(self.groups(cfg, units), self.router, {}, self.staleness_s, links)
 
     def counts(self, units: int) -> str:
         return f"{units}" if self.pd is None else f"{self.pd[0] * units}P + {self.pd[1] * units}D"
 
 
-def parse_fleet(routers: str, pds: str) -> list[FleetShape]:
-    """Every router x P:D choice from the flags' comma lists (`none`: co-located); ValueError
-    naming the flag and the value."""
+def parse_fleet(routers: str, pds: str, staleness_s: float = 0.0) -> list[FleetShape]:
+    """Every router x P:D choice from the flags' comma lists (`none`: co-located), each router
+    seeing the loads staleness_s late; ValueError naming the flag and the value."""
+    if not staleness_s >= 0 or math.isinf(staleness_s):
+        raise ValueError(f"--staleness: must be a finite number of seconds >= 0, got {staleness_s!r}")
     names = [r.strip() for r in routers.split(",") if r.strip()]
     if not names:
         raise ValueError("--router: no router given")
@@ -82,7 +89,7 @@ def parse_fleet(routers: str, pds: str) -> list[FleetShape]:
         if not match or int(match[1]) < 1 or int(match[2]) < 1:
             raise ValueError(f"--pd: {text!r} is neither none nor P:D with two whole numbers >= 1 (e.g. 1:3)")
         ratios.append((int(match[1]), int(match[2])))
-    shapes = [FleetShape(r, pd) for r in names for pd in ratios]
+    shapes = [FleetShape(r, pd, staleness_s) for r in names for pd in ratios]
     return list(dict.fromkeys(shapes))
 
 
@@ -114,7 +121,7 @@ class FleetResult:
 
     def to_dict(self) -> dict:
         return {"router": self.shape.router, "pd": list(self.shape.pd) if self.shape.pd else None,
-                "label": self.shape.label, "ideal_replicas": self.ideal_replicas, "units": self.units,
+                "staleness_s": self.shape.staleness_s, "label": self.shape.label, "ideal_replicas": self.ideal_replicas, "units": self.units,
                 "replicas": self.replicas, "extra_replicas": self.extra_replicas, "imbalance": self.imbalance,
                 "tried": {str(k): v for k, v in sorted(self.tried.items())}, "reason": self.reason,
                 "cost_per_hour": self.cost_per_hour, "router_cost_per_hour": self.router_cost_per_hour,
@@ -134,7 +141,9 @@ class FleetEvaluator:
     def record(self, units: int, num_requests: int) -> dict:
         job, rate = self.job, self.job.target_rate
         cfg = job.settings.replay_config(job.point, rate, num_requests)
-        what = f"{job.trace_digest} fleet {self.shape.router} {self.shape.counts(units)} code {code_tag(*_FLEET_CODE)}"
+        shape = self.shape
+        what = (f"{job.trace_digest} fleet {shape.router} {shape.counts(units)} staleness {shape.staleness_s!r} "
+                f"code {code_tag(*_FLEET_CODE)}")
         key = run_key(cfg, what)
         record = self.cache.get(key)
         if record is None or record_problem(record, rate) is not None:
@@ -144,7 +153,7 @@ class FleetEvaluator:
         return record
 
     def _simulate(self, cfg, units: int) -> dict:
-        try:  # (a ValueError here: a trace the cluster cannot replay, e.g. sessions, or n > 1 under P/D)
+        try:  # (a ValueError here: a trace the cluster cannot replay, e.g. n > 1 under P/D)
             cluster = Cluster(self.shape.spec(cfg, units), self.job.trace, keep_steps=False,
                               cost_models=self.cost_models)
         except (CannotServe, ValueError) as e:

@@ -15,6 +15,17 @@ def _ratio(v) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _staleness_sentence(values: set[float]) -> str:
+    """What the simulated routers saw of the loads, and when (ClusterSpec.staleness_s)."""
+    if values == {0.0}:
+        return ("The router read the replicas' loads (waiting and running requests, KV usage) at every decision "
+                "(--staleness 0).")
+    every = " or ".join(f"{v:g} s" for v in sorted(values))
+    return (f"The router's view of the replicas' loads (waiting and running requests, KV usage) was refreshed every "
+            f"{every} (--staleness), as a router scraping /metrics sees them; its own counts of the requests it sent "
+            "stay current.")
+
+
 def fleet_blocks(plan: Plan) -> list:
     """[] for a plan that sized no fleet."""
     sized = [(r, f) for r in plan.results for f in r.fleet]
@@ -29,7 +40,8 @@ def fleet_blocks(plan: Plan) -> list:
         "ideal replicas) x tp x price, what the router and the load imbalance cost against perfect balancing; "
         "negative where the cluster does better than independent replicas (round-robin and least-outstanding "
         "smooth Poisson arrivals). Imbalance at the count found: max / mean and coefficient of variation over the "
-        "replicas of requests served and of busy time (under P:D within each role, the larger of the two).")]
+        "replicas of requests served and of busy time (under P:D within each role, the larger of the two). "
+        + _staleness_sentence({f.shape.staleness_s for _, f in sized}))]
     ranking = plan.fleet_ranking
     if ranking:
         r, f = ranking[0]
