@@ -13,7 +13,7 @@ import hashlib
 from array import array
 from typing import Callable, Hashable
 
-from pagesim.core.block_pool import BlockPool, FreeBlockQueue, run_all  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
 from pagesim.core.hashed_prompt import HashChainKeys
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
@@ -71,9 +71,9 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
         # The common case at C speed: a prompt's newly full blocks, none freed, none registered,
         # their keys distinct and new to the cache. Registering them one by one does the same.
         blocks, new_keys = table[start:end], keys[start:end]
-        if (min(blocks) >= 0 and list(map(block_hash.__getitem__, blocks)).count(None) == len(blocks)
-                and not any(map(cached.__contains__, new_keys)) and len(set(new_keys)) == len(new_keys)):
-            run_all(map(block_hash.__setitem__, blocks, new_keys))
+        if (min(blocks) >= 0 and gather(block_hash, blocks).count(None) == len(blocks)
+                and cached.keys().isdisjoint(new_keys) and len(set(new_keys)) == len(new_keys)):
+            store(block_hash, blocks, new_keys)
             cached.update(zip(new_keys, blocks))
             return []
     left = []
@@ -215,6 +215,10 @@ class PagedKVManager(KVCacheManager):
                 if self.enable_prefix_caching and seq.prompt_is_known:
                     self.prefix_queries += len(self._hashes(seq))
                     self.prefix_hits += len(hits)
+                    if hits:  # held hit blocks keep their keys: offering them would do nothing
+                        self._offered[seq.seq_id] = len(hits)
+                        if len(hits) == len(self._hashes(seq)):
+                            self._settled.add(seq.seq_id)
             for block in hits:
                 self.device.incref(block)
             seq.block_table = list(hits)
