@@ -40,99 +40,101 @@ class FreeBlockQueue:
     """The free blocks of a pool in eviction order: taken from the head, returned to the tail.
 
     A list with a moving head instead of an ordered dict, so that n blocks leave the head as one
-    slice. A cached block revived by a prefix hit leaves from the middle: its entry is only
-    marked stale (its position no longer matches) and skipped when the head reaches it.
+    slice and n join the tail as one extend. A cached block revived by a prefix hit leaves from
+    the middle: its entry stays, stale, and is skipped when the head reaches it. No position is
+    kept per block: a block's entries lie in the order it was freed, and a revival always makes
+    its latest entry stale, so all its entries but the last are stale, and counting its stale
+    entries (_stale[block]) tells at the head whether an entry is one of them.
     """
 
-    __slots__ = ("_order", "_pos", "_head", "size", "_stale")
+    __slots__ = ("_order", "_head", "size", "_stale", "_num_stale", "_num_blocks")
 
     def __init__(self, num_blocks: int):
         self._order = list(range(num_blocks))  # entries before _head are spent
-        # block -> index of its live entry in _order while free; below _head (taken) or -1
-        # (revived) while in use
-        self._pos = list(range(num_blocks))
         self._head = 0
         self.size = num_blocks
-        self._stale = 0  # stale entries at or after _head
+        self._stale: dict[int, int] = {}  # block -> its stale entries at or after _head (none: absent)
+        self._num_stale = 0
+        self._num_blocks = num_blocks
 
     def __len__(self) -> int:
         return self.size  # also a plain attribute: the pool's hot paths read it without a call
 
     def __contains__(self, block: int) -> bool:
-        return self._pos[block] >= self._head
+        """(a walk of the queue, for checks: the pool knows a free block by its refcount of 0)"""
+        return self._order[self._head:].count(block) > self._stale.get(block, 0)
 
     def __iter__(self):
-        order, pos = self._order, self._pos
-        return (order[i] for i in range(self._head, len(order)) if pos[order[i]] == i)
+        stale = dict(self._stale)
+        for i in range(self._head, len(self._order)):
+            block = self._order[i]
+            if stale.get(block):
+                stale[block] -= 1
+            else:
+                yield block
 
     def __copy__(self) -> FreeBlockQueue:
         clone = FreeBlockQueue.__new__(FreeBlockQueue)
-        clone._order, clone._pos = list(self._order), list(self._pos)
-        clone._head, clone.size, clone._stale = self._head, self.size, self._stale
+        clone._order, clone._stale = list(self._order), dict(self._stale)
+        clone._head, clone.size, clone._num_stale, clone._num_blocks = self._head, self.size, self._num_stale, self._num_blocks
         return clone
+
+    def _skip_stale(self, block: int) -> None:
+        """The entry of block at the head is stale: count it off."""
+        count = self._stale.pop(block)
+        if count > 1:
+            self._stale[block] = count - 1
+        self._num_stale -= 1
 
     def popleft(self) -> int:
         """The block at the head (callers check len first)."""
-        order, pos, head = self._order, self._pos, self._head
-        block = order[head]
-        while pos[block] != head:  # a stale entry
-            self._stale -= 1
-            head += 1
-            block = order[head]
-        self._head = head = head + 1
-        self.size -= 1
-        if head > len(pos):
-            self._compact()
-        return block
+        return self.popleft_n(1)[0]
 
     def popleft_n(self, n: int) -> list[int]:
         """The n blocks at the head, in order (callers check len first)."""
         order, head = self._order, self._head
-        if not self._stale:
+        if not self._num_stale:
             blocks = order[head:head + n]
             head += n
         else:
-            pos, blocks = self._pos, []
+            stale, blocks = self._stale, []
             while len(blocks) < n:
                 block = order[head]
-                if pos[block] == head:
-                    blocks.append(block)
+                if block in stale:
+                    self._skip_stale(block)
                 else:
-                    self._stale -= 1
+                    blocks.append(block)
                 head += 1
         self._head = head
         self.size -= n
-        if head > len(self._pos):
+        if head > self._num_blocks:
             self._compact()
         return blocks
 
     def append(self, block: int) -> None:
-        order = self._order
-        self._pos[block] = len(order)
-        order.append(block)
+        self._order.append(block)
         self.size += 1
 
-    def extend(self, blocks: list[int]) -> None:
-        start = len(self._order)
-        store(self._pos, blocks, range(start, start + len(blocks)))
-        self._order.extend(blocks)
-        self.size += len(blocks)
+    def extend(self, blocks) -> None:
+        """Append each of blocks (a list, or any iterable: the size grows by what it yields)."""
+        order = self._order
+        before = len(order)
+        order.extend(blocks)
+        self.size += len(order) - before
 
     def remove(self, block: int) -> None:
-        self._pos[block] = -1
+        """Take a free block out of the queue (its latest entry becomes stale)."""
+        self._stale[block] = self._stale.get(block, 0) + 1
+        self._num_stale += 1
         self.size -= 1
-        self._stale += 1
-        if self._stale > len(self._pos):
+        if self._num_stale > self._num_blocks:
             self._compact()
 
     def _compact(self) -> None:
         """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
         # (without stale entries every entry from the head on is live: one slice)
-        live = self._order[self._head:] if not self._stale else list(self)
-        self._pos = pos = [-1] * len(self._pos)
-        for i, block in enumerate(live):
-            pos[block] = i
-        self._order, self._head, self._stale = live, 0, 0
+        self._order = self._order[self._head:] if not self._num_stale else list(self)
+        self._head, self._stale, self._num_stale = 0, {}, 0
 
 
 class BlockPool:
@@ -224,7 +226,7 @@ class BlockPool:
             else:
                 store(refcount, blocks, map(sub, counts, repeat(1)))
                 if last:
-                    self.free_queue.extend(list(compress(blocks, map(eq, counts, repeat(1)))))
+                    self.free_queue.extend(compress(blocks, map(eq, counts, repeat(1))))
             self.num_refs -= n
             return
         freed = []
