@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import compress, repeat
-from operator import delitem, eq, is_not, itemgetter, setitem, sub
+from operator import add, delitem, eq, is_not, itemgetter, setitem, sub
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 
@@ -201,6 +201,19 @@ class BlockPool:
             self.free_queue.remove(block)
         self.refcount[block] = count + 1
         self.num_refs += 1
+
+    def incref_n(self, blocks: list[int]) -> None:
+        """incref each block (a prefix hit's blocks, a forked table), in batch when they are distinct."""
+        counts = gather(self.refcount, blocks)
+        if len(set(blocks)) != len(blocks):
+            for block in blocks:
+                self.incref(block)
+            return
+        if 0 in counts:  # cached blocks revived by a prefix hit
+            for block in compress(blocks, map(eq, counts, repeat(0))):
+                self.free_queue.remove(block)
+        store(self.refcount, blocks, map(add, counts, repeat(1)))
+        self.num_refs += len(blocks)
 
     def decref(self, block: int) -> None:
         count = self.refcount[block]

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from functools import partial
+from itertools import takewhile
+from operator import is_not
 from typing import Callable, Hashable
 
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
@@ -166,12 +169,7 @@ class PagedKVManager(KVCacheManager):
         state = (seq.seq_id, len(cached), self.device.num_evictions)
         if self._last_lookup[0] == state:
             return self._last_lookup[1]
-        hits = []
-        for h in self._hashes(seq):
-            block = cached.get(h)
-            if block is None:
-                break
-            hits.append(block)
+        hits = list(takewhile(partial(is_not, None), map(cached.get, self._hashes(seq))))  # (up to the first miss)
         self._last_lookup = (state, hits)
         return hits
 
@@ -219,8 +217,7 @@ class PagedKVManager(KVCacheManager):
                         self._offered[seq.seq_id] = len(hits)
                         if len(hits) == len(self._hashes(seq)):
                             self._settled.add(seq.seq_id)
-            for block in hits:
-                self.device.incref(block)
+            self.device.incref_n(hits)
             seq.block_table = list(hits)
             seq.num_computed_tokens = len(hits) * self.block_size
             self.allocate_slots(seq, n)
@@ -310,8 +307,7 @@ class PagedKVManager(KVCacheManager):
         return [seq.block_table]
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        for block in parent.block_table:
-            self.device.incref(block)
+        self.device.incref_n(parent.block_table)
         child.block_table = list(parent.block_table)
         if parent.seq_id in self._prompt_hashes:
             self._prompt_hashes[child.seq_id] = self._prompt_hashes[parent.seq_id]

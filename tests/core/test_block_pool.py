@@ -49,8 +49,10 @@ class ReferencePool:
 
 
 # (kind, argument): allocate n, allocate one, decref the i-th held reference, release the last k, incref a held block, revive a
-# free cached block (a prefix hit), register a held block under a hash
-OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc1", "decref", "release", "incref", "revive", "register"]),
+# free cached block (a prefix hit), register a held block under a hash, incref several at once
+# (held and free cached blocks mixed, as a prefix hit's; sometimes one of them twice)
+OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc1", "decref", "release", "incref", "revive", "register",
+                                          "incref_n"]),
                          st.integers(0, 40)),
                max_size=200)
 
@@ -94,6 +96,17 @@ def test_block_pool_matches_ordered_dict_reference(num_blocks, ops):
                 block = cached_free[arg % len(cached_free)]
                 pool.incref(block), ref.incref(block)
                 held.append(block)
+        elif kind == "incref_n":
+            candidates = sorted(set(held)) + [b for b in ref.free if b in ref.block_hash]
+            if candidates:
+                start = arg % len(candidates)
+                blocks = candidates[start:start + arg % 4 + 1]
+                if arg % 5 == 0:
+                    blocks.append(blocks[0])
+                pool.incref_n(blocks)
+                for block in blocks:
+                    ref.incref(block)
+                held += blocks
         elif kind == "register" and held:
             block = held[arg % len(held)]
             pool.register(block, arg), ref.register(block, arg)
