@@ -88,7 +88,14 @@ class FreeBlockQueue:
 
     def popleft(self) -> int:
         """The block at the head (callers check len first)."""
-        return self.popleft_n(1)[0]
+        if self._num_stale:
+            return self.popleft_n(1)[0]
+        block = self._order[self._head]
+        self._head += 1
+        self.size -= 1
+        if self._head > self._num_blocks:
+            self._compact()
+        return block
 
     def popleft_n(self, n: int) -> list[int]:
         """The n blocks at the head, in order (callers check len first)."""
