@@ -336,20 +336,24 @@ class PagedKVManager(KVCacheManager):
         then hits them. vLLM registers each block as it fills; here they become hits when the
         sequence finishes, which differs only for a request arriving while this one decodes."""
         prompt_keys = self._hashes(seq)
-        full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
-        if full <= len(prompt_keys):
+        first, bs = len(prompt_keys), self.block_size
+        full = min(seq.num_computed_tokens // bs, len(seq.block_table))
+        if full <= first:
             return
-        keys = list(prompt_keys)
+        keys = []  # of the blocks from first to full
         if seq.hashed_prompt is not None:  # blocks wholly inside a hashed prompt keep its numbered keys
             # (the prompt keys are the first of those; only a prompt whose last block is full has one more)
-            num_hashed = min(full, seq.prompt_len // self.block_size)
-            if num_hashed > len(keys):
-                keys = self._hashed_keys.keys(seq.hashed_prompt, num_hashed)
-        parent, bs = (keys[-1] if keys else 0), self.block_size
-        for i in range(len(keys), full):
-            parent = self.block_key(parent, token_span(seq, i * bs, (i + 1) * bs))
+            num_hashed = min(full, seq.prompt_len // bs)
+            if num_hashed > first:
+                keys = self._hashed_keys.keys(seq.hashed_prompt, num_hashed)[first:]
+        parent = keys[-1] if keys else (prompt_keys[-1] if prompt_keys else 0)
+        # a block past a hashed prompt is a slice of the outputs, of any other a slice of the ids
+        ids, off = seq.token_ids, (seq.prompt_len if seq.hashed_prompt is not None else 0)
+        for start in range((first + len(keys)) * bs, full * bs, bs):
+            tokens = tuple(ids[start - off:start - off + bs]) if start >= off else token_span(seq, start, start + bs)
+            parent = self.block_key(parent, tokens)
             keys.append(parent)
-        offer_to_cache(self.device, seq.block_table, keys, None, len(prompt_keys), full)
+        offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------
     @staticmethod
