@@ -65,13 +65,23 @@ class FreeBlockQueue:
         return self._order[self._head:].count(block) > self._stale.get(block, 0)
 
     def __iter__(self):
-        stale = dict(self._stale)
-        for i in range(self._head, len(self._order)):
-            block = self._order[i]
-            if stale.get(block):
-                stale[block] -= 1
-            else:
-                yield block
+        return iter(self._live())
+
+    def _live(self) -> list[int]:
+        """The free blocks in order: the entries from the head on, less the stale ones (each
+        block's first _stale[block] entries), found at C speed among the entries of blocks that
+        have any."""
+        entries = self._order[self._head:]
+        if not self._num_stale:
+            return entries
+        left = dict(self._stale)
+        keep = [True] * len(entries)
+        for i in compress(range(len(entries)), map(left.__contains__, entries)):
+            block = entries[i]
+            if left[block]:
+                left[block] -= 1
+                keep[i] = False
+        return list(compress(entries, keep))
 
     def __copy__(self) -> FreeBlockQueue:
         clone = FreeBlockQueue.__new__(FreeBlockQueue)
@@ -106,11 +116,25 @@ class FreeBlockQueue:
         else:
             stale, blocks = self._stale, []
             while len(blocks) < n:
-                block = order[head]
-                if block in stale:
-                    self._skip_stale(block)
-                else:
-                    blocks.append(block)
+                entries = order[head:head + n - len(blocks)]
+                common = stale.keys() & entries
+                if not common:
+                    blocks += entries
+                    head += len(entries)
+                    break
+                if len(common) > 4:  # (many stale entries: a pass per entry would cost more)
+                    for block in entries:
+                        head += 1
+                        if block in stale:
+                            self._skip_stale(block)
+                        else:
+                            blocks.append(block)
+                    continue
+                # up to the first stale entry (a block with stale entries: its first is one)
+                cut = min(map(entries.index, common))
+                blocks += entries[:cut]
+                head += cut
+                self._skip_stale(order[head])
                 head += 1
         self._head = head
         self.size -= n
@@ -139,8 +163,7 @@ class FreeBlockQueue:
 
     def _compact(self) -> None:
         """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
-        # (without stale entries every entry from the head on is live: one slice)
-        self._order = self._order[self._head:] if not self._num_stale else list(self)
+        self._order = self._live()
         self._head, self._stale, self._num_stale = 0, {}, 0
 
 

@@ -164,7 +164,7 @@ QUEUE_OPS = st.lists(st.tuples(st.sampled_from(["take", "take1", "free", "free_m
 
 
 @settings(max_examples=300, deadline=None)
-@given(num_blocks=st.integers(1, 8), ops=QUEUE_OPS)
+@given(num_blocks=st.integers(1, 12), ops=QUEUE_OPS)
 def test_free_queue_matches_a_plain_list(num_blocks, ops):
     # The queue keeps no position per block, only each block's count of stale entries; a plain
     # list (remove from the middle, take from the front) is the brute-force model. Long mixes on
@@ -206,3 +206,15 @@ def test_free_queue_matches_a_plain_list(num_blocks, ops):
         assert list(queue) == model and len(queue) == len(model)
         assert [b in queue for b in range(num_blocks)] == [b in model for b in range(num_blocks)]
         assert len(queue._order) <= 3 * num_blocks  # compaction bounds the list (spent, stale, live)
+
+
+def test_many_stale_entries_in_one_take():
+    # Seven blocks revived and freed again (each leaves a stale entry at its old place): one take
+    # of the whole queue passes them all (the one-entry-at-a-time path), and the queue stays exact.
+    queue = FreeBlockQueue(10)
+    for block in range(7):
+        queue.remove(block), queue.append(block)
+    assert list(queue) == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6]
+    assert queue.popleft_n(10) == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6] and len(queue) == 0
+    queue.extend([3, 1])
+    assert list(queue) == [3, 1] and queue.popleft_n(2) == [3, 1]
