@@ -45,12 +45,24 @@ BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast"
 def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fast_block_key) -> list:
     """Chained keys of the first num_blocks full blocks: a block's key covers its own
     tokens and, through its parent's key, every token before it."""
-    hashes = []
-    parent = 0
-    for i in range(num_blocks):
-        parent = key(parent, tuple(token_ids[i * block_size:(i + 1) * block_size]))
-        hashes.append(parent)
-    return hashes
+    return chain_keys(0, block_spans(token_ids, block_size, num_blocks), key)
+
+
+def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
+    """The token ids of the first num_blocks blocks, a tuple each (short ids: the last are partial
+    or empty)."""
+    if num_blocks * block_size > len(token_ids):
+        return (tuple(token_ids[i * block_size:(i + 1) * block_size]) for i in range(num_blocks))
+    return zip(*[iter(token_ids[:num_blocks * block_size])] * block_size)  # (consecutive tuples, at C speed)
+
+
+def chain_keys(parent: Hashable, spans, key) -> list:
+    """The chained keys of consecutive blocks given by their token tuples, the first one's parent given."""
+    keys = []
+    for tokens in spans:
+        parent = key(parent, tokens)
+        keys.append(parent)
+    return keys
 
 
 def token_span(seq: Sequence, start: int, end: int) -> tuple[int, ...]:
@@ -347,12 +359,15 @@ class PagedKVManager(KVCacheManager):
             if num_hashed > first:
                 keys = self._hashed_keys.keys(seq.hashed_prompt, num_hashed)[first:]
         parent = keys[-1] if keys else (prompt_keys[-1] if prompt_keys else 0)
-        # a block past a hashed prompt is a slice of the outputs, of any other a slice of the ids
-        ids, off = seq.token_ids, (seq.prompt_len if seq.hashed_prompt is not None else 0)
-        for start in range((first + len(keys)) * bs, full * bs, bs):
-            tokens = tuple(ids[start - off:start - off + bs]) if start >= off else token_span(seq, start, start + bs)
-            parent = self.block_key(parent, tokens)
+        start = (first + len(keys)) * bs
+        # blocks past a hashed prompt are slices of the outputs, those of any other prompt slices of its ids
+        off = seq.prompt_len if seq.hashed_prompt is not None else 0
+        while start < min(off, full * bs):  # the block a hashed prompt ends in (one: the next starts past it)
+            parent = self.block_key(parent, token_span(seq, start, start + bs))
             keys.append(parent)
+            start += bs
+        if start < full * bs:
+            keys += chain_keys(parent, block_spans(seq.token_ids[start - off:], bs, full - start // bs), self.block_key)
         offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------
