@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from functools import partial
-from itertools import takewhile
+from itertools import accumulate, takewhile
 from operator import is_not
 from typing import Callable, Hashable
 
@@ -58,10 +58,8 @@ def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
 
 def chain_keys(parent: Hashable, spans, key) -> list:
     """The chained keys of consecutive blocks given by their token tuples, the first one's parent given."""
-    keys = []
-    for tokens in spans:
-        parent = key(parent, tokens)
-        keys.append(parent)
+    keys = list(accumulate(spans, key, initial=parent))  # (key(parent, tokens) called from C, no loop here)
+    del keys[0]
     return keys
 
 
