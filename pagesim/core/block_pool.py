@@ -5,113 +5,166 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import compress, repeat
+from operator import add, delitem, eq, is_not, itemgetter, setitem, sub
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 
 
 def run_all(calls) -> None:
-    """Exhaust an iterator of calls at C speed (map(list.__setitem__, ...) stores a whole batch
-    without a Python-level loop: a long prefix-caching run touches millions of blocks)."""
+    """Exhaust an iterator of calls at C speed, without a Python-level loop: a long
+    prefix-caching run touches millions of blocks."""
     deque(calls, maxlen=0)
+
+
+# The batch operations below map operator's functions (builtins taking fast calls) rather than
+# bound methods such as list.__setitem__ (method-wrappers building an argument tuple per call):
+# about 5x fewer nanoseconds per element, measured on 770-block batches.
+def store(values: list, indices, new) -> None:
+    """values[i] = v for each i, v of indices and new, in that order."""
+    run_all(map(setitem, repeat(values), indices, new))
+
+
+def gather(values, indices: list) -> tuple:
+    """(values[i] for each i of indices), as a tuple."""
+    if len(indices) > 1:
+        return itemgetter(*indices)(values)
+    return (values[indices[0]],) if indices else ()
+
+
+def forget(mapping: dict, keys) -> None:
+    """del mapping[k] for each k of keys."""
+    run_all(map(delitem, repeat(mapping), keys))
 
 
 class FreeBlockQueue:
     """The free blocks of a pool in eviction order: taken from the head, returned to the tail.
 
     A list with a moving head instead of an ordered dict, so that n blocks leave the head as one
-    slice. A cached block revived by a prefix hit leaves from the middle: its entry is only
-    marked stale (its position no longer matches) and skipped when the head reaches it.
+    slice and n join the tail as one extend. A cached block revived by a prefix hit leaves from
+    the middle: its entry stays, stale, and is skipped when the head reaches it. No position is
+    kept per block: a block's entries lie in the order it was freed, and a revival always makes
+    its latest entry stale, so all its entries but the last are stale, and counting its stale
+    entries (_stale[block]) tells at the head whether an entry is one of them.
     """
 
-    __slots__ = ("_order", "_pos", "_head", "size", "_stale")
+    __slots__ = ("_order", "_head", "size", "_stale", "_num_stale", "_num_blocks")
 
     def __init__(self, num_blocks: int):
         self._order = list(range(num_blocks))  # entries before _head are spent
-        # block -> index of its live entry in _order while free; below _head (taken) or -1
-        # (revived) while in use
-        self._pos = list(range(num_blocks))
         self._head = 0
         self.size = num_blocks
-        self._stale = 0  # stale entries at or after _head
+        self._stale: dict[int, int] = {}  # block -> its stale entries at or after _head (none: absent)
+        self._num_stale = 0
+        self._num_blocks = num_blocks
 
     def __len__(self) -> int:
         return self.size  # also a plain attribute: the pool's hot paths read it without a call
 
     def __contains__(self, block: int) -> bool:
-        return self._pos[block] >= self._head
+        """(a walk of the queue, for checks: the pool knows a free block by its refcount of 0)"""
+        return self._order[self._head:].count(block) > self._stale.get(block, 0)
 
     def __iter__(self):
-        order, pos = self._order, self._pos
-        return (order[i] for i in range(self._head, len(order)) if pos[order[i]] == i)
+        return iter(self._live())
+
+    def _live(self) -> list[int]:
+        """The free blocks in order: the entries from the head on, less the stale ones (each
+        block's first _stale[block] entries), found at C speed among the entries of blocks that
+        have any."""
+        entries = self._order[self._head:]
+        if not self._num_stale:
+            return entries
+        left = dict(self._stale)
+        keep = [True] * len(entries)
+        for i in compress(range(len(entries)), map(left.__contains__, entries)):
+            block = entries[i]
+            if left[block]:
+                left[block] -= 1
+                keep[i] = False
+        return list(compress(entries, keep))
 
     def __copy__(self) -> FreeBlockQueue:
         clone = FreeBlockQueue.__new__(FreeBlockQueue)
-        clone._order, clone._pos = list(self._order), list(self._pos)
-        clone._head, clone.size, clone._stale = self._head, self.size, self._stale
+        clone._order, clone._stale = list(self._order), dict(self._stale)
+        clone._head, clone.size, clone._num_stale, clone._num_blocks = self._head, self.size, self._num_stale, self._num_blocks
         return clone
+
+    def _skip_stale(self, block: int) -> None:
+        """The entry of block at the head is stale: count it off."""
+        count = self._stale.pop(block)
+        if count > 1:
+            self._stale[block] = count - 1
+        self._num_stale -= 1
 
     def popleft(self) -> int:
         """The block at the head (callers check len first)."""
-        order, pos, head = self._order, self._pos, self._head
-        block = order[head]
-        while pos[block] != head:  # a stale entry
-            self._stale -= 1
-            head += 1
-            block = order[head]
-        self._head = head = head + 1
+        if self._num_stale:
+            return self.popleft_n(1)[0]
+        block = self._order[self._head]
+        self._head += 1
         self.size -= 1
-        if head > len(pos):
+        if self._head > self._num_blocks:
             self._compact()
         return block
 
     def popleft_n(self, n: int) -> list[int]:
         """The n blocks at the head, in order (callers check len first)."""
         order, head = self._order, self._head
-        if not self._stale:
+        if not self._num_stale:
             blocks = order[head:head + n]
             head += n
         else:
-            pos, blocks = self._pos, []
+            stale, blocks = self._stale, []
             while len(blocks) < n:
-                block = order[head]
-                if pos[block] == head:
-                    blocks.append(block)
-                else:
-                    self._stale -= 1
+                entries = order[head:head + n - len(blocks)]
+                common = stale.keys() & entries
+                if not common:
+                    blocks += entries
+                    head += len(entries)
+                    break
+                if len(common) > 4:  # (many stale entries: a pass per entry would cost more)
+                    for block in entries:
+                        head += 1
+                        if block in stale:
+                            self._skip_stale(block)
+                        else:
+                            blocks.append(block)
+                    continue
+                # up to the first stale entry (a block with stale entries: its first is one)
+                cut = min(map(entries.index, common))
+                blocks += entries[:cut]
+                head += cut
+                self._skip_stale(order[head])
                 head += 1
         self._head = head
         self.size -= n
-        if head > len(self._pos):
+        if head > self._num_blocks:
             self._compact()
         return blocks
 
     def append(self, block: int) -> None:
-        order = self._order
-        self._pos[block] = len(order)
-        order.append(block)
+        self._order.append(block)
         self.size += 1
 
-    def extend(self, blocks: list[int]) -> None:
-        start = len(self._order)
-        run_all(map(self._pos.__setitem__, blocks, range(start, start + len(blocks))))
-        self._order.extend(blocks)
-        self.size += len(blocks)
+    def extend(self, blocks) -> None:
+        """Append each of blocks (a list, or any iterable: the size grows by what it yields)."""
+        order = self._order
+        before = len(order)
+        order.extend(blocks)
+        self.size += len(order) - before
 
     def remove(self, block: int) -> None:
-        self._pos[block] = -1
+        """Take a free block out of the queue (its latest entry becomes stale)."""
+        self._stale[block] = self._stale.get(block, 0) + 1
+        self._num_stale += 1
         self.size -= 1
-        self._stale += 1
-        if self._stale > len(self._pos):
+        if self._num_stale > self._num_blocks:
             self._compact()
 
     def _compact(self) -> None:
         """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
-        # (without stale entries every entry from the head on is live: one slice)
-        live = self._order[self._head:] if not self._stale else list(self)
-        self._pos = pos = [-1] * len(self._pos)
-        for i, block in enumerate(live):
-            pos[block] = i
-        self._order, self._head, self._stale = live, 0, 0
+        self._order = self._live()
+        self._head, self._stale, self._num_stale = 0, {}, 0
 
 
 class BlockPool:
@@ -155,17 +208,14 @@ class BlockPool:
             state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
             raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
         blocks = self.free_queue.popleft_n(n)
-        run_all(map(self.refcount.__setitem__, blocks, repeat(1)))
+        store(self.refcount, blocks, repeat(1))
         if self.cached:
-            block_hash = self.block_hash
-            keys = list(map(block_hash.__getitem__, blocks))
-            if keys.count(None) != n:  # some hold cached contents: forget them (_evict, inlined)
-                cached = self.cached
-                for block, key in zip(blocks, keys):
-                    if key is not None:
-                        del cached[key]
-                        block_hash[block] = None
-                self.num_evictions += n - keys.count(None)
+            keys = gather(self.block_hash, blocks)
+            unkeyed = keys.count(None)
+            if unkeyed != n:  # some hold cached contents: forget them (_evict, in batch)
+                forget(self.cached, compress(keys, map(is_not, keys, repeat(None))) if unkeyed else keys)
+                store(self.block_hash, blocks, repeat(None))
+                self.num_evictions += n - unkeyed
         self.num_refs += n
         return blocks
 
@@ -182,6 +232,19 @@ class BlockPool:
         self.refcount[block] = count + 1
         self.num_refs += 1
 
+    def incref_n(self, blocks: list[int]) -> None:
+        """incref each block (a prefix hit's blocks, a forked table), in batch when they are distinct."""
+        counts = gather(self.refcount, blocks)
+        if len(set(blocks)) != len(blocks):
+            for block in blocks:
+                self.incref(block)
+            return
+        if 0 in counts:  # cached blocks revived by a prefix hit
+            for block in compress(blocks, map(eq, counts, repeat(0))):
+                self.free_queue.remove(block)
+        store(self.refcount, blocks, map(add, counts, repeat(1)))
+        self.num_refs += len(blocks)
+
     def decref(self, block: int) -> None:
         count = self.refcount[block]
         if count <= 0:
@@ -195,12 +258,19 @@ class BlockPool:
         """decref each block in turn; those that reach 0 join the free queue in that order, in
         one extend instead of one queue operation per block."""
         refcount = self.refcount
-        counts = list(map(refcount.__getitem__, blocks))
-        if len(set(blocks)) == len(blocks) and min(counts, default=1) > 0:
+        counts = gather(refcount, blocks)
+        n = len(blocks)
+        last = counts.count(1)  # blocks whose last reference this is
+        if len(set(blocks)) == n and (last == n or min(counts) > 0):
             # (the common case, checked at C speed: distinct blocks all in use, nothing can fail)
-            run_all(map(refcount.__setitem__, blocks, map((1).__rsub__, counts)))  # (count - 1 each)
-            self.num_refs -= len(blocks)
-            self.free_queue.extend(list(compress(blocks, map((1).__eq__, counts))))  # (those at 1)
+            if last == n:  # (no block shared: every one is freed)
+                store(refcount, blocks, repeat(0))
+                self.free_queue.extend(blocks)
+            else:
+                store(refcount, blocks, map(sub, counts, repeat(1)))
+                if last:
+                    self.free_queue.extend(compress(blocks, map(eq, counts, repeat(1))))
+            self.num_refs -= n
             return
         freed = []
         for i, block in enumerate(blocks):

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add
 from typing import Callable, Hashable, Iterator
 
 FIRST_VOCAB_ID = 4  # real ids avoid the first few (special tokens in most vocabularies)
@@ -134,15 +136,15 @@ class HashChainKeys:
         if bt % bs:
             return prompt.block_keys(bs, num_blocks, self.key)
         per = bt // bs
-        chains, keys = self._chains, []
+        chains, keys, offsets = self._chains, [], range(per)
         chain = -1
         for h in prompt.hash_ids[:-(-num_blocks // per)]:
             number = chains.get((chain, h))
             if number is None:
                 number = chains[(chain, h)] = len(chains)
             chain = number
-            base = NUMBERED_KEYS_BASE + number * per
-            keys.extend(range(base, base + per))
+            # (base + j by int addition: a range past a machine word iterates ~2x slower)
+            keys.extend(map(add, repeat(NUMBERED_KEYS_BASE + number * per, per), offsets))
         del keys[num_blocks:]
         return keys
 

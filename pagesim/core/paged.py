@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from functools import partial
+from itertools import accumulate, takewhile
+from operator import is_not
 from typing import Callable, Hashable
 
-from pagesim.core.block_pool import BlockPool, FreeBlockQueue, run_all  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
 from pagesim.core.hashed_prompt import HashChainKeys
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
@@ -42,12 +45,22 @@ BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast"
 def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fast_block_key) -> list:
     """Chained keys of the first num_blocks full blocks: a block's key covers its own
     tokens and, through its parent's key, every token before it."""
-    hashes = []
-    parent = 0
-    for i in range(num_blocks):
-        parent = key(parent, tuple(token_ids[i * block_size:(i + 1) * block_size]))
-        hashes.append(parent)
-    return hashes
+    return chain_keys(0, block_spans(token_ids, block_size, num_blocks), key)
+
+
+def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
+    """The token ids of the first num_blocks blocks, a tuple each (short ids: the last are partial
+    or empty)."""
+    if num_blocks * block_size > len(token_ids):
+        return (tuple(token_ids[i * block_size:(i + 1) * block_size]) for i in range(num_blocks))
+    return zip(*[iter(token_ids[:num_blocks * block_size])] * block_size)  # (consecutive tuples, at C speed)
+
+
+def chain_keys(parent: Hashable, spans, key) -> list:
+    """The chained keys of consecutive blocks given by their token tuples, the first one's parent given."""
+    keys = list(accumulate(spans, key, initial=parent))  # (key(parent, tokens) called from C, no loop here)
+    del keys[0]
+    return keys
 
 
 def token_span(seq: Sequence, start: int, end: int) -> tuple[int, ...]:
@@ -71,9 +84,9 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
         # The common case at C speed: a prompt's newly full blocks, none freed, none registered,
         # their keys distinct and new to the cache. Registering them one by one does the same.
         blocks, new_keys = table[start:end], keys[start:end]
-        if (min(blocks) >= 0 and list(map(block_hash.__getitem__, blocks)).count(None) == len(blocks)
-                and not any(map(cached.__contains__, new_keys)) and len(set(new_keys)) == len(new_keys)):
-            run_all(map(block_hash.__setitem__, blocks, new_keys))
+        if (min(blocks) >= 0 and gather(block_hash, blocks).count(None) == len(blocks)
+                and cached.keys().isdisjoint(new_keys) and len(set(new_keys)) == len(new_keys)):
+            store(block_hash, blocks, new_keys)
             cached.update(zip(new_keys, blocks))
             return []
     left = []
@@ -166,12 +179,7 @@ class PagedKVManager(KVCacheManager):
         state = (seq.seq_id, len(cached), self.device.num_evictions)
         if self._last_lookup[0] == state:
             return self._last_lookup[1]
-        hits = []
-        for h in self._hashes(seq):
-            block = cached.get(h)
-            if block is None:
-                break
-            hits.append(block)
+        hits = list(takewhile(partial(is_not, None), map(cached.get, self._hashes(seq))))  # (up to the first miss)
         self._last_lookup = (state, hits)
         return hits
 
@@ -215,8 +223,11 @@ class PagedKVManager(KVCacheManager):
                 if self.enable_prefix_caching and seq.prompt_is_known:
                     self.prefix_queries += len(self._hashes(seq))
                     self.prefix_hits += len(hits)
-            for block in hits:
-                self.device.incref(block)
+                    if hits:  # held hit blocks keep their keys: offering them would do nothing
+                        self._offered[seq.seq_id] = len(hits)
+                        if len(hits) == len(self._hashes(seq)):
+                            self._settled.add(seq.seq_id)
+            self.device.incref_n(hits)
             seq.block_table = list(hits)
             seq.num_computed_tokens = len(hits) * self.block_size
             self.allocate_slots(seq, n)
@@ -306,8 +317,7 @@ class PagedKVManager(KVCacheManager):
         return [seq.block_table]
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        for block in parent.block_table:
-            self.device.incref(block)
+        self.device.incref_n(parent.block_table)
         child.block_table = list(parent.block_table)
         if parent.seq_id in self._prompt_hashes:
             self._prompt_hashes[child.seq_id] = self._prompt_hashes[parent.seq_id]
@@ -336,20 +346,27 @@ class PagedKVManager(KVCacheManager):
         then hits them. vLLM registers each block as it fills; here they become hits when the
         sequence finishes, which differs only for a request arriving while this one decodes."""
         prompt_keys = self._hashes(seq)
-        full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
-        if full <= len(prompt_keys):
+        first, bs = len(prompt_keys), self.block_size
+        full = min(seq.num_computed_tokens // bs, len(seq.block_table))
+        if full <= first:
             return
-        keys = list(prompt_keys)
+        keys = []  # of the blocks from first to full
         if seq.hashed_prompt is not None:  # blocks wholly inside a hashed prompt keep its numbered keys
             # (the prompt keys are the first of those; only a prompt whose last block is full has one more)
-            num_hashed = min(full, seq.prompt_len // self.block_size)
-            if num_hashed > len(keys):
-                keys = self._hashed_keys.keys(seq.hashed_prompt, num_hashed)
-        parent, bs = (keys[-1] if keys else 0), self.block_size
-        for i in range(len(keys), full):
-            parent = self.block_key(parent, token_span(seq, i * bs, (i + 1) * bs))
+            num_hashed = min(full, seq.prompt_len // bs)
+            if num_hashed > first:
+                keys = self._hashed_keys.keys(seq.hashed_prompt, num_hashed)[first:]
+        parent = keys[-1] if keys else (prompt_keys[-1] if prompt_keys else 0)
+        start = (first + len(keys)) * bs
+        # blocks past a hashed prompt are slices of the outputs, those of any other prompt slices of its ids
+        off = seq.prompt_len if seq.hashed_prompt is not None else 0
+        while start < min(off, full * bs):  # the block a hashed prompt ends in (one: the next starts past it)
+            parent = self.block_key(parent, token_span(seq, start, start + bs))
             keys.append(parent)
-        offer_to_cache(self.device, seq.block_table, keys, None, len(prompt_keys), full)
+            start += bs
+        if start < full * bs:
+            keys += chain_keys(parent, block_spans(seq.token_ids[start - off:], bs, full - start // bs), self.block_key)
+        offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------
     @staticmethod

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagesim.core import BlockPool
+from pagesim.core.block_pool import FreeBlockQueue
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 
 
@@ -48,8 +49,10 @@ class ReferencePool:
 
 
 # (kind, argument): allocate n, allocate one, decref the i-th held reference, release the last k, incref a held block, revive a
-# free cached block (a prefix hit), register a held block under a hash
-OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc1", "decref", "release", "incref", "revive", "register"]),
+# free cached block (a prefix hit), register a held block under a hash, incref several at once
+# (held and free cached blocks mixed, as a prefix hit's; sometimes one of them twice)
+OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc1", "decref", "release", "incref", "revive", "register",
+                                          "incref_n"]),
                          st.integers(0, 40)),
                max_size=200)
 
@@ -93,6 +96,17 @@ def test_block_pool_matches_ordered_dict_reference(num_blocks, ops):
                 block = cached_free[arg % len(cached_free)]
                 pool.incref(block), ref.incref(block)
                 held.append(block)
+        elif kind == "incref_n":
+            candidates = sorted(set(held)) + [b for b in ref.free if b in ref.block_hash]
+            if candidates:
+                start = arg % len(candidates)
+                blocks = candidates[start:start + arg % 4 + 1]
+                if arg % 5 == 0:
+                    blocks.append(blocks[0])
+                pool.incref_n(blocks)
+                for block in blocks:
+                    ref.incref(block)
+                held += blocks
         elif kind == "register" and held:
             block = held[arg % len(held)]
             pool.register(block, arg), ref.register(block, arg)
@@ -139,3 +153,68 @@ def test_release_of_a_free_block_raises_and_keeps_the_pool_consistent():
     with pytest.raises(NegativeRefcount, match="block 2 is already free"):
         pool.release([b, 2, a])
     assert list(pool.free_queue) == [2, b] and pool.refcount == [1, 0, 0] and pool.num_refs == 1
+
+
+# (kind, argument) for the free queue alone: take n from the head, take one, free a held block,
+# free several held blocks in one extend, revive a free block from anywhere in the queue, revive
+# and free one block several times over (several stale entries of one block), copy
+QUEUE_OPS = st.lists(st.tuples(st.sampled_from(["take", "take1", "free", "free_many", "revive", "churn", "copy"]),
+                               st.integers(0, 40)),
+                     max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(num_blocks=st.integers(1, 12), ops=QUEUE_OPS)
+def test_free_queue_matches_a_plain_list(num_blocks, ops):
+    # The queue keeps no position per block, only each block's count of stale entries; a plain
+    # list (remove from the middle, take from the front) is the brute-force model. Long mixes on
+    # tiny pools revive the same block many times between compactions.
+    queue, model = FreeBlockQueue(num_blocks), list(range(num_blocks))
+    held: list[int] = []
+    for kind, arg in ops:
+        if kind == "take" and model:
+            n = arg % len(model) + 1
+            assert queue.popleft_n(n) == model[:n]
+            held += model[:n]
+            del model[:n]
+        elif kind == "take1" and model:
+            block = queue.popleft()
+            assert block == model.pop(0)
+            held.append(block)
+        elif kind == "free" and held:
+            block = held.pop(arg % len(held))
+            queue.append(block), model.append(block)
+        elif kind == "free_many" and held:
+            k = arg % len(held) + 1
+            blocks = held[-k:][::-1]
+            del held[-k:]
+            queue.extend(iter(blocks)), model.extend(blocks)  # (any iterable: release passes a compress)
+        elif kind == "revive" and model:
+            block = model.pop(arg % len(model))
+            queue.remove(block)
+            held.append(block)
+        elif kind == "churn" and model:
+            block = model.pop(arg % len(model))
+            for _ in range(arg % 4 + 1):
+                queue.remove(block), queue.append(block)
+            model.append(block)
+        elif kind == "copy":
+            clone = copy.copy(queue)
+            if len(clone):
+                clone.popleft_n(len(clone))
+            clone.extend([])
+        assert list(queue) == model and len(queue) == len(model)
+        assert [b in queue for b in range(num_blocks)] == [b in model for b in range(num_blocks)]
+        assert len(queue._order) <= 3 * num_blocks  # compaction bounds the list (spent, stale, live)
+
+
+def test_many_stale_entries_in_one_take():
+    # Seven blocks revived and freed again (each leaves a stale entry at its old place): one take
+    # of the whole queue passes them all (the one-entry-at-a-time path), and the queue stays exact.
+    queue = FreeBlockQueue(10)
+    for block in range(7):
+        queue.remove(block), queue.append(block)
+    assert list(queue) == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6]
+    assert queue.popleft_n(10) == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6] and len(queue) == 0
+    queue.extend([3, 1])
+    assert list(queue) == [3, 1] and queue.popleft_n(2) == [3, 1]
