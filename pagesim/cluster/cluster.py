@@ -401,27 +401,21 @@ class Cluster:
         end of another replica's step in progress; now, where one has work and has not started
         its step yet (it was just woken: its step ends after now); the earliest request waiting to
         enter another replica (an idle one starts a step only then)."""
-        now, bound = self.env.now, math.inf
-        for r in self.replicas:
-            if r.index == index:
-                continue
-            end = self._step_end[r.index]
-            if end >= now:
-                bound = min(bound, end)
-            elif r.sim.scheduler.has_unfinished:
-                return now
-            if r.feed.pending:
-                bound = min(bound, r.feed.pending[0][0])
-        return bound
+        return self._next_event((r, self._step_end[r.index]) for r in self.replicas if r.index != index)
 
     def next_prefill_end(self) -> float:
         """The earliest end of a prefill step in progress, or request about to enter a prefill
         replica (math.inf: none); now, where a prefill replica has work and has not started its
         step yet (a request just entered it): no hand-off can come sooner (an idle prefill replica
         starts a step only when a request enters it)."""
+        return self._next_event((self.replicas[i], end) for i, end in self._prefill_step_end.items())
+
+    def _next_event(self, replicas_and_step_ends) -> float:
+        """The earliest moment any of these replicas can end a step: a step in progress ends at
+        its end; one with work and no step started may end now; an idle one starts a step only
+        when its next request enters it (math.inf: none)."""
         now, bound = self.env.now, math.inf
-        for index, end in self._prefill_step_end.items():
-            replica = self.replicas[index]
+        for replica, end in replicas_and_step_ends:
             if end >= now:
                 bound = min(bound, end)
             elif replica.sim.scheduler.has_unfinished:

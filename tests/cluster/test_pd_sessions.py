@@ -12,6 +12,7 @@ from pagesim.api import replay_config
 from pagesim.cluster.cluster import Cluster
 from pagesim.cluster.spec import ClusterSpec, LinkSpec, ReplicaGroup
 from pagesim.workload.trace import Trace, TraceRequest
+from tests.cluster.test_cluster_sessions import ids, two_sessions  # (the co-located tests' trace)
 
 STEP = 0.01
 OPT13B_KV_PER_TOKEN = 819_200  # 40 layers x 2 (K, V) x 5120 x 2 bytes
@@ -20,25 +21,6 @@ IB, IB_LATENCY = 50e9, 10e-6  # InfiniBand NDR per GPU, bytes/s; its latency
 
 def transfer(prompt_len: int) -> float:
     return IB_LATENCY + prompt_len * OPT13B_KV_PER_TOKEN / IB
-
-
-def ids(start: int, n: int) -> list[int]:
-    return list(range(start, start + n))
-
-
-def two_sessions() -> Trace:
-    """A: turn 0 at 0 (10 + 3 tokens), turn 1 0.5 s after it ends (10 + 3 + 4 new, output 2).
-    B: turn 0 at 0.015 (5 + 2 tokens), turn 1 0.1 s after it ends (5 + 2 + 3 new, output 1).
-    (tests/cluster/test_cluster_sessions.py's trace: the recorded arrivals of turn 1 are not used)"""
-    a0, b0 = ids(100, 10), ids(200, 5)
-    return Trace({}, [
-        TraceRequest(10, 3, arrival_time=0.0, session_id="A", turn=0, prompt_token_ids=a0),
-        TraceRequest(5, 2, arrival_time=0.015, session_id="B", turn=0, prompt_token_ids=b0),
-        TraceRequest(17, 2, arrival_time=0.2, session_id="A", turn=1, think_time=0.5,
-                     prompt_token_ids=a0 + ids(900, 3) + ids(300, 4)),
-        TraceRequest(10, 1, arrival_time=0.3, session_id="B", turn=1, think_time=0.1,
-                     prompt_token_ids=b0 + ids(950, 2) + ids(400, 3)),
-    ])
 
 
 def pd_cluster(trace: Trace, prefill: int = 1, decode: int = 1, router: str = "round-robin", params=None,
