@@ -106,6 +106,7 @@ class SchedulerOutput:
         self._count(seq, n)
 
     def _count(self, seq: Sequence, n: int) -> None:
+        """Count n new tokens of seq into the batch and its shape (add's one rule)."""
         self.seqs.append(seq)
         self.num_new_tokens.append(n)
         before = seq.num_computed_tokens
