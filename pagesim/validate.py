@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pagesim.engine_fit import FitRun, MeasuredRequest
 from pagesim.metrics import percentile
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.engine import Replay, ReplayConfig, with_policy_presets
+
+if TYPE_CHECKING:  # (the engine fit, numpy's least squares with it, is imported by the calls that fit)
+    from pagesim.engine_fit import FitRun
 
 METRICS = ("ttft", "tpot", "e2e")
 # Runs of an engine older than vLLM v1 (DistServe's early-2024 fork) replay the paper's system.
@@ -175,6 +178,8 @@ def staged_replay(cfg: ReplayConfig, run, trace, keep_steps: bool) -> Replay:
 
 def fit_run(run, **overrides) -> FitRun:
     """The run as the engine fit replays it (pagesim.engine_fit): same configuration as validate."""
+    from pagesim.engine_fit import FitRun, MeasuredRequest
+
     run, _ = one_rank(run)
     cfg, _ = replay_config(run, **overrides)
     measured = [MeasuredRequest(i, r.ttft_s, r.e2e_s, r.generated_len, r.stage or 0)

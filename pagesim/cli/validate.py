@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from pagesim.cli import app
-from pagesim.cli.checks import BLOCKS, OUT_DIR, TP, fail, progress_bar
+from pagesim.cli.checks import BLOCKS, COUNT, OUT_DIR, TP, fail, progress_bar
 from pagesim.cli.config_file import config_option, given_options_line
 
 ROWS = [("TTFT", "ttft", "s"), ("TPOT", "tpot", "s"), ("E2E", "e2e", "s")]
@@ -31,7 +31,7 @@ def validate(
                                      help="tensor-parallel degree (default: as recorded)"),
     num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", "--num-gpu-blocks-override",
                                                  parser=BLOCKS, help="KV pool in blocks (default: as recorded)"),
-    concurrency: Optional[int] = typer.Option(None, min=0, help="replay closed loop with N clients (default: a "
+    concurrency: Optional[int] = typer.Option(None, parser=COUNT, help="replay closed loop with N clients (default: a "
                                               "closed-loop run's own count; 0: the recorded send times)"),
     out: Optional[Path] = typer.Option(None, parser=OUT_DIR, help="write requests.csv, steps.csv, summary.json and "
                                        "validate.json here"),

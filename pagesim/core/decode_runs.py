@@ -70,22 +70,25 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     kv, cfg = sched.kv, sched.config
     if kv.pending_copies:
         return None  # fork copies (reservation managers) go out with the next step
-    if _queued_group_could_start(sched):  # (first: before a prefill step it is the one that says no)
-        return None
+    if (sched.waiting or sched.swapped) and _queued_group_could_start(sched):
+        return None  # (first: before a prefill step it is the one that says no)
     check_eos = cfg.eos_token_id is not None
     to_finish = INF
     context = 0
     seqs = []
     add_seq = seqs.append
+    request_ids = []
+    add_id = request_ids.append
     forked = []  # positions of sequences in groups of several: only forks share a partly filled last block
-    running = sched.running
-    for group in running:
-        sampling = group.request.sampling
+    for group in sched.running:
+        request = group.request
+        sampling = request.sampling
         if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
             # EOS could stop a sequence early; beams fork and drop every step; parallel samples
             # fork at their first token, and a last prefill chunk of one token looks like a
             # decode but produces the first token
             return None
+        add_id(request.request_id)
         group_seqs = group.seqs
         if len(group_seqs) == 1:  # (most groups: the loop below, unrolled)
             seq = group_seqs[0]
@@ -107,7 +110,6 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             if stop - num_tokens < to_finish:
                 to_finish = stop - num_tokens
             add_seq(seq)
-    request_ids = [group.request.request_id for group in running]
     num_seqs = len(seqs)
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):

@@ -235,30 +235,51 @@ class Scheduler:
         blocks run out. Returns the token budget left."""
         budget = self.config.max_num_batched_tokens
         kv = self.kv
+        chunked = self.config.chunked_prefill
+        blocks_needed, running = kv.blocks_needed, self.running
         i = 0
-        while i < len(self.running):
-            group = self.running[i]
-            counts = [seq.num_uncomputed_tokens for seq in group.seqs]
-            if self.config.chunked_prefill:
-                counts = _cap(counts, budget)
-                if not any(counts):
-                    i += 1
-                    continue
-            need = 0
-            for seq, n in zip(group.seqs, counts):
-                need += kv.blocks_needed(seq, n)
+        while i < len(running):
+            group = running[i]
+            seqs = group.seqs
+            if len(seqs) == 1:  # (most groups: the general case below for one sequence)
+                seq = seqs[0]
+                n = seq.num_tokens - seq.num_computed_tokens
+                if chunked:
+                    n = min(n, budget)
+                    if not n:
+                        i += 1
+                        continue
+                need = blocks_needed(seq, n)
+                counts = None
+            else:
+                counts = [seq.num_uncomputed_tokens for seq in seqs]
+                if chunked:
+                    counts = _cap(counts, budget)
+                    if not any(counts):
+                        i += 1
+                        continue
+                need = 0
+                for seq, n in zip(seqs, counts):
+                    need += blocks_needed(seq, n)
             if need:  # most decode steps write into a block the sequence already owns
                 while need > kv.num_free_blocks:
-                    victim = self.running[-1]
+                    victim = running[-1]
                     self._preempt(victim, out)
                     if victim is group:
                         break
-                if group.seqs[0].status is not SequenceStatus.RUNNING:
+                if seqs[0].status is not SequenceStatus.RUNNING:
                     break  # the group preempted itself: it was the newest
-                for seq, n in zip(group.seqs, counts):
+                if counts is None:
                     kv.allocate_slots(seq, n)
-            budget -= sum(counts)
-            out.add(group, counts)
+                else:
+                    for seq, n in zip(seqs, counts):
+                        kv.allocate_slots(seq, n)
+            if counts is None:
+                budget -= n
+                out.add_one(group, seq, n)
+            else:
+                budget -= sum(counts)
+                out.add(group, counts)
             i += 1
         return budget
 
@@ -342,11 +363,35 @@ class Scheduler:
                                                       self.finish_if_done)
         # the simulator's step: every due sequence takes the default token (see _takes_default)
         default = result.default_token if not result.samples else None
+        eos = self.config.eos_token_id
         finished = []
         pos = 0
         for group in out.groups:
+            seqs = group.seqs
+            if len(seqs) == 1:  # (most groups: the general case below for one sequence)
+                seq = seqs[0]
+                seq.num_computed_tokens += new_tokens[pos]
+                pos += 1
+                if track_computed:
+                    kv.on_computed(seq)
+                if seq.num_computed_tokens != seq.num_tokens:
+                    continue  # a prefill chunk that did not reach the end of the prompt
+                if group.first_token_time is None:
+                    group.first_token_time = now
+                if default is not None and (seq.num_tokens != seq.prompt_len or group.request.sampling.num_seqs == 1):
+                    seq.append_token(default)  # (_takes_default for one sequence)
+                    group.sample_seq_ids = [seq.seq_id]
+                    # (retire_stopped's test for one sequence: most steps stop nothing)
+                    if seq.num_tokens < group.stop_len and (eos is None or seq.token_ids[-1] != eos
+                                                            or group.request.sampling.ignore_eos):
+                        continue
+                else:
+                    apply_samples(group, [seq], samples_for(group, [seq]))
+                retire(group)
+                finish(group, now, finished)
+                continue
             due = []
-            for seq in group.seqs:
+            for seq in seqs:
                 seq.num_computed_tokens += new_tokens[pos]
                 pos += 1
                 if track_computed:

@@ -98,16 +98,25 @@ class SchedulerOutput:
         one-token chunk."""
         self.groups.append(group)
         for seq, n in zip(group.seqs, counts):
-            self.seqs.append(seq)
-            self.num_new_tokens.append(n)
-            before = seq.num_computed_tokens
-            if n == 1 and before + 1 == seq.num_tokens:
-                self.num_decode_seqs += 1
-                self.decode_context_tokens += before + 1
-            else:
-                self.num_prefill_tokens += n
-                self.num_prefill_seqs += 1
-                self.prefill_attn_pairs += prefill_attn_pairs(n, before)
+            self._count(seq, n)
+
+    def add_one(self, group: SequenceGroup, seq: Sequence, n: int) -> None:
+        """add() for a group of one sequence: add(group, [n])."""
+        self.groups.append(group)
+        self._count(seq, n)
+
+    def _count(self, seq: Sequence, n: int) -> None:
+        """Count n new tokens of seq into the batch and its shape (add's one rule)."""
+        self.seqs.append(seq)
+        self.num_new_tokens.append(n)
+        before = seq.num_computed_tokens
+        if n == 1 and before + 1 == seq.num_tokens:
+            self.num_decode_seqs += 1
+            self.decode_context_tokens += before + 1
+        else:
+            self.num_prefill_tokens += n
+            self.num_prefill_seqs += 1
+            self.prefill_attn_pairs += prefill_attn_pairs(n, before)
 
     def batch_shape(self) -> BatchShape:
         """The step as a cost model sees it."""

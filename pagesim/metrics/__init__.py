@@ -81,12 +81,15 @@ class MetricsRecorder:
         spans_of = self.token_spans
         step = len(self.step_log)  # this step's index
         for group in out.groups:
-            rid = group.request_id
+            rid = group.request.request_id
             spans = spans_of.get(rid)
+            seqs = group.seqs
+            # (_num_output_tokens, its live case inline: most groups are still running)
+            produced = seqs[0].num_tokens - seqs[0].prompt_len if seqs else _num_output_tokens(group)
             if spans is None:
-                if _num_output_tokens(group):  # its first token
+                if produced:  # its first token
                     spans_of[rid] = [1, step, step + 1]
-            elif spans[0] < _num_output_tokens(group):  # the step gave this group a token
+            elif spans[0] < produced:  # the step gave this group a token
                 spans[0] += 1
                 if spans[-1] == step:
                     spans[-1] = step + 1

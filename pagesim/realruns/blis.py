@@ -69,8 +69,8 @@ def _yaml(path: Path) -> dict | None:
     else:
         import yaml
 
-        try:
-            doc = yaml.safe_load(text)
+        try:  # (libyaml's loader where PyYAML has it: the same documents, several times faster)
+            doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
             raise RealRunError(path, f"invalid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):

@@ -88,6 +88,8 @@ CASES = [
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --rate inf", "'--rate'"),
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --max-concurrency 0", "'--max-concurrency'"),
     ("calibrate check {tmp}/missing.csv --gpu a100-80gb", "no such CSV file"),
+    # validate's flags are checked before the run is read
+    (f"validate {ALPACA} --concurrency -1", "'--concurrency': must be an integer >= 0, got -1"),
     (f"calibrate check {ALPACA} --gpu a100-80gb", "missing column"),
     # usage errors from the parser itself
     (f"replay {ALPACA} --no-such-flag", "No such option: --no-such-flag"),
