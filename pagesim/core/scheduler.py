@@ -378,12 +378,11 @@ class Scheduler:
                     continue  # a prefill chunk that did not reach the end of the prompt
                 if group.first_token_time is None:
                     group.first_token_time = now
-                if default is not None and (seq.num_tokens != seq.prompt_len or group.request.sampling.num_seqs == 1):
-                    seq.append_token(default)  # (_takes_default for one sequence)
+                if default is not None and _takes_default(group, (seq,)):
+                    seq.append_token(default)
                     group.sample_seq_ids = [seq.seq_id]
-                    # (retire_stopped's test for one sequence: most steps stop nothing)
-                    if seq.num_tokens < group.stop_len and (eos is None or seq.token_ids[-1] != eos
-                                                            or group.request.sampling.ignore_eos):
+                    # (retire_stopped's test, asked here: most steps stop nothing)
+                    if not _stops(seq, group.stop_len, None if group.request.sampling.ignore_eos else eos):
                         continue
                 else:
                     apply_samples(group, [seq], samples_for(group, [seq]))
@@ -467,13 +466,13 @@ class Scheduler:
         limit = group.stop_len
         eos = None if group.request.sampling.ignore_eos else self.config.eos_token_id
         for seq in group.seqs:
-            if seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos):
+            if _stops(seq, limit, eos):
                 break
         else:
             return  # (most steps: nothing stops)
         live = []
         for seq in group.seqs:
-            if seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos):
+            if _stops(seq, limit, eos):
                 seq.status = SequenceStatus.FINISHED
                 self.kv.free(seq)
                 group.finished_seqs.append(seq)
@@ -489,7 +488,13 @@ def _prompt_kv_moved(group: SequenceGroup) -> bool:
     return group.request.prompt_kv_moved and group.num_preemptions == 0
 
 
-def _takes_default(group: SequenceGroup, due: list[Sequence]) -> bool:
+def _stops(seq: Sequence, limit: int, eos: int | None) -> bool:
+    """Whether seq is done: at its group's stop length (max_tokens or max_model_len) or ending
+    in eos (None: EOS ignored or unknown)."""
+    return seq.num_tokens >= limit or (eos is not None and seq.token_ids[-1] == eos)
+
+
+def _takes_default(group: SequenceGroup, due) -> bool:
     """Whether a group without explicit samples just appends the default token to each due
     sequence: what StepResult.samples_for and _apply_samples do together, except at a parallel
     group's first token (where it forks, or beam search wants samples)."""
