@@ -79,7 +79,13 @@ RATIOS = [
     ("big-out / big", "big-out", "big", 1.2),
 ]
 # (path, target wall seconds): whole commands, start-up included
-WALL_TARGETS = {"main": 1.0, "chunked": 1.5, "big": 10.0, "big-out": 12.0}
+WALL_TARGETS = {"main": 1.0, "chunked": 1.5, "big": 10.0, "big-out": 12.0, "mooncake": 10.0, "validate": 3.0}
+# issue 29's production-trace path and issue 23/30's validate path (a shared real run, read in place
+# and never copied into the repository; the path is skipped where the shared data is absent)
+MOONCAKE_ARGS = ["replay", "traces/mooncake_conversation.json", "--model", "llama-3.1-8b", "--gpu", "h100-80gb",
+                 "--rate", "0", "--num-requests", "12031", "--prefix-caching", "--json"]
+VALIDATE_RUN = "../shared/data/real_vllm/blis-h100-vllm0.15/replay_data/20260217-155451-llama-2-7b-tp1-codegen.json.gz"
+VALIDATE_ARGS = ["validate", VALIDATE_RUN, "--gpu", "h100-80gb", "--engine", "vllm-0.15", "--json"]
 BIG_RSS_TARGET_MB = 300.0
 
 
@@ -133,6 +139,9 @@ def make_paths(args) -> list[Command]:
         Command("chat", chat + ["--json"], "ShareGPT conversations, chunked workload"),
         Command("chat-prefix", chat + ["--prefix-caching", "--json"], "the same with prefix caching"),
     ]
+    paths.append(Command("mooncake", MOONCAKE_ARGS, "Mooncake conversation hour, Llama-3.1-8B, H100, prefix caching"))
+    if (ROOT / VALIDATE_RUN).exists():
+        paths.append(Command("validate", VALIDATE_ARGS, "a 9,000-request real vLLM run replayed and compared"))
     if args.big_requests:
         paths += [Command("big", base + [big, "--json"], "the main workload, 10x the requests"),
                   Command("big-out", base + [big, "--out", "OUT", "--json"], "the same, writing the results folder")]
@@ -276,7 +285,11 @@ def main() -> None:
     lines += ["", "What was simulated (first run of each path):", ""]
     for p in paths:
         s = p.runs[0]["summary"]
-        if s:
+        if s and "num_finished" not in s:  # (validate's JSON: the comparison, not a replay summary)
+            e2e = s.get("overall", {}).get("e2e_mean") or {}
+            lines.append(f"- {p.name} ({p.what}): {s.get('counts', {}).get('compared', '?')} requests compared"
+                         + (f", E2E mean error {e2e['error']:+.1%}" if isinstance(e2e.get("error"), float) else "") + ".")
+        elif s:
             hit = f", prefix hit rate {s['prefix_hit_rate']:.1%}" if s.get("prefix_hit_rate") is not None else ""
             lines.append(f"- {p.name} ({p.what}): {s['num_finished']:,} finished, {s['num_rejected']} rejected, "
                          f"{s['num_steps']:,} iterations, {s['duration_s']:,.0f} s simulated, "
