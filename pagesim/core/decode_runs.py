@@ -154,8 +154,10 @@ def _queued_group_could_start(sched: Scheduler) -> bool:
     budget = cfg.max_num_batched_tokens - num_seqs
     if sched.swapped and sched.can_swap_in(sched.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
         return True
-    return bool(may_admit) and sched.admission(
-        sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None
+    if not may_admit:
+        return False
+    group, budget = sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens
+    return sched.surely_admits(group, budget, num_seqs) or sched.admission(group, budget, num_seqs) is not None
 
 
 def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, plan: DecodePlan | None = None) -> DecodeRun:

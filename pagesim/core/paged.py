@@ -236,6 +236,12 @@ class PagedKVManager(KVCacheManager):
                 revived.update(compress(hits, map(not_, counts)))
         return self.device.num_free - need - len(revived) >= self.watermark_blocks
 
+    def surely_admits(self, group: SequenceGroup) -> bool:
+        # one sequence of T tokens: a hit of h blocks leaves at most blocks_for(T) - h blocks to
+        # allocate and revives at most h, so can_admit needs at most blocks_for(T) free
+        return len(group.seqs) == 1 and \
+            self.device.num_free - self._blocks_for(group.seqs[0].num_tokens) >= self.watermark_blocks
+
     def admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> None:
         shared = self._siblings_share(group)
         for i, (seq, n) in enumerate(zip(group.seqs, num_new_tokens)):
