@@ -186,15 +186,6 @@ class Scheduler:
         self.last_admission = AdmissionAnswer(group, budget, num_seqs, self._admission(group, budget, num_seqs))
         return self.last_admission.counts
 
-    def surely_admits(self, group: SequenceGroup, budget: float, num_seqs: int) -> bool:
-        """A cheap test that is never wrong when it says yes: admission() would start the group.
-        (A queued group that could start ends a decode run; it mostly can: no need to ask twice.)"""
-        if _prompt_kv_moved(group) or num_seqs + group.max_num_seqs > self.config.max_num_seqs:
-            return False
-        if not self.config.chunked_prefill and sum(seq.num_tokens for seq in group.seqs) > budget:
-            return False  # (prefix hits only lower the tokens to compute)
-        return self.kv.surely_admits(group)
-
     def _admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
         counts = [seq.num_tokens - hit for seq, hit in zip(group.seqs, self.kv.admission_hits(group))]
         if _prompt_kv_moved(group):

@@ -1,4 +1,4 @@
-"""Scheduler.surely_admits, the cheap test a decode run asks first (is the head of the waiting
+"""decode_runs.surely_admits, the cheap test a decode run asks first (is the head of the waiting
 queue able to start?), is never wrong when it says yes: admission() then starts the group too.
 Checked at every step of random workloads (prefix hits, forks, recompute and swap, chunked
 prefill, paged and reservation managers, tight pools) against the full admission test, for
@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 
 import pytest
+
+from pagesim.core.decode_runs import surely_admits
 
 from .driver import FakeEngine, make_scheduler, random_requests
 
@@ -29,7 +31,7 @@ def test_surely_admits_implies_admission(policy, chunked, caching, seed):
         if sched.waiting:
             group, num_seqs = sched.waiting[0], sched.num_running_seqs
             for budget in (sched.config.max_num_batched_tokens - num_seqs, 1, rng.randint(0, 40)):
-                surely = sched.surely_admits(group, budget, num_seqs)
+                surely = surely_admits(sched, group, budget, num_seqs)
                 admits = sched._admission(group, budget, num_seqs) is not None
                 assert admits or not surely, f"step {eng.steps}: surely_admits said yes, admission no"
                 said_yes += surely
