@@ -38,7 +38,7 @@ def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
     return digest.digest()
 
 
-PROMPT_KEYS_KEPT = 1024  # distinct prompts whose block keys a manager keeps for the next request
+KEY_CHAINS_KEPT = 2048  # distinct prompts (and outputs) whose block keys a manager keeps for the next request
 
 
 BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast": fast_block_key,
@@ -131,7 +131,7 @@ class PagedKVManager(KVCacheManager):
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
-        self._keys_by_prompt: dict[tuple[int, ...], list] = {}  # (num_full, *their tokens) -> full prompt blocks' keys
+        self._key_chains: dict[tuple, list] = {}  # (parent key, blocks, *their tokens) -> their chained keys
         # Prefix caching registers each full prompt block once, at the step that fills it:
         # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
         # still unregistered because another block held their hash (retried every step, as
@@ -169,24 +169,26 @@ class PagedKVManager(KVCacheManager):
             if seq.hashed_prompt is not None:  # keyed from the hash ids, never materialised
                 hashes = self._hashed_keys.keys(seq.hashed_prompt, num_full)
             elif seq.token_ids:
-                hashes = self._prompt_keys(seq.token_ids, num_full)
+                hashes = self._key_chain(0, seq.token_ids, 0, num_full)  # (block_hashes, shared)
             else:
                 hashes = []
             self._prompt_hashes[seq.seq_id] = hashes
         return hashes
 
-    def _prompt_keys(self, token_ids: list[int], num_full: int) -> list:
-        """block_hashes of the first num_full blocks, shared by the requests that repeat a prompt
-        (a real run replays ~100 prompts over 9,000 requests): keyed by those blocks' tokens,
-        whose tuple costs far less than hashing each block again. Callers never mutate the list."""
-        tokens = (num_full, *token_ids[:num_full * self.block_size])  # (num_full: ids may be short)
-        hashes = self._keys_by_prompt.get(tokens)
-        if hashes is None:
-            if len(self._keys_by_prompt) >= PROMPT_KEYS_KEPT:  # (distinct prompts: keep memory bounded)
-                self._keys_by_prompt.clear()
-            hashes = block_hashes(token_ids, self.block_size, num_full, self.block_key)
-            self._keys_by_prompt[tokens] = hashes
-        return hashes
+    def _key_chain(self, parent: Hashable, token_ids: list[int], start: int, num_blocks: int) -> list:
+        """chain_keys of the num_blocks blocks from token_ids[start], the first one's parent given;
+        shared by the requests that repeat a prompt, or a prompt and its output (a real run
+        replays ~100 of each over 9,000 requests): kept under the parent and those blocks'
+        tokens, whose tuple costs far less than keying each block again. Never mutated."""
+        tokens = (parent, num_blocks, *token_ids[start:start + num_blocks * self.block_size])  # (num_blocks: ids may be short)
+        keys = self._key_chains.get(tokens)
+        if keys is None:
+            if len(self._key_chains) >= KEY_CHAINS_KEPT:  # (distinct prompts: keep memory bounded)
+                self._key_chains.clear()
+            keys = chain_keys(parent, block_spans(token_ids[start:] if start else token_ids, self.block_size, num_blocks),
+                              self.block_key)
+            self._key_chains[tokens] = keys
+        return keys
 
     def _cached_blocks(self, seq: Sequence) -> list[int]:
         if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.prompt_is_known:
@@ -394,7 +396,7 @@ class PagedKVManager(KVCacheManager):
             keys.append(parent)
             start += bs
         if start < full * bs:
-            keys += chain_keys(parent, block_spans(seq.token_ids[start - off:], bs, full - start // bs), self.block_key)
+            keys += self._key_chain(parent, seq.token_ids, start - off, full - start // bs)
         offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------
