@@ -38,7 +38,7 @@ def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
     return digest.digest()
 
 
-KEY_CHAINS_KEPT = 2048  # distinct prompts (and outputs) whose block keys a manager keeps for the next request
+KEY_CHAINS_KEPT = 1024  # distinct prompts (and outputs) whose block keys a manager keeps: 8 bytes per token each
 
 
 BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast": fast_block_key,
@@ -180,14 +180,14 @@ class PagedKVManager(KVCacheManager):
         shared by the requests that repeat a prompt, or a prompt and its output (a real run
         replays ~100 of each over 9,000 requests): kept under the parent and those blocks'
         tokens, whose tuple costs far less than keying each block again. Never mutated."""
-        tokens = (parent, num_blocks, *token_ids[start:start + num_blocks * self.block_size])  # (num_blocks: ids may be short)
-        keys = self._key_chains.get(tokens)
+        # (num_blocks in the key too: ids may be short of them)
+        chain = (parent, num_blocks, *token_ids[start:start + num_blocks * self.block_size])
+        keys = self._key_chains.get(chain)
         if keys is None:
             if len(self._key_chains) >= KEY_CHAINS_KEPT:  # (distinct prompts: keep memory bounded)
                 self._key_chains.clear()
-            keys = chain_keys(parent, block_spans(token_ids[start:] if start else token_ids, self.block_size, num_blocks),
-                              self.block_key)
-            self._key_chains[tokens] = keys
+            spans = block_spans(token_ids[start:] if start else token_ids, self.block_size, num_blocks)
+            keys = self._key_chains[chain] = chain_keys(parent, spans, self.block_key)
         return keys
 
     def _cached_blocks(self, seq: Sequence) -> list[int]:
