@@ -161,6 +161,18 @@ class FreeBlockQueue:
         if self._num_stale > self._num_blocks:
             self._compact()
 
+    def remove_n(self, blocks) -> None:
+        """remove each of blocks (distinct free blocks), in one pass at C speed; the free blocks
+        and their order end as after one remove per block (compacting later changes no entry
+        that is live)."""
+        blocks = list(blocks)
+        stale = self._stale
+        stale.update(zip(blocks, map(add, map(stale.get, blocks, repeat(0)), repeat(1))))
+        self._num_stale += len(blocks)
+        self.size -= len(blocks)
+        if self._num_stale > self._num_blocks:
+            self._compact()
+
     def _compact(self) -> None:
         """Drop spent and stale entries; amortized O(1), since it runs once per num_blocks of them."""
         self._order = self._live()
@@ -240,8 +252,7 @@ class BlockPool:
                 self.incref(block)
             return
         if 0 in counts:  # cached blocks revived by a prefix hit
-            for block in compress(blocks, map(eq, counts, repeat(0))):
-                self.free_queue.remove(block)
+            self.free_queue.remove_n(compress(blocks, map(eq, counts, repeat(0))))
         store(self.refcount, blocks, map(add, counts, repeat(1)))
         self.num_refs += len(blocks)
 

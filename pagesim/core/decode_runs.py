@@ -154,8 +154,21 @@ def _queued_group_could_start(sched: Scheduler) -> bool:
     budget = cfg.max_num_batched_tokens - num_seqs
     if sched.swapped and sched.can_swap_in(sched.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
         return True
-    return bool(may_admit) and sched.admission(
-        sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens, num_seqs) is not None
+    if not may_admit:
+        return False
+    group, budget = sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens
+    return surely_admits(sched, group, budget, num_seqs) or sched.admission(group, budget, num_seqs) is not None
+
+
+def surely_admits(sched: Scheduler, group: SequenceGroup, budget: float, num_seqs: int) -> bool:
+    """A cheap test that is never wrong when it says yes: sched.admission() would start the
+    group. (The head of the queue mostly can start, and schedule() asks admission() right
+    after: no need to ask it twice.)"""
+    if group.request.prompt_kv_moved or num_seqs + group.max_num_seqs > sched.config.max_num_seqs:
+        return False  # (a P/D hand-off: admission's own rule)
+    if not sched.config.chunked_prefill and sum(seq.num_tokens for seq in group.seqs) > budget:
+        return False  # (prefix hits only lower the tokens to compute)
+    return sched.kv.surely_admits(group)
 
 
 def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, plan: DecodePlan | None = None) -> DecodeRun:

@@ -26,7 +26,7 @@ from itertools import chain
 from operator import attrgetter
 
 from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
-from pagesim.core.kv_manager import WasteBreakdown
+from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.paged import PagedKVManager, fast_block_key, offer_to_cache
 from pagesim.core.block_pool import BlockPool
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
@@ -139,6 +139,8 @@ class HybridKVManager(PagedKVManager):
 
     def match_prefix(self, seq: Sequence) -> int:
         return len(self._hit(seq)[0]) * self.block_size
+
+    surely_admits = KVCacheManager.surely_admits  # (several tables: ask can_admit)
 
     def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
         shared = self._siblings_share(group)

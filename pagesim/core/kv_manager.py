@@ -70,6 +70,12 @@ class KVCacheManager(ABC):
     def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
         """Can the waiting group start, computing num_new_tokens[i] for its i-th sequence?"""
 
+    def surely_admits(self, group: SequenceGroup) -> bool:
+        """A cheap test that is never wrong when it says yes: can_admit holds for the waiting
+        group whatever its prefix hits and however a token budget caps its new tokens. False
+        means: ask can_admit."""
+        return False
+
     @abstractmethod
     def admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> None:
         """Take the prefix hits and allocate what the first step of a waiting group needs."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 from array import array
 from functools import partial
-from itertools import accumulate, takewhile
-from operator import is_not
+from itertools import accumulate, compress, takewhile
+from operator import is_not, not_
 from typing import Callable, Hashable
 
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
@@ -36,6 +36,9 @@ def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
     digest = hashlib.sha256(parent if isinstance(parent, bytes) else b"")
     digest.update(array("q", tokens).tobytes())
     return digest.digest()
+
+
+KEY_CHAINS_KEPT = 1024  # distinct prompts (and outputs) whose block keys a manager keeps: 8 bytes per token each
 
 
 BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast": fast_block_key,
@@ -128,6 +131,7 @@ class PagedKVManager(KVCacheManager):
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
+        self._key_chains: dict[tuple, list] = {}  # (parent key, blocks, *their tokens) -> their chained keys
         # Prefix caching registers each full prompt block once, at the step that fills it:
         # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
         # still unregistered because another block held their hash (retried every step, as
@@ -164,10 +168,27 @@ class PagedKVManager(KVCacheManager):
             num_full = (seq.prompt_len - 1) // self.block_size
             if seq.hashed_prompt is not None:  # keyed from the hash ids, never materialised
                 hashes = self._hashed_keys.keys(seq.hashed_prompt, num_full)
+            elif seq.token_ids:
+                hashes = self._key_chain(0, seq.token_ids, 0, num_full)  # (block_hashes, shared)
             else:
-                hashes = block_hashes(seq.token_ids, self.block_size, num_full, self.block_key) if seq.token_ids else []
+                hashes = []
             self._prompt_hashes[seq.seq_id] = hashes
         return hashes
+
+    def _key_chain(self, parent: Hashable, token_ids: list[int], start: int, num_blocks: int) -> list:
+        """chain_keys of the num_blocks blocks from token_ids[start], the first one's parent given;
+        shared by the requests that repeat a prompt, or a prompt and its output (a real run
+        replays ~100 of each over 9,000 requests): kept under the parent and those blocks'
+        tokens, whose tuple costs far less than keying each block again. Never mutated."""
+        # (num_blocks in the key too: ids may be short of them)
+        chain = (parent, num_blocks, *token_ids[start:start + num_blocks * self.block_size])
+        keys = self._key_chains.get(chain)
+        if keys is None:
+            if len(self._key_chains) >= KEY_CHAINS_KEPT:  # (distinct prompts: keep memory bounded)
+                self._key_chains.clear()
+            spans = block_spans(token_ids[start:] if start else token_ids, self.block_size, num_blocks)
+            keys = self._key_chains[chain] = chain_keys(parent, spans, self.block_key)
+        return keys
 
     def _cached_blocks(self, seq: Sequence) -> list[int]:
         if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.prompt_is_known:
@@ -210,8 +231,18 @@ class PagedKVManager(KVCacheManager):
                 continue
             hits = self._cached_blocks(seq)
             need += self._blocks_for(len(hits) * self.block_size + n) - len(hits)
-            revived.update(b for b in hits if self.device.refcount[b] == 0)
+            if hits:  # (the free ones, found at C speed: a sequence's hit blocks are distinct)
+                counts = gather(self.device.refcount, hits)
+                if len(group.seqs) == 1:
+                    return self.device.num_free - need - counts.count(0) >= self.watermark_blocks
+                revived.update(compress(hits, map(not_, counts)))
         return self.device.num_free - need - len(revived) >= self.watermark_blocks
+
+    def surely_admits(self, group: SequenceGroup) -> bool:
+        # one sequence of T tokens: a hit of h blocks leaves at most blocks_for(T) - h blocks to
+        # allocate and revives at most h, so can_admit needs at most blocks_for(T) free
+        return len(group.seqs) == 1 and \
+            self.device.num_free - self._blocks_for(group.seqs[0].num_tokens) >= self.watermark_blocks
 
     def admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> None:
         shared = self._siblings_share(group)
@@ -365,7 +396,7 @@ class PagedKVManager(KVCacheManager):
             keys.append(parent)
             start += bs
         if start < full * bs:
-            keys += chain_keys(parent, block_spans(seq.token_ids[start - off:], bs, full - start // bs), self.block_key)
+            keys += self._key_chain(parent, seq.token_ids, start - off, full - start // bs)
         offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------

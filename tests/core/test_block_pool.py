@@ -157,8 +157,10 @@ def test_release_of_a_free_block_raises_and_keeps_the_pool_consistent():
 
 # (kind, argument) for the free queue alone: take n from the head, take one, free a held block,
 # free several held blocks in one extend, revive a free block from anywhere in the queue, revive
-# and free one block several times over (several stale entries of one block), copy
-QUEUE_OPS = st.lists(st.tuples(st.sampled_from(["take", "take1", "free", "free_many", "revive", "churn", "copy"]),
+# a run of free blocks in one remove_n, revive and free one block several times over (several
+# stale entries of one block), copy
+QUEUE_OPS = st.lists(st.tuples(st.sampled_from(["take", "take1", "free", "free_many", "revive", "revive_many", "churn",
+                                                "copy"]),
                                st.integers(0, 40)),
                      max_size=300)
 
@@ -193,6 +195,12 @@ def test_free_queue_matches_a_plain_list(num_blocks, ops):
             block = model.pop(arg % len(model))
             queue.remove(block)
             held.append(block)
+        elif kind == "revive_many" and model:  # (a prefix hit's free blocks, taken out in one pass)
+            start = arg % len(model)
+            blocks = model[start:start + arg % 5 + 1]
+            del model[start:start + len(blocks)]
+            queue.remove_n(iter(blocks[::-1]))
+            held += blocks
         elif kind == "churn" and model:
             block = model.pop(arg % len(model))
             for _ in range(arg % 4 + 1):

@@ -49,14 +49,15 @@ def kv_state(sched) -> dict:
 CASES = [("recompute", False, 0.0), ("swap", False, 0.3), ("auto", True, 0.3), ("recompute", True, 0.0)]
 
 
-def side_by_side(mode: str, chunked: bool, multi: float, seed: int) -> int:
-    """Run both managers in lock step, comparing after every step; returns how many retries
-    (blocks whose hash another block held) were pending over the run."""
+def side_by_side(mode: str, chunked: bool, multi: float, seed: int, reference_class=ReregisterEverything) -> int:
+    """Run the manager and reference_class (a PagedKVManager keeping an older rule) in lock
+    step, comparing after every step; returns how many retries (blocks whose hash another block
+    held) were pending over the run."""
     engines = []
     for reference in (False, True):
         sched = make_scheduler("paged", mode, chunked, num_blocks=48, caching=True)
         if reference:
-            sched.kv.__class__ = ReregisterEverything
+            sched.kv.__class__ = reference_class
         engines.append(FakeEngine(sched, check_memory=not reference))
     rng = random.Random(f"{mode}-{chunked}-{multi}-{seed}")
     pending = random_requests(rng, 200, multi=multi, prefixes=3, max_model_len=128)

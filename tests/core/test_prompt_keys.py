@@ -1,0 +1,92 @@
+"""Chained block keys are computed once per distinct prompt, and per distinct prompt and output
+(issue 30: a real run replays ~100 of each over 9,000 requests), and admission counts revived
+blocks at C speed: the same keys, hits, evictions and block tables as keying every sequence's
+blocks afresh and counting revived blocks one by one (the rules as they were, kept here as the
+reference)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagesim.core import PagedKVManager
+from pagesim.core import paged
+from pagesim.core.paged import block_hashes, block_spans, chain_keys
+from pagesim.core.request import Request, SamplingParams, Sequence, SequenceGroup, SequenceStatus
+
+from .test_prefix_registration import CASES, side_by_side
+
+
+class HashEveryPrompt(PagedKVManager):
+    """Each sequence's block keys hashed from its ids; revived hit blocks counted in a set."""
+
+    def _key_chain(self, parent, token_ids, start, num_blocks):
+        return chain_keys(parent, block_spans(token_ids[start:], self.block_size, num_blocks), self.block_key)
+
+    def can_admit(self, group, num_new_tokens):
+        shared = self._siblings_share(group)
+        need, revived = 0, set()
+        for i, (seq, n) in enumerate(zip(group.seqs, num_new_tokens)):
+            if i and shared:
+                need += self._blocks_for(shared * self.block_size + n) - shared
+                continue
+            hits = self._cached_blocks(seq)
+            need += self._blocks_for(len(hits) * self.block_size + n) - len(hits)
+            revived.update(b for b in hits if self.device.refcount[b] == 0)
+        return self.device.num_free - need - len(revived) >= self.watermark_blocks
+
+
+@pytest.mark.parametrize("kept", [paged.KEY_CHAINS_KEPT, 2])  # (2: the cache is cleared often)
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("mode,chunked,multi", CASES)
+def test_shared_key_chains_match_keying_every_sequence(mode, chunked, multi, seed, kept, monkeypatch):
+    monkeypatch.setattr(paged, "KEY_CHAINS_KEPT", kept)
+    side_by_side(mode, chunked, multi, seed, reference_class=HashEveryPrompt)
+
+
+def test_a_repeated_prompt_reuses_its_keys():
+    kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True)
+    prompt = list(range(100, 111))  # 11 tokens: 2 full blocks keyed (the last token is always computed)
+    first, second = Sequence(1, 11, prompt), Sequence(2, 11, list(prompt))
+    other = Sequence(3, 11, prompt[:8] + [7, 7, 7])  # the same keyed blocks, another last block
+    longer = Sequence(4, 13, prompt + [5, 6])  # one more full block
+    keys = kv._hashes(first)
+    assert keys == [hash((0, (100, 101, 102, 103))), hash((keys[0], (104, 105, 106, 107)))]
+    assert kv._hashes(second) is keys and kv._hashes(other) is keys  # (equal lists, not the same object)
+    assert kv._hashes(longer)[:2] == keys and len(kv._hashes(longer)) == 3
+    changed = Sequence(5, 11, prompt[:7] + [9] + prompt[8:])  # the last keyed token differs
+    assert kv._hashes(changed) == block_hashes(changed.token_ids, 4, 2) and kv._hashes(changed)[1] != keys[1]
+    assert len(kv._key_chains) == 3
+
+
+def test_the_key_cache_stays_bounded(monkeypatch):
+    monkeypatch.setattr(paged, "KEY_CHAINS_KEPT", 3)
+    kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True)
+    for i in range(10):
+        prompt = [i] * 9
+        assert kv._hashes(Sequence(i, 9, prompt)) == block_hashes(prompt, 4, 2)
+        assert len(kv._key_chains) <= 3
+
+
+def test_a_finished_sequence_caches_its_output_blocks_under_the_same_keys_again():
+    # Two requests of one prompt and one output: their generated blocks are keyed by the
+    # shared chain, equal to the keys computed from scratch.
+    kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True)
+    prompt, output = [1, 2, 3, 4, 5, 6], [9] * 7  # 13 tokens: blocks 1 and 2 are past the keyed prompt block
+    expected = block_hashes(prompt + output, 4, 3)
+    tables = []
+    for seq_id in (1, 2):
+        seq = Sequence(seq_id, 6, prompt)
+        group = SequenceGroup(Request(seq_id, 6, SamplingParams(max_tokens=7), prompt_token_ids=prompt), [seq], seq_id)
+        kv.admit(group, [6 - kv.match_prefix(seq)])
+        for token in output:
+            seq.append_token(token)
+        seq.num_computed_tokens = 12  # (the last token's K/V is never computed)
+        kv.on_computed(seq)
+        kv.allocate_slots(seq, 0)
+        seq.status = SequenceStatus.FINISHED
+        tables.append(list(seq.block_table))
+        kv.free(seq)
+        # the first request's blocks hold the keys (the second's found them held: they stay unregistered)
+        assert [kv.device.block_hash[b] for b in tables[0][:3]] == expected
+        assert [kv.device.cached[k] for k in expected] == tables[0][:3]
+    assert tables[1][0] == tables[0][0] and (expected[0], 2, *(prompt + output)[4:12]) in kv._key_chains
