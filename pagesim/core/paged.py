@@ -38,7 +38,9 @@ def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
     return digest.digest()
 
 
-KEY_CHAINS_KEPT = 1024  # distinct prompts (and outputs) whose block keys a manager keeps: 8 bytes per token each
+# Tokens of the distinct prompts (and outputs) whose block keys a manager keeps: each costs about 8
+# bytes (a reference in the chain's tuple), so ~16 MB at most, however long the prompts are.
+KEY_CHAIN_TOKENS_KEPT = 1 << 21
 
 
 BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast": fast_block_key,
@@ -132,6 +134,7 @@ class PagedKVManager(KVCacheManager):
         self.watermark_blocks = int(watermark * num_device_blocks)
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
         self._key_chains: dict[tuple, list] = {}  # (parent key, blocks, *their tokens) -> their chained keys
+        self._key_chain_tokens = 0  # tokens held by the keys of _key_chains
         # Prefix caching registers each full prompt block once, at the step that fills it:
         # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
         # still unregistered because another block held their hash (retried every step, as
@@ -184,8 +187,10 @@ class PagedKVManager(KVCacheManager):
         chain = (parent, num_blocks, *token_ids[start:start + num_blocks * self.block_size])
         keys = self._key_chains.get(chain)
         if keys is None:
-            if len(self._key_chains) >= KEY_CHAINS_KEPT:  # (distinct prompts: keep memory bounded)
+            if self._key_chain_tokens + len(chain) > KEY_CHAIN_TOKENS_KEPT:  # (distinct prompts: memory bounded)
                 self._key_chains.clear()
+                self._key_chain_tokens = 0
+            self._key_chain_tokens += len(chain)
             spans = block_spans(token_ids[start:] if start else token_ids, self.block_size, num_blocks)
             keys = self._key_chains[chain] = chain_keys(parent, spans, self.block_key)
         return keys

@@ -35,11 +35,11 @@ class HashEveryPrompt(PagedKVManager):
         return self.device.num_free - need - len(revived) >= self.watermark_blocks
 
 
-@pytest.mark.parametrize("kept", [paged.KEY_CHAINS_KEPT, 2])  # (2: the cache is cleared often)
+@pytest.mark.parametrize("kept", [paged.KEY_CHAIN_TOKENS_KEPT, 40])  # (40 tokens: the cache is cleared often)
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("mode,chunked,multi", CASES)
 def test_shared_key_chains_match_keying_every_sequence(mode, chunked, multi, seed, kept, monkeypatch):
-    monkeypatch.setattr(paged, "KEY_CHAINS_KEPT", kept)
+    monkeypatch.setattr(paged, "KEY_CHAIN_TOKENS_KEPT", kept)
     side_by_side(mode, chunked, multi, seed, reference_class=HashEveryPrompt)
 
 
@@ -59,12 +59,14 @@ def test_a_repeated_prompt_reuses_its_keys():
 
 
 def test_the_key_cache_stays_bounded(monkeypatch):
-    monkeypatch.setattr(paged, "KEY_CHAINS_KEPT", 3)
+    # each chain's key holds its parent, its block count and 8 tokens: 10 entries; 30 keep 3 chains
+    monkeypatch.setattr(paged, "KEY_CHAIN_TOKENS_KEPT", 30)
     kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True)
     for i in range(10):
         prompt = [i] * 9
         assert kv._hashes(Sequence(i, 9, prompt)) == block_hashes(prompt, 4, 2)
-        assert len(kv._key_chains) <= 3
+        assert 1 <= len(kv._key_chains) <= 3
+        assert kv._key_chain_tokens == sum(map(len, kv._key_chains)) <= 30
 
 
 def test_a_finished_sequence_caches_its_output_blocks_under_the_same_keys_again():
