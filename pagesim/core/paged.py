@@ -39,8 +39,8 @@ def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
 
 
 # Tokens of the distinct prompts (and outputs) whose block keys a manager keeps: each costs about 8
-# bytes (a reference in the chain's tuple), so ~16 MB at most, however long the prompts are.
-KEY_CHAIN_TOKENS_KEPT = 1 << 21
+# bytes (a reference in the chain's tuple), so ~2 MB at most, however long the prompts are.
+KEY_CHAIN_TOKENS_KEPT = 1 << 18
 
 
 BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast": fast_block_key,
@@ -401,7 +401,10 @@ class PagedKVManager(KVCacheManager):
             keys.append(parent)
             start += bs
         if start < full * bs:
-            keys += self._key_chain(parent, seq.token_ids, start - off, full - start // bs)
+            if off:  # (a hashed prompt: production traces, whose prompt and output rarely recur whole)
+                keys += chain_keys(parent, block_spans(seq.token_ids[start - off:], bs, full - start // bs), self.block_key)
+            else:  # (token-id prompts, which load generators replay: prompt and output recur)
+                keys += self._key_chain(parent, seq.token_ids, start, full - start // bs)
         offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------
