@@ -178,11 +178,14 @@ class PagedKVManager(KVCacheManager):
             self._prompt_hashes[seq.seq_id] = hashes
         return hashes
 
-    def _key_chain(self, parent: Hashable, token_ids: list[int], start: int, num_blocks: int) -> list:
+    def _key_chain(self, parent: Hashable, token_ids: list[int], start: int, num_blocks: int, keep: bool = True) -> list:
         """chain_keys of the num_blocks blocks from token_ids[start], the first one's parent given;
         shared by the requests that repeat a prompt, or a prompt and its output (a real run
         replays ~100 of each over 9,000 requests): kept under the parent and those blocks'
-        tokens, whose tuple costs far less than keying each block again. Never mutated."""
+        tokens, whose tuple costs far less than keying each block again. Never mutated.
+        keep=False: computed, not kept (a chain not expected to recur)."""
+        if not keep:
+            return chain_keys(parent, block_spans(token_ids[start:], self.block_size, num_blocks), self.block_key)
         # (num_blocks in the key too: ids may be short of them)
         chain = (parent, num_blocks, *token_ids[start:start + num_blocks * self.block_size])
         keys = self._key_chains.get(chain)
@@ -401,10 +404,9 @@ class PagedKVManager(KVCacheManager):
             keys.append(parent)
             start += bs
         if start < full * bs:
-            if off:  # (a hashed prompt: production traces, whose prompt and output rarely recur whole)
-                keys += chain_keys(parent, block_spans(seq.token_ids[start - off:], bs, full - start // bs), self.block_key)
-            else:  # (token-id prompts, which load generators replay: prompt and output recur)
-                keys += self._key_chain(parent, seq.token_ids, start, full - start // bs)
+            # (kept after token-id prompts, which load generators replay with their outputs; not after
+            # hashed prompts: production traces, whose prompt and output rarely recur whole)
+            keys += self._key_chain(parent, seq.token_ids, start - off, full - start // bs, keep=not off)
         offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------

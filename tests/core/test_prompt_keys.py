@@ -19,7 +19,7 @@ from .test_prefix_registration import CASES, side_by_side
 class HashEveryPrompt(PagedKVManager):
     """Each sequence's block keys hashed from its ids; revived hit blocks counted in a set."""
 
-    def _key_chain(self, parent, token_ids, start, num_blocks):
+    def _key_chain(self, parent, token_ids, start, num_blocks, keep=True):
         return chain_keys(parent, block_spans(token_ids[start:], self.block_size, num_blocks), self.block_key)
 
     def can_admit(self, group, num_new_tokens):
