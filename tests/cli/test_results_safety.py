@@ -105,10 +105,14 @@ def test_a_signal_during_the_moves_waits_until_they_are_done(tmp_path, signame):
     target, ready, go = tmp_path / "out", tmp_path / "ready", tmp_path / "go"
     write_run(target, "old")
     script = textwrap.dedent(f"""
-        import os, time
+        import os, signal, time
         from pathlib import Path
         import pagesim.results as results
         from tests.cli.test_results_safety import write_run
+
+        # a suite started in the background (or under nohup) hands its children SIGINT (SIGHUP)
+        # ignored, and Python then installs no handler: give the signal its usual disposition
+        signal.signal(signal.{signame}, signal.default_int_handler if {signame!r} == "SIGINT" else signal.SIG_DFL)
 
         def hold(dest):
             if not Path({str(ready)!r}).exists():
