@@ -10,7 +10,8 @@ import pytest
 
 from pagesim.plan import steady
 from pagesim.plan.continued import ContinuedReplay
-from pagesim.plan.run import checkpoint_record, probe_steady
+from pagesim.plan.run import checkpoint_record, probe_steady, scout_probe
+from pagesim.plan.search import SearchSettings, scouted_search
 from pagesim.plan.slo import parse_slos
 from pagesim.sim.cost.base import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
@@ -152,3 +153,23 @@ def test_a_stopped_checkpoint_is_a_certain_failure_whatever_paused_before():
     ttfts = [r.ttft for r in stopped.requests if r.arrival_time >= stopped.warmup_s]
     assert sum(ttfts) > SERVICE_S * sum(1 for r in replay.sim.requests[:n] if r.arrival_time >= stopped.warmup_s)
     assert not math.isnan(sum(ttfts))
+
+
+@pytest.mark.parametrize("num_requests", [300, 3000])
+def test_the_search_over_continued_probes_finds_the_md1_knee(num_requests):
+    # the knee of tests/plan/test_steady.py (Pollaczek-Khinchine: mean TTFT <= one step + 2
+    # services up to 16 req/s), found by the planner's search with every probe continued
+    w, cap = 2.0, 20_000
+    knee = (2 * w / (1 + 2 * w)) * MU
+    slos = parse_slos(f"ttft_mean={STEP_S + w * SERVICE_S}")
+
+    def run(rate: float):
+        replay = md1_replay(rate, cap, slos)
+        return lambda n: checkpoint_record(rate, replay.checkpoint(n))
+
+    found = scouted_search(lambda rate: probe_steady(run(rate), num_requests, cap, slos, 0.03),
+                           lambda rate: scout_probe(run(rate), num_requests, slos, 0.03),
+                           SearchSettings(start_rate=1.0, tolerance=0.03))
+    assert found.rate == pytest.approx(knee, rel=0.05), found.rate
+    assert found.upper.rate / found.rate - 1 <= 0.03
+    assert found.lower.sustainable and not found.upper.sustainable and found.scouts
