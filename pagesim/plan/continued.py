@@ -58,7 +58,6 @@ class Checkpoint:
     requests: list
     summary: dict
     stopped: SLO | None = None  # the SLO certain to fail that stopped the checkpoint early
-    num_submitted: int = 0  # requests the replay had let in by then (what it simulated)
 
 
 @dataclass
@@ -196,4 +195,4 @@ class ContinuedReplay:
             "num_preemptions": sum(r.num_preemptions for r in judged),
             "num_kv_blocks": blocks,
         }
-        return Checkpoint(target.n, target.warmup_s, judged, summary, target.stopped, self.sim.num_submitted)
+        return Checkpoint(target.n, target.warmup_s, judged, summary, target.stopped)
