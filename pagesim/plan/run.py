@@ -171,7 +171,7 @@ class Evaluation:
     violations: list[str]  # SLO names, "queue grows", "undecided", "rejections" or "error"
     error: str | None = None
     stats: dict = field(default_factory=dict)  # the run record without per-request latencies
-    runs: list[int] = field(default_factory=list)  # request counts simulated, shortest first (the last judged)
+    runs: list[int] = field(default_factory=list)  # request counts judged (a probe: its checkpoints), shortest first
 
     @property
     def num_requests(self) -> int | None:
