@@ -11,7 +11,8 @@ import os
 from dataclasses import replace
 from typing import Callable
 
-from pagesim.plan.planner import ConfigJob, ConfigResult, plan_config
+from pagesim.plan.planner import ConfigJob, ConfigResult, FirstSearch, assemble, plan_config, run_stage, \
+    search_first_seed, stages
 
 BACKENDS = ("local", "ray")
 Progress = Callable[[ConfigResult], None]
@@ -31,10 +32,13 @@ def run_jobs(jobs: list[ConfigJob], backend: str = "local", num_workers: int | N
 
 
 def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Progress | None = None) -> list[ConfigResult]:
-    """Worker processes (pagesim.plan.workers; default: the CPU count); 1 runs in this process."""
-    workers = max(1, min(num_workers or os.cpu_count() or 1, len(jobs) or 1))
+    """Worker processes (pagesim.plan.workers; default: the CPU count); 1 runs in this process.
+    Each configuration is a first task (its first seed's search) and then its stages (the other
+    seeds' searches, the operating point: pagesim.plan.planner.Stage), queued as the first task
+    ends, so more workers than configurations are kept busy; the results are plan_config's."""
+    workers = max(1, num_workers or os.cpu_count() or 1)
     results: list[ConfigResult | None] = [None] * len(jobs)
-    if workers == 1:
+    if workers == 1 or not jobs:
         for i, job in enumerate(jobs):
             results[i] = plan_config(job)
             if on_result:
@@ -44,18 +48,35 @@ def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: 
 
     from pagesim.plan.workers import run_in_workers
 
-    # Every job searches the same trace: it goes to each worker once, as it starts, not with every job.
+    # Every job searches the same trace: it goes to each worker once, as it starts, not with every task.
     trace = jobs[0].trace
-    if all(job.trace is trace for job in jobs):
-        calls = run_in_workers(_plan_with_kept_trace, [_without_trace(job) for job in jobs], workers,
-                               setup=(_keep_trace, trace))
-    else:
-        calls = run_in_workers(plan_config, jobs, workers)
+    kept = all(job.trace is trace for job in jobs)
+    strip = _without_trace if kept else (lambda job: job)
+    firsts: dict[int, FirstSearch] = {}
+    answers: dict[int, list] = {}  # job index -> its stages' answers, in stages' order
+    owner: dict[int, tuple[int, int]] = {}  # task index -> (job index, stage number)
+
+    def follow(index: int, answer) -> list:
+        if index < len(jobs):  # a first search: its stages next
+            firsts[index] = answer
+            todo = stages(strip(jobs[index]), answer)
+            answers[index] = [None] * len(todo)
+            base = len(jobs) + len(owner)
+            owner.update({base + k: (index, k) for k in range(len(todo))})
+            return [("stage", stage) for stage in todo]
+        job, k = owner[index]
+        answers[job][k] = answer
+        return []
+
+    calls = run_in_workers(_task_with_kept_trace if kept else _task, [("first", strip(job)) for job in jobs], workers,
+                           setup=(_keep_trace, trace) if kept else None, follow=follow)
     with closing(calls):
-        for i, result in calls:
-            results[i] = result
-            if on_result:
-                on_result(result)
+        for index, _ in calls:
+            job = index if index < len(jobs) else owner[index][0]
+            if results[job] is None and job in firsts and None not in answers[job]:
+                results[job] = assemble(jobs[job], firsts[job], answers[job])
+                if on_result:
+                    on_result(results[job])
     return results
 
 
@@ -101,8 +122,17 @@ def _keep_trace(trace) -> None:
     _worker_trace = trace
 
 
-def _plan_with_kept_trace(job: ConfigJob) -> ConfigResult:
-    return plan_config(replace(job, trace=_worker_trace))
+def _task(task: tuple):
+    """A local worker's task: ("first", job) -> FirstSearch, or ("stage", stage) -> its answer."""
+    kind, what = task
+    return search_first_seed(what) if kind == "first" else run_stage(what)
+
+
+def _task_with_kept_trace(task: tuple):
+    kind, what = task
+    if kind == "first":
+        return _task((kind, replace(what, trace=_worker_trace)))
+    return _task((kind, replace(what, job=replace(what.job, trace=_worker_trace))))
 
 
 def _without_trace(job: ConfigJob) -> ConfigJob:

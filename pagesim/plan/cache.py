@@ -31,7 +31,7 @@ from pagesim.workload.trace import Trace, dumps_trace
 CACHE_FORMAT = 3  # bump when the stored record's layout or the key's makeup changes
 DEFAULT_CACHE_DIR = Path(".pagesim-cache") / "plan"
 _CODE_DIRS = ("core", "sim", "workload", "models", "metrics")
-_CODE_FILES = ("inputs.py", "plan/run.py", "plan/steady.py", "plan/cache.py")
+_CODE_FILES = ("inputs.py", "plan/run.py", "plan/steady.py", "plan/cache.py", "plan/continued.py")
 
 
 @lru_cache(maxsize=None)
@@ -70,6 +70,12 @@ def run_key(cfg: ReplayConfig, trace_digest: str) -> str:
     config["beam_ancestry"] = _file_hash(cfg.beam_ancestry)
     payload = {"config": config, "trace": trace_digest, "code": code_tag()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def checkpoint_key(cfg: ReplayConfig, trace_digest: str, num_requests: int) -> str:
+    """The key of the first num_requests of a continued replay of cfg (pagesim.plan.continued):
+    another record than a whole run of num_requests (later arrivals kept coming)."""
+    return hashlib.sha256(f"{run_key(cfg, trace_digest)} checkpoint {num_requests}".encode()).hexdigest()
 
 
 class RunCache:

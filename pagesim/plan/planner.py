@@ -134,10 +134,42 @@ class ConfigResult:
         return d
 
 
-def plan_config(job: ConfigJob) -> ConfigResult:
-    """Search one configuration. Deterministic: the same job gives the same result anywhere."""
+@dataclass
+class FirstSearch:
+    """What the first seed's search leaves for the stages after it (picklable: a stage may run in
+    another process): its result, its full probes by rate, the run lengths its passes were decided
+    on, and its run counts; `early`: the configuration's result when the search already decided it
+    (it does not fit, or sustains no rate)."""
+
+    found: object  # pagesim.plan.search.SearchResult
+    memo: dict[float, Evaluation]
+    lengths: dict[float, int]
+    counts: tuple[int, int]  # (simulated, cached)
+    early: ConfigResult | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One task of a configuration's plan after its first seed's search: the search for another
+    arrival seed (seed = its offset, 1, 2 ...), or the operating point and fleets (seed None).
+    Each starts from the first search's state alone, so the stages run in any order or in
+    parallel (pagesim.plan.backends) with the same results."""
+
+    job: ConfigJob
+    first: FirstSearch
+    seed: int | None = None
+
+
+def _evaluator(job: ConfigJob, lengths: dict[float, int] | None = None) -> RateEvaluator:
     evaluator = RateEvaluator(job.settings, job.point, job.trace, job.trace_digest, job.slos, RunCache(job.cache_dir),
                               job.search.tolerance)
+    evaluator.lengths.update(lengths or {})
+    return evaluator
+
+
+def search_first_seed(job: ConfigJob) -> FirstSearch:
+    """The scouted search for the plan's own seed (pagesim.plan.search)."""
+    evaluator = _evaluator(job)
     memo: dict[float, Evaluation] = {}
     scouts: dict[float, Evaluation] = {}
 
@@ -151,44 +183,83 @@ def plan_config(job: ConfigJob) -> ConfigResult:
             scouts[rate] = evaluator.scout(rate)
         return scouts[rate]
 
-    def done(*args, **extra) -> ConfigResult:
-        return ConfigResult(*args, sorted(memo.values(), key=lambda e: e.rate), evaluator.num_simulated,
-                            evaluator.num_cached, costs=uncertainty.costs_source(job.point.gpu, job.settings.cost_model),
-                            **extra)
+    def early(*args, **extra) -> FirstSearch:
+        counts = (evaluator.num_simulated, evaluator.num_cached)
+        result = ConfigResult(job.point, None, *args, False, None, None, None, sorted(memo.values(), key=lambda e: e.rate),
+                              *counts, costs=uncertainty.costs_source(job.point.gpu, job.settings.cost_model), **extra)
+        return FirstSearch(None, memo, evaluator.lengths, counts, result)
 
     first = scout(job.search.start_rate)
     if first.error is not None:  # does not fit, or cannot run at all: no point searching
         memo[first.rate] = first
-        return done(job.point, None, first.error, ["error"], False, None, None, None)
+        return early(first.error, ["error"])
     found = scouted_search(evaluate, scout, job.search)
     if found.rate is None:
         lowest = found.upper
         reason = f"no rate >= {job.search.min_rate:g} req/s meets every condition (fails {', '.join(lowest.violations)})"
-        return done(job.point, None, reason, lowest.violations, False, None, None, None, num_probes=len(found.points),
-                    num_scouts=len(found.scouts))
-    capacity = found.rate
-    seeds = [capacity] + [uncertainty.seed_capacity(lambda r, s=s: evaluator(r, job.settings.seed + s).sustainable,
-                                                    capacity, job.search) for s in range(1, job.seeds)]
+        return early(reason, lowest.violations, num_probes=len(found.points), num_scouts=len(found.scouts))
+    return FirstSearch(found, memo, evaluator.lengths, (evaluator.num_simulated, evaluator.num_cached))
+
+
+def stages(job: ConfigJob, first: FirstSearch) -> list[Stage]:
+    """The tasks after the first search: one per other seed, then the operating point."""
+    if first.early is not None:
+        return []
+    return [Stage(job, first, s) for s in range(1, job.seeds)] + [Stage(job, first)]
+
+
+def run_stage(stage: Stage) -> tuple:
+    """A seed's capacity, or (seed None) the operating point and the fleets; then the run counts."""
+    job, first = stage.job, stage.first
+    evaluator = _evaluator(job, first.lengths)
+    capacity = first.found.rate
+    if stage.seed is not None:
+        seed = job.settings.seed + stage.seed
+        value = uncertainty.seed_capacity(lambda r: evaluator(r, seed).sustainable, capacity, job.search)
+    else:
+        replicas = math.ceil(job.target_rate / (capacity * (1 - job.min_headroom)))
+        rate = job.target_rate / replicas
+        operating = first.memo[rate] if rate in first.memo else evaluator(rate)
+        value = (operating, [size_fleet(job, shape, replicas) for shape in job.fleet])
+    return value, (evaluator.num_simulated, evaluator.num_cached)
+
+
+def assemble(job: ConfigJob, first: FirstSearch, done: list[tuple]) -> ConfigResult:
+    """The configuration's result from its first search and its stages' answers (in stages' order)."""
+    if first.early is not None:
+        return first.early
+    found, capacity = first.found, first.found.rate
+    seeds = [capacity] + [value for value, _ in done[:-1]]
+    (operating, fleet), _ = done[-1]
+    simulated = first.counts[0] + sum(c[0] for _, c in done)
+    cached = first.counts[1] + sum(c[1] for _, c in done)
     error = uncertainty.model_error(job.point.gpu, job.settings.cost_model)
     low, high = uncertainty.interval([c for c in seeds if c is not None] or [0.0], error.relative)
     if None in seeds:
         low = 0.0
     replicas = math.ceil(job.target_rate / (capacity * (1 - job.min_headroom)))
     headroom = 1 - job.target_rate / (replicas * capacity)
-    operating = evaluate(job.target_rate / replicas)
+    memo = dict(first.memo)
+    memo.setdefault(operating.rate, operating)
     limiting = found.upper.violations if found.upper is not None else []
-    fleet = [size_fleet(job, shape, replicas) for shape in job.fleet]
-    return done(job.point, capacity, None, limiting, found.capped, replicas, headroom, operating,
-                knee=found.upper.rate if found.upper else None, num_probes=len(found.points),
-                num_scouts=len(found.scouts), seed_capacities=seeds,
-                capacity_low=low, capacity_high=high, model_error=error.relative, model_error_basis=error.basis,
-                fleet=fleet)
+    return ConfigResult(job.point, capacity, None, limiting, found.capped, replicas, headroom, operating,
+                        sorted(memo.values(), key=lambda e: e.rate), simulated, cached,
+                        knee=found.upper.rate if found.upper else None, num_probes=len(found.points),
+                        num_scouts=len(found.scouts), seed_capacities=seeds,
+                        capacity_low=low, capacity_high=high, model_error=error.relative, model_error_basis=error.basis,
+                        costs=uncertainty.costs_source(job.point.gpu, job.settings.cost_model), fleet=fleet)
+
+
+def plan_config(job: ConfigJob) -> ConfigResult:
+    """Search one configuration, its stages one after another. Deterministic: the same job gives
+    the same result anywhere, and the same as its stages run in parallel (pagesim.plan.backends)."""
+    first = search_first_seed(job)
+    return assemble(job, first, [run_stage(stage) for stage in stages(job, first)])
 
 
 def check_longer(job: ConfigJob, result: ConfigResult) -> LongerCheck:
     """The longer check of a feasible result (module docstring), with the job it was searched by."""
-    evaluator = RateEvaluator(job.settings, job.point, job.trace, job.trace_digest, job.slos, RunCache(job.cache_dir),
-                              job.search.tolerance)
+    evaluator = _evaluator(job)
     length = lambda rate: math.ceil(job.longer_factor * job.settings.requests_at(rate))  # noqa: E731
     at, above = job.target_rate / result.replicas, result.capacity * (1 + LONGER_MARGIN)
     return LongerCheck(job.longer_factor, evaluator.single(at, length(at)), evaluator.single(above, length(above)))

@@ -86,7 +86,8 @@ def build_blocks(plan: Plan) -> list:
             f"max_num_batched_tokens {st.batched_tokens}, swap space {st.swap_space_gib:g} GiB/GPU, "
             f"cost model `{st.cost_model}`" + (f" (profile `{st.profile}`: every GPU's step times come from this "
                                                "profile, not from the GPU named)" if st.profile else "")
-            + f"; a probe runs again with more requests until its steady state is judged, at most "
+            + f"; a probe is extended to more requests (one replay continued, judged on its first requests) until "
+            f"its steady state is judged, at most "
             f"{st.max_requests_per_probe:,} (Method); {plan.seeds} arrival seed(s) per capacity",
             f"search: short scouting probes from {se.start_rate:g} req/s, x{se.growth:g} to bracket, then geometric "
             f"bisection; from the scouted capacity, full probes step towards the knee and bisect to a relative "
@@ -139,8 +140,8 @@ def build_blocks(plan: Plan) -> list:
         f"measurement window spans at least {MIN_WINDOW_SERVICES:g} mean service times, with at least "
         f"{MIN_TAIL_REQUESTS} measured requests beyond each percentile SLO's rank, and whose queue is flat: the 95% "
         f"t interval of the least-squares slope through {NUM_BATCHES} batch means of the number in the system lies "
-        f"below {plan.search.tolerance:g} x the rate; otherwise the probe runs again with more requests (the same seed), "
-        f"up to {st.max_requests_per_probe:,}. A failed SLO decides at once (a run starts empty, the most favourable "
+        f"below {plan.search.tolerance:g} x the rate; otherwise the probe is extended: its replay (the same seed) continues "
+        f"and the next checkpoint judges more of its first requests, up to {st.max_requests_per_probe:,}. A failed SLO decides at once (a run starts empty, the most favourable "
         "state); a growing queue (interval above 0, slope above the bound) decides when two runs in a row show it",
         "goodput: the fraction of measured requests meeting every latency threshold individually",
         "recommendation: the cheapest by cost per hour (ties: more headroom, then fewer GPUs); runner-up: the "

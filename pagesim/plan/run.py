@@ -14,7 +14,8 @@ settings' cap, where an undecided probe counts as unsustainable ("undecided").
 
 `probe_steady(run, rate, ...)` is that loop over any driver (`run(n)` -> a run record);
 `scout_probe` the same capped at a short length and judged optimistically, for locating the
-knee cheaply (pagesim.plan.search); a RateEvaluator is the probe of one replica configuration, cached.
+knee cheaply (pagesim.plan.search); a RateEvaluator is the probe of one replica configuration,
+cached, whose run(n) continues one replay instead of starting again (pagesim.plan.continued).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pagesim.core.errors import CannotServe
-from pagesim.plan.cache import RunCache, run_key
+from pagesim.plan.cache import RunCache, checkpoint_key, run_key
+from pagesim.plan.continued import Checkpoint, ContinuedReplay
 from pagesim.plan.grid import RunSettings
 from pagesim.plan.slo import SLO, FailureWatch, clear_pass, slo_values
 from pagesim.plan import steady
@@ -36,6 +38,7 @@ MIN_TAIL_REQUESTS = 8  # a pNN SLO is judged on at least this many measured requ
 MIN_MEASURED = RunSettings.min_measured_requests  # a pass counts only on at least this many measured requests
 NEAR = 1.25  # a probe starts at the run length of passes within 25 % of its rate (RateEvaluator)
 SCOUT_RUNS = 2  # a scout probe runs at most this many times its first run length (RateEvaluator.scout)
+LIVE_REPLAYS = 3  # continued replays a RateEvaluator keeps, the latest used (a scout's, for the probe after it)
 
 
 def simulate(cfg: ReplayConfig, trace: Trace, slos: list[SLO] | None = None) -> dict:
@@ -68,6 +71,14 @@ def simulate(cfg: ReplayConfig, trace: Trace, slos: list[SLO] | None = None) -> 
         return {"rate": cfg.rate, "error": str(e)}
     record = run_record(cfg.rate, cfg.warmup_s, sim.metrics.requests, summary)
     record["stopped_by"] = None if stopped is None else {"slo": stopped.name, "threshold": stopped.threshold}
+    return record
+
+
+def checkpoint_record(rate: float, checkpoint: Checkpoint) -> dict:
+    """The record of a continued replay's checkpoint, as `simulate` makes one of a whole run."""
+    record = run_record(rate, checkpoint.warmup_s, checkpoint.requests, checkpoint.summary)
+    stop = checkpoint.stopped
+    record["stopped_by"] = None if stop is None else {"slo": stop.name, "threshold": stop.threshold}
     return record
 
 
@@ -160,7 +171,7 @@ class Evaluation:
     violations: list[str]  # SLO names, "queue grows", "undecided", "rejections" or "error"
     error: str | None = None
     stats: dict = field(default_factory=dict)  # the run record without per-request latencies
-    runs: list[int] = field(default_factory=list)  # request counts simulated, shortest first (the last judged)
+    runs: list[int] = field(default_factory=list)  # request counts judged (a probe: its checkpoints), shortest first
 
     @property
     def num_requests(self) -> int | None:
@@ -276,6 +287,7 @@ class RateEvaluator:
         self.num_simulated = 0
         self.num_cached = 0
         self.lengths: dict[float, int] = {}  # rate -> request count its probe was decided on
+        self.replays: dict[tuple, ContinuedReplay] = {}  # (rate, seed) -> its continued replay, oldest first
 
     def record(self, rate: float, num_requests: int | None = None, seed: int | None = None) -> dict:
         """One run's record, from the cache or simulated (and cached)."""
@@ -292,6 +304,35 @@ class RateEvaluator:
             self.num_cached += 1
         return record
 
+    def checkpoint(self, rate: float, num_requests: int, seed: int | None = None) -> dict:
+        """The record of the first num_requests of the continued replay at `rate` over the probe's
+        cap of arrivals (pagesim.plan.continued), from the cache or simulated (and cached): what a
+        probe judges."""
+        cfg = self.settings.replay_config(self.point, rate, max(num_requests, self.settings.max_requests_per_probe),
+                                          seed)
+        key = checkpoint_key(cfg, self.trace_digest, num_requests)
+        record = self.cache.get(key)
+        if record is not None and (record_problem(record, cfg.rate) is not None or not self._stops_here(record)):
+            record = None
+        if record is not None:
+            self.num_cached += 1
+            return record
+        where = (rate, cfg.seed)
+        replay = self.replays.pop(where, None)
+        try:
+            if replay is None or replay.cfg != cfg:
+                replay = ContinuedReplay(cfg, self.trace, self.slos, self.settings.warmup_fraction)
+            record = checkpoint_record(rate, replay.checkpoint(num_requests))
+        except CannotServe as e:
+            record, replay = {"rate": rate, "error": str(e)}, None
+        if replay is not None:
+            self.replays[where] = replay
+            while len(self.replays) > LIVE_REPLAYS:
+                self.replays.pop(next(iter(self.replays)))
+        self.cache.put(key, record)
+        self.num_simulated += 1
+        return record
+
     def single(self, rate: float, num_requests: int) -> Evaluation:
         """One run of `num_requests` at `rate`, judged as it is (no longer run follows)."""
         ev = evaluate_record(self.record(rate, num_requests), self.slos, self.tolerance,
@@ -302,8 +343,8 @@ class RateEvaluator:
     def scout(self, rate: float) -> Evaluation:
         """scout_probe at `rate` from the settings' first run length: the first runs a full probe
         at this rate makes, so the cache reuses them."""
-        return scout_probe(lambda n: self.record(rate, n), self.settings.requests_at(rate), self.slos, self.tolerance,
-                           self.settings.min_measured_requests)
+        return scout_probe(lambda n: self.checkpoint(rate, n), self.settings.requests_at(rate), self.slos,
+                           self.tolerance, self.settings.min_measured_requests)
 
     def _stops_here(self, record: dict) -> bool:
         """A run stopped early by an SLO serves only SLO sets holding that SLO as strict or stricter."""
@@ -319,7 +360,7 @@ class RateEvaluator:
         count: a failure stopped early says nothing of the length a verdict needs.)"""
         first = max([self.settings.requests_at(rate)] +
                     [n for r, n in self.lengths.items() if rate / NEAR <= r <= rate * NEAR])
-        ev = probe_steady(lambda n: self.record(rate, n, seed), first, max(first, self.settings.max_requests_per_probe),
+        ev = probe_steady(lambda n: self.checkpoint(rate, n, seed), first, max(first, self.settings.max_requests_per_probe),
                           self.slos, self.tolerance, self.settings.min_measured_requests)
         if ev.sustainable:
             self.lengths[rate] = max(ev.num_requests, self.lengths.get(rate, 0))

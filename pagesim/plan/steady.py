@@ -24,9 +24,10 @@ enough run shows. So a probe is judged on steady state (docs/plan.md, "What sust
    (a queue near saturation wanders for longer than the run) and the trend is undecided. This is
    the batch-means method's usual independence check (Law and Carson, 1979).
 
-A run too short (2.) or undecided (3.) is simulated again with more requests (the same seed, so the
-longer run begins with the same arrivals), until the verdict is decided or the probe reaches its
-request cap, where an undecided run counts as unsustainable (reason stated).
+A run too short (2.) or undecided (3.) is extended to more requests (the same seed, so the longer
+run begins with the same arrivals; the planner continues one replay instead of starting again:
+pagesim.plan.continued), until the verdict is decided or the probe reaches its request cap, where
+an undecided run counts as unsustainable (reason stated).
 """
 
 from __future__ import annotations

@@ -87,10 +87,14 @@ class _Worker:
             pass
 
 
-def run_in_workers(function: Callable, args: list, workers: int, setup: tuple[Callable, tuple] | None = None) -> Iterator[tuple[int, Any]]:
+def run_in_workers(function: Callable, args: list, workers: int, setup: tuple[Callable, tuple] | None = None,
+                   follow: Callable[[int, Any], list] | None = None) -> Iterator[tuple[int, Any]]:
     """Yields (index, function(args[index])) as each finishes, over `workers` processes; each
-    worker first runs setup = (function, arg) once. Raises the first job's exception or
-    WorkerDied; every worker is stopped when this ends, however it ends."""
+    worker first runs setup = (function, arg) once. follow(index, answer), called here as each
+    answer comes, returns more args to run (appended to args: their indices follow on), so a
+    job's later tasks keep idle workers busy. Raises the first job's exception or WorkerDied;
+    every worker is stopped when this ends, however it ends."""
+    args = list(args)
     todo: queue.Queue = queue.Queue()
     for item in enumerate(args):
         todo.put(item)
@@ -105,8 +109,10 @@ def run_in_workers(function: Callable, args: list, workers: int, setup: tuple[Ca
             pool.append(worker)
             while not stopping.is_set():
                 try:
-                    index, arg = todo.get_nowait()
+                    index, arg = todo.get(timeout=0.2) if follow else todo.get_nowait()
                 except queue.Empty:
+                    if follow:
+                        continue  # an answer still to come may bring more work
                     return
                 done.put((index, True, worker.call(function, arg)))
         except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
@@ -116,11 +122,13 @@ def run_in_workers(function: Callable, args: list, workers: int, setup: tuple[Ca
                 worker.close()  # no more calls: the worker exits on the end of its input
 
     with ending_on_signals():
-        threads = [threading.Thread(target=serve, args=(setup,), daemon=True) for _ in range(max(1, min(workers, len(args))))]
+        count = workers if follow else min(workers, len(args))
+        threads = [threading.Thread(target=serve, args=(setup,), daemon=True) for _ in range(max(1, count))]
         try:
             for t in threads:
                 t.start()
-            for _ in range(len(args)):
+            answered = 0
+            while answered < len(args):
                 while True:
                     try:
                         index, ok, value = done.get(timeout=0.2)  # wakes for signal handlers
@@ -129,6 +137,10 @@ def run_in_workers(function: Callable, args: list, workers: int, setup: tuple[Ca
                         continue
                 if not ok:
                     raise value
+                answered += 1
+                for arg in follow(index, value) if follow else ():
+                    args.append(arg)
+                    todo.put((len(args) - 1, arg))
                 yield index, value
         finally:
             stopping.set()

@@ -182,9 +182,15 @@ class Replay:
 
     def run(self) -> ReplayResult:
         env = simpy.Environment()
-        env.process(self._arrivals(env))
-        env.run(until=self.start(env))
+        env.run(until=self.launch(env))
         return self.finish()
+
+    def launch(self, env: simpy.Environment):
+        """Start the feed's arrivals and the engine on env; returns the engine's process. run()
+        runs env until it ends; a caller may instead run env in stretches (env.run(until=event)),
+        pausing the replay between them without changing what it simulates."""
+        env.process(self._arrivals(env))
+        return self.start(env)
 
     def start(self, env: simpy.Environment):
         """Start the engine on env (its process, to wait on); requests come through submit()."""
@@ -207,19 +213,31 @@ class Replay:
         """Async output (the engine profile's output_delay_steps): a request's first token and its
         last reach the client when the step after theirs ends; with the engine idle after
         their step, at once."""
+        for record in self.metrics.requests:
+            self.deliver(record)
+
+    def deliver(self, record, next_step: tuple[float, float] | None = None) -> None:
+        """Set a finished record's first-token and finish times to when its client hears them
+        under async output (see _delay_outputs), from the steps logged so far; next_step: the
+        (end, duration) of a step begun but not logged yet (a replay paused as it starts one).
+        Apply once per record, and only once the step after its finish has begun (or never will)."""
+        if not self._output_delayed or record.status != "finished" or record.first_token_time is None:
+            return
         log = self.metrics.step_log
         ends, durations = log.time, (log.duration if self._step_durations is None else self._step_durations)
 
         def delivered(t: float) -> float:
             k = bisect_right(ends, t)  # the step after the one that ended at t
-            if k < len(ends) and ends[k] - durations[k] <= t + 1e-12:
-                return ends[k]
-            return t
+            if k < len(ends):
+                end, duration = ends[k], durations[k]
+            elif next_step is not None:
+                end, duration = next_step
+            else:
+                return t
+            return end if end - duration <= t + 1e-12 else t
 
-        for record in self.metrics.requests:
-            if record.status == "finished" and record.first_token_time is not None:
-                record.first_token_time = delivered(record.first_token_time)
-                record.finish_time = max(delivered(record.finish_time), record.first_token_time)
+        record.first_token_time = delivered(record.first_token_time)
+        record.finish_time = max(delivered(record.finish_time), record.first_token_time)
 
     def _arrivals(self, env: simpy.Environment):
         """Release the feed's requests into the engine (each after the host time per request)."""
