@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from itertools import chain, islice, repeat
-from operator import add, mul, truediv
+from operator import add, mul, sub, truediv
 
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
 
@@ -117,6 +117,16 @@ class StepLog:
         stops = chain(islice(starts, 1, None), (len(self.time),))
         for i, (first, stop) in enumerate(zip(starts, stops)):
             yield first, stop, held[i * width:(i + 1) * width]
+
+    def held_rows(self, first: int, stop: int) -> tuple[list[tuple], list[int]]:
+        """The rows of held values that steps first .. stop - 1 hold (tuples, HELD_FIELDS in
+        order), and for each the number of those steps that hold it."""
+        self._check_kept()
+        width = len(HELD_FIELDS)
+        starts = self.held_from
+        r0, r1 = bisect_right(starts, first) - 1, bisect_left(starts, stop)
+        bounds = [first, *starts[r0 + 1:r1], stop]
+        return list(zip(*[iter(self.held[r0 * width:r1 * width])] * width)), list(map(sub, bounds[1:], bounds))
 
     def held_column(self, name: str):
         """One held field, step by step."""
