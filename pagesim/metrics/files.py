@@ -5,8 +5,8 @@ The bytes are those of a csv.DictWriter over one dict per row with floats as rep
 pagesim wrote before it wrote this way; tests/metrics/test_files.py holds it to that), but no
 dict or record is built per row: requests.csv goes through csv.writer over tuples, and steps.csv,
 which has a row per engine step (490k for 10k chunked-prefill requests), is joined from the
-packed step log a stretch of steps at a time, every piece of a line but its end time taken from
-a memo (see _StepLines).
+packed step log a stretch of steps at a time, from a template per row of held values (see
+_StepLines).
 
 `--steps` chooses how much of steps.csv a run writes (STEPS_CHOICES):
 - all: every step (the default);
@@ -86,43 +86,37 @@ class _Memo(dict):
 
 
 class _StepLines:
-    """steps.csv's lines, a stretch of steps at a time, as one join of five pieces a step: the
-    end time's repr, ",duration,", the first six held fields, "used,logical,utilization," and the
-    last four held fields with the newline. Each piece but the time comes from a memo: held rows
-    recur (4,006 distinct of 47,159 in a 10k chunked-prefill replay), so do step durations (85 %
-    of that replay's steps take a time some other step took) and block counts. End times never
-    recur: their repr is most of the cost. (The column order is STEP_FIELDS', checked below.)"""
+    """steps.csv's lines, a stretch of steps at a time. A row of held values gives the template
+    of the lines of the steps that hold it (rows recur: 4,006 distinct of 47,159 in a 10k
+    chunked-prefill replay, so templates come from a memo); each step fills its template with its
+    end time, its duration and "used,logical,utilization," (a memo's, by block count). The two
+    reprs are most of the cost. (Memoizing durations, which recur too, saved instructions but no
+    time: a lookup in a dict that large misses the caches.)"""
 
     def __init__(self, log: StepLog):
         self.log = log
         total = log.total_blocks
+        self.templates = _Memo(_TEMPLATE.__mod__)
         self.utilization = _Memo(lambda used: f"{used / total if total else 0.0!r},")
-        self.durations = _Memo(lambda duration: f",{duration!r},")
         self.blocks = _Memo(lambda used: f"{used},{used},{self.utilization[used]}")  # (logical = used: no sharing)
         self.counts = _Memo(lambda count: f"{count},")
-        self.held_head = _Memo(lambda held: "%d,%d,%d,%d,%d,%d," % held[:6])
-        self.held_tail = _Memo(lambda held: "%d,%d,%d,%d\n" % held[6:])
 
     def text(self, first: int, stop: int) -> str:
         log = self.log
         held, counts = log.held_rows(first, stop)
-        duration = log.duration[first:stop]
         used = log.kv_blocks_used[first:stop]
         logical = log.kv_blocks_logical[first:stop]
-        # (0.0 == -0.0: a memo would give one the other's text)
-        durations = map(self.durations.make if 0.0 in duration else self.durations.__getitem__, duration)
         if logical == used:
-            blocks = (map(self.blocks.__getitem__, used),)
+            blocks = map(self.blocks.__getitem__, used)
         else:
-            blocks = (map(self.counts.__getitem__, used), map(self.counts.__getitem__, logical),
-                      map(self.utilization.__getitem__, used))
-        return "".join(chain.from_iterable(zip(
-            map(repr, log.time[first:stop]), durations,
-            chain.from_iterable(map(repeat, map(self.held_head.__getitem__, held), counts)),
-            *blocks,
-            chain.from_iterable(map(repeat, map(self.held_tail.__getitem__, held), counts)))))
+            count = self.counts.__getitem__
+            blocks = map("".join, zip(map(count, used), map(count, logical), map(self.utilization.__getitem__, used)))
+        templates = chain.from_iterable(map(repeat, map(self.templates.__getitem__, held), counts))
+        return "".join(map(str.__mod__, templates, zip(log.time[first:stop], log.duration[first:stop], blocks)))
 
 
+# a held row's line: its held fields, the step's end time, duration and blocks left to fill
+_TEMPLATE = "%%r,%%r,%d,%d,%d,%d,%d,%d,%%s%d,%d,%d,%d\n"
 assert STEP_FIELDS[:2] == ("time", "duration") and STEP_FIELDS[2:8] == HELD_FIELDS[:6] and \
     STEP_FIELDS[8:11] == ("kv_blocks_used", "kv_blocks_logical", "kv_utilization") and STEP_FIELDS[11:] == HELD_FIELDS[6:]
 
