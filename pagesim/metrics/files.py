@@ -29,7 +29,7 @@ from pagesim.metrics.step_log import StepLog
 
 STEPS_CHOICES = ("all", "sampled", "none")
 CHUNK_STEPS = 1 << 14  # steps.csv lines made per write (~1.4 MB): memory stays flat however many steps
-MEMO_ENTRIES = 1 << 17  # texts a memo of step values holds at most (~17 MB)
+MEMO_ENTRIES = 1 << 16  # texts a memo of steps.csv pieces holds at most (a few MB)
 
 # the fields requests.csv keeps (the others are derived from them), and their types when read
 _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time": float, "first_scheduled_time": float,
@@ -71,8 +71,8 @@ def write_steps_csv(path: Path, log: StepLog, which: str = "all") -> None:
 
 
 class _Memo(dict):
-    """Texts of values that recur, made by `make` on first sight (a dict lookup costs a few
-    percent of a float's repr); emptied when it holds MEMO_ENTRIES, so memory stays bounded."""
+    """Texts of values that recur (rows of held values, block counts), made by `make` on first
+    sight; emptied when it holds MEMO_ENTRIES, so memory stays bounded."""
 
     def __init__(self, make):
         super().__init__()

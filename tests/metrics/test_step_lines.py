@@ -1,8 +1,8 @@
-"""steps.csv's lines are joined a stretch of steps at a time from memoized pieces
+"""steps.csv's lines are made a stretch of steps at a time from memoized templates and pieces
 (pagesim.metrics.files._StepLines). Whatever the stretch length and however often the memos
 are emptied, the bytes must be those of csv.DictWriter over the log's own StepRecords, floats as
 repr(): including stretches that cut a decode run, steps with and without shared blocks, a zero
-and a negative-zero duration (equal as dict keys, different as text), and a log with no pool."""
+and a negative-zero duration (equal as dict keys: no memo may merge them), and a log with no pool."""
 
 from __future__ import annotations
 
