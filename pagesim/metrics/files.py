@@ -4,8 +4,9 @@ log, and read back.
 The bytes are those of a csv.DictWriter over one dict per row with floats as repr() (what
 pagesim wrote before it wrote this way; tests/metrics/test_files.py holds it to that), but no
 dict or record is built per row: requests.csv goes through csv.writer over tuples, and steps.csv,
-which has a row per engine step (394k for 10k chunked-prefill requests), is formatted a stretch
-of steps at a time, the ten held columns joined once per stretch (see StepLog.segments).
+which has a row per engine step (490k for 10k chunked-prefill requests), is joined from the
+packed step log a stretch of steps at a time, from a template per row of held values (see
+_StepLines).
 
 `--steps` chooses how much of steps.csv a run writes (STEPS_CHOICES):
 - all: every step (the default);
@@ -19,15 +20,16 @@ from __future__ import annotations
 import csv
 import math
 from bisect import bisect_left
-from itertools import chain, islice, repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from pathlib import Path
 
-from pagesim.metrics.records import REQUEST_FIELDS, SESSION_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
+from pagesim.metrics.records import HELD_FIELDS, REQUEST_FIELDS, SESSION_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
 from pagesim.metrics.step_log import StepLog
 
 STEPS_CHOICES = ("all", "sampled", "none")
-CHUNK_ROWS = 1 << 13  # steps.csv lines joined per write: memory stays flat however many steps
+CHUNK_STEPS = 1 << 14  # steps.csv lines made per write (~1.4 MB): memory stays flat however many steps
+MEMO_ENTRIES = 1 << 16  # texts a memo of steps.csv pieces holds at most (a few MB)
 
 # the fields requests.csv keeps (the others are derived from them), and their types when read
 _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time": float, "first_scheduled_time": float,
@@ -63,33 +65,60 @@ def write_steps_csv(path: Path, log: StepLog, which: str = "all") -> None:
             write_rows = csv.writer(f, lineterminator="\n").writerows
             write_rows(map(log.row, sampled_steps(log.time)))
             return
-        lines = _step_lines(log)
-        while chunk := list(islice(lines, CHUNK_ROWS)):
-            chunk.append("")  # (the last line's newline)
-            f.write("\n".join(chunk))
+        lines = _StepLines(log)
+        for first in range(0, len(log), CHUNK_STEPS):
+            f.write(lines.text(first, min(first + CHUNK_STEPS, len(log))))
 
 
-def _step_lines(log: StepLog):
-    """Every step's line, without its newline. A stretch of steps shares its ten held values,
-    joined once into the two strings around kv_blocks_used .. kv_utilization; each block count's
-    utilization is formatted once. (Formatting each distinct duration once, through a dict, was
-    tried: 1.3x slower, hashing the floats costs more than repr.)"""
-    fmt = float.__repr__
-    total = log.total_blocks
-    util_text = {used: fmt(used / total if total else 0.0) for used in set(log.kv_blocks_used)}
-    durations = map(fmt, log.duration)
-    times = map(fmt, log.time)
-    used, logical = map(str, log.kv_blocks_used), map(str, log.kv_blocks_logical)
-    util = map(util_text.__getitem__, log.kv_blocks_used)
+class _Memo(dict):
+    """Texts of values that recur (rows of held values, block counts), made by `make` on first
+    sight; emptied when it holds MEMO_ENTRIES, so memory stays bounded."""
 
-    def stretches():  # (built as they are written: memory stays flat)
-        for first, stop, held in log.segments():
-            n = stop - first
-            yield map(",".join, zip(islice(times, n), islice(durations, n), repeat(",".join(map(str, held[:6])), n),
-                                    islice(used, n), islice(logical, n), islice(util, n),
-                                    repeat(",".join(map(str, held[6:])), n)))
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
 
-    return chain.from_iterable(stretches())
+    def __missing__(self, value):
+        if len(self) >= MEMO_ENTRIES:
+            self.clear()
+        text = self[value] = self.make(value)
+        return text
+
+
+class _StepLines:
+    """steps.csv's lines, a stretch of steps at a time. A row of held values gives the template
+    of the lines of the steps that hold it (rows recur: 4,006 distinct of 47,159 in a 10k
+    chunked-prefill replay, so templates come from a memo); each step fills its template with its
+    end time, its duration and "used,logical,utilization," (a memo's, by block count). The two
+    reprs are most of the cost. (Memoizing durations, which recur too, saved instructions but no
+    time: a lookup in a dict that large misses the caches.)"""
+
+    def __init__(self, log: StepLog):
+        self.log = log
+        total = log.total_blocks
+        self.templates = _Memo(_TEMPLATE.__mod__)
+        self.utilization = _Memo(lambda used: f"{used / total if total else 0.0!r},")
+        self.blocks = _Memo(lambda used: f"{used},{used},{self.utilization[used]}")  # (logical = used: no sharing)
+        self.counts = _Memo(lambda count: f"{count},")
+
+    def text(self, first: int, stop: int) -> str:
+        log = self.log
+        held, counts = log.held_rows(first, stop)
+        used = log.kv_blocks_used[first:stop]
+        logical = log.kv_blocks_logical[first:stop]
+        if logical == used:
+            blocks = map(self.blocks.__getitem__, used)
+        else:
+            count = self.counts.__getitem__
+            blocks = map("".join, zip(map(count, used), map(count, logical), map(self.utilization.__getitem__, used)))
+        templates = chain.from_iterable(map(repeat, map(self.templates.__getitem__, held), counts))
+        return "".join(map(str.__mod__, templates, zip(log.time[first:stop], log.duration[first:stop], blocks)))
+
+
+# a held row's line: its held fields, the step's end time, duration and blocks left to fill
+_TEMPLATE = "%%r,%%r,%d,%d,%d,%d,%d,%d,%%s%d,%d,%d,%d\n"
+assert STEP_FIELDS[:2] == ("time", "duration") and STEP_FIELDS[2:8] == HELD_FIELDS[:6] and \
+    STEP_FIELDS[8:11] == ("kv_blocks_used", "kv_blocks_logical", "kv_utilization") and STEP_FIELDS[11:] == HELD_FIELDS[6:]
 
 
 def sampled_steps(times) -> list[int]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from itertools import chain, islice, repeat
-from operator import add, mul, truediv
+from operator import add, mul, sub, truediv
 
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
 
@@ -72,7 +72,7 @@ class StepLog:
         index of its first step."""
         first = len(self.time)
         last = first + len(ends) - 1
-        self.time.extend(ends)
+        _extend(self.time, ends)
         gap = shared[0]
         logical = [u + gap for u in used]
         logical[-1] += shared[1] - gap
@@ -83,9 +83,9 @@ class StepLog:
                 self.held.extend(held)
             self.held_from.append(last)
             self.held.extend(held_last)
-            self.duration.extend(durations)
-            self.kv_blocks_used.extend(used)
-            self.kv_blocks_logical.extend(logical)
+            _extend(self.duration, durations)
+            _extend(self.kv_blocks_used, used)
+            self.kv_blocks_logical.fromlist(logical)
         return first
 
     def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
@@ -117,6 +117,16 @@ class StepLog:
         stops = chain(islice(starts, 1, None), (len(self.time),))
         for i, (first, stop) in enumerate(zip(starts, stops)):
             yield first, stop, held[i * width:(i + 1) * width]
+
+    def held_rows(self, first: int, stop: int) -> tuple[list[tuple], list[int]]:
+        """The rows of held values that steps first .. stop - 1 hold (tuples, HELD_FIELDS in
+        order), and for each the number of those steps that hold it."""
+        self._check_kept()
+        width = len(HELD_FIELDS)
+        starts = self.held_from
+        r0, r1 = bisect_right(starts, first) - 1, bisect_left(starts, stop)
+        bounds = [first, *starts[r0 + 1:r1], stop]
+        return list(zip(*[iter(self.held[r0 * width:r1 * width])] * width)), list(map(sub, bounds[1:], bounds))
 
     def held_column(self, name: str):
         """One held field, step by step."""
@@ -155,3 +165,12 @@ class StepLog:
         for time, duration, used, logical, util, h in zip(self.time, self.duration, self.kv_blocks_used,
                                                           self.kv_blocks_logical, self.utilization(), held):
             yield StepRecord(time, duration, *h[:6], used, logical, util, *h[6:])
+
+
+def _extend(column: array, values) -> None:
+    """column.extend(values); for a list (what the simulator passes) at a third of the cost over
+    a long decode run: fromlist sizes the array once, extend grows it value by value."""
+    if values.__class__ is list:
+        column.fromlist(values)
+    else:
+        column.extend(values)
