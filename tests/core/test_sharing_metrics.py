@@ -15,7 +15,7 @@ import random
 import pytest
 
 from pagesim.core import PagedKVManager, Request, Sample, SamplingParams, StepResult
-from pagesim.metrics import MetricsRecorder
+from pagesim.metrics import MetricsRecorder, StepRecord
 from pagesim.sim.beam_model import first_samples, step_samples
 
 from .driver import FakeEngine, make_scheduler, random_requests
@@ -75,7 +75,9 @@ class SharingEngine(FakeEngine):
         assert sched.kv.num_logical_blocks == logical
         assert sched.kv.num_used_blocks == physical  # cached-but-free blocks are not in use
         self.metrics.record_step(out_holder["out"], self.now, 1.0, sched)
-        rec = self.metrics.steps[-1]
+        # the step just recorded, read alone (metrics.steps rebuilds every record: quadratic over
+        # a run); the test below compares all of metrics.steps with these counts once at the end
+        rec = StepRecord(*self.metrics.step_log.row(self.metrics.num_steps - 1))
         assert (rec.kv_blocks_logical, rec.kv_blocks_used) == (logical, physical)
         self.brute.append((logical, physical))
         return finished
@@ -107,6 +109,7 @@ def test_logical_and_used_blocks_match_block_tables(mode, caching):
     assert sched.num_preemptions > 0
     beam_done = [g for g in eng.groups if g.sampling.beam_width > 1 and not g.reject_reason]
     assert beam_done and all(len(g.finished_seqs) == g.sampling.beam_width for g in beam_done)
+    assert [(r.kv_blocks_logical, r.kv_blocks_used) for r in eng.metrics.steps] == eng.brute
     # everything returns: no reference left once every group finished
     assert kv.device.num_refs == 0 and kv.num_logical_blocks == 0 and kv.num_used_blocks == 0
     assert not any(kv.device.refcount) and kv.host.num_refs == 0

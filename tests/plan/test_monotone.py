@@ -15,8 +15,10 @@ from tests.plan.common import SMALL_TRACE, TINY_RUNS
 
 
 def capacity(gpu: str, slo: str) -> float:
+    # seeds=1: the capacity is the first seed's search (plan_config); the other seeds' searches
+    # only widen the interval around it, which nothing here reads (they were 45 % of the time)
     job = ConfigJob(GridPoint(gpu, 1, 16, "recompute", 256), TINY_RUNS, SearchSettings(start_rate=16.0, tolerance=0.05), parse_slos(slo), 10.0, 0.0,
-                    SMALL_TRACE, trace_hash(SMALL_TRACE), None)
+                    SMALL_TRACE, trace_hash(SMALL_TRACE), None, seeds=1)
     result = plan_config(job)
     assert result.capacity is not None, result.reason
     return result.capacity

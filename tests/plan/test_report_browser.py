@@ -11,8 +11,6 @@ import subprocess
 
 import pytest
 
-import pagesim.api
-from tests.plan.common import SMALL_TRACE
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless Chromium (apt-get install chromium)")
@@ -33,14 +31,11 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plan")
-    pagesim.api.plan(model="llama-2-7b", trace=SMALL_TRACE, target_rate=30, slo="ttft_p99=0.5,tpot_p99=0.05",
-                     gpus=["a100-40gb", "a100-80gb", "h100-80gb"], preemption=["recompute", "swap"], num_requests=60,
-                     min_duration=0, tolerance=0.1, start_rate=16, jobs=1, out=out, min_measured=50,
-                     max_requests=1280, seeds=1, check_longer=0)
-    return out / "report.html"
+@pytest.fixture
+def report(light_plan):
+    """The shared light plan's page (tests/plan/conftest.py): capacities that differ across GPUs, and
+    merged rows (identical swap and recompute results) among those the script sorts."""
+    return light_plan[1] / "report.html"
 
 
 def test_plots_decode_and_the_table_sorts(report, tmp_path):

@@ -11,21 +11,14 @@ import re
 
 import pytest
 
-import pagesim.api
 from pagesim.plan.report import HEADROOM_WARNING, build_blocks, merge_identical, render_markdown
 from pagesim.plan.report_plots import pareto_front
-from tests.plan.common import SMALL_TRACE
 
 
-@pytest.fixture(scope="module")
-def plan_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plan")
-    # a light load on a large GPU: nothing is preempted, so swap and recompute give identical results
-    plan = pagesim.api.plan(model="llama-2-7b", trace=SMALL_TRACE, target_rate=30, slo="ttft_p99=0.5,tpot_p99=0.05",
-                            gpus=["a100-80gb", "h100-80gb"], preemption=["recompute", "swap"], block_size=[16, 32],
-                            num_requests=60, min_duration=0, tolerance=0.1, start_rate=16, jobs=1, out=out,
-                            min_measured=50, max_requests=1280, seeds=1, check_longer=0)
-    return plan, out
+@pytest.fixture
+def plan_dir(light_plan):
+    """The shared light plan (tests/plan/conftest.py): 8 configurations, identical pairs among them."""
+    return light_plan
 
 
 def test_identical_results_share_one_row(plan_dir):

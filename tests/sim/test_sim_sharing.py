@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pagesim.core import PoolConfig, Request, SamplingParams, SchedulerConfig, StepResult, make_scheduler
+from pagesim.metrics import StepRecord
 from pagesim.sim import beam_model
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.requests import build_requests
@@ -39,10 +40,17 @@ def _replay(checked: bool = False, **changes):
 
         def record_and_check(out, now, duration, scheduler):
             record(out, now, duration, scheduler)
-            rec = sim.metrics.steps[-1]
-            assert (rec.kv_blocks_logical, rec.kv_blocks_used) == _brute(scheduler)
+            # the step just recorded, read alone (metrics.steps rebuilds every record: quadratic)
+            rec = StepRecord(*sim.metrics.step_log.row(sim.metrics.num_steps - 1))
+            brute.append(_brute(scheduler))
+            assert (rec.kv_blocks_logical, rec.kv_blocks_used) == brute[-1]
 
+        brute = []
         sim.metrics.record_step = record_and_check
+        result = sim.run()
+        # and metrics.steps, the public list, holds the same counts
+        assert [(r.kv_blocks_logical, r.kv_blocks_used) for r in result.metrics.steps] == brute
+        return sim, result
     return sim, sim.run()
 
 
