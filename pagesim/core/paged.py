@@ -13,7 +13,7 @@ import hashlib
 from array import array
 from functools import partial
 from itertools import accumulate, compress, takewhile
-from operator import is_not, not_
+from operator import eq, is_not, not_
 from typing import Callable, Hashable
 
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
@@ -86,14 +86,19 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
     offered again; a freed sliding-window entry (negative) is dropped."""
     block_hash, cached = pool.block_hash, pool.cached
     if not retry and start < end:
-        # The common case at C speed: a prompt's newly full blocks, none freed, none registered,
-        # their keys distinct and new to the cache. Registering them one by one does the same.
-        blocks, new_keys = table[start:end], keys[start:end]
-        if (min(blocks) >= 0 and gather(block_hash, blocks).count(None) == len(blocks)
-                and cached.keys().isdisjoint(new_keys) and len(set(new_keys)) == len(new_keys)):
-            store(block_hash, blocks, new_keys)
-            cached.update(zip(new_keys, blocks))
-            return []
+        blocks = table[start:end]
+        if min(blocks) >= 0 and gather(block_hash, blocks).count(None) == len(blocks):
+            # The common case at C speed: a prompt's newly full blocks, none freed, none registered.
+            # setdefault in index order is the loop below: a key already held (by another block,
+            # or by an earlier block of this batch) keeps its block, which comes back instead.
+            new_keys = keys[start:end]
+            held = list(map(cached.setdefault, new_keys, blocks))
+            if held == blocks:  # (nearly always: every key was new)
+                store(block_hash, blocks, new_keys)
+                return []
+            took = list(map(eq, held, blocks))  # (a block is in the cache under at most one key)
+            store(block_hash, compress(blocks, took), compress(new_keys, took))
+            return list(compress(range(start, end), map(not_, took)))
     left = []
     for indices in (retry or (), range(start, end)):
         for i in indices:  # (BlockPool.register inlined: a long prefix-caching run offers millions)
@@ -371,8 +376,9 @@ class PagedKVManager(KVCacheManager):
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
         if seq.status is SequenceStatus.FINISHED and self.enable_prefix_caching and seq.prompt_is_known:
             self._cache_generated(seq)
-        # Tail blocks go back first, so they are evicted before the prefix they extend.
-        pool.release(seq.block_table[::-1])
+        # Tail blocks go back first, so they are evicted before the prefix they extend. (A table
+        # never holds a block twice: hits are distinct cached blocks, the rest fresh allocations.)
+        pool.release(seq.block_table[::-1], distinct=True)
         seq.block_table = []
         seq.num_computed_tokens = 0
         self._prompt_hashes.pop(seq.seq_id, None)
