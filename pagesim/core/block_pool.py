@@ -3,29 +3,30 @@ order is the eviction order (vLLM v1's block_pool.py), shared by every paged KV 
 
 from __future__ import annotations
 
-from collections import deque
 from itertools import compress, repeat
-from operator import add, delitem, eq, is_not, itemgetter, setitem, sub
+from operator import add, eq, is_not, itemgetter, sub
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 
 
-def run_all(calls) -> None:
-    """Exhaust an iterator of calls at C speed, without a Python-level loop: a long
-    prefix-caching run touches millions of blocks."""
-    deque(calls, maxlen=0)
-
-
-# The batch operations below map operator's functions (builtins taking fast calls) rather than
-# bound methods such as list.__setitem__ (method-wrappers building an argument tuple per call):
-# about 5x fewer nanoseconds per element, measured on 770-block batches.
+# Batch operations over many blocks. Plain loops: Python 3.11 specialises a list store or a dict
+# delete by an int key, which makes them cheaper than mapping operator.setitem/delitem from C and
+# draining the map (the earlier form): per element, callgrind counts 271 instructions against 335
+# for store, 153 against 331 for fill, 396 against 446 for forget (770-block batches).
 def store(values: list, indices, new) -> None:
     """values[i] = v for each i, v of indices and new, in that order."""
-    run_all(map(setitem, repeat(values), indices, new))
+    for i, v in zip(indices, new):
+        values[i] = v
+
+
+def fill(values: list, indices, value) -> None:
+    """values[i] = value for each i of indices."""
+    for i in indices:
+        values[i] = value
 
 
 def gather(values, indices: list) -> tuple:
-    """(values[i] for each i of indices), as a tuple."""
+    """(values[i] for each i of indices), as a tuple (itemgetter: 150 instructions an element)."""
     if len(indices) > 1:
         return itemgetter(*indices)(values)
     return (values[indices[0]],) if indices else ()
@@ -33,7 +34,8 @@ def gather(values, indices: list) -> tuple:
 
 def forget(mapping: dict, keys) -> None:
     """del mapping[k] for each k of keys."""
-    run_all(map(delitem, repeat(mapping), keys))
+    for k in keys:
+        del mapping[k]
 
 
 class FreeBlockQueue:
@@ -220,13 +222,13 @@ class BlockPool:
             state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
             raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
         blocks = self.free_queue.popleft_n(n)
-        store(self.refcount, blocks, repeat(1))
+        fill(self.refcount, blocks, 1)
         if self.cached:
             keys = gather(self.block_hash, blocks)
             unkeyed = keys.count(None)
             if unkeyed != n:  # some hold cached contents: forget them (_evict, in batch)
                 forget(self.cached, compress(keys, map(is_not, keys, repeat(None))) if unkeyed else keys)
-                store(self.block_hash, blocks, repeat(None))
+                fill(self.block_hash, blocks, None)
                 self.num_evictions += n - unkeyed
         self.num_refs += n
         return blocks
@@ -265,17 +267,18 @@ class BlockPool:
         if count == 1:
             self.free_queue.append(block)
 
-    def release(self, blocks: list[int]) -> None:
+    def release(self, blocks: list[int], distinct: bool = False) -> None:
         """decref each block in turn; those that reach 0 join the free queue in that order, in
-        one extend instead of one queue operation per block."""
+        one extend instead of one queue operation per block. distinct: the caller knows no block
+        appears twice (one sequence's table), which spares checking it."""
         refcount = self.refcount
         counts = gather(refcount, blocks)
         n = len(blocks)
         last = counts.count(1)  # blocks whose last reference this is
-        if len(set(blocks)) == n and (last == n or min(counts) > 0):
+        if (distinct or len(set(blocks)) == n) and (last == n or min(counts) > 0):
             # (the common case, checked at C speed: distinct blocks all in use, nothing can fail)
             if last == n:  # (no block shared: every one is freed)
-                store(refcount, blocks, repeat(0))
+                fill(refcount, blocks, 0)
                 self.free_queue.extend(blocks)
             else:
                 store(refcount, blocks, map(sub, counts, repeat(1)))

@@ -13,7 +13,7 @@ import hashlib
 from array import array
 from functools import partial
 from itertools import accumulate, compress, takewhile
-from operator import is_not, not_
+from operator import eq, is_not, not_
 from typing import Callable, Hashable
 
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
@@ -86,14 +86,19 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
     offered again; a freed sliding-window entry (negative) is dropped."""
     block_hash, cached = pool.block_hash, pool.cached
     if not retry and start < end:
-        # The common case at C speed: a prompt's newly full blocks, none freed, none registered,
-        # their keys distinct and new to the cache. Registering them one by one does the same.
-        blocks, new_keys = table[start:end], keys[start:end]
-        if (min(blocks) >= 0 and gather(block_hash, blocks).count(None) == len(blocks)
-                and cached.keys().isdisjoint(new_keys) and len(set(new_keys)) == len(new_keys)):
-            store(block_hash, blocks, new_keys)
-            cached.update(zip(new_keys, blocks))
-            return []
+        blocks = table[start:end]
+        if min(blocks) >= 0 and gather(block_hash, blocks).count(None) == len(blocks):
+            # The common case at C speed: a prompt's newly full blocks, none freed, none registered.
+            # setdefault in index order is the loop below: a key already held (by another block,
+            # or by an earlier block of this batch) keeps its block, which comes back instead.
+            new_keys = keys[start:end]
+            held = list(map(cached.setdefault, new_keys, blocks))
+            if held == blocks:  # (nearly always: every key was new)
+                store(block_hash, blocks, new_keys)
+                return []
+            took = list(map(eq, held, blocks))  # (a block is in the cache under at most one key)
+            store(block_hash, compress(blocks, took), compress(new_keys, took))
+            return list(compress(range(start, end), map(not_, took)))
     left = []
     for indices in (retry or (), range(start, end)):
         for i in indices:  # (BlockPool.register inlined: a long prefix-caching run offers millions)
@@ -133,7 +138,7 @@ class PagedKVManager(KVCacheManager):
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
-        self._key_chains: dict[tuple, list] = {}  # (parent key, blocks, *their tokens) -> their chained keys
+        self._key_chains: dict[tuple, tuple[list, list]] = {}  # (parent, blocks, tokens, *last block) -> (tokens, keys)
         self._key_chain_tokens = 0  # tokens held by the keys of _key_chains
         # Prefix caching registers each full prompt block once, at the step that fills it:
         # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
@@ -181,21 +186,26 @@ class PagedKVManager(KVCacheManager):
     def _key_chain(self, parent: Hashable, token_ids: list[int], start: int, num_blocks: int, keep: bool = True) -> list:
         """chain_keys of the num_blocks blocks from token_ids[start], the first one's parent given;
         shared by the requests that repeat a prompt, or a prompt and its output (a real run
-        replays ~100 of each over 9,000 requests): kept under the parent and those blocks'
-        tokens, whose tuple costs far less than keying each block again. Never mutated.
+        replays ~100 of each over 9,000 requests). Never mutated.
         keep=False: computed, not kept (a chain not expected to recur)."""
         if not keep:
             return chain_keys(parent, block_spans(token_ids[start:], self.block_size, num_blocks), self.block_key)
-        # (num_blocks in the key too: ids may be short of them)
-        chain = (parent, num_blocks, *token_ids[start:start + num_blocks * self.block_size])
-        keys = self._key_chains.get(chain)
-        if keys is None:
-            if self._key_chain_tokens + len(chain) > KEY_CHAIN_TOKENS_KEPT:  # (distinct prompts: memory bounded)
-                self._key_chains.clear()
-                self._key_chain_tokens = 0
-            self._key_chain_tokens += len(chain)
-            spans = block_spans(token_ids[start:] if start else token_ids, self.block_size, num_blocks)
-            keys = self._key_chains[chain] = chain_keys(parent, spans, self.block_key)
+        tokens = token_ids[start:start + num_blocks * self.block_size]
+        # A chain is found by its parent, length and last block (a short tuple to hash), then
+        # its whole span compared as a list: a miss, the common case in a long chat trace, costs
+        # a slice instead of hashing a tuple of every token (53 k instructions for 672 tokens).
+        slot = (parent, num_blocks, len(tokens), *tokens[-self.block_size:])
+        entry = self._key_chains.get(slot)
+        if entry is not None and entry[0] == tokens:
+            return entry[1]
+        if self._key_chain_tokens + len(tokens) > KEY_CHAIN_TOKENS_KEPT:  # (distinct prompts: memory bounded)
+            self._key_chains.clear()
+            self._key_chain_tokens = 0
+        elif entry is not None:  # (another chain in the slot: replaced)
+            self._key_chain_tokens -= len(entry[0])
+        keys = chain_keys(parent, block_spans(tokens, self.block_size, num_blocks), self.block_key)
+        self._key_chains[slot] = (tokens, keys)
+        self._key_chain_tokens += len(tokens)
         return keys
 
     def _cached_blocks(self, seq: Sequence) -> list[int]:
@@ -371,8 +381,9 @@ class PagedKVManager(KVCacheManager):
         pool = self.host if seq.status is SequenceStatus.SWAPPED else self.device
         if seq.status is SequenceStatus.FINISHED and self.enable_prefix_caching and seq.prompt_is_known:
             self._cache_generated(seq)
-        # Tail blocks go back first, so they are evicted before the prefix they extend.
-        pool.release(seq.block_table[::-1])
+        # Tail blocks go back first, so they are evicted before the prefix they extend. (A table
+        # never holds a block twice: hits are distinct cached blocks, the rest fresh allocations.)
+        pool.release(seq.block_table[::-1], distinct=True)
         seq.block_table = []
         seq.num_computed_tokens = 0
         self._prompt_hashes.pop(seq.seq_id, None)

@@ -59,14 +59,14 @@ def test_a_repeated_prompt_reuses_its_keys():
 
 
 def test_the_key_cache_stays_bounded(monkeypatch):
-    # each chain's key holds its parent, its block count and 8 tokens: 10 entries; 30 keep 3 chains
+    # each chain holds 8 tokens: 30 keep 3 chains
     monkeypatch.setattr(paged, "KEY_CHAIN_TOKENS_KEPT", 30)
     kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True)
     for i in range(10):
         prompt = [i] * 9
         assert kv._hashes(Sequence(i, 9, prompt)) == block_hashes(prompt, 4, 2)
         assert 1 <= len(kv._key_chains) <= 3
-        assert kv._key_chain_tokens == sum(map(len, kv._key_chains)) <= 30
+        assert kv._key_chain_tokens == sum(len(tokens) for tokens, _ in kv._key_chains.values()) <= 30
 
 
 def test_a_finished_sequence_caches_its_output_blocks_under_the_same_keys_again():
@@ -91,4 +91,15 @@ def test_a_finished_sequence_caches_its_output_blocks_under_the_same_keys_again(
         # the first request's blocks hold the keys (the second's found them held: they stay unregistered)
         assert [kv.device.block_hash[b] for b in tables[0][:3]] == expected
         assert [kv.device.cached[k] for k in expected] == tables[0][:3]
-    assert tables[1][0] == tables[0][0] and (expected[0], 2, *(prompt + output)[4:12]) in kv._key_chains
+    # (the output's chain: found by its parent, 2 blocks, 8 tokens and its last block; the span compared)
+    assert tables[1][0] == tables[0][0]
+    assert kv._key_chains[(expected[0], 2, 8, *(prompt + output)[8:12])] == ((prompt + output)[4:12], expected[1:])
+
+
+def test_chains_sharing_a_slot_are_told_apart_by_their_tokens():
+    # the same parent, length and last block, another first block: a slot holds one chain at a time
+    kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True)
+    a, b = [1, 2, 3, 4, 5, 6, 7, 8, 0], [9, 9, 9, 9, 5, 6, 7, 8, 0]
+    for seq_id, prompt in enumerate((a, b, a, b)):
+        assert kv._hashes(Sequence(seq_id, 9, prompt)) == block_hashes(prompt, 4, 2)
+    assert len(kv._key_chains) == 1 and kv._key_chain_tokens == 8
