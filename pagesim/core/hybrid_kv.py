@@ -164,13 +164,7 @@ class HybridKVManager(PagedKVManager):
                 hits = [table[:shared] for table in self._tables[group.seqs[0].seq_id]]
             else:
                 hits = self._hit(seq)
-                if self.enable_prefix_caching and seq.prompt_is_known:
-                    self.prefix_queries += len(self._hashes(seq))
-                    self.prefix_hits += len(hits[0])
-                    if hits[0]:  # held hit blocks keep their keys (NULL ones hold none): offering them does nothing
-                        self._offered[seq.seq_id] = len(hits[0])
-                        if len(hits[0]) == len(self._hashes(seq)):
-                            self._settled.add(seq.seq_id)
+                self._admitted_hits(seq, len(hits[0]))  # (every table's hit is as long, in blocks)
             self.device.incref_n([block for table in hits for block in table if block >= 0])
             self._set_tables(seq, [list(table) for table in hits])
             seq.num_computed_tokens = len(hits[0]) * self.block_size

@@ -269,17 +269,24 @@ class PagedKVManager(KVCacheManager):
                 hits = group.seqs[0].block_table[:shared]
             else:
                 hits = self._cached_blocks(seq)
-                if self.enable_prefix_caching and seq.prompt_is_known:
-                    self.prefix_queries += len(self._hashes(seq))
-                    self.prefix_hits += len(hits)
-                    if hits:  # held hit blocks keep their keys: offering them would do nothing
-                        self._offered[seq.seq_id] = len(hits)
-                        if len(hits) == len(self._hashes(seq)):
-                            self._settled.add(seq.seq_id)
+                self._admitted_hits(seq, len(hits))
             self.device.incref_n(hits)
             seq.block_table = list(hits)
             seq.num_computed_tokens = len(hits) * self.block_size
             self.allocate_slots(seq, n)
+
+    def _admitted_hits(self, seq: Sequence, num_hit_blocks: int) -> None:
+        """Count an admitted sequence's prefix lookup, and record its hit blocks as offered: held
+        hit blocks keep their keys, so offering them to the cache again would do nothing."""
+        if not (self.enable_prefix_caching and seq.prompt_is_known):
+            return
+        num_keys = len(self._hashes(seq))
+        self.prefix_queries += num_keys
+        self.prefix_hits += num_hit_blocks
+        if num_hit_blocks:
+            self._offered[seq.seq_id] = num_hit_blocks
+            if num_hit_blocks == num_keys:
+                self._settled.add(seq.seq_id)
 
     # -- running ---------------------------------------------------------------------------
     @property
