@@ -36,7 +36,8 @@ def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: 
     Each configuration is a first task (its first seed's search) and then its stages (the other
     seeds' searches, the operating point: pagesim.plan.planner.Stage), queued as the first task
     ends, so more workers than configurations are kept busy; the results are plan_config's."""
-    workers = max(1, num_workers or os.cpu_count() or 1)
+    # (at most every configuration's stages at once: its first search, then one task per seed)
+    workers = max(1, min(num_workers or os.cpu_count() or 1, sum(max(1, job.seeds) for job in jobs) or 1))
     results: list[ConfigResult | None] = [None] * len(jobs)
     if workers == 1 or not jobs:
         for i, job in enumerate(jobs):

@@ -208,6 +208,11 @@ def stages(job: ConfigJob, first: FirstSearch) -> list[Stage]:
     return [Stage(job, first, s) for s in range(1, job.seeds)] + [Stage(job, first)]
 
 
+def replicas_needed(job: ConfigJob, capacity: float) -> int:
+    """Replicas of `capacity` req/s each for the job's target with its minimum headroom (module docstring)."""
+    return math.ceil(job.target_rate / (capacity * (1 - job.min_headroom)))
+
+
 def run_stage(stage: Stage) -> tuple:
     """A seed's capacity, or (seed None) the operating point and the fleets; then the run counts."""
     job, first = stage.job, stage.first
@@ -217,7 +222,7 @@ def run_stage(stage: Stage) -> tuple:
         seed = job.settings.seed + stage.seed
         value = uncertainty.seed_capacity(lambda r: evaluator(r, seed).sustainable, capacity, job.search)
     else:
-        replicas = math.ceil(job.target_rate / (capacity * (1 - job.min_headroom)))
+        replicas = replicas_needed(job, capacity)
         rate = job.target_rate / replicas
         operating = first.memo[rate] if rate in first.memo else evaluator(rate)
         value = (operating, [size_fleet(job, shape, replicas) for shape in job.fleet])
@@ -237,7 +242,7 @@ def assemble(job: ConfigJob, first: FirstSearch, done: list[tuple]) -> ConfigRes
     low, high = uncertainty.interval([c for c in seeds if c is not None] or [0.0], error.relative)
     if None in seeds:
         low = 0.0
-    replicas = math.ceil(job.target_rate / (capacity * (1 - job.min_headroom)))
+    replicas = replicas_needed(job, capacity)
     headroom = 1 - job.target_rate / (replicas * capacity)
     memo = dict(first.memo)
     memo.setdefault(operating.rate, operating)
