@@ -205,9 +205,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
     `*_ms` keys and the token totals follow vLLM's `bench serve` (see docs/metrics.md)."""
     finished = [r for r in requests if r.status == "finished"]
     measured = [r for r in finished if r.arrival_time - origin >= warmup_s]
-    start = min((r.arrival_time for r in requests), default=0.0)
-    end = max((r.finish_time for r in finished), default=start)
-    duration = end - start
+    duration = served_span(requests, finished)
     input_tokens = sum(r.prompt_len for r in finished)
     # every sample's tokens, as vLLM counts completion tokens; and one sample (the longest) per request
     output_tokens = sum(r.total_output_len for r in finished)
@@ -250,8 +248,24 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
         **_weighted_vllm_stats("itl", itls),
         **_vllm_stats("e2el", e2els),
         "prefill_tokens_saved": sum(r.cached_prompt_tokens for r in requests),
-        "reject_reasons": _count(r.reject_reason for r in requests if r.status == "rejected"),
+        "reject_reasons": reject_reasons(requests),
     }
+
+
+def served_span(requests: list[RequestRecord], finished: list[RequestRecord]) -> float:
+    """The span throughputs are counted over: from the first arrival to the last finish (of
+    `finished`, the finished ones among `requests`)."""
+    start = min((r.arrival_time for r in requests), default=0.0)
+    return max((r.finish_time for r in finished), default=start) - start
+
+
+def reject_reasons(requests: list[RequestRecord]) -> dict:
+    """How many of the requests were rejected for each reason."""
+    counts: dict[str, int] = {}
+    for r in requests:
+        if r.status == "rejected":
+            counts[r.reject_reason] = counts.get(r.reject_reason, 0) + 1
+    return counts
 
 
 def _num_output_tokens(group: SequenceGroup) -> int:
@@ -349,10 +363,3 @@ def _vllm_stats(name: str, seconds) -> dict:
     median, p99 = weighted_percentiles(seconds, np.ones(seconds.size, dtype=np.int64), [50, 99])
     return {f"mean_{name}_ms": mean, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std,
             f"p99_{name}_ms": p99 * 1000.0}
-
-
-def _count(items) -> dict:
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item] = counts.get(item, 0) + 1
-    return counts

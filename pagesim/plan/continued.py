@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from pagesim.metrics import reject_reasons, served_span
 from pagesim.plan.slo import SLO, FailureWatch
 from pagesim.sim.cost.base import CostModel
 from pagesim.sim.engine import Replay, ReplayConfig
@@ -175,19 +176,14 @@ class ContinuedReplay:
         end = target.end
         judged = [r for r in self.sim.metrics.requests[:end + 1] if r.request_id < target.n]
         finished = [r for r in judged if r.status == "finished"]
-        start = min(r.arrival_time for r in judged)
-        span = max((r.finish_time for r in finished), default=start) - start
-        reasons: dict[str, int] = {}
-        for r in judged:
-            if r.status == "rejected":
-                reasons[r.reject_reason] = reasons.get(r.reject_reason, 0) + 1
+        span = served_span(judged, finished)
         blocks, totals = self.sim.pool.num_device_blocks, self._totals
         step_time = totals.step_time[end]
         summary = {
             "num_requests": len(judged),
             "num_finished": len(finished),
             "num_rejected": len(judged) - len(finished),
-            "reject_reasons": reasons,
+            "reject_reasons": reject_reasons(judged),
             "request_throughput": len(finished) / span if span > 0 else 0.0,
             "output_token_throughput": sum(r.total_output_len for r in finished) / span if span > 0 else 0.0,
             "mean_kv_utilization": totals.utilization_time[end] / step_time if step_time else 0.0,
