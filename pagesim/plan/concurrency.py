@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pagesim.plan.slo import SLO, slo_values
+from pagesim.plan.slo import SLO, latency_lists, slo_values
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace
 
@@ -45,9 +45,7 @@ def evaluate_concurrency(trace: Trace, cfg: ReplayConfig, concurrency: int, slos
     result = Replay(replace(cfg, concurrency=concurrency, warmup_s=0.0), trace, keep_steps=False).run()
     records = sorted(result.metrics.requests, key=lambda r: (r.arrival_time, r.request_id))
     measured = records[int(warmup_fraction * len(records)):]
-    latencies = {"ttft": [r.ttft for r in measured], "tpot": [r.tpot for r in measured],
-                 "e2e": [r.e2e_latency for r in measured], "normalized_latency": [r.normalized_latency for r in measured]}
-    values = slo_values(latencies, slos)
+    values = slo_values(latency_lists(measured), slos)
     s = result.summary
     meets = s["num_rejected"] == 0 and all(slo.holds(values[slo.name]) for slo in slos)
     return ConcurrencyPoint(concurrency, meets, values, s["request_throughput"], s["output_token_throughput"],

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from pagesim.metrics import reject_reasons, served_span
-from pagesim.plan.slo import SLO, FailureWatch
+from pagesim.plan.slo import SLO, FailureWatch, request_latencies
 from pagesim.sim.cost.base import CostModel
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace
@@ -158,8 +158,7 @@ class ContinuedReplay:
         totals.step_time.append(log.duration_sum)
         totals.peak_used.append(log.peak_used)
         record = self.sim.metrics.requests[-1]
-        latencies = {"ttft": record.ttft, "tpot": record.tpot, "e2e": record.e2e_latency,
-                     "normalized_latency": record.normalized_latency}
+        latencies = request_latencies(record)
         totals.latencies.append(latencies)
         if self._target is not None:
             self._target.see(record, latencies)

@@ -28,7 +28,7 @@ from pagesim.core.errors import CannotServe
 from pagesim.plan.cache import RunCache, checkpoint_key, run_key
 from pagesim.plan.continued import Checkpoint, ContinuedReplay
 from pagesim.plan.grid import RunSettings
-from pagesim.plan.slo import SLO, FailureWatch, clear_pass, slo_values
+from pagesim.plan.slo import SLO, FailureWatch, clear_pass, latency_lists, request_latencies, slo_values
 from pagesim.plan import steady
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.sim.rate_search import StopRun, run_checked
@@ -61,8 +61,7 @@ def simulate(cfg: ReplayConfig, trace: Trace, slos: list[SLO] | None = None) -> 
             nonlocal stopped
             rec = sim.metrics.requests[-1]
             if rec.arrival_time >= cfg.warmup_s and rec.status == "finished":
-                stopped = watch.add({"ttft": rec.ttft, "tpot": rec.tpot, "e2e": rec.e2e_latency,
-                                     "normalized_latency": rec.normalized_latency})
+                stopped = watch.add(request_latencies(rec))
                 if stopped is not None:
                     raise StopRun
     try:
@@ -113,12 +112,7 @@ def run_record(rate: float, warmup_s: float, requests: list, s: dict) -> dict:
         "peak_kv_utilization": s["peak_kv_utilization"],
         "num_preemptions": s["num_preemptions"],
         "num_kv_blocks": s["num_kv_blocks"],
-        "latencies": {
-            "ttft": [r.ttft for r in measured],
-            "tpot": [r.tpot for r in measured],
-            "e2e": [r.e2e_latency for r in measured],
-            "normalized_latency": [r.normalized_latency for r in measured],
-        },
+        "latencies": latency_lists(measured),
     }
 
 

@@ -18,6 +18,17 @@ from pagesim.metrics import percentile
 # Per-request latencies a run records (pagesim.metrics.RequestRecord properties), in seconds
 # (normalized_latency in seconds per output token).
 LATENCY_METRICS = ("ttft", "tpot", "e2e", "normalized_latency")
+_RECORD_ATTRIBUTE = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e_latency", "normalized_latency": "normalized_latency"}
+
+
+def request_latencies(record) -> dict[str, float | None]:
+    """One request's latencies by metric (LATENCY_METRICS), from its RequestRecord."""
+    return {metric: getattr(record, attribute) for metric, attribute in _RECORD_ATTRIBUTE.items()}
+
+
+def latency_lists(records) -> dict[str, list[float | None]]:
+    """Each metric's latencies over the records, in their order: what slo_values takes."""
+    return {metric: [getattr(r, attribute) for r in records] for metric, attribute in _RECORD_ATTRIBUTE.items()}
 GOODPUT = "goodput"
 _STAT = re.compile(r"^(mean|p(\d+(?:\.\d+)?))$")
 # `mean_normalized_latency` is the summary's name for the paper's metric; accept it as an alias.
