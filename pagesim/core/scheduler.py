@@ -56,6 +56,10 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # blocks moved either way
         self.last_admission: AdmissionAnswer | None = None  # dropped by every change of state
+        # the running batch as the decode runs keep it (pagesim.core.decode_runs.DecodeBatch):
+        # dropped by anything else that changes its sequences (a step that schedules them, a
+        # preemption or swap, an abort); admissions only add groups after it, which it takes in
+        self.decode_batch = None
 
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
@@ -94,6 +98,7 @@ class Scheduler:
         """Stop a group wherever it is (waiting, running or swapped) and free all of its blocks;
         its live sequences end ABORTED. Call between steps. False if it had already left."""
         self.last_admission = None
+        self.decode_batch = None
         for queue in (self.running, self.swapped, self.waiting):
             if group in queue:
                 queue.remove(group)
@@ -206,6 +211,7 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput) -> int:
         """Give every running group its next tokens, preempting from the newest end when the
         blocks run out. Returns the token budget left."""
+        self.decode_batch = None  # (its sequences take tokens and blocks, or leave)
         budget = self.config.max_num_batched_tokens
         kv = self.kv
         chunked = self.config.chunked_prefill
