@@ -319,9 +319,15 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
                 blocks_used[step] -= total
     finished = []
     if finishing:
-        # (sequences of a group grow in step: its first says whether it stops)
-        stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
-        for group in list(sched.running) if last_apart else stopping:
+        if last_apart:
+            stopping = list(sched.running)
+        elif batch is not None:  # (the batch knows when each group stops: batch.groups is sched.running)
+            clock = batch.clock
+            gone = [i for i, at in enumerate(batch.finish_at) if at <= clock]
+            stopping = [batch.groups[i] for i in gone]
+        else:  # (sequences of a group grow in step: its first says whether it stops)
+            stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
+        for group in stopping:
             if last_apart:
                 for seq in group.seqs:
                     kv.on_computed(seq)
@@ -329,9 +335,25 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
                 sched.retire_stopped(group)
                 sched.finish_if_done(group, now, finished)
         if finished and batch is not None:
-            _drop_finished(sched, batch)
+            if last_apart or batch.forked or len(finished) != len(gone):
+                _drop_finished(sched, batch)
+            else:
+                _drop_positions(batch, gone)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
-    return DecodeRun(num_steps, len(seqs), blocks_used, finished)
+    return DecodeRun(num_steps, num_seqs, blocks_used, finished)
+
+
+def _drop_positions(batch: DecodeBatch, gone: list[int]) -> None:
+    """The batch without the finished groups at positions gone, each of one sequence (so also
+    their sequences' positions). The run's plan still reads its lists: those are copied first."""
+    groups, finish_at, opens_at = batch.groups, batch.finish_at, batch.opens_at
+    batch.seqs = seqs = batch.seqs[:]
+    batch.request_ids = request_ids = batch.request_ids[:]
+    for i in reversed(gone):
+        batch.context -= seqs[i].num_tokens
+        del groups[i], seqs[i], request_ids[i], finish_at[i]
+        if opens_at is not None:
+            del opens_at[i]
 
 
 def _drop_finished(sched: Scheduler, batch: DecodeBatch) -> None:
