@@ -104,13 +104,13 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     kv = sched.kv
     if kv.pending_copies:
         return None  # fork copies (reservation managers) go out with the next step
-    if (sched.waiting or sched.swapped) and _queued_group_could_start(sched):
-        return None  # (first: before a prefill step it is the one that says no)
     batch = _current_batch(sched)
     if batch is None:
         return None
     seqs, clock = batch.seqs, batch.clock
-    num_seqs = len(seqs)
+    num_seqs = len(seqs)  # (every group has forked: this is sched.num_running_seqs)
+    if (sched.waiting or sched.swapped) and _queued_group_could_start(sched, num_seqs):
+        return None
     to_finish = min(batch.finish_at) - clock
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):
@@ -224,15 +224,14 @@ def _plain_decodes(sched: Scheduler, groups: list, first_position: int) -> tuple
     return seqs, request_ids, forked, context, to_finish
 
 
-def _queued_group_could_start(sched: Scheduler) -> bool:
-    """Could the head of the swapped or waiting queue start at the next step? Admission and
-    swap-in only get harder while decoding takes memory: if they cannot start now, they cannot
-    start during a run either."""
+def _queued_group_could_start(sched: Scheduler, num_seqs: int) -> bool:
+    """Could the head of the swapped or waiting queue start at the next step, beside the
+    num_seqs running sequences? Admission and swap-in only get harder while decoding takes
+    memory: if they cannot start now, they cannot start during a run either."""
     cfg = sched.config
     may_admit = sched.waiting and not sched.swapped and cfg.batching == "iteration"
     if not (sched.swapped or may_admit):
         return False
-    num_seqs = sched.num_running_seqs
     budget = cfg.max_num_batched_tokens - num_seqs
     if sched.swapped and sched.can_swap_in(sched.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
         return True
