@@ -155,8 +155,15 @@ def _current_batch(sched: Scheduler) -> DecodeBatch | None:
     running, batch = sched.running, sched.decode_batch
     if batch is None or running[:len(batch.groups)] != batch.groups:
         sched.decode_batch = None
-        batch = DecodeBatch([], [], [], [], 0, opens_at=[] if sched.kv.rooms_follow_appends else None)
-    elif len(running) == len(batch.groups):
+        added = _plain_decodes(sched, running, 0)
+        if added is None:
+            return None
+        seqs, request_ids, forked, context, to_finish = added
+        kv = sched.kv
+        sched.decode_batch = DecodeBatch(list(running), seqs, request_ids, forked, context, 0, to_finish,
+                                         kv.steps_until_new_blocks(seqs) if kv.rooms_follow_appends else None)
+        return sched.decode_batch
+    if len(running) == len(batch.groups):
         return batch
     new = running[len(batch.groups):]
     added = _plain_decodes(sched, new, len(batch.seqs))
