@@ -56,8 +56,11 @@ class DecodeBatch:
     Every group in it is a plain decode (see plan_decode); a run of n steps moves the clock n
     on and leaves every value below true without touching it, except for the sequences that
     take a block (their next block's clock moves on) and the groups that finish (they leave).
-    The scheduler drops it (Scheduler.decode_batch = None) whenever something else changes its
-    sequences: a step that schedules them, a preemption or swap, an abort."""
+    A single step that decodes each of its sequences by one token (a chunked prefill's mixed
+    step, a decode step between runs) moves the clock on by one, as a run of one step would
+    (decoded_by, stepped). The scheduler drops it (Scheduler.decode_batch = None) whenever
+    anything else changes its sequences: a step that schedules them otherwise, a preemption or
+    swap, an abort."""
 
     groups: list  # the running groups, in batch order (the head of sched.running)
     seqs: list  # their sequences, in batch order
@@ -69,6 +72,32 @@ class DecodeBatch:
     # per sequence: the clock at whose step it takes its next block (INF: never); None where the
     # KV manager's rooms do not follow its appends (steps_until_new_blocks is asked every run)
     opens_at: list | None = None
+    block_size: int = 0  # (the KV manager's)
+
+    def decoded_by(self, out) -> bool:
+        """Does the step out decode every sequence of the batch by exactly one token (the
+        scheduler asks before it takes the step)?"""
+        num_seqs = len(self.seqs)
+        return out.seqs[:num_seqs] == self.seqs and out.num_new_tokens[:num_seqs] == [1] * num_seqs
+
+    def stepped(self) -> bool:
+        """The step decoded_by() said yes to was taken: move the clock on by it (and let the
+        groups it finished go). False: build the batch afresh."""
+        end = self.clock + 1
+        if self.opens_at is not None:  # (a block taken by a sequence whose room was 0)
+            opens_at = self.opens_at
+            for order, at in enumerate(opens_at):
+                if at < end:
+                    opens_at[order] = at + self.block_size
+        self.clock = end
+        self.context += len(self.seqs)
+        gone = [i for i, at in enumerate(self.finish_at) if at <= end]
+        if not gone:
+            return True
+        if self.forked or any(self.groups[i].seqs for i in gone):
+            return False
+        _drop_positions(self, gone)
+        return True
 
     def rooms(self, kv) -> list:
         """steps_until_new_block of each of seqs, now."""
@@ -161,7 +190,8 @@ def _current_batch(sched: Scheduler) -> DecodeBatch | None:
         seqs, request_ids, forked, context, to_finish = added
         kv = sched.kv
         sched.decode_batch = DecodeBatch(list(running), seqs, request_ids, forked, context, 0, to_finish,
-                                         kv.steps_until_new_blocks(seqs) if kv.rooms_follow_appends else None)
+                                         kv.steps_until_new_blocks(seqs) if kv.rooms_follow_appends else None,
+                                         kv.block_size)
         return sched.decode_batch
     if len(running) == len(batch.groups):
         return batch

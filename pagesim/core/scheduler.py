@@ -57,9 +57,11 @@ class Scheduler:
         self.num_swapped_blocks = 0  # blocks moved either way
         self.last_admission: AdmissionAnswer | None = None  # dropped by every change of state
         # the running batch as the decode runs keep it (pagesim.core.decode_runs.DecodeBatch):
-        # dropped by anything else that changes its sequences (a step that schedules them, a
-        # preemption or swap, an abort); admissions only add groups after it, which it takes in
+        # kept through a step that decodes each of its sequences by one token, dropped by
+        # anything else that changes them (other steps, a preemption or swap, an abort);
+        # admissions only add groups after it, which it takes in
         self.decode_batch = None
+        self._stepping_batch = None  # a DecodeBatch the step being taken decodes (see update)
 
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
@@ -127,6 +129,7 @@ class Scheduler:
 
     # -- one iteration ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
+        self._stepping_batch = None
         out = SchedulerOutput(block_size=self.kv.block_size)
         may_admit = not self.swapped and (self.config.batching == "iteration" or not self.running)
         if not self.config.chunked_prefill:
@@ -211,7 +214,9 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput) -> int:
         """Give every running group its next tokens, preempting from the newest end when the
         blocks run out. Returns the token budget left."""
-        self.decode_batch = None  # (its sequences take tokens and blocks, or leave)
+        # (its sequences take tokens and blocks, or leave: kept only through a step that decodes
+        # each of them by one token, see the end)
+        batch, self.decode_batch = self.decode_batch, None
         budget = self.config.max_num_batched_tokens
         kv = self.kv
         chunked = self.config.chunked_prefill
@@ -260,6 +265,8 @@ class Scheduler:
                 budget -= sum(counts)
                 out.add(group, counts)
             i += 1
+        if batch is not None and not out.preempted and batch.decoded_by(out):
+            self._stepping_batch = batch  # update() moves its clock on by the step
         return budget
 
     def can_swap_in(self, group: SequenceGroup, num_seqs: int, budget: float) -> bool:
@@ -388,6 +395,10 @@ class Scheduler:
                 apply_samples(group, due, samples_for(group, due))
             retire(group)
             finish(group, now, finished)
+        if self._stepping_batch is not None:
+            batch, self._stepping_batch = self._stepping_batch, None
+            if batch.stepped():
+                self.decode_batch = batch
         return finished
 
     def finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:

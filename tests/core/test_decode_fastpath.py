@@ -149,7 +149,8 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run
     Returns counts of what happened (runs, steps skipped, preemptions, ...)."""
     fast = Driver(make(), [(t, _copy(r)) for t, r in requests])
     ref = Driver(make(), [(t, _copy(r)) for t, r in requests])
-    stats = {"runs": 0, "run_steps": 0, "steps": 0, "tight_checks": 0, "kept_batch_plans": 0}
+    stats = {"runs": 0, "run_steps": 0, "steps": 0, "tight_checks": 0, "kept_batch_plans": 0,
+             "batch_kept_through_steps": 0}
     expect_not_plain = False
     while fast.pending or fast.s.has_unfinished:
         fast.add_arrivals()
@@ -193,7 +194,10 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run
             expect_not_plain = by_horizon and not run.finished
         else:
             batch = ref.batch()
+            kept_before = fast.s.decode_batch
             out_f, done_f = fast.step()
+            # a step that decoded the kept batch by one token each keeps it (its clock moved on)
+            stats["batch_kept_through_steps"] += kept_before is not None and fast.s.decode_batch is kept_before
             out_r, done_r = ref.step()
             assert out_state(out_f, done_f) == out_state(out_r, done_r)
             if expect_not_plain and tight:
@@ -285,8 +289,9 @@ def test_fast_path_matches_single_steps(name, seed):
     # runs the horizon ended either finished sequences at their last step or were checked tight
     assert stats["tight_checks"] + stats.get("run_finishes", 0) >= 10, stats
     assert stats["finished"] == 60, stats
-    # plans made on a DecodeBatch kept from earlier runs and admissions (each checked against a fresh one)
-    assert stats["kept_batch_plans"] >= 5, stats
+    # plans made on a DecodeBatch kept from earlier runs, admissions and decode steps (each checked
+    # against a fresh one)
+    assert stats["kept_batch_plans"] >= 5 and stats["batch_kept_through_steps"] >= 5, stats
     for key in must:
         assert stats[key] > 0, (key, stats)
 
