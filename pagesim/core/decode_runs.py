@@ -80,9 +80,9 @@ class DecodeBatch:
         num_seqs = len(self.seqs)
         return out.seqs[:num_seqs] == self.seqs and out.num_new_tokens[:num_seqs] == [1] * num_seqs
 
-    def stepped(self) -> bool:
-        """The step decoded_by() said yes to was taken: move the clock on by it (and let the
-        groups it finished go). False: build the batch afresh."""
+    def stepped(self) -> "DecodeBatch | None":
+        """The step decoded_by() said yes to was taken: the batch with its clock moved on by it
+        (the groups it finished gone), or None where it must be built afresh."""
         end = self.clock + 1
         if self.opens_at is not None:  # (a block taken by a sequence whose room was 0)
             opens_at = self.opens_at
@@ -93,11 +93,11 @@ class DecodeBatch:
         self.context += len(self.seqs)
         gone = [i for i, at in enumerate(self.finish_at) if at <= end]
         if not gone:
-            return True
+            return self
         if self.forked or any(self.groups[i].seqs for i in gone):
-            return False
+            return None
         _drop_positions(self, gone)
-        return True
+        return self
 
     def rooms(self, kv) -> list:
         """steps_until_new_block of each of seqs, now."""

@@ -56,12 +56,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # blocks moved either way
         self.last_admission: AdmissionAnswer | None = None  # dropped by every change of state
-        # the running batch as the decode runs keep it (pagesim.core.decode_runs.DecodeBatch):
-        # kept through a step that decodes each of its sequences by one token, dropped by
-        # anything else that changes them (other steps, a preemption or swap, an abort);
-        # admissions only add groups after it, which it takes in
+        # the running batch the decode runs keep (pagesim.core.decode_runs.DecodeBatch, which says when)
         self.decode_batch = None
-        self._stepping_batch = None  # a DecodeBatch the step being taken decodes (see update)
+        self._stepping_batch = None  # one the step being taken decodes (update() moves its clock on)
 
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
@@ -214,9 +211,7 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput) -> int:
         """Give every running group its next tokens, preempting from the newest end when the
         blocks run out. Returns the token budget left."""
-        # (its sequences take tokens and blocks, or leave: kept only through a step that decodes
-        # each of them by one token, see the end)
-        batch, self.decode_batch = self.decode_batch, None
+        batch, self.decode_batch = self.decode_batch, None  # (kept through a step decoding each by one token)
         budget = self.config.max_num_batched_tokens
         kv = self.kv
         chunked = self.config.chunked_prefill
@@ -396,9 +391,7 @@ class Scheduler:
             retire(group)
             finish(group, now, finished)
         if self._stepping_batch is not None:
-            batch, self._stepping_batch = self._stepping_batch, None
-            if batch.stepped():
-                self.decode_batch = batch
+            self.decode_batch, self._stepping_batch = self._stepping_batch.stepped(), None
         return finished
 
     def finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:
