@@ -17,10 +17,11 @@ The executor never runs this: it samples real tokens, which may be EOS.
 from __future__ import annotations
 
 import math
-from itertools import accumulate
+from itertools import accumulate, compress
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from pagesim.core.request import SequenceGroup
+from pagesim.core.request import SequenceGroup, SequenceStatus
 from pagesim.core.scheduler import Scheduler
 
 INF = math.inf  # what steps_until_new_block says for a manager that reserved everything
@@ -35,13 +36,75 @@ class DecodePlan:
     num_seqs: int
     context_tokens: int
     # the running sequences in batch order, and the steps until each needs a new block (as
-    # steps_until_new_block said when planned): advance_decode takes them from here
+    # steps_until_new_block said when planned; None where the batch keeps them): advance_decode
+    # takes them from here
     seqs: list = field(default_factory=list, repr=False, compare=False)
-    rooms: list = field(default_factory=list, repr=False, compare=False)
+    rooms: list | None = field(default=None, repr=False, compare=False)
     # steps until the first sequence stops (a run shorter than that finishes nobody), and the
     # running requests' ids in order
     steps_to_first_finish: float = field(default=INF, repr=False, compare=False)
     request_ids: list = field(default_factory=list, repr=False, compare=False)
+    batch: "DecodeBatch | None" = field(default=None, repr=False, compare=False)
+
+
+@dataclass(slots=True)
+class DecodeBatch:
+    """The lazy per-batch decode clock: the running batch as plan_decode last checked it, kept
+    by the decode runs taken since, so that planning the next run walks only the groups admitted
+    after it (prefill steps only add groups at its end) instead of the whole batch.
+
+    Every group in it is a plain decode (see plan_decode); a run of n steps moves the clock n
+    on and leaves every value below true without touching it, except for the sequences that
+    take a block (their next block's clock moves on) and the groups that finish (they leave).
+    A single step that decodes each of its sequences by one token (a chunked prefill's mixed
+    step, a decode step between runs) moves the clock on by one, as a run of one step would
+    (decoded_by, stepped). The scheduler drops it (Scheduler.decode_batch = None) whenever
+    anything else changes its sequences: a step that schedules them otherwise, a preemption or
+    swap, an abort."""
+
+    groups: list  # the running groups, in batch order (the head of sched.running)
+    seqs: list  # their sequences, in batch order
+    request_ids: list
+    forked: list  # positions in seqs of the sequences of groups of several
+    context: int  # num_tokens of all of seqs, now
+    clock: int = 0  # decode steps taken since it was built
+    finish_at: list = field(default_factory=list)  # per group: the clock at which its sequences stop
+    # per sequence: the clock at whose step it takes its next block (INF: never); None where the
+    # KV manager's rooms do not follow its appends (steps_until_new_blocks is asked every run)
+    opens_at: list | None = None
+    block_size: int = 0  # (the KV manager's)
+
+    def decoded_by(self, out) -> bool:
+        """Does the step out decode every sequence of the batch by exactly one token (the
+        scheduler asks before it takes the step)?"""
+        num_seqs = len(self.seqs)
+        return out.seqs[:num_seqs] == self.seqs and out.num_new_tokens[:num_seqs] == [1] * num_seqs
+
+    def stepped(self) -> "DecodeBatch | None":
+        """The step decoded_by() said yes to was taken: the batch with its clock moved on by it
+        (the groups it finished gone), or None where it must be built afresh."""
+        end = self.clock + 1
+        if self.opens_at is not None:  # (a block taken by a sequence whose room was 0)
+            opens_at = self.opens_at
+            for order, at in enumerate(opens_at):
+                if at < end:
+                    opens_at[order] = at + self.block_size
+        self.clock = end
+        self.context += len(self.seqs)
+        gone = [i for i, at in enumerate(self.finish_at) if at <= end]
+        if not gone:
+            return self
+        if self.forked or any(self.groups[i].seqs for i in gone):
+            return None
+        _drop_positions(self, gone)
+        return self
+
+    def rooms(self, kv) -> list:
+        """steps_until_new_block of each of seqs, now."""
+        if self.opens_at is None:
+            return kv.steps_until_new_blocks(self.seqs)
+        clock = self.clock
+        return [at - clock for at in self.opens_at]
 
 
 @dataclass(slots=True)
@@ -67,20 +130,105 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     """decode_horizon() with the batch it would decode (None where the horizon is 0)."""
     if not sched.running or limit < 1:
         return None
-    kv, cfg = sched.kv, sched.config
+    kv = sched.kv
     if kv.pending_copies:
         return None  # fork copies (reservation managers) go out with the next step
-    if (sched.waiting or sched.swapped) and _queued_group_could_start(sched):
-        return None  # (first: before a prefill step it is the one that says no)
-    check_eos = cfg.eos_token_id is not None
-    to_finish = INF
+    batch = _current_batch(sched)
+    if batch is None:
+        return None
+    seqs, clock = batch.seqs, batch.clock
+    num_seqs = len(seqs)  # (every group has forked: this is sched.num_running_seqs)
+    if (sched.waiting or sched.swapped) and _queued_group_could_start(sched, num_seqs):
+        return None
+    to_finish = min(batch.finish_at) - clock
+    horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
+    if kv.frees_while_decoding and (sched.waiting or sched.swapped):
+        # a sliding window's freed block could let a queued group start: end with the step that frees one
+        horizon = min(horizon, kv.steps_until_window_frees(seqs))
+    opens_at = batch.opens_at
+    rooms = kv.steps_until_new_blocks(seqs) if opens_at is None else None
+    if batch.forked:
+        tables = kv.num_tables  # a new block of a sequence is one per block table
+        for i in batch.forked:
+            room = rooms[i] if rooms is not None else opens_at[i] - clock
+            if kv.blocks_needed(seqs[i], 1) > (room == 0) * tables:
+                return None  # a shared last block must be copied first
+    # The longest run whose new blocks all fit: past it, some step would preempt.
+    bs = kv.block_size
+    free = kv.num_free_blocks // kv.num_tables  # (blocks a sliding window frees meanwhile are not counted on)
+    # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
+    if num_seqs * (horizon // bs + 1) <= free:
+        return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
+    # per sequence that grows into new blocks: the step (from 0) taking the first
+    opens = [room for room in (rooms if rooms is not None else batch.rooms(kv)) if room != INF]
+
+    def blocks_for(steps: int) -> int:
+        return sum((steps - 1 - first) // bs + 1 for first in opens if first < steps)
+
+    if blocks_for(horizon) <= free:
+        return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
+    lo, hi = 0, horizon
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if blocks_for(mid) <= free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return DecodePlan(lo, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch) if lo else None
+
+
+def _current_batch(sched: Scheduler) -> DecodeBatch | None:
+    """The scheduler's DecodeBatch brought up to the running queue (built afresh where it was
+    dropped, or where groups left or came in ahead of its end), or None if some running group
+    is not a plain decode."""
+    running, batch = sched.running, sched.decode_batch
+    if batch is None or running[:len(batch.groups)] != batch.groups:
+        sched.decode_batch = None
+        added = _plain_decodes(sched, running, 0)
+        if added is None:
+            return None
+        seqs, request_ids, forked, context, to_finish = added
+        kv = sched.kv
+        sched.decode_batch = DecodeBatch(list(running), seqs, request_ids, forked, context, 0, to_finish,
+                                         kv.steps_until_new_blocks(seqs) if kv.rooms_follow_appends else None,
+                                         kv.block_size)
+        return sched.decode_batch
+    if len(running) == len(batch.groups):
+        return batch
+    new = running[len(batch.groups):]
+    added = _plain_decodes(sched, new, len(batch.seqs))
+    if added is None:
+        return None
+    seqs, request_ids, forked, context, to_finish = added
+    clock = batch.clock
+    # (new lists, not appends: the plan of the run before may still be read)
+    batch.groups = batch.groups + new
+    batch.seqs = batch.seqs + seqs
+    batch.request_ids = batch.request_ids + request_ids
+    batch.forked = batch.forked + forked
+    batch.context += context
+    batch.finish_at = batch.finish_at + [clock + steps for steps in to_finish]
+    if batch.opens_at is not None:
+        batch.opens_at = batch.opens_at + [clock + room for room in sched.kv.steps_until_new_blocks(seqs)]
+    sched.decode_batch = batch
+    return batch
+
+
+def _plain_decodes(sched: Scheduler, groups: list, first_position: int) -> tuple | None:
+    """For running groups that are all plain decodes (every sequence computes exactly its one
+    new token, and nothing can stop it early): their sequences, request ids, positions of
+    sequences of groups of several (from first_position), tokens, and steps until each group
+    stops. None if one is not."""
+    check_eos = sched.config.eos_token_id is not None
     context = 0
     seqs = []
     add_seq = seqs.append
     request_ids = []
     add_id = request_ids.append
-    forked = []  # positions of sequences in groups of several: only forks share a partly filled last block
-    for group in sched.running:
+    to_finish = []
+    add_finish = to_finish.append
+    forked = []  # only forks share a partly filled last block
+    for group in groups:
         request = group.request
         sampling = request.sampling
         if (check_eos and not sampling.ignore_eos) or sampling.beam_width > 1 or group.first_token_time is None:
@@ -96,61 +244,31 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             if num_tokens - seq.num_computed_tokens != 1:
                 return None  # still in prefill
             context += num_tokens
-            if group.stop_len - num_tokens < to_finish:
-                to_finish = group.stop_len - num_tokens
+            add_finish(group.stop_len - num_tokens)
             add_seq(seq)
             continue
-        stop = group.stop_len
-        forked.extend(range(len(seqs), len(seqs) + len(group_seqs)))
+        position = first_position + len(seqs)
+        forked.extend(range(position, position + len(group_seqs)))
+        longest = 0
         for seq in group_seqs:
             num_tokens = seq.num_tokens
             if num_tokens - seq.num_computed_tokens != 1:
                 return None  # still in prefill
             context += num_tokens
-            if stop - num_tokens < to_finish:
-                to_finish = stop - num_tokens
+            longest = max(longest, num_tokens)
             add_seq(seq)
-    num_seqs = len(seqs)
-    horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
-    if kv.frees_while_decoding and (sched.waiting or sched.swapped):
-        # a sliding window's freed block could let a queued group start: end with the step that frees one
-        horizon = min(horizon, kv.steps_until_window_frees(seqs))
-    rooms = kv.steps_until_new_blocks(seqs)
-    tables = kv.num_tables  # a new block of a sequence is one per block table
-    for i in forked:
-        if kv.blocks_needed(seqs[i], 1) > (rooms[i] == 0) * tables:
-            return None  # a shared last block must be copied first
-    # per sequence that grows into new blocks: the step (from 0) taking the first
-    opens_at = [room for room in rooms if room != INF]
-    # The longest run whose new blocks all fit: past it, some step would preempt.
-    bs = kv.block_size
-    free = kv.num_free_blocks // tables  # (blocks a sliding window frees meanwhile are not counted on)
-
-    def blocks_for(steps: int) -> int:
-        return sum((steps - 1 - first) // bs + 1 for first in opens_at if first < steps)
-
-    # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
-    if len(opens_at) * (horizon // bs + 1) <= free or blocks_for(horizon) <= free:
-        return DecodePlan(horizon, num_seqs, context, seqs, rooms, to_finish, request_ids)
-    lo, hi = 0, horizon
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if blocks_for(mid) <= free:
-            lo = mid
-        else:
-            hi = mid - 1
-    return DecodePlan(lo, num_seqs, context, seqs, rooms, to_finish, request_ids) if lo else None
+        add_finish(group.stop_len - longest)
+    return seqs, request_ids, forked, context, to_finish
 
 
-def _queued_group_could_start(sched: Scheduler) -> bool:
-    """Could the head of the swapped or waiting queue start at the next step? Admission and
-    swap-in only get harder while decoding takes memory: if they cannot start now, they cannot
-    start during a run either."""
+def _queued_group_could_start(sched: Scheduler, num_seqs: int) -> bool:
+    """Could the head of the swapped or waiting queue start at the next step, beside the
+    num_seqs running sequences? Admission and swap-in only get harder while decoding takes
+    memory: if they cannot start now, they cannot start during a run either."""
     cfg = sched.config
     may_admit = sched.waiting and not sched.swapped and cfg.batching == "iteration"
     if not (sched.swapped or may_admit):
         return False
-    num_seqs = sched.num_running_seqs
     budget = cfg.max_num_batched_tokens - num_seqs
     if sched.swapped and sched.can_swap_in(sched.swapped[0], num_seqs, budget if cfg.chunked_prefill else math.inf):
         return True
@@ -176,16 +294,19 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     sequence appending token_id each step; now is when the last step ends. New blocks are taken
     in the order single steps would take them (step by step, in running order), so block ids
     come out the same; sequences that stop at the last step finish as update() would finish them.
-    plan: plan_decode()'s answer for the state as it is now, if the caller has it (saves asking again)."""
+    plan: plan_decode()'s answer for the state as it is now, if the caller has it (saves asking
+    again, and keeps the scheduler's DecodeBatch for the next plan)."""
     kv = sched.kv
     bs = kv.block_size
     sched.last_admission = None  # the run takes blocks and frees the finished groups'
     if plan is None:
+        sched.decode_batch = None  # (not kept by a run taken without its plan)
+        batch = None
         seqs = [seq for group in sched.running for seq in group.seqs]
         rooms = kv.steps_until_new_blocks(seqs)
         to_finish = 0  # unknown: look for finished groups
     else:
-        seqs, rooms, to_finish = plan.seqs, plan.rooms, plan.steps_to_first_finish
+        seqs, rooms, to_finish, batch = plan.seqs, plan.rooms, plan.steps_to_first_finish, plan.batch
     used = kv.num_used_blocks
     num_seqs = len(seqs)
     # Each new block as step * num_seqs + position in the batch: sorted, that is the order single
@@ -193,10 +314,21 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     opens = []
     stop = num_steps * num_seqs
     stride = bs * num_seqs
+    if rooms is not None:
+        for order, first in enumerate(rooms):
+            if first < num_steps:
+                opens.extend(range(first * num_seqs + order, stop, stride))
+    else:  # (the batch keeps each sequence's next block, on its clock: move those taken on)
+        opens_at, clock = batch.opens_at, batch.clock
+        end = clock + num_steps
+        for order, at in enumerate(opens_at):
+            if at < end:
+                opens.extend(range((at - clock) * num_seqs + order, stop, stride))
+                opens_at[order] = at + ((end - 1 - at) // bs + 1) * bs
+    if batch is not None:
+        batch.clock += num_steps
+        batch.context += num_steps * num_seqs
     new_tokens = [token_id] * num_steps
-    for order, first in enumerate(rooms):
-        if first < num_steps:
-            opens.extend(range(first * num_seqs + order, stop, stride))
     for seq in seqs:
         seq.num_computed_tokens += num_steps
         seq.token_ids.extend(new_tokens)
@@ -223,14 +355,62 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
                 blocks_used[step] -= total
     finished = []
     if finishing:
-        # (sequences of a group grow in step: its first says whether it stops)
-        stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
-        for group in list(sched.running) if last_apart else stopping:
+        if last_apart:
+            stopping = list(sched.running)
+        elif batch is not None:  # (the batch knows when each group stops: batch.groups is sched.running)
+            clock = batch.clock
+            gone = [i for i, at in enumerate(batch.finish_at) if at <= clock]
+            stopping = [batch.groups[i] for i in gone]
+        else:  # (sequences of a group grow in step: its first says whether it stops)
+            stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
+        for group in stopping:
             if last_apart:
                 for seq in group.seqs:
                     kv.on_computed(seq)
             if group.seqs[0].num_tokens >= group.stop_len:
                 sched.retire_stopped(group)
                 sched.finish_if_done(group, now, finished)
+        if finished and batch is not None:
+            if last_apart or batch.forked or len(finished) != len(gone):
+                _drop_finished(sched, batch)
+            else:
+                _drop_positions(batch, gone)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
-    return DecodeRun(num_steps, len(seqs), blocks_used, finished)
+    return DecodeRun(num_steps, num_seqs, blocks_used, finished)
+
+
+def _drop_positions(batch: DecodeBatch, gone: list[int]) -> None:
+    """The batch without the finished groups at positions gone, each of one sequence (so also
+    their sequences' positions). The run's plan still reads its lists: those are copied first."""
+    groups, finish_at, opens_at = batch.groups, batch.finish_at, batch.opens_at
+    batch.seqs = seqs = batch.seqs[:]
+    batch.request_ids = request_ids = batch.request_ids[:]
+    for i in reversed(gone):
+        batch.context -= seqs[i].num_tokens
+        del groups[i], seqs[i], request_ids[i], finish_at[i]
+        if opens_at is not None:
+            del opens_at[i]
+
+
+def _drop_finished(sched: Scheduler, batch: DecodeBatch) -> None:
+    """The batch without the groups that finished (new lists: the run's plan is still read)."""
+    live = [bool(group.seqs) for group in batch.groups]
+    groups = list(compress(batch.groups, live))
+    seqs = [seq for group in groups for seq in group.seqs]
+    kept = [seq.status is SequenceStatus.RUNNING for seq in batch.seqs]
+    if len(seqs) != sum(kept):  # (a group lost some of its sequences only: build it afresh)
+        sched.decode_batch = None
+        return
+    batch.groups, batch.seqs = groups, seqs
+    batch.request_ids = list(compress(batch.request_ids, live))
+    batch.finish_at = list(compress(batch.finish_at, live))
+    batch.context = sum(map(attrgetter("num_tokens"), seqs))
+    if batch.opens_at is not None:
+        batch.opens_at = list(compress(batch.opens_at, kept))
+    if batch.forked:
+        batch.forked = forked = []
+        position = 0
+        for group in groups:
+            if len(group.seqs) > 1:
+                forked.extend(range(position, position + len(group.seqs)))
+            position += len(group.seqs)

@@ -141,6 +141,7 @@ class HybridKVManager(PagedKVManager):
         return len(self._hit(seq)[0]) * self.block_size
 
     surely_admits = KVCacheManager.surely_admits  # (several tables: ask can_admit)
+    rooms_follow_appends = False  # (a sliding window's frees: ask steps_until_new_blocks every run)
 
     def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
         shared = self._siblings_share(group)

@@ -47,6 +47,10 @@ class KVCacheManager(ABC):
     num_tables: int = 1
     # A sliding window frees blocks as sequences decode (see steps_until_window_frees).
     frees_while_decoding: bool = False
+    # steps_until_new_block changes only as decode steps and appended blocks change it: after a
+    # decode run of n steps that appended k blocks it is n less, plus k * block_size (math.inf
+    # stays math.inf), so pagesim.core.decode_runs keeps it per sequence instead of asking again.
+    rooms_follow_appends: bool = False
 
     def __init__(self) -> None:
         # Copy-on-write and fork copies the scheduler hands to the executor, drained every step.

@@ -115,6 +115,7 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
 
 class PagedKVManager(KVCacheManager):
     supports_swap = True
+    rooms_follow_appends = True  # (len(block_table) * block_size - num_computed_tokens)
 
     def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
                  enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key,

@@ -33,6 +33,8 @@ class Reservation:
 
 
 class ReservationKVManager(KVCacheManager):
+    rooms_follow_appends = True  # (math.inf: every block is reserved at admission)
+
     def __init__(self, num_device_blocks: int, block_size: int = 16, estimate: str = "max",
                  max_model_len: int = 2048, allocator: str = "buddy"):
         super().__init__()

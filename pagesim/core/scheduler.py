@@ -56,6 +56,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # blocks moved either way
         self.last_admission: AdmissionAnswer | None = None  # dropped by every change of state
+        # the running batch the decode runs keep (pagesim.core.decode_runs.DecodeBatch, which says when)
+        self.decode_batch = None
+        self._stepping_batch = None  # one the step being taken decodes (update() moves its clock on)
 
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
@@ -94,6 +97,7 @@ class Scheduler:
         """Stop a group wherever it is (waiting, running or swapped) and free all of its blocks;
         its live sequences end ABORTED. Call between steps. False if it had already left."""
         self.last_admission = None
+        self.decode_batch = None
         for queue in (self.running, self.swapped, self.waiting):
             if group in queue:
                 queue.remove(group)
@@ -122,6 +126,7 @@ class Scheduler:
 
     # -- one iteration ---------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
+        self._stepping_batch = None
         out = SchedulerOutput(block_size=self.kv.block_size)
         may_admit = not self.swapped and (self.config.batching == "iteration" or not self.running)
         if not self.config.chunked_prefill:
@@ -206,6 +211,7 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput) -> int:
         """Give every running group its next tokens, preempting from the newest end when the
         blocks run out. Returns the token budget left."""
+        batch, self.decode_batch = self.decode_batch, None  # (kept through a step decoding each by one token)
         budget = self.config.max_num_batched_tokens
         kv = self.kv
         chunked = self.config.chunked_prefill
@@ -254,6 +260,8 @@ class Scheduler:
                 budget -= sum(counts)
                 out.add(group, counts)
             i += 1
+        if batch is not None and not out.preempted and batch.decoded_by(out):
+            self._stepping_batch = batch  # update() moves its clock on by the step
         return budget
 
     def can_swap_in(self, group: SequenceGroup, num_seqs: int, budget: float) -> bool:
@@ -382,6 +390,8 @@ class Scheduler:
                 apply_samples(group, due, samples_for(group, due))
             retire(group)
             finish(group, now, finished)
+        if self._stepping_batch is not None:
+            self.decode_batch, self._stepping_batch = self._stepping_batch.stepped(), None
         return finished
 
     def finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:

@@ -266,7 +266,7 @@ class Replay:
         scheduler, cost, metrics = self.scheduler, self.cost, self.metrics
         waste_every = self.cfg.waste_interval_s
         self.next_waste = 0.0 if waste_every is not None else math.inf
-        feed = self.feed
+        feed, timeout, fast_forward = self.feed, self.cfg.client_timeout_s, self.fast_forward
         while not (feed.exhausted and self.num_done == self.num_submitted):
             if not scheduler.has_unfinished:
                 if self._unheard_ends:
@@ -275,11 +275,11 @@ class Replay:
                 self.idle = env.event()
                 yield self.idle
                 continue
-            if self.cfg.client_timeout_s is not None:
+            if timeout is not None:
                 self._abort_timed_out(env.now)
                 if not scheduler.has_unfinished:
                     continue
-            plan = plan_decode(scheduler, MAX_DECODE_RUN) if self.fast_forward else None
+            plan = plan_decode(scheduler, MAX_DECODE_RUN) if fast_forward else None
             if plan is not None:
                 # (a run's two halves are plain calls around its timeouts, not a generator of its
                 # own: one fewer object and one fewer frame switch per event)
@@ -331,7 +331,12 @@ class Replay:
         metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
         # ends not heard of yet are heard at the end of the next step, which may release a request
-        until = now if self._unheard_ends else min(self._next_arrival_time(), self.next_waste, self._next_deadline())
+        if self._unheard_ends:
+            until = now
+        else:
+            until = min(self.feed.next_time() + self.request_host_s, self.next_waste)
+            if self._groups:  # (kept only under a client timeout)
+                until = min(until, self._next_deadline())
         durations, ends = self._run_times(plan, now, until)
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
@@ -386,9 +391,6 @@ class Replay:
             now = part_ends[-1]
             chunk *= 4
         return durations, ends
-
-    def _next_arrival_time(self) -> float:
-        return self.feed.next_time() + self.request_host_s
 
     def _next_deadline(self) -> float:
         """When the oldest request that may still be running runs out of client patience."""

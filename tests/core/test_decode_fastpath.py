@@ -22,7 +22,7 @@ import pytest
 from pagesim.core import (
     KVGroupSpec, PagedKVManager, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, StepResult, make_scheduler,
 )
-from pagesim.core.decode_runs import advance_decode, decode_horizon
+from pagesim.core.decode_runs import advance_decode, decode_horizon, plan_decode
 
 TOKEN = 7  # the token every sequence appends (what the simulator does)
 LIMIT = 10_000
@@ -119,15 +119,38 @@ class Driver:
         return [s.seq_id for g in self.s.running for s in g.seqs]
 
 
-def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run: int = 2, tight: bool = True) -> dict:
+def plan_view(sched, plan) -> tuple | None:
+    """What a plan says, with the rooms spelled out (a plan on a kept DecodeBatch leaves them to it)."""
+    if plan is None:
+        return None
+    rooms = plan.rooms if plan.rooms is not None else plan.batch.rooms(sched.kv)
+    return (plan.num_steps, plan.num_seqs, plan.context_tokens, plan.steps_to_first_finish,
+            [s.seq_id for s in plan.seqs], list(plan.request_ids), list(rooms))
+
+
+def fresh_plan(sched, limit: int):
+    """plan_decode from the queues alone: the scheduler's DecodeBatch set aside, then put back."""
+    kept = sched.decode_batch
+    sched.decode_batch = None
+    try:
+        return plan_decode(sched, limit)
+    finally:
+        sched.decode_batch = kept
+
+
+def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run: int = 2, tight: bool = True,
+          with_plan: bool = True) -> dict:
     """Run the fast and the reference scheduler side by side, checking as described above
     (runs of min_run steps or more; the simulator takes runs of one step too). tight=False: a
     run may end early (a sliding window frees blocks during a run, which the horizon does not
-    count on), so only its safety is checked.
+    count on), so only its safety is checked. with_plan: hand advance_decode the plan (as the
+    simulator does, keeping the scheduler's DecodeBatch from run to run), each plan checked
+    against one made afresh from the queues; False: advance_decode finds the batch itself.
     Returns counts of what happened (runs, steps skipped, preemptions, ...)."""
     fast = Driver(make(), [(t, _copy(r)) for t, r in requests])
     ref = Driver(make(), [(t, _copy(r)) for t, r in requests])
-    stats = {"runs": 0, "run_steps": 0, "steps": 0, "tight_checks": 0}
+    stats = {"runs": 0, "run_steps": 0, "steps": 0, "tight_checks": 0, "kept_batch_plans": 0,
+             "batch_kept_through_steps": 0}
     expect_not_plain = False
     while fast.pending or fast.s.has_unfinished:
         fast.add_arrivals()
@@ -137,8 +160,12 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run
             fast.t = ref.t = fast.next_arrival
             expect_not_plain = False
             continue
-        horizon = decode_horizon(fast.s, limit)
-        assert 0 <= horizon <= limit
+        kept = fast.s.decode_batch is not None
+        plan = plan_decode(fast.s, limit)
+        assert plan_view(fast.s, plan) == plan_view(fast.s, fresh_plan(fast.s, limit))
+        stats["kept_batch_plans"] += kept and plan is not None
+        horizon = plan.num_steps if plan else 0
+        assert horizon == decode_horizon(fast.s, limit) and 0 <= horizon <= limit
         to_arrival = None if fast.next_arrival is None else fast.next_arrival - fast.t
         steps = horizon if to_arrival is None else min(horizon, to_arrival)
         # a run the horizon itself ends (not the next arrival, not the limit)
@@ -146,7 +173,7 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run
         if steps >= min_run:
             assert not (expect_not_plain and tight), f"t={fast.t}: a run right after a run the horizon ended: not tight"
             batch = fast.batch()
-            run = advance_decode(fast.s, steps, TOKEN, float(fast.t + steps))
+            run = advance_decode(fast.s, steps, TOKEN, float(fast.t + steps), plan if with_plan else None)
             fast.t += steps
             fast.finished.extend(run.finished)
             assert run.num_steps == steps and run.num_seqs == len(batch)
@@ -167,7 +194,10 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run
             expect_not_plain = by_horizon and not run.finished
         else:
             batch = ref.batch()
+            kept_before = fast.s.decode_batch
             out_f, done_f = fast.step()
+            # a step that decoded the kept batch by one token each keeps it (its clock moved on)
+            stats["batch_kept_through_steps"] += kept_before is not None and fast.s.decode_batch is kept_before
             out_r, done_r = ref.step()
             assert out_state(out_f, done_f) == out_state(out_r, done_r)
             if expect_not_plain and tight:
@@ -259,8 +289,19 @@ def test_fast_path_matches_single_steps(name, seed):
     # runs the horizon ended either finished sequences at their last step or were checked tight
     assert stats["tight_checks"] + stats.get("run_finishes", 0) >= 10, stats
     assert stats["finished"] == 60, stats
+    # plans made on a DecodeBatch kept from earlier runs, admissions and decode steps (each checked
+    # against a fresh one)
+    assert stats["kept_batch_plans"] >= 5 and stats["batch_kept_through_steps"] >= 5, stats
     for key in must:
         assert stats[key] > 0, (key, stats)
+
+
+@pytest.mark.parametrize("name", ["paged-prefix-swap", "paged-auto-parallel", "orca-pow2"])
+def test_runs_taken_without_their_plan_match_single_steps(name):
+    """advance_decode without a plan finds the batch itself (and drops the kept DecodeBatch)."""
+    make, kwargs, must = CASES[name]
+    stats = drive(make, workload(5, 60, max_len=make().config.max_model_len, **kwargs), with_plan=False)
+    assert stats["runs"] >= 15 and stats["finished"] == 60, stats
 
 
 def test_small_run_limit_matches_single_steps():
@@ -448,6 +489,6 @@ def test_fast_path_matches_single_steps_with_kv_groups(name, seed):
     stats = drive(make, workload(seed, 60, max_len=make().config.max_model_len, **kwargs), tight=False)
     # (runs end where a window frees a block while a group waits, so they are shorter)
     assert stats["runs"] >= 10 and stats["run_steps"] >= 40, stats
-    assert stats["finished"] == 60, stats
+    assert stats["finished"] == 60 and stats["kept_batch_plans"] >= 5, stats
     for key in must:
         assert stats[key] > 0, (key, stats)
