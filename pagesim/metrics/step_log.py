@@ -13,9 +13,11 @@ from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
 
 class StepLog:
     """Every step's StepRecord, in time order, stored as columns so that memory stays flat over a
-    long run: the four fields that change every step are packed arrays, the other ten are held
-    values (a new row of them only where they change: at every single step, twice per decode
-    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame).
+    long run: the four fields that change every step are packed arrays (the blocks without
+    sharing only from the first step that shares blocks: before it they are the blocks used), the
+    other ten are held values (a new row of them only where they change: at every single step,
+    twice per decode run). StepRecords are built only when asked for (steps.csv, the API's
+    DataFrame).
 
     What the summary needs is summed as steps arrive, in step order (the same floats as summing
     the columns afterwards), so a run that writes no steps.csv (keep_steps=False) keeps only the
@@ -27,7 +29,9 @@ class StepLog:
         self.time = array("d")
         self.duration = array("d")
         self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
-        self.kv_blocks_logical = array("i")
+        # kv_blocks_logical, kept from the first step that shares blocks (logical > used) on:
+        # until then it is the used column (most runs never share: no copy of it at all)
+        self._logical: array | None = None
         # rows of held values: the first step each holds from (until the next row's), and the
         # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
         self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
@@ -44,6 +48,16 @@ class StepLog:
 
     def __len__(self) -> int:
         return len(self.time)
+
+    @property
+    def kv_blocks_logical(self) -> array:
+        """Blocks the live sequences would hold without sharing, step by step."""
+        return self.kv_blocks_used if self._logical is None else self._logical
+
+    @property
+    def shares_blocks(self) -> bool:
+        """Whether any kept step holds shared blocks (kv_blocks_logical differs from kv_blocks_used)."""
+        return self._logical is not None
 
     def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
         self.time.append(time)
@@ -64,7 +78,11 @@ class StepLog:
             self.held.frombytes(_pack_held(*held))
             self.duration.append(duration)
             self.kv_blocks_used.append(used)
-            self.kv_blocks_logical.append(logical)
+            if self._logical is not None:
+                self._logical.append(logical)
+            elif logical != used:
+                self._logical = self.kv_blocks_used[:-1]
+                self._logical.append(logical)
 
     def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
                 held: tuple, held_last: tuple) -> int:
@@ -86,7 +104,10 @@ class StepLog:
             self.held.frombytes(_pack_held(*held_last))
             _extend(self.duration, durations)
             _extend(self.kv_blocks_used, used)
-            self.kv_blocks_logical.fromlist(logical)
+            if self._logical is None and (shared[0] or shared[1]):
+                self._logical = self.kv_blocks_used[:first]
+            if self._logical is not None:
+                self._logical.fromlist(logical)
         return first
 
     def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
