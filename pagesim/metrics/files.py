@@ -105,7 +105,7 @@ class _StepLines:
         log = self.log
         held, counts = log.held_rows(first, stop)
         used = log.kv_blocks_used[first:stop]
-        logical = log.kv_blocks_logical[first:stop]
+        logical = log.kv_blocks_logical[first:stop] if log.shares_blocks else used
         if logical == used:
             blocks = map(self.blocks.__getitem__, used)
         else:

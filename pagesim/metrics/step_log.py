@@ -6,15 +6,18 @@ from array import array
 from bisect import bisect_left, bisect_right
 from itertools import chain, islice, repeat
 from operator import add, mul, sub, truediv
+from struct import Struct
 
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
 
 
 class StepLog:
     """Every step's StepRecord, in time order, stored as columns so that memory stays flat over a
-    long run: the four fields that change every step are packed arrays, the other ten are held
-    values (a new row of them only where they change: at every single step, twice per decode
-    run). StepRecords are built only when asked for (steps.csv, the API's DataFrame).
+    long run: the four fields that change every step are packed arrays (the blocks without
+    sharing only from the first step that shares blocks: before it they are the blocks used), the
+    other ten are held values (a new row of them only where they change: at every single step,
+    twice per decode run). StepRecords are built only when asked for (steps.csv, the API's
+    DataFrame).
 
     What the summary needs is summed as steps arrive, in step order (the same floats as summing
     the columns afterwards), so a run that writes no steps.csv (keep_steps=False) keeps only the
@@ -26,7 +29,9 @@ class StepLog:
         self.time = array("d")
         self.duration = array("d")
         self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
-        self.kv_blocks_logical = array("i")
+        # kv_blocks_logical, kept from the first step that shares blocks (logical > used) on:
+        # until then it is the used column (most runs never share: no copy of it at all)
+        self._logical: array | None = None
         # rows of held values: the first step each holds from (until the next row's), and the
         # values, HELD_FIELDS in order, len(HELD_FIELDS) a row
         self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
@@ -44,6 +49,16 @@ class StepLog:
     def __len__(self) -> int:
         return len(self.time)
 
+    @property
+    def kv_blocks_logical(self) -> array:
+        """Blocks the live sequences would hold without sharing, step by step."""
+        return self.kv_blocks_used if self._logical is None else self._logical
+
+    @property
+    def shares_blocks(self) -> bool:
+        """Whether any kept step holds shared blocks (kv_blocks_logical differs from kv_blocks_used)."""
+        return self._logical is not None
+
     def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
         self.time.append(time)
         # _add_totals for one step, unrolled (the same floats: each total gains one term, as
@@ -60,10 +75,14 @@ class StepLog:
         self.held_sums = list(map(add, self.held_sums, held))
         if self.keep_steps:
             self.held_from.append(len(self.time) - 1)
-            self.held.extend(held)
+            self.held.frombytes(_pack_held(*held))
             self.duration.append(duration)
             self.kv_blocks_used.append(used)
-            self.kv_blocks_logical.append(logical)
+            if self._logical is not None:
+                self._logical.append(logical)
+            elif logical != used:
+                self._logical = self.kv_blocks_used[:-1]
+                self._logical.append(logical)
 
     def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
                 held: tuple, held_last: tuple) -> int:
@@ -80,12 +99,15 @@ class StepLog:
         if self.keep_steps:
             if last > first:
                 self.held_from.append(first)
-                self.held.extend(held)
+                self.held.frombytes(_pack_held(*held))
             self.held_from.append(last)
-            self.held.extend(held_last)
+            self.held.frombytes(_pack_held(*held_last))
             _extend(self.duration, durations)
             _extend(self.kv_blocks_used, used)
-            self.kv_blocks_logical.fromlist(logical)
+            if self._logical is None and (shared[0] or shared[1]):
+                self._logical = self.kv_blocks_used[:first]
+            if self._logical is not None:
+                self._logical.fromlist(logical)
         return first
 
     def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
@@ -165,6 +187,11 @@ class StepLog:
         for time, duration, used, logical, util, h in zip(self.time, self.duration, self.kv_blocks_used,
                                                           self.kv_blocks_logical, self.utilization(), held):
             yield StepRecord(time, duration, *h[:6], used, logical, util, *h[6:])
+
+
+# one row of held values as the bytes of array("i") items (native int, as the array holds them):
+# held.extend(row) converts a tuple item by item, ~3x slower for a row of ten
+_pack_held = Struct(f"{len(HELD_FIELDS)}i").pack
 
 
 def _extend(column: array, values) -> None:

@@ -79,3 +79,31 @@ def test_a_replay_with_shared_blocks_in_short_stretches(chunk, tmp_path, monkeyp
     files.write_steps_csv(tmp_path / "steps.csv", log)
     _reference(tmp_path / "reference.csv", log)
     assert (tmp_path / "steps.csv").read_bytes() == (tmp_path / "reference.csv").read_bytes()
+
+
+@pytest.mark.parametrize("first_sharing", ["step", "run", "last step of a run", "never"])
+def test_blocks_without_sharing_kept_from_the_first_step_that_shares(first_sharing, tmp_path):
+    """kv_blocks_logical is stored only from the first step whose logical count differs from the
+    blocks used (before it, it is the used column): the values and the file are the same as if
+    every step's count had been stored, whichever kind of step shares first."""
+    log = StepLog(64)
+    logical = []  # what each step's count is, by hand
+    held = (1, 1, 0, 1, 0, 0, 0, 0, 0, 0)
+    for i in range(3):
+        extra = 1 if first_sharing == "step" and i == 2 else 0
+        log.add_step(0.5 * (i + 1), 0.5, 4 + i, 4 + i + extra, held)
+        logical.append(4 + i + extra)
+    shared = {"run": (2, 1), "last step of a run": (0, 3)}.get(first_sharing, (0, 0))
+    log.add_run([2.0, 2.5, 3.0], [0.5, 0.5, 0.5], [7, 8, 8], shared, held, held)
+    logical += [7 + shared[0], 8 + shared[0], 8 + shared[1]]
+    log.add_step(3.5, 0.5, 9, 9, held)
+    log.add_run([4.0, 4.5], [0.5, 0.5], [9, 10], (0, 0), held, held)
+    logical += [9, 9, 10]
+    assert list(log.kv_blocks_logical) == logical
+    assert [r.kv_blocks_logical for r in log.records()] == logical
+    assert log.shares_blocks == (first_sharing != "never")
+    files.write_steps_csv(tmp_path / "steps.csv", log)
+    _reference(tmp_path / "reference.csv", log)
+    assert (tmp_path / "steps.csv").read_bytes() == (tmp_path / "reference.csv").read_bytes()
+    assert [line.split(",")[9] for line in (tmp_path / "steps.csv").read_text().splitlines()[1:]] == \
+        [str(n) for n in logical]
