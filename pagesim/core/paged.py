@@ -18,7 +18,7 @@ from typing import Callable, Hashable
 
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
 from pagesim.core.hashed_prompt import HashChainKeys
-from pagesim.core.kv_groups import KVLayout
+from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
 
@@ -83,11 +83,11 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
     """Register table[i] under keys[i] for the indices in retry, then start..end-1 (index order, as
     re-registering every block would); returns those left unregistered because another block
     holds their key. A block that holds a key keeps it while a table holds it, so it is never
-    offered again; a freed sliding-window entry (negative) is dropped."""
+    offered again; a freed sliding-window entry (NULL_BLOCK, the only negative one) is dropped."""
     block_hash, cached = pool.block_hash, pool.cached
     if not retry and start < end:
         blocks = table[start:end]
-        if min(blocks) >= 0 and gather(block_hash, blocks).count(None) == len(blocks):
+        if NULL_BLOCK not in blocks and gather(block_hash, blocks).count(None) == len(blocks):
             # The common case at C speed: a prompt's newly full blocks, none freed, none registered.
             # setdefault in index order is the loop below: a key already held (by another block,
             # or by an earlier block of this batch) keeps its block, which comes back instead.
