@@ -277,7 +277,7 @@ class BlockPool:
         counts = gather(refcount, blocks)
         n = len(blocks)
         last = counts.count(1)  # blocks whose last reference this is
-        if (distinct or len(set(blocks)) == n) and (last == n or min(counts) > 0):
+        if (distinct or len(set(blocks)) == n) and (last == n or 0 not in counts):
             # (the common case, checked at C speed: distinct blocks all in use, nothing can fail)
             if last == n:  # (no block shared: every one is freed)
                 fill(refcount, blocks, 0)
