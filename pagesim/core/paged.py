@@ -32,8 +32,13 @@ def fast_block_key(parent: Hashable, tokens: tuple[int, ...]) -> int:
 def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
     """SHA-256 over the parent's key and the block's token ids (what vLLM moved to after its
     hash-collision advisory): a crafted prompt cannot reach another prompt's cached block."""
-    # the parent digest has a fixed length and each id 8 bytes, so the input is unambiguous
-    digest = hashlib.sha256(parent if isinstance(parent, bytes) else b"")
+    # The parent is a digest (32 bytes), the root (0: nothing), or a hashed prompt's numbered key
+    # (pagesim.core.hashed_prompt: an int below 2^63, as b"n" and 8 bytes, so that different
+    # hashed prefixes give different keys); with 8 bytes an id, the input is unambiguous.
+    if isinstance(parent, bytes):
+        digest = hashlib.sha256(parent)
+    else:
+        digest = hashlib.sha256(b"n" + parent.to_bytes(8, "little", signed=True) if parent else b"")
     digest.update(array("q", tokens).tobytes())
     return digest.digest()
 

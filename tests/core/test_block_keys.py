@@ -31,3 +31,12 @@ def test_sha256_keys_chain_the_same_spans():
     a, b, c = block_hashes(ids, 4, 3, sha256_block_key)  # blocks (0..3), (4..7), (8, 9): the last partial
     assert a == sha256_block_key(b"", (0, 1, 2, 3))
     assert b == sha256_block_key(a, (4, 5, 6, 7)) and c == sha256_block_key(b, (8, 9))
+
+
+def test_sha256_keys_tell_numbered_parents_apart():
+    # the first block past a hashed prompt chains from its numbered key (an int): two prompts
+    # with the same output tokens must still get different keys (the int was once dropped)
+    tokens = (7, 7, 7, 7)
+    a, b = sha256_block_key((1 << 62) + 5, tokens), sha256_block_key((1 << 62) + 99, tokens)
+    assert a != b and len({a, b, sha256_block_key(0, tokens), sha256_block_key(b"", tokens)}) == 3
+    assert sha256_block_key(0, tokens) == sha256_block_key(b"", tokens)  # the root: nothing before it
