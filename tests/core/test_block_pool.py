@@ -114,6 +114,7 @@ def test_block_pool_matches_ordered_dict_reference(num_blocks, ops):
         assert pool.num_free == len(ref.free) and pool.refcount == ref.refcount
         assert all((b in pool.free_queue) == (b in ref.free) for b in range(num_blocks))
         assert pool.cached == ref.cached and pool.num_evictions == ref.evictions
+        assert {b: h for b, h in enumerate(pool.block_hash) if h is not None} == ref.block_hash
         assert pool.num_refs == sum(ref.refcount)
 
 
