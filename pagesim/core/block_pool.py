@@ -286,10 +286,17 @@ class BlockPool:
                 # The shared blocks (a prefix hit's, usually few) lose one reference each, the
                 # others are freed by one fill: a store of every count less one (map(sub)) cost
                 # ~4x as much per block, and a table that hit the cache shares some of its blocks.
-                for block in compress(blocks, map(ne, counts, repeat(1))):
-                    refcount[block] -= 1
-                if last:
+                # A table freed tail first has its shared prefix last: then the freed blocks are
+                # one slice, else they are picked out (compress) where they lie.
+                cut = last
+                if 1 in counts[cut:]:
                     freed = list(compress(blocks, map(eq, counts, repeat(1))))
+                    shared = compress(blocks, map(ne, counts, repeat(1)))
+                else:
+                    freed, shared = blocks[:cut], blocks[cut:]
+                for block in shared:
+                    refcount[block] -= 1
+                if freed:
                     fill(refcount, freed, 0)
                     self.free_queue.extend(freed)
             self.num_refs -= n
