@@ -4,7 +4,7 @@ order is the eviction order (vLLM v1's block_pool.py), shared by every paged KV 
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import add, eq, is_not, itemgetter, sub
+from operator import add, eq, itemgetter, ne
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 
@@ -12,7 +12,7 @@ from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 # Batch operations over many blocks. Plain loops: Python 3.11 specialises a list store or a dict
 # delete by an int key, which makes them cheaper than mapping operator.setitem/delitem from C and
 # draining the map (the earlier form): per element, callgrind counts 271 instructions against 335
-# for store, 153 against 331 for fill, 396 against 446 for forget (770-block batches).
+# for store, 153 against 331 for fill (770-block batches).
 def store(values: list, indices, new) -> None:
     """values[i] = v for each i, v of indices and new, in that order."""
     for i, v in zip(indices, new):
@@ -30,12 +30,6 @@ def gather(values, indices: list) -> tuple:
     if len(indices) > 1:
         return itemgetter(*indices)(values)
     return (values[indices[0]],) if indices else ()
-
-
-def forget(mapping: dict, keys) -> None:
-    """del mapping[k] for each k of keys."""
-    for k in keys:
-        del mapping[k]
 
 
 class FreeBlockQueue:
@@ -222,15 +216,23 @@ class BlockPool:
             state = f"all {self.num_blocks} blocks are in use" if not free else f"only {free} of {self.num_blocks} are free"
             raise OutOfBlocks(f"{n} blocks asked for, {state} (callers check num_free first)")
         blocks = self.free_queue.popleft_n(n)
-        fill(self.refcount, blocks, 1)
-        if self.cached:
-            keys = gather(self.block_hash, blocks)
-            unkeyed = keys.count(None)
-            if unkeyed != n:  # some hold cached contents: forget them (_evict, in batch)
-                forget(self.cached, compress(keys, map(is_not, keys, repeat(None))) if unkeyed else keys)
-                fill(self.block_hash, blocks, None)
-                self.num_evictions += n - unkeyed
         self.num_refs += n
+        if not self.cached:
+            fill(self.refcount, blocks, 1)
+            return blocks
+        # Blocks that hold cached contents forget them (_evict), in one pass with the refcounts:
+        # ~700 instructions a block against ~870 for four passes (fill, gather, del, fill), and
+        # with prefix caching nearly every block taken holds a key (Mooncake: 9 M of them).
+        refcount, block_hash, cached = self.refcount, self.block_hash, self.cached
+        evicted = 0
+        for block in blocks:
+            refcount[block] = 1
+            key = block_hash[block]
+            if key is not None:
+                del cached[key]
+                block_hash[block] = None
+                evicted += 1
+        self.num_evictions += evicted
         return blocks
 
     def _evict(self, block: int) -> None:
@@ -275,15 +277,28 @@ class BlockPool:
         counts = gather(refcount, blocks)
         n = len(blocks)
         last = counts.count(1)  # blocks whose last reference this is
-        if (distinct or len(set(blocks)) == n) and (last == n or min(counts) > 0):
+        if (distinct or len(set(blocks)) == n) and (last == n or 0 not in counts):
             # (the common case, checked at C speed: distinct blocks all in use, nothing can fail)
             if last == n:  # (no block shared: every one is freed)
                 fill(refcount, blocks, 0)
                 self.free_queue.extend(blocks)
             else:
-                store(refcount, blocks, map(sub, counts, repeat(1)))
-                if last:
-                    self.free_queue.extend(compress(blocks, map(eq, counts, repeat(1))))
+                # The shared blocks (a prefix hit's, usually few) lose one reference each, the
+                # others are freed by one fill: a store of every count less one (map(sub)) cost
+                # ~4x as much per block, and a table that hit the cache shares some of its blocks.
+                # A table freed tail first has its shared prefix last: then the freed blocks are
+                # one slice, else they are picked out (compress) where they lie.
+                cut = last
+                if 1 in counts[cut:]:
+                    freed = list(compress(blocks, map(eq, counts, repeat(1))))
+                    shared = compress(blocks, map(ne, counts, repeat(1)))
+                else:
+                    freed, shared = blocks[:cut], blocks[cut:]
+                for block in shared:
+                    refcount[block] -= 1
+                if freed:
+                    fill(refcount, freed, 0)
+                    self.free_queue.extend(freed)
             self.num_refs -= n
             return
         freed = []

@@ -114,6 +114,7 @@ def test_block_pool_matches_ordered_dict_reference(num_blocks, ops):
         assert pool.num_free == len(ref.free) and pool.refcount == ref.refcount
         assert all((b in pool.free_queue) == (b in ref.free) for b in range(num_blocks))
         assert pool.cached == ref.cached and pool.num_evictions == ref.evictions
+        assert {b: h for b, h in enumerate(pool.block_hash) if h is not None} == ref.block_hash
         assert pool.num_refs == sum(ref.refcount)
 
 
@@ -226,3 +227,19 @@ def test_many_stale_entries_in_one_take():
     assert queue.popleft_n(10) == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6] and len(queue) == 0
     queue.extend([3, 1])
     assert list(queue) == [3, 1] and queue.popleft_n(2) == [3, 1]
+
+
+@pytest.mark.parametrize("shared", [(), (0,), (4,), (3, 4), (0, 2), (1, 3, 4), (0, 1, 2, 3, 4)])
+def test_release_with_shared_blocks_anywhere_matches_one_decref_each(shared):
+    # release's fast path frees a slice when the shared blocks come last (a table freed tail
+    # first, its hit prefix last) and picks the freed ones out otherwise: both as decref one by one
+    pool, ref = BlockPool(6, enable_caching=True), ReferencePool(6)
+    blocks = pool.allocate_n(5)
+    assert blocks == [ref.allocate() for _ in range(5)]
+    for i in shared:  # another table holds these too
+        pool.incref(blocks[i]), ref.incref(blocks[i])
+    pool.release(blocks, distinct=True)
+    for block in blocks:
+        ref.decref(block)
+    assert pool.refcount == ref.refcount and list(pool.free_queue) == list(ref.free)
+    assert pool.num_refs == sum(ref.refcount)

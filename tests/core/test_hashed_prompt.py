@@ -66,10 +66,13 @@ def test_keys_equal_exactly_when_materialised_ids_hash_equal(block_tokens, block
 
 
 def test_numbered_keys_never_meet_real_token_keys():
+    # numbered keys are machine-word ints from 2^62 on: never equal to a sha256 key (bytes), and
+    # a fast key (any machine word) meets one only as two fast keys meet (2^-64 a pair; none here)
     p = HashedPrompt((0,), 64, 64)
     keys = HashChainKeys(4, fast_block_key).keys(p, 15)
     real = block_hashes(list(range(64)), 4, 15)
-    assert not set(keys) & set(real) and all(k >= 2**64 for k in keys)
+    assert not set(keys) & set(real) and all(type(k) is int and 2**62 <= k < 2**63 for k in keys)
+    assert all(isinstance(k, bytes) for k in block_hashes(list(range(64)), 4, 15, sha256_block_key))
 
 
 def kv_view(sched) -> dict:
