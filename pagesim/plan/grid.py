@@ -42,8 +42,8 @@ class RunSettings:
     from being judged on a few seconds of traffic. Requests arriving in the first
     `warmup_fraction` of the expected arrival span (warmup_fraction * n / r seconds) are simulated
     but left out of every statistic, so the empty-system start does not flatter latency. A probe
-    runs again with more requests until its steady state is judged (pagesim.plan.run), at most
-    max_requests_per_probe.
+    is extended to more requests until its steady state is judged (pagesim.plan.run; one replay
+    continued, pagesim.plan.continued), at most max_requests_per_probe.
     """
 
     model: str

@@ -9,7 +9,7 @@ times, the queue's trend tested),
 and every SLO holds by more than the run's noise (slo.clear_pass: a batch-means interval).
 A run that fails an SLO or rejects a request decides at once: it started from an empty system,
 the most favourable state, so a longer one does no better. A pass counts only on a run long
-enough and with a flat queue; otherwise the probe runs again with more requests, up to the
+enough and with a flat queue; otherwise the probe is extended to more requests, up to the
 settings' cap, where an undecided probe counts as unsustainable ("undecided").
 
 `probe_steady(run, rate, ...)` is that loop over any driver (`run(n)` -> a run record);
