@@ -83,14 +83,8 @@ class DecodeBatch:
     def stepped(self) -> "DecodeBatch | None":
         """The step decoded_by() said yes to was taken: the batch with its clock moved on by it
         (the groups it finished gone), or None where it must be built afresh."""
-        end = self.clock + 1
-        if self.opens_at is not None:  # (a block taken by a sequence whose room was 0)
-            opens_at = self.opens_at
-            for order, at in enumerate(opens_at):
-                if at < end:
-                    opens_at[order] = at + self.block_size
-        self.clock = end
-        self.context += len(self.seqs)
+        self.move_on(1)
+        end = self.clock
         gone = [i for i, at in enumerate(self.finish_at) if at <= end]
         if not gone:
             return self
@@ -98,6 +92,22 @@ class DecodeBatch:
             return None
         _drop_positions(self, gone)
         return self
+
+    def move_on(self, num_steps: int, opens: list | None = None) -> None:
+        """Move the clock num_steps decode steps on. Where it keeps each sequence's next block
+        (opens_at), the blocks taken meanwhile move it past them, and go into opens (if given)
+        as step * len(seqs) + position, the order single steps take them in."""
+        clock, bs, num_seqs = self.clock, self.block_size, len(self.seqs)
+        end = clock + num_steps
+        if self.opens_at is not None:
+            opens_at, stop, stride = self.opens_at, num_steps * num_seqs, bs * num_seqs
+            for order, at in enumerate(opens_at):
+                if at < end:
+                    if opens is not None:
+                        opens.extend(range((at - clock) * num_seqs + order, stop, stride))
+                    opens_at[order] = at + ((end - 1 - at) // bs + 1) * bs
+        self.clock = end
+        self.context += num_steps * num_seqs
 
     def rooms(self, kv) -> list:
         """steps_until_new_block of each of seqs, now."""
@@ -318,16 +328,8 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
         for order, first in enumerate(rooms):
             if first < num_steps:
                 opens.extend(range(first * num_seqs + order, stop, stride))
-    else:  # (the batch keeps each sequence's next block, on its clock: move those taken on)
-        opens_at, clock = batch.opens_at, batch.clock
-        end = clock + num_steps
-        for order, at in enumerate(opens_at):
-            if at < end:
-                opens.extend(range((at - clock) * num_seqs + order, stop, stride))
-                opens_at[order] = at + ((end - 1 - at) // bs + 1) * bs
-    if batch is not None:
-        batch.clock += num_steps
-        batch.context += num_steps * num_seqs
+    if batch is not None:  # (where it keeps each sequence's next block, it gives the new blocks)
+        batch.move_on(num_steps, opens)
     new_tokens = [token_id] * num_steps
     for seq in seqs:
         seq.num_computed_tokens += num_steps
