@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from pagesim.metrics import percentile
 
-# Per-request latencies a run records (pagesim.metrics.RequestRecord properties), in seconds
-# (normalized_latency in seconds per output token).
-LATENCY_METRICS = ("ttft", "tpot", "e2e", "normalized_latency")
+# Per-request latencies a run records, by metric: the pagesim.metrics.RequestRecord property
+# each is, in seconds (normalized_latency in seconds per output token).
 _RECORD_ATTRIBUTE = {"ttft": "ttft", "tpot": "tpot", "e2e": "e2e_latency", "normalized_latency": "normalized_latency"}
+LATENCY_METRICS = tuple(_RECORD_ATTRIBUTE)
 
 
 def request_latencies(record) -> dict[str, float | None]:
@@ -29,6 +29,8 @@ def request_latencies(record) -> dict[str, float | None]:
 def latency_lists(records) -> dict[str, list[float | None]]:
     """Each metric's latencies over the records, in their order: what slo_values takes."""
     return {metric: [getattr(r, attribute) for r in records] for metric, attribute in _RECORD_ATTRIBUTE.items()}
+
+
 GOODPUT = "goodput"
 _STAT = re.compile(r"^(mean|p(\d+(?:\.\d+)?))$")
 # `mean_normalized_latency` is the summary's name for the paper's metric; accept it as an alias.
