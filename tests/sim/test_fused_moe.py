@@ -1,6 +1,7 @@
 """The fused-MoE expert term: per-expert padding of the routed rows to the kernel's BLOCK_SIZE_M
 (against an exact binomial enumeration and hand values), and the expert GEMMs of Mixtral-8x7B at
-TP 2 on H100 against vLLM's published fused_moe kernel times."""
+TP 2 on H100 against vLLM's published fused_moe kernel times, which an engine profile's GPU-time
+scale leaves as priced."""
 
 import math
 import os
@@ -13,7 +14,7 @@ import pagesim.sim.cost.calibrated as calibrated
 from pagesim.models import MODELS, load_model_config
 from pagesim.sim.cost.base import BatchShape
 from pagesim.sim.cost.calibrated import CalibratedCostModel
-from pagesim.sim.cost.engine import EngineCostModel
+from pagesim.sim.cost.engine import EngineCostModel, load_engine_profile
 from pagesim.sim.cost.layer_ops import expected_padded_rows, layer_groups, moe_block_m, moe_routing_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,3 +97,33 @@ def test_routing_kernels_of_mixtral_by_hand():
     engine = EngineCostModel(m, "h100-80gb", 2, "vllm-0.15", max_num_seqs=128)
     step = BatchShape(num_decode_seqs=128, decode_context_tokens=128 * 1000)
     assert engine.features(step).linear[2] == kernels + 32  # and one attention kernel per layer
+
+
+def test_engine_takes_the_expert_gemms_without_its_gpu_time_scale():
+    """An engine profile's gpu_time_scale corrects the dense measurements to current cuBLAS and
+    attention kernels; the fused-MoE expert GEMMs are priced by the curve as checked against the
+    Triton kernel's own H100 times (above), so a profile's scale leaves them as they are."""
+    m = MODELS["mixtral-8x7b"]
+    kern = CalibratedCostModel(m, "h100-80gb", 2)
+    cal, g = kern.calibration, kern.calibration.gemm
+    # the expert GEMMs of 128 tokens by hand: 256 routed rows over the touched experts, each
+    # computing a whole 128-row tile of the curve (more than its padded 64-row block)
+    touched = 8 * (1 - 0.75 ** 128)
+    rows = 256 / touched
+    experts = 0.0
+    for k, n in ((4096, 2 * 7168), (7168, 4096)):  # gate+up, down at TP 2
+        mem = (k * n * 2 + rows * (k + n) * 2) * g.s_per_byte
+        comp = 2 * 128 * k * n * g.s_per_flop
+        experts += touched * (mem ** g.sharpness + comp ** g.sharpness) ** (1 / g.sharpness)
+    experts *= 32
+    # the kernels' busy time, from tokens_seconds (its floors and the 64 all-reduces taken off)
+    _, floors, _, _ = kern.token_kernel_split(128)
+    busy = kern.tokens_seconds(128) - floors - 64 * cal.all_reduce_seconds(2, 128 * 4096 * 2)
+    busy += g.seconds(128, 4096, 32000 // 2) - g.floor_s  # the LM head, outside the layers
+    base = load_engine_profile("vllm-0.15")
+    step = BatchShape(num_decode_seqs=128, decode_context_tokens=128 * 1800)
+    times = [EngineCostModel(m, "h100-80gb", 2, replace(base, params=replace(base.params, gpu_time_scale=s)),
+                             max_num_seqs=128).iteration_time(step) for s in (1.0, 0.5)]
+    # halving the scale halves every busy second but the experts'
+    assert (times[0] - times[1]) / 0.5 == pytest.approx(busy - experts, rel=1e-9)
+    assert 5e-3 < experts < busy  # (15.4 ms of the 32 layers' ~17 ms of kernel time)

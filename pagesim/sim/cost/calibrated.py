@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
-from pagesim.sim.cost.layer_ops import Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape re-exported)
+from pagesim.sim.cost.layer_ops import FUSED_MOE_OPS, Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape re-exported)
 from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
@@ -365,18 +365,25 @@ class CalibratedCostModel(CostModel):
     def token_kernel_split(self, tokens: int) -> tuple[float, float, int, float]:
         """tokens_seconds less its TP all-reduces, split for engine profiles: (busy seconds, launch
         floors, number of kernels) of every layer's GEMMs (a fused MoE projection is one kernel)
-        and elementwise kernels and the embedding, and the seconds of the MoE layers' EP exchange
-        (link time, which no GPU-time scale applies to)."""
+        and elementwise kernels and the embedding, and the seconds no engine GPU-time scale applies
+        to: the MoE layers' EP exchange (link time) and the fused-MoE expert GEMMs' busy time. The
+        scale corrects the dense measurements to an engine's cuBLAS and attention kernels; the
+        expert GEMMs are vLLM's Triton kernel, whose priced time was checked against that kernel's
+        own H100 timing (docs/calibration.md, MoE section), so it is taken as it is."""
         cal, d = self.calibration, self.model.dtype_bytes
-        total_busy = total_floors = exchange = 0.0
+        total_busy = total_floors = unscaled = 0.0
         total_kernels = 0
         for group in layer_groups(self.model, tokens, self.tp, self.ep):
             s = group.shape
-            busy = floors = 0.0
+            busy = floors = experts = 0.0
             kernels = 0
             for g in group.gemms:
                 floor = cal.gemm.floor_s
-                busy += cal.gemm_seconds(g, d, self._fp8_flop_scale) - floor
+                seconds = cal.gemm_seconds(g, d, self._fp8_flop_scale) - floor
+                if g.op in FUSED_MOE_OPS:
+                    experts += seconds
+                else:
+                    busy += seconds
                 floors += floor
                 kernels += 1
             for op in ELEMENTWISE_OPERATORS + ("add",) * (RESIDUAL_ADDS_PER_LAYER - 1):
@@ -392,14 +399,15 @@ class CalibratedCostModel(CostModel):
                 floors += line.floor_s
                 kernels += 1
             if group.ep_exchange_bytes:
-                exchange += group.num_layers * cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
+                unscaled += group.num_layers * cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
+            unscaled += group.num_layers * experts
             total_busy += group.num_layers * busy
             total_floors += group.num_layers * floors
             total_kernels += group.num_layers * kernels
         s = self.shape
         emb_floor = cal.operator_floor("emb", s)
         return (total_busy + cal.operator_seconds("emb", s, tokens) - emb_floor, total_floors + emb_floor,
-                total_kernels + 1, exchange)
+                total_kernels + 1, unscaled)
 
     def lm_head_split(self, seqs: int) -> tuple[float, float]:
         """(busy seconds, launch floor) of the LM head over `seqs` sampled rows."""

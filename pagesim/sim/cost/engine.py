@@ -11,7 +11,8 @@ engine runs the same kernels differently, and a profile says how:
   tokens up to the largest size runs *piecewise* graphs padded to the next size: attention
   stays eager (its measured floors), the rest is graphed. Larger steps run eagerly.
 - GPU time. The kernels' busy time (the calibrated terms less their floors) times
-  ``gpu_time_scale``: newer kernels (FlashAttention 3, current cuBLAS) against the measured ones;
+  ``gpu_time_scale``: newer kernels (FlashAttention 3, current cuBLAS) against the measured ones
+  (not the fused-MoE expert GEMMs, whose priced time was checked against that kernel's own timing);
   decode attention's (its KV reads and per-sequence work) times ``attention_time_scale``, apart,
   since the paged decode kernels changed more than the GEMMs and weigh most in MHA models.
 - All-reduce. Custom all-reduce (vLLM's one-shot/two-shot kernels over NVLink) for messages up to
@@ -177,7 +178,7 @@ class StepFeatures:
     """One step's time split: step = sum(theta_k * linear[k]) + fixed."""
 
     linear: tuple[float, ...]  # busy seconds (GEMMs etc., decode attention), graphed kernels, custom all-reduces, 1, seqs
-    fixed: float               # eager launch floors, all-reduce bandwidth and NCCL terms, EP exchange, block moves
+    fixed: float               # eager launch floors, all-reduce bandwidth and NCCL terms, EP exchange, fused-MoE expert GEMMs, block moves
 
 
 class EngineCostModel(CostModel):
@@ -245,8 +246,8 @@ class EngineCostModel(CostModel):
         if hit is not None:
             return hit
         kern = self.kernels
-        busy, floors, count, exchange = kern.token_kernel_split(tokens)
-        fixed = exchange + (0.0 if graphed else floors)
+        busy, floors, count, unscaled = kern.token_kernel_split(tokens)
+        fixed = unscaled + (0.0 if graphed else floors)  # EP exchange, fused-MoE experts: no gpu_time_scale
         kernels = count if graphed else 0
         ar_calls = 0.0
         if self.tp > 1:

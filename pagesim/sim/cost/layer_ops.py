@@ -46,6 +46,8 @@ from pagesim.models import ModelSpec
 # batch-aware defaults use where no tuned file exists (vllm-project/vllm PR 34846).
 MOE_BLOCK_M = ((32, 16), (96, 32), (512, 64))
 MOE_BLOCK_M_LARGE = 128
+# The routed experts' two GEMMs: vLLM's Triton fused_moe kernel, one launch each (moe_gemms).
+FUSED_MOE_OPS = ("moe_experts_up", "moe_experts_down")
 # Above this many standard deviations from the mean a binomial tail is taken as 0 or 1.
 TAIL_SIGMAS = 8.0
 
@@ -240,8 +242,9 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
     if moe.shared_expert_ffn_size:
         gemms += [Gemm("moe_shared_up", tokens, h, 2 * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
                   Gemm("moe_shared_down", tokens, moe.shared_expert_ffn_size // tp, h, weight_bytes=wb, fp8=fp8)]
-    gemms += [Gemm("moe_experts_up", rows, h, 2 * width, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded),
-              Gemm("moe_experts_down", rows, width, h, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded)]
+    up, down = FUSED_MOE_OPS
+    gemms += [Gemm(up, rows, h, 2 * width, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded),
+              Gemm(down, rows, width, h, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded)]
     exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
     return gemms, exchange, ranks
 
