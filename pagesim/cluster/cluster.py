@@ -222,16 +222,27 @@ class Cluster:
 
     # -- the run ----------------------------------------------------------------------------
     def run(self):
-        from pagesim.cluster.results import ClusterResult
+        env = simpy.Environment()
+        env.run(until=self.launch(env))
+        return self.finish()
 
-        env = self.env = simpy.Environment()
+    def launch(self, env: simpy.Environment):
+        """Start the router, the replicas' engines (and the autoscaler) on env; returns the event
+        the run ends with (every engine done). run() runs env until it; a caller may instead run
+        env in stretches (env.run(until=event)), pausing the cluster between them without
+        changing what it simulates (pagesim.plan.continued.ContinuedCluster)."""
+        self.env = env
         env.process(self._route(env))  # (first, as a single replay starts its arrivals first)
         engines = [r.sim.start(env) for r in self.replicas]
         if self.fleet is not None:
             env.process(self.fleet.process(env, self))
-        env.run(until=simpy.AllOf(env, engines))
-        results = [r.sim.finish() for r in self.replicas]
-        return ClusterResult(self, results)
+        return simpy.AllOf(env, engines)
+
+    def finish(self):
+        """The ClusterResult, once the run has ended."""
+        from pagesim.cluster.results import ClusterResult
+
+        return ClusterResult(self, [r.sim.finish() for r in self.replicas])
 
     def _route(self, env: simpy.Environment):
         """Route each request when it reaches the router (as Replay's own arrivals process

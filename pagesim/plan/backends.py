@@ -11,8 +11,8 @@ import os
 from dataclasses import replace
 from typing import Callable
 
-from pagesim.plan.planner import ConfigJob, ConfigResult, FirstSearch, assemble, plan_config, run_stage, \
-    search_first_seed, stages
+from pagesim.plan.planner import ConfigJob, ConfigResult, FirstSearch, StageAnswer, assemble, operating_stage, \
+    plan_config, run_stage, search_first_seed, stages
 
 BACKENDS = ("local", "ray")
 Progress = Callable[[ConfigResult], None]
@@ -33,9 +33,10 @@ def run_jobs(jobs: list[ConfigJob], backend: str = "local", num_workers: int | N
 
 def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Progress | None = None) -> list[ConfigResult]:
     """Worker processes (pagesim.plan.workers; default: the CPU count); 1 runs in this process.
-    Each configuration is a first task (its first seed's search) and then its stages (the other
-    seeds' searches, the operating point: pagesim.plan.planner.Stage), queued as the first task
-    ends, so more workers than configurations are kept busy; the results are plan_config's."""
+    Each configuration is a first task (its first seed's search) and then its stages
+    (pagesim.plan.planner.Stage): the other seeds' searches, queued as the first task ends, so
+    more workers than configurations are kept busy, and the operating point, queued as the last
+    of them ends (its probe starts from their run lengths); the results are plan_config's."""
     # (at most every configuration's stages at once: its first search, then one task per seed)
     workers = max(1, min(num_workers or os.cpu_count() or 1, sum(max(1, job.seeds) for job in jobs) or 1))
     results: list[ConfigResult | None] = [None] * len(jobs)
@@ -54,19 +55,32 @@ def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: 
     kept = all(job.trace is trace for job in jobs)
     strip = _without_trace if kept else (lambda job: job)
     firsts: dict[int, FirstSearch] = {}
-    answers: dict[int, list] = {}  # job index -> its stages' answers, in stages' order
+    answers: dict[int, list[StageAnswer | None]] = {}  # job index -> its stages' answers, in stages' order
     owner: dict[int, tuple[int, int]] = {}  # task index -> (job index, stage number)
+    queued = [0]  # tasks queued after the first searches (their indices follow the jobs')
+
+    def queue(job: int, todo: list) -> list:
+        base = len(jobs) + queued[0]
+        queued[0] += len(todo)
+        owner.update({base + k: (job, len(answers[job]) + k) for k in range(len(todo))})
+        answers[job] += [None] * len(todo)
+        return [("stage", stage) for stage in todo]
+
+    def operating(job: int) -> list:
+        return queue(job, [operating_stage(strip(jobs[job]), firsts[job], answers[job])])
 
     def follow(index: int, answer) -> list:
-        if index < len(jobs):  # a first search: its stages next
-            firsts[index] = answer
+        if index < len(jobs):  # a first search: its seeds' searches next (or the operating point)
+            firsts[index], answers[index] = answer, []
+            if answer.early is not None:
+                return []
             todo = stages(strip(jobs[index]), answer)
-            answers[index] = [None] * len(todo)
-            base = len(jobs) + len(owner)
-            owner.update({base + k: (index, k) for k in range(len(todo))})
-            return [("stage", stage) for stage in todo]
+            return queue(index, todo) if todo else operating(index)
         job, k = owner[index]
         answers[job][k] = answer
+        seeds = max(0, jobs[job].seeds - 1)
+        if len(answers[job]) == seeds and None not in answers[job]:  # every seed answered
+            return operating(job)
         return []
 
     calls = run_in_workers(_task_with_kept_trace if kept else _task, [("first", strip(job)) for job in jobs], workers,
@@ -74,11 +88,17 @@ def run_local(jobs: list[ConfigJob], num_workers: int | None = None, on_result: 
     with closing(calls):
         for index, _ in calls:
             job = index if index < len(jobs) else owner[index][0]
-            if results[job] is None and job in firsts and None not in answers[job]:
+            if results[job] is None and job in firsts and _complete(firsts[job], answers[job], jobs[job]):
                 results[job] = assemble(jobs[job], firsts[job], answers[job])
                 if on_result:
                     on_result(results[job])
     return results
+
+
+def _complete(first: FirstSearch, answers: list, job: ConfigJob) -> bool:
+    """Every stage of the job has answered: none when its first search decided it, else each
+    seed's search and then the operating point."""
+    return first.early is not None or (len(answers) == max(0, job.seeds - 1) + 1 and None not in answers)
 
 
 def run_ray(jobs: list[ConfigJob], num_workers: int | None = None, on_result: Progress | None = None) -> list[ConfigResult]:

@@ -174,20 +174,28 @@ class ContinuedReplay:
     def _judged(self, target: _Target) -> Checkpoint:
         end = target.end
         judged = [r for r in self.sim.metrics.requests[:end + 1] if r.request_id < target.n]
-        finished = [r for r in judged if r.status == "finished"]
-        span = served_span(judged, finished)
         blocks, totals = self.sim.pool.num_device_blocks, self._totals
         step_time = totals.step_time[end]
-        summary = {
-            "num_requests": len(judged),
-            "num_finished": len(finished),
-            "num_rejected": len(judged) - len(finished),
-            "reject_reasons": reject_reasons(judged),
-            "request_throughput": len(finished) / span if span > 0 else 0.0,
-            "output_token_throughput": sum(r.total_output_len for r in finished) / span if span > 0 else 0.0,
-            "mean_kv_utilization": totals.utilization_time[end] / step_time if step_time else 0.0,
-            "peak_kv_utilization": totals.peak_used[end] / blocks if blocks and step_time else 0.0,
-            "num_preemptions": sum(r.num_preemptions for r in judged),
-            "num_kv_blocks": blocks,
-        }
-        return Checkpoint(target.n, target.warmup_s, judged, summary, target.stopped)
+        mean_kv = totals.utilization_time[end] / step_time if step_time else 0.0
+        peak_kv = totals.peak_used[end] / blocks if blocks and step_time else 0.0
+        return Checkpoint(target.n, target.warmup_s, judged, judged_summary(judged, mean_kv, peak_kv, blocks),
+                          target.stopped)
+
+
+def judged_summary(judged: list, mean_kv: float, peak_kv: float, blocks: int) -> dict:
+    """A checkpoint's summary fields (Checkpoint) from its judged requests' records and the KV
+    pool's figures up to the moment the last of them left."""
+    finished = [r for r in judged if r.status == "finished"]
+    span = served_span(judged, finished)
+    return {
+        "num_requests": len(judged),
+        "num_finished": len(finished),
+        "num_rejected": len(judged) - len(finished),
+        "reject_reasons": reject_reasons(judged),
+        "request_throughput": len(finished) / span if span > 0 else 0.0,
+        "output_token_throughput": sum(r.total_output_len for r in finished) / span if span > 0 else 0.0,
+        "mean_kv_utilization": mean_kv,
+        "peak_kv_utilization": peak_kv,
+        "num_preemptions": sum(r.num_preemptions for r in judged),
+        "num_kv_blocks": blocks,
+    }

@@ -5,7 +5,8 @@ router that balances perfectly. Here, for one configuration and one fleet shape 
 delay of its view of the loads, and co-located replicas or a P:D ratio of prefill to decode
 replicas), the cluster (pagesim.cluster)
 is simulated at the target rate with the plan's own steady-state probe
-(pagesim.plan.run.probe_steady, the cluster's summary as the run's), and the smallest count
+(pagesim.plan.run.probe_steady over checkpoints of one continued cluster run per count:
+pagesim.plan.continued_cluster), and the smallest count
 that sustains the target within the SLOs is searched for:
 - the count moves in units: one replica co-located, P + D replicas for a P:D ratio;
 - the search starts at the ideal (in units, rounded up) and steps down while the count below
@@ -21,18 +22,19 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from pagesim.cluster.cluster import Cluster
 from pagesim.cluster.results import imbalance
 from pagesim.cluster.routers import ROUTERS
 from pagesim.cluster.spec import ClusterSpec, LinkSpec, ReplicaGroup
 from pagesim.core.errors import CannotServe
-from pagesim.plan.cache import RunCache, code_tag, run_key
-from pagesim.plan.run import Evaluation, probe_steady, record_problem, run_record
+from pagesim.plan.cache import RunCache, checkpoint_key, code_tag
+from pagesim.plan.continued_cluster import ContinuedCluster
+from pagesim.plan.run import LIVE_REPLAYS, Evaluation, checkpoint_record, probe_steady, record_problem
 
 DEFAULT_ROUTERS = ("round-robin", "least-outstanding", "prefix-affinity")
 MAX_UNITS_FACTOR = 4  # the count search gives up above this many times its start (plus one)
 _PD = re.compile(r"^(\d+):(\d+)$")
-_FLEET_CODE = ("cluster",), ("plan/run.py", "plan/steady.py", "plan/cache.py", "plan/fleet.py")
+_FLEET_CODE = ("cluster",), ("plan/run.py", "plan/steady.py", "plan/cache.py", "plan/fleet.py", "plan/continued.py",
+                             "plan/continued_cluster.py")
 
 
 @dataclass(frozen=True)
@@ -131,40 +133,49 @@ class FleetResult:
 
 class FleetEvaluator:
     """evaluate(units): the steady-state probe of one shape's cluster at the job's target rate,
-    over cached cluster runs. cost_models: {group name: CostModel} instead of the settings' (tests)."""
+    over cached checkpoints of one continued cluster run per count (pagesim.plan.continued_cluster,
+    as a replica's probe continues one replay). cost_models: {group name: CostModel} instead of
+    the settings' (tests)."""
 
     def __init__(self, job, shape: FleetShape, cost_models: dict | None = None):
         self.job, self.shape, self.cost_models = job, shape, cost_models
         self.cache = RunCache(job.cache_dir if cost_models is None else None)
         self.num_simulated = 0
+        self.runs: dict[int, ContinuedCluster] = {}  # units -> its continued run, oldest first
 
     def record(self, units: int, num_requests: int) -> dict:
+        """The record of the first num_requests of the continued cluster run of `units` over the
+        probe's cap of arrivals, from the cache or simulated (and cached)."""
         job, rate = self.job, self.job.target_rate
-        cfg = job.settings.replay_config(job.point, rate, num_requests)
+        cfg = job.settings.replay_config(job.point, rate, max(num_requests, job.settings.max_requests_per_probe))
         shape = self.shape
         what = (f"{job.trace_digest} fleet {shape.router} {shape.counts(units)} staleness {shape.staleness_s!r} "
                 f"code {code_tag(*_FLEET_CODE)}")
-        key = run_key(cfg, what)
+        key = checkpoint_key(cfg, what, num_requests)
         record = self.cache.get(key)
         if record is None or record_problem(record, rate) is not None:
-            record = self._simulate(cfg, units)
+            record = self._checkpoint(cfg, units, num_requests)
             self.cache.put(key, record)
             self.num_simulated += 1
         return record
 
-    def _simulate(self, cfg, units: int) -> dict:
-        try:  # (a ValueError here: a trace the cluster cannot replay, e.g. n > 1 under P/D)
-            cluster = Cluster(self.shape.spec(cfg, units), self.job.trace, keep_steps=False,
-                              cost_models=self.cost_models)
-        except (CannotServe, ValueError) as e:
-            return {"rate": cfg.rate, "error": str(e)}
+    def _checkpoint(self, cfg, units: int, num_requests: int) -> dict:
+        run = self.runs.pop(units, None)
+        if run is None or run.cfg != cfg:
+            try:  # (a ValueError here: a trace the cluster cannot replay, e.g. n > 1 under P/D)
+                run = ContinuedCluster(self.shape.spec(cfg, units), self.job.trace, self.job.settings.warmup_fraction,
+                                       self.cost_models)
+            except (CannotServe, ValueError) as e:
+                return {"rate": cfg.rate, "error": str(e)}
         try:
-            result = cluster.run()
+            checkpoint = run.checkpoint(num_requests)
         except CannotServe as e:
             return {"rate": cfg.rate, "error": str(e)}
-        record = run_record(cfg.rate, cfg.warmup_s, result.requests, result.summary)
-        record["stopped_by"] = None
-        record["imbalance"] = self._imbalance(result.summary["cluster"])
+        self.runs[units] = run
+        while len(self.runs) > LIVE_REPLAYS:
+            self.runs.pop(next(iter(self.runs)))
+        record = checkpoint_record(cfg.rate, checkpoint)
+        record["imbalance"] = self._imbalance(checkpoint.summary["cluster"])
         return record
 
     def _imbalance(self, section: dict) -> dict:

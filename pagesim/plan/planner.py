@@ -152,12 +152,24 @@ class FirstSearch:
 class Stage:
     """One task of a configuration's plan after its first seed's search: the search for another
     arrival seed (seed = its offset, 1, 2 ...), or the operating point and fleets (seed None).
-    Each starts from the first search's state alone, so the stages run in any order or in
-    parallel (pagesim.plan.backends) with the same results."""
+    The seeds' searches start from the first search's state alone, so they run in any order or in
+    parallel (pagesim.plan.backends) with the same results; the operating point follows them, its
+    probe starting from every seed's run lengths (`lengths`: NEAR rule, pagesim.plan.run)."""
 
     job: ConfigJob
     first: FirstSearch
     seed: int | None = None
+    lengths: dict[float, int] | None = None  # the operating point's: every search's run lengths
+
+
+@dataclass
+class StageAnswer:
+    """What a stage hands back: a seed's capacity, or (operating Evaluation, fleet results); its
+    run counts (simulated, cached); the run lengths its evaluator's passes were decided on."""
+
+    value: object
+    counts: tuple[int, int]
+    lengths: dict[float, int]
 
 
 def _evaluator(job: ConfigJob, lengths: dict[float, int] | None = None) -> RateEvaluator:
@@ -202,10 +214,21 @@ def search_first_seed(job: ConfigJob) -> FirstSearch:
 
 
 def stages(job: ConfigJob, first: FirstSearch) -> list[Stage]:
-    """The tasks after the first search: one per other seed, then the operating point."""
+    """The tasks after the first search: one per other seed (side by side); the operating point
+    follows them (operating_stage)."""
     if first.early is not None:
         return []
-    return [Stage(job, first, s) for s in range(1, job.seeds)] + [Stage(job, first)]
+    return [Stage(job, first, s) for s in range(1, job.seeds)]
+
+
+def operating_stage(job: ConfigJob, first: FirstSearch, seeds: list[StageAnswer]) -> Stage:
+    """The operating point's task, once every seed's search has answered: its probe starts at the
+    longest length a pass near its rate was decided on in any seed's search (docs/plan.md)."""
+    lengths = dict(first.lengths)
+    for answer in seeds:
+        for rate, n in answer.lengths.items():
+            lengths[rate] = max(n, lengths.get(rate, 0))
+    return Stage(job, first, None, lengths)
 
 
 def replicas_needed(job: ConfigJob, capacity: float) -> int:
@@ -213,10 +236,10 @@ def replicas_needed(job: ConfigJob, capacity: float) -> int:
     return math.ceil(job.target_rate / (capacity * (1 - job.min_headroom)))
 
 
-def run_stage(stage: Stage) -> tuple:
-    """A seed's capacity, or (seed None) the operating point and the fleets; then the run counts."""
+def run_stage(stage: Stage) -> StageAnswer:
+    """A seed's capacity, or (seed None) the operating point and the fleets."""
     job, first = stage.job, stage.first
-    evaluator = _evaluator(job, first.lengths)
+    evaluator = _evaluator(job, first.lengths if stage.lengths is None else stage.lengths)
     capacity = first.found.rate
     if stage.seed is not None:
         seed = job.settings.seed + stage.seed
@@ -226,18 +249,19 @@ def run_stage(stage: Stage) -> tuple:
         rate = job.target_rate / replicas
         operating = first.memo[rate] if rate in first.memo else evaluator(rate)
         value = (operating, [size_fleet(job, shape, replicas) for shape in job.fleet])
-    return value, (evaluator.num_simulated, evaluator.num_cached)
+    return StageAnswer(value, (evaluator.num_simulated, evaluator.num_cached), evaluator.lengths)
 
 
-def assemble(job: ConfigJob, first: FirstSearch, done: list[tuple]) -> ConfigResult:
-    """The configuration's result from its first search and its stages' answers (in stages' order)."""
+def assemble(job: ConfigJob, first: FirstSearch, done: list[StageAnswer]) -> ConfigResult:
+    """The configuration's result from its first search and its stages' answers: the seeds' in
+    stages' order, then the operating point's."""
     if first.early is not None:
         return first.early
     found, capacity = first.found, first.found.rate
-    seeds = [capacity] + [value for value, _ in done[:-1]]
-    (operating, fleet), _ = done[-1]
-    simulated = first.counts[0] + sum(c[0] for _, c in done)
-    cached = first.counts[1] + sum(c[1] for _, c in done)
+    seeds = [capacity] + [answer.value for answer in done[:-1]]
+    operating, fleet = done[-1].value
+    simulated = first.counts[0] + sum(a.counts[0] for a in done)
+    cached = first.counts[1] + sum(a.counts[1] for a in done)
     error = uncertainty.model_error(job.point.gpu, job.settings.cost_model)
     low, high = uncertainty.interval([c for c in seeds if c is not None] or [0.0], error.relative)
     if None in seeds:
@@ -259,7 +283,10 @@ def plan_config(job: ConfigJob) -> ConfigResult:
     """Search one configuration, its stages one after another. Deterministic: the same job gives
     the same result anywhere, and the same as its stages run in parallel (pagesim.plan.backends)."""
     first = search_first_seed(job)
-    return assemble(job, first, [run_stage(stage) for stage in stages(job, first)])
+    if first.early is not None:
+        return first.early
+    seeds = [run_stage(stage) for stage in stages(job, first)]
+    return assemble(job, first, seeds + [run_stage(operating_stage(job, first, seeds))])
 
 
 def check_longer(job: ConfigJob, result: ConfigResult) -> LongerCheck:

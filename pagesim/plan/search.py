@@ -16,7 +16,7 @@ knee (docs/plan.md, "The search"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from pagesim.plan.run import Evaluation
@@ -25,6 +25,11 @@ from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate
 __all__ = ["SearchSettings", "SearchResult", "bracket_search", "scouted_search"]
 
 STEADY_STEPS = 3  # refining steps of one tolerance before the step grows
+# Rates are built by multiplying (r x (1 + tolerance), sqrt(lo x hi)), so a bracket exactly one
+# tolerance wide can come out a few ulps over it (8 sqrt 2 / (8 sqrt 2 / 1.02) - 1 =
+# 0.020000000000000018) and would be bisected once more for nothing. The bracket test allows this
+# relative slack: a million times float rounding's (~1e-15), a million times below any tolerance.
+ROUNDING = 1e-9
 
 
 @dataclass
@@ -52,10 +57,15 @@ def bracket_search(evaluate: Callable[[float], Evaluation], settings: SearchSett
 
     if start is not None:
         walk_to_change(sustainable, start, settings)
-    found = find_sustainable_rate(sustainable, settings, judged=list(evaluations))
+    found = find_sustainable_rate(sustainable, bracketing(settings), judged=list(evaluations))
     pick = lambda rate: None if rate is None else evaluations[rate]  # noqa: E731
     return SearchResult(found.rate, pick(found.rate), pick(found.failing), [evaluations[r] for r in order],
                         found.capped)
+
+
+def bracketing(settings: SearchSettings) -> SearchSettings:
+    """The settings a bracket is tested against: hi / lo - 1 <= tolerance, up to ROUNDING."""
+    return replace(settings, tolerance=settings.tolerance * (1 + ROUNDING))
 
 
 def walk_to_change(sustainable: Callable[[float], bool], start: float, settings: SearchSettings) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pagesim.plan.search import bracketing
 from pagesim.sim.rate_search import SearchSettings, find_sustainable_rate
 
 ERRORS_CSV = Path(__file__).resolve().parents[2] / "reports" / "sim2real" / "errors.csv"
@@ -77,9 +78,9 @@ def model_error(gpu: str, cost_model: str, path: Path = ERRORS_CSV) -> ModelErro
 def seed_capacity(sustainable: Callable[[float], bool], lo: float, search: SearchSettings) -> float | None:
     """The capacity for another seed, searched from the first seed's capacity lo: lo first, then
     steps of the tolerance up or down (a bracket of one step is within it), then bisection."""
-    settings = SearchSettings(start_rate=lo, growth=1 + search.tolerance, tolerance=search.tolerance * 1.000001,
+    settings = SearchSettings(start_rate=lo, growth=1 + search.tolerance, tolerance=search.tolerance,
                               min_rate=min(search.min_rate, lo), max_rate=max(search.max_rate, lo))
-    return find_sustainable_rate(sustainable, settings).rate
+    return find_sustainable_rate(sustainable, bracketing(settings)).rate
 
 
 def interval(capacities: list[float], error: float | None) -> tuple[float, float]:
