@@ -7,7 +7,7 @@ duration form returns a prefix of the same sequence, so the two forms agree.
 
 - Poisson at `rate` req/s: exponential gaps with mean 1/rate; the numbers of
   numpy.random.default_rng(seed).exponential, drawn without numpy (pagesim.workload.exponential:
-  importing numpy would be a seventh of a short replay's start-up).
+  importing numpy is a quarter of a short replay's start-up).
 - Gamma with a burstiness factor, as vLLM's benchmark_serving defines it: gaps ~
   Gamma(shape=burstiness, scale=1/(rate*burstiness)), so the mean gap stays 1/rate and the
   squared coefficient of variation of the gaps is 1/burstiness. burstiness < 1 is burstier than

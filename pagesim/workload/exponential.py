@@ -4,9 +4,10 @@
 SeedSequence(seed) (numpy's hash-mixing of the seed's 32-bit words into a 4-word pool, then
 into 4 uint64 words) -> PCG64 (O'Neill's 128-bit LCG with the XSL-RR output) -> the standard
 exponential by Marsaglia & Tsang's ziggurat (256 layers, 53-bit draws) -> times scale.
-Poisson arrivals need only that, and importing numpy costs ~40 ms of a replay's ~0.3 s
-start-up, so this module rebuilds the same stream (tests/workload/test_exponential.py compares
-it with numpy over many seeds, scales and lengths, tail and rejection branches included).
+Poisson arrivals need only that, and importing numpy is a quarter of a short replay's start-up
+(numpy.random alone 3 %), so this module rebuilds the same stream (tests/workload/
+test_exponential.py compares it with numpy over many seeds, scales and lengths, tail and
+rejection branches included).
 
 The ziggurat tables are derived below from their defining formulas, in 128-bit fixed point:
 derived in doubles, a few hundred entries differ from numpy's in the last bit, which changes
@@ -36,7 +37,7 @@ _PCG_MULT = 0x2360ED051FC65DA44385DF649FCCF645
 # The ziggurat's right edge for 256 layers: the r at which the layer recursion below ends at
 # x = 0 (Marsaglia & Tsang 2000 give 7.69711747013104972; more digits: the tables need them).
 _ZIGGURAT_R = "7.6971174701310497140446280481"
-_TAIL_START = 7.69711747013104972  # the same r as a double, where a tail draw starts
+_TAIL_START = float(_ZIGGURAT_R)  # r as a double (7.69711747013104972): where a tail draw starts
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2**-53: 53 random bits -> a double in [0, 1)
 
 
@@ -45,7 +46,7 @@ def _seed_words(seed: int) -> list[int]:
     seed = operator.index(seed)  # an int, or numpy's integers as numpy takes them
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-    entropy = [seed & _M32] if seed == 0 else []
+    entropy = [0] if seed == 0 else []
     while seed > 0:  # the seed's 32-bit words, least significant first
         entropy.append(seed & _M32)
         seed >>= 32
