@@ -1,11 +1,13 @@
 """Arrival processes: when each request reaches the server.
 
-All processes return a float64 numpy array of absolute arrival times in seconds, in
-non-decreasing order from a first arrival after 0 (the first gap is drawn like every other). Ask for a
-number of arrivals (`count`) or for every arrival up to a time (`duration`); with the same seed,
-the duration form returns a prefix of the same sequence, so the two forms agree.
+All processes return a list of absolute arrival times in seconds (floats), in non-decreasing
+order from a first arrival after 0 (the first gap is drawn like every other). Ask for a number
+of arrivals (`count`) or for every arrival up to a time (`duration`); with the same seed, the
+duration form returns a prefix of the same sequence, so the two forms agree.
 
-- Poisson at `rate` req/s: exponential gaps with mean 1/rate.
+- Poisson at `rate` req/s: exponential gaps with mean 1/rate; the numbers of
+  numpy.random.default_rng(seed).exponential, drawn without numpy (pagesim.workload.exponential:
+  importing numpy is a quarter of a short replay's start-up).
 - Gamma with a burstiness factor, as vLLM's benchmark_serving defines it: gaps ~
   Gamma(shape=burstiness, scale=1/(rate*burstiness)), so the mean gap stays 1/rate and the
   squared coefficient of variation of the gaps is 1/burstiness. burstiness < 1 is burstier than
@@ -16,16 +18,15 @@ the duration form returns a prefix of the same sequence, so the two forms agree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Iterator
 
-if TYPE_CHECKING:  # (numpy is imported where arrivals are drawn: `import pagesim.workload` stays light)
-    import numpy as np
+from pagesim.workload.exponential import standard_exponentials
 
+if TYPE_CHECKING:
     from pagesim.workload.trace import Trace, TraceRequest
 
-# Draw gaps in blocks when generating up to a duration; the block size does not change the
-# numbers, because numpy's Generator consumes its stream the same way for one big draw or
-# several small ones.
+# Gamma gaps are drawn from numpy in blocks; the block size does not change the numbers,
+# because numpy's Generator consumes its stream the same way for one big draw or several small.
 _BLOCK = 4096
 
 
@@ -38,34 +39,39 @@ def _check_count_duration(count: int | None, duration: float | None) -> None:
         raise ValueError(f"duration must be >= 0, got {duration}")
 
 
-def _times_from_gaps(draw: Callable[[int], np.ndarray], count: int | None, duration: float | None) -> np.ndarray:
-    import numpy as np
-
+def _times_from_gaps(gaps: Iterator[float], count: int | None, duration: float | None) -> list[float]:
+    """The running sums of gaps: the first count, or those <= duration. Added one by one in
+    order, as numpy's cumsum adds, so the times are those of np.cumsum(gaps)."""
     _check_count_duration(count, duration)
+    times = []
+    t = 0.0
     if count is not None:
-        return np.cumsum(draw(count), dtype=np.float64)
-    chunks: list[np.ndarray] = []
-    last = 0.0
-    while True:
-        # Start the running sum from `last` so each time is added in the same order as one
-        # cumsum over all gaps would (count and duration then give bit-identical times).
-        times = np.cumsum(np.concatenate([[last], draw(_BLOCK)]), dtype=np.float64)[1:]
-        inside = times[times <= duration]
-        chunks.append(inside)
-        if len(inside) < _BLOCK:
-            break
-        last = float(times[-1])
-    return np.concatenate(chunks) if chunks else np.empty(0)
+        for _, gap in zip(range(count), gaps):
+            t += gap
+            times.append(t)
+        return times
+    for gap in gaps:
+        t += gap
+        if not t <= duration:
+            return times
+        times.append(t)
+    return times  # (a finite gaps iterator ran out)
 
 
-def poisson_arrivals(rate: float, *, count: int | None = None, duration: float | None = None, seed: int = 0) -> np.ndarray:
+def poisson_arrivals(rate: float, *, count: int | None = None, duration: float | None = None, seed: int = 0) -> list[float]:
     """Poisson arrivals at `rate` requests per second."""
-    import numpy as np
-
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate}")
+    scale = 1.0 / rate
+    return _times_from_gaps((scale * x for x in standard_exponentials(seed)), count, duration)
+
+
+def _gamma_gaps(shape: float, scale: float, seed: int) -> Iterator[float]:
+    import numpy as np
+
     rng = np.random.default_rng(seed)
-    return _times_from_gaps(lambda k: rng.exponential(1.0 / rate, size=k), count, duration)
+    while True:
+        yield from rng.gamma(shape, scale, size=_BLOCK).tolist()
 
 
 def gamma_arrivals(
@@ -75,10 +81,8 @@ def gamma_arrivals(
     count: int | None = None,
     duration: float | None = None,
     seed: int = 0,
-) -> np.ndarray:
+) -> list[float]:
     """Gamma-distributed gaps with mean 1/rate and squared CV 1/burstiness (vLLM semantics)."""
-    import numpy as np
-
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     if not burstiness > 0:
@@ -86,27 +90,23 @@ def gamma_arrivals(
     if burstiness == 1.0:
         # Gamma(1) is the exponential; return exactly the Poisson stream for the same seed.
         return poisson_arrivals(rate, count=count, duration=duration, seed=seed)
-    rng = np.random.default_rng(seed)
-    scale = 1.0 / (rate * burstiness)
-    return _times_from_gaps(lambda k: rng.gamma(burstiness, scale, size=k), count, duration)
+    return _times_from_gaps(_gamma_gaps(burstiness, 1.0 / (rate * burstiness), seed), count, duration)
 
 
-def trace_arrivals(trace: "Trace", *, count: int | None = None, duration: float | None = None) -> np.ndarray:
+def trace_arrivals(trace: "Trace", *, count: int | None = None, duration: float | None = None) -> list[float]:
     """The trace's own `arrival_time`s (all of them, the first `count`, or those <= duration)."""
-    import numpy as np
-
     if count is not None and duration is not None:
         raise ValueError("give at most one of count or duration")
     times = [r.arrival_time for r in trace.requests]
     if any(t is None for t in times):
         raise ValueError("this trace has no arrival_time on its requests; use a Poisson or gamma process")
-    out = np.asarray(times, dtype=np.float64)
+    out = [float(t) for t in times]
     if count is not None:
         if count > len(out):
             raise ValueError(f"asked for {count} arrivals but the trace has {len(out)}")
         out = out[:count]
     if duration is not None:
-        out = out[out <= duration]
+        out = [t for t in out if t <= duration]
     return out
 
 
@@ -122,7 +122,7 @@ class ArrivalProcess:
     burstiness: float = 1.0
     seed: int = 0
 
-    def times(self, *, count: int | None = None, duration: float | None = None, trace: "Trace | None" = None) -> np.ndarray:
+    def times(self, *, count: int | None = None, duration: float | None = None, trace: "Trace | None" = None) -> list[float]:
         if self.kind == "poisson":
             return poisson_arrivals(self._rate(), count=count, duration=duration, seed=self.seed)
         if self.kind == "gamma":
@@ -141,10 +141,9 @@ class ArrivalProcess:
 
 def with_arrivals(requests: "list[TraceRequest]", times) -> "list[TraceRequest]":
     """Copies of the first len(times) requests, each stamped with its arrival time."""
-    import numpy as np
     from dataclasses import replace
 
-    times = np.asarray(times, dtype=np.float64)
+    times = [float(t) for t in times]
     if len(times) > len(requests):
         raise ValueError(f"{len(times)} arrival times for {len(requests)} requests")
-    return [replace(r, arrival_time=float(t)) for r, t in zip(requests, times)]
+    return [replace(r, arrival_time=t) for r, t in zip(requests, times)]

@@ -71,7 +71,7 @@ def build_requests(trace: Trace, *, rate: float | None, burstiness: float = 1.0,
     # hundred distinct ones; building each costs a validated frozen dataclass)
     shared: dict[tuple[int, int, int], SamplingParams] = {}
     hash_block = trace.metadata.get("hash_block_tokens")
-    for i, t in enumerate(times.tolist()):
+    for i, t in enumerate(times):
         rec = records[i % len(records)]
         req_n = n if n is not None else (rec.n or 1)
         req_beam = beam_width if beam_width is not None else (rec.beam_width or 1)

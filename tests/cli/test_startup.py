@@ -1,5 +1,6 @@
 """Start-up: pagesim.cli.coercion against typer's own (pydantic) coercion, parameter by parameter;
-a short replay loads neither pydantic nor rich, nor any other command's module; a replay's help
+a short replay loads neither pydantic nor rich nor numpy.random (its Poisson arrivals are drawn
+without it), nor any other command's module; a replay's help
 loads neither numpy nor simpy nor a cost model; the command tree
 seen through `app` is whole."""
 
@@ -63,7 +64,7 @@ def test_short_replay_loads_only_what_it_uses():
     code = ("import sys; from pagesim.cli import main\n"
             "sys.argv = ['pagesim', '--debug', 'replay', 'traces/sharegpt.json', '--num-requests', '10', '--json']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m in ('pydantic', 'rich', 'typer._adapters')\n"
+            "print(sorted(m for m in sys.modules if m in ('pydantic', 'rich', 'typer._adapters', 'numpy.random')\n"
             "             or m.startswith('pagesim.cli.') and m.split('.')[2] in " + repr(COMMAND_MODULES) + "), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout)["num_finished"] == 10

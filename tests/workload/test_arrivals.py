@@ -60,9 +60,9 @@ def test_argument_errors():
 
 def test_trace_timestamps_and_process():
     trace = Trace({}, [TraceRequest(3, 4, arrival_time=t) for t in (0.5, 1.0, 4.0)])
-    assert trace_arrivals(trace).tolist() == [0.5, 1.0, 4.0]
-    assert trace_arrivals(trace, duration=1.0).tolist() == [0.5, 1.0]
-    assert ArrivalProcess("trace").times(trace=trace, count=2).tolist() == [0.5, 1.0]
+    assert trace_arrivals(trace) == [0.5, 1.0, 4.0]
+    assert trace_arrivals(trace, duration=1.0) == [0.5, 1.0]
+    assert ArrivalProcess("trace").times(trace=trace, count=2) == [0.5, 1.0]
     with pytest.raises(ValueError, match="no arrival_time"):
         trace_arrivals(Trace({}, [TraceRequest(3, 4)]))
     assert np.array_equal(ArrivalProcess("gamma", rate=2.0, burstiness=4.0, seed=9).times(count=50), gamma_arrivals(2.0, 4.0, count=50, seed=9))
