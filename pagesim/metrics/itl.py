@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from array import array
 from itertools import chain
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 Chunks = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]  # each call: a fresh pass over (values, weights)
 
 CHUNK = 1 << 16  # values per chunk: every pass's temporaries stay this size
-RECORDS_PER_PASS = 4096  # request records read at a time while counting their spans
+FOLD_SPANS = 1 << 16  # span entries gathered before they are folded into the counts
 BIN_SHIFT = 48  # histogram bins: sign, exponent and the top 4 mantissa bits of a value
 NUM_BINS = 1 << 16
 
@@ -41,21 +41,25 @@ class TokenGaps:
     break in a request's tokens (a preemption, a step without it) is kept once per pair of
     steps, weighted by the requests that broke there."""
 
-    def __init__(self, records: list[RequestRecord]):
+    def __init__(self, records: list[RequestRecord], tallies: Iterable[SpanTally] = ()):
+        """records: those whose gaps count (their token spans, grouped by the step times they
+        point into); tallies: drivers' spans folded as they were recorded (records kept without
+        spans), each a driver of its own."""
         import numpy as np
 
         # per driver (the records sharing one step-time array): its step times, the requests
         # holding tokens at each pair of successive steps, and the gaps across breaks
         self.drivers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        by_times: dict[int, list[RequestRecord]] = {}
+        by_times: dict[int, SpanTally] = {}
         for r in records:
             if r.token_spans:
-                by_times.setdefault(id(r.step_times), []).append(r)
-        for group in by_times.values():
-            step_times = group[0].step_times
-            # (a view of the driver's packed array where it is one, not a copy)
-            times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
-            self.drivers.append((times, *_held_and_breaks(group, times)))
+                tally = by_times.get(id(r.step_times))
+                if tally is None:
+                    tally = by_times[id(r.step_times)] = SpanTally(r.step_times)
+                tally.add(r.token_spans)
+        for tally in (*by_times.values(), *tallies):
+            if tally.num_requests:
+                self.drivers.append(tally.drivers_entry())
 
     def chunks(self):
         """(values, weights) a stretch at a time; together every distinct gap once per driver."""
@@ -77,27 +81,69 @@ class TokenGaps:
         return np.concatenate([v for v, _ in parts]), np.concatenate([w for _, w in parts])
 
 
-def _held_and_breaks(group: list[RequestRecord], times: np.ndarray):
-    """held[k]: requests with tokens at steps k and k + 1; the distinct gaps across breaks (from
-    a span's last step to the same request's next span) and how many requests broke there."""
-    import numpy as np
+class SpanTally:
+    """One driver's requests' token spans folded into what their pooled gaps need, in memory
+    that grows with steps and distinct breaks, not requests: held[k], the requests with tokens at
+    steps k and k + 1 (a difference array over the steps, 4 bytes a step), and the distinct
+    breaks (from a span's last step to the same request's next span) with how many requests
+    broke there. Spans are added a request at a time and folded FOLD_SPANS entries at a time.
 
-    n = len(times)
-    held = np.zeros(n + 1, dtype=np.int32)  # a difference array over the spans, then its running sum
-    pairs = _PairCounts()
-    for i in range(0, len(group), RECORDS_PER_PASS):  # a slice of the records at a time: memory stays flat
-        part = group[i:i + RECORDS_PER_PASS]
-        spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
+    A recorder that keeps no spans in its records folds those of its measured requests here as
+    they leave (warmup_s and origin: the warm-up it measured them by, which a summary checks)."""
+
+    def __init__(self, step_times: Sequence[float], warmup_s: float | None = None, origin: float | None = None):
+        self.step_times = step_times
+        self.warmup_s, self.origin = warmup_s, origin
+        self.num_requests = 0
+        self._pending = array("i")  # spans not folded yet, flattened, and how many spans each request has
+        self._pending_counts = array("i")
+        self._diff = array("i")  # +1 where a span starts, -1 at its last step, over the steps (grown as needed)
+        self._pairs = _PairCounts()
+
+    def add(self, spans: Sequence[int]) -> None:
+        """One request's spans, flattened [a0, b0, a1, b1, ...] (steps a .. b - 1 gave it tokens)."""
+        self._pending.extend(spans)
+        self._pending_counts.append(len(spans) // 2)
+        self.num_requests += 1
+        if len(self._pending) >= FOLD_SPANS:
+            self._fold()
+
+    def _fold(self) -> None:
+        import numpy as np
+
+        if not self._pending:
+            return
+        spans = np.frombuffer(self._pending, dtype=np.int32).astype(np.int64)
         starts, stops = spans[0::2], spans[1::2]
-        np.add(held, np.bincount(starts, minlength=n + 1), out=held, casting="unsafe")
-        np.subtract(held, np.bincount(stops - 1, minlength=n + 1), out=held, casting="unsafe")
+        size = int(stops.max()) + 1
+        if len(self._diff) < size:
+            self._diff.frombytes(bytes(self._diff.itemsize * (size - len(self._diff))))
+        diff = np.frombuffer(self._diff, dtype=np.int32)[:size]
+        np.add(diff, np.bincount(starts, minlength=size), out=diff, casting="unsafe")
+        np.subtract(diff, np.bincount(stops - 1, minlength=size), out=diff, casting="unsafe")
+        del diff  # (the array cannot grow while numpy views its buffer)
         same_request = np.ones(len(starts), dtype=bool)
-        same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
-        # (requests in the batch break together, at a prefill step: one gap per pair of steps)
-        pairs.add((stops[:-1][same_request[:-1]] - 1) * n + starts[1:][same_request[:-1]])
-    held = np.cumsum(held[:n - 1], dtype=np.int32, out=held[:n - 1]) if n > 1 else np.zeros(0, dtype=np.int32)
-    unique, counts = pairs.result()
-    return held, times[unique % n] - times[unique // n], counts.astype(np.int32)
+        same_request[np.cumsum(self._pending_counts) - 1] = False  # a last span has no next
+        # (requests in the batch break together, at a prefill step: one pair per pair of steps),
+        # each pair as (last step << 32) | next start
+        self._pairs.add(((stops[:-1][same_request[:-1]] - 1) << 32) | starts[1:][same_request[:-1]])
+        self._pending, self._pending_counts = array("i"), array("i")
+
+    def drivers_entry(self):
+        """(step times, held, break gaps, break weights): TokenGaps' entry for this driver."""
+        import numpy as np
+
+        self._fold()
+        step_times = self.step_times
+        # (a view of the driver's packed array where it is one, not a copy)
+        times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
+        n = len(times)
+        diff = np.frombuffer(self._diff, dtype=np.int32)[:max(n - 1, 0)]
+        held = np.zeros(n - 1, dtype=np.int32) if n > 1 else np.zeros(0, dtype=np.int32)
+        held[:len(diff)] = diff
+        held = np.cumsum(held, dtype=np.int32, out=held)
+        unique, counts = self._pairs.result()
+        return times, held, times[unique & 0xFFFFFFFF] - times[unique >> 32], counts.astype(np.int32)
 
 
 class _PairCounts:

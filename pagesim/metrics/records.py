@@ -109,7 +109,7 @@ class RequestRecord:
             num_swaps=group.num_swaps,
             cached_prompt_tokens=group.num_cached_prompt_tokens,
             total_output_len=sum(s.num_output_tokens for s in group.finished_seqs),
-            token_spans=token_spans or [],
+            token_spans=token_spans or (),  # (one shared empty tuple, not a list per record)
             step_times=step_times,
         )
 

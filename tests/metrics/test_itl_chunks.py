@@ -74,9 +74,9 @@ def test_pair_counts_merged_as_they_come_equal_one_count_over_all(monkeypatch):
 @pytest.mark.parametrize("changes", [dict(), dict(n=2, num_gpu_blocks=400),
                                      dict(chunked_prefill=True, max_num_batched_tokens=512)])
 def test_replay_gaps_in_tiny_chunks_equal_the_per_token_definition(monkeypatch, changes):
-    # chunks of 7 steps and 5 records a pass: every path of TokenGaps runs many times
+    # chunks of 7 steps and folds of 5 span entries: every path of TokenGaps runs many times
     monkeypatch.setattr(itl, "CHUNK", 7)
-    monkeypatch.setattr(itl, "RECORDS_PER_PASS", 5)
+    monkeypatch.setattr(itl, "FOLD_SPANS", 5)
     trace = load_trace(ROOT / "traces" / "sharegpt.json")
     result = Replay(ReplayConfig(num_requests=120, rate=4.0, **changes), trace).run()
     finished = [r for r in result.metrics.requests if r.status == "finished"]
