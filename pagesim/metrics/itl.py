@@ -6,8 +6,8 @@ The gaps are never materialised at once: `TokenGaps` keeps, per driver, one coun
 (4 bytes) and the distinct gaps across breaks, and hands out (values, weights) a stretch of
 steps at a time. The statistics read those chunks in a few passes: the mean and the standard
 deviation from correctly rounded sums (`exact_weighted_sum`), the percentiles from order
-statistics found by a histogram over the values' bit patterns, then a sort of the one histogram
-bin that holds each (`weighted_percentiles`). Results are the same floats as numpy gives on the
+statistics found by a radix select over the values' bit patterns, 16 bits a pass
+(`weighted_percentiles`). Results are the same floats as numpy gives on the
 values repeated by their weights (tests/metrics/test_itl_weighted.py), so a run's summary does
 not depend on how the gaps are grouped.
 
@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 Chunks = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]  # each call: a fresh pass over (values, weights)
 
 CHUNK = 1 << 16  # values per chunk: every pass's temporaries stay this size
-FOLD_SPANS = 1 << 16  # span entries gathered before they are folded into the counts
-BIN_SHIFT = 48  # histogram bins: sign, exponent and the top 4 mantissa bits of a value
-NUM_BINS = 1 << 16
+FOLD_SPANS = 1 << 14  # span entries gathered before they are folded into the counts
+DIGIT_BITS = 16  # the radix select's digit (order statistics): four passes over a value's 64 bits
+NUM_DIGITS = 1 << DIGIT_BITS
 
 
 class TokenGaps:
@@ -118,9 +118,12 @@ class SpanTally:
         size = int(stops.max()) + 1
         if len(self._diff) < size:
             self._diff.frombytes(bytes(self._diff.itemsize * (size - len(self._diff))))
-        diff = np.frombuffer(self._diff, dtype=np.int32)[:size]
-        np.add(diff, np.bincount(starts, minlength=size), out=diff, casting="unsafe")
-        np.subtract(diff, np.bincount(stops - 1, minlength=size), out=diff, casting="unsafe")
+        # (counted over the steps the batch spans only: its temporaries stay the batch's size,
+        # not the run's steps)
+        low = int(starts.min())
+        diff = np.frombuffer(self._diff, dtype=np.int32)[low:size]
+        np.add(diff, np.bincount(starts - low, minlength=size - low), out=diff, casting="unsafe")
+        np.subtract(diff, np.bincount(stops - 1 - low, minlength=size - low), out=diff, casting="unsafe")
         del diff  # (the array cannot grow while numpy views its buffer)
         same_request = np.ones(len(starts), dtype=bool)
         same_request[np.cumsum(self._pending_counts) - 1] = False  # a last span has no next
@@ -178,44 +181,45 @@ class _PairCounts:
         return self.unique, self.counts
 
 
-def _bins(values: np.ndarray) -> np.ndarray:
-    """Histogram bin of each value, in the values' order: the float's bits as a signed integer
-    (the low 63 bits flipped for negatives, so that integer order is value order), shifted."""
+def _keys(values: np.ndarray) -> np.ndarray:
+    """Each value's bits as a signed integer in the values' order (the low 63 bits flipped for
+    negatives, so that integer order is value order; the flip undoes itself)."""
     import numpy as np
 
     bits = values.view(np.int64)
-    key = bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
-    return (key >> BIN_SHIFT) + NUM_BINS // 2
+    return bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
 
 
 def _order_statistics(chunks: Chunks, ranks: list[int]) -> list[float]:
     """The k-th smallest (0-based) of the values each repeated weight times, for each k in ranks:
-    one pass counts the weight in each bin, a second gathers the bins the ranks fall in, and
-    those few values are sorted. (Memory: the bins, a chunk, and the gathered bins: small unless
-    most values share one bin's 4 mantissa bits.)"""
+    a radix select over the values' keys (_keys), DIGIT_BITS at a time from the top. Each pass
+    counts, for each rank, the weight of the values that share the digits found so far, by their
+    next digit, and the rank's digit is where its count is reached; after the last digit the key,
+    and so the value, is known. (Memory: a histogram per rank and a chunk, whatever the values.)"""
     import numpy as np
 
-    hist = np.zeros(NUM_BINS, dtype=np.int64)
-    for values, weights in chunks():
-        hist += np.bincount(_bins(values), weights=weights, minlength=NUM_BINS).astype(np.int64)
-    upto = np.cumsum(hist)
-    wanted = sorted({int(np.searchsorted(upto, k, side="right")) for k in ranks})
-    gathered_values, gathered_weights = [], []
-    for values, weights in chunks():
-        keep = np.isin(_bins(values), wanted)
-        gathered_values.append(values[keep])
-        gathered_weights.append(weights[keep])
-    values, weights = np.concatenate(gathered_values), np.concatenate(gathered_weights)
-    order = np.argsort(values, kind="stable")
-    values, weights = values[order], weights[order]
-    results = []
-    for k in ranks:
-        b = int(np.searchsorted(upto, k, side="right"))
-        before = int(upto[b - 1]) if b else 0  # repeated values in the bins below b
-        inside = _bins(values) == b
-        in_bin, in_weights = values[inside], weights[inside]
-        results.append(in_bin[np.searchsorted(np.cumsum(in_weights, dtype=np.int64), k - before, side="right")])
-    return results
+    prefixes = [0] * len(ranks)  # per rank: its key's digits found so far (its top bits)
+    left = list(ranks)  # per rank: its rank among the values that share those digits
+    for shift in range(64 - DIGIT_BITS, -1, -DIGIT_BITS):
+        above = shift + DIGIT_BITS
+        wanted = sorted(set(prefixes))
+        hists = {prefix: np.zeros(NUM_DIGITS, dtype=np.int64) for prefix in wanted}
+        for values, weights in chunks():
+            keys = _keys(values)
+            # (the top digit as a signed number shifted to 0 .. NUM_DIGITS - 1; the others unsigned)
+            digits = (keys >> shift) + NUM_DIGITS // 2 if above == 64 else (keys >> shift) & (NUM_DIGITS - 1)
+            for prefix in wanted:
+                inside = (keys >> above) == prefix if above < 64 else slice(None)
+                hists[prefix] += np.bincount(digits[inside], weights=weights[inside], minlength=NUM_DIGITS).astype(np.int64)
+        for i, prefix in enumerate(prefixes):
+            upto = np.cumsum(hists[prefix])
+            digit = int(np.searchsorted(upto, left[i], side="right"))
+            left[i] -= int(upto[digit - 1]) if digit else 0
+            if above == 64:
+                digit -= NUM_DIGITS // 2
+            prefixes[i] = (prefix << DIGIT_BITS) | digit if above < 64 else digit
+    keys = np.array(prefixes, dtype=np.int64)
+    return list(_keys(keys.view(np.float64)).view(np.float64))
 
 
 def _total_weight(chunks: Chunks) -> int:

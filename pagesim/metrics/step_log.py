@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from itertools import chain, compress, islice, repeat
-from operator import add, gt, mul, sub, truediv
+from itertools import chain, islice, repeat
+from operator import add, mul, sub, truediv
 from struct import Struct
 
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
@@ -212,40 +212,54 @@ class StepStarts:
     slack past the previous step's end: after an idle engine, the first step, and where the
     subtraction's rounding exceeds slack (long runs' large clocks). For any other step k and any
     t at or after step k - 1's end (t at or after ends[k - 1], as bisect_right(ends, t) == k
-    gives) the test holds: start <= ends[k - 1] + slack <= t + slack, the same floats."""
+    gives) the test holds: start <= ends[k - 1] + slack <= t + slack, the same floats. Steps
+    are checked FOLD_STEPS at a time (numpy: the same float arithmetic), so a run's steps cost
+    two list copies here, not a Python loop."""
+
+    FOLD_STEPS = 1 << 14  # (its temporaries: five arrays of this many floats)
 
     def __init__(self, slack: float):
         self.slack = slack
-        self.num_steps = 0
-        self.last_end: float | None = None
+        self.num_steps = 0  # steps checked
+        self.last_end: float | None = None  # the last checked step's end
         self.late = array("i")  # (step indices: a replay stays far below 2**31 steps)
         self.late_start = array("d")
+        self._ends, self._durations = array("d"), array("d")  # steps added, not checked yet
 
     def add(self, ends: list[float], durations: list[float]) -> None:
-        """Steps in time order: their end times and durations."""
-        if not ends:
-            return
-        first = self.num_steps
-        self.add_one(ends[0], durations[0])  # (against the previous end, or kept: the very first step)
-        if len(ends) > 1:
-            starts = list(map(sub, ends, durations))
-            for k in compress(range(1, len(ends)), map(gt, islice(starts, 1, None), map(add, ends, repeat(self.slack)))):
-                self.late.append(first + k)
-                self.late_start.append(starts[k])
-            self.num_steps += len(ends) - 1
-            self.last_end = ends[-1]
+        """Steps in time order: their end times and durations (lists)."""
+        self._ends.fromlist(ends)
+        self._durations.fromlist(durations)
+        if len(self._ends) >= self.FOLD_STEPS:
+            self._fold()
 
     def add_one(self, end: float, duration: float) -> None:
         """add() for one step."""
-        start = end - duration
-        if self.last_end is None or start > self.last_end + self.slack:
-            self.late.append(self.num_steps)
-            self.late_start.append(start)
-        self.num_steps += 1
-        self.last_end = end
+        self._ends.append(end)
+        self._durations.append(duration)
+
+    def _fold(self) -> None:
+        import numpy as np
+
+        if not self._ends:
+            return
+        ends, durations = np.frombuffer(self._ends), np.frombuffer(self._durations)
+        starts = ends - durations
+        previous = np.empty_like(ends)
+        previous[0] = -np.inf if self.last_end is None else self.last_end  # (the very first step: kept)
+        previous[1:] = ends[:-1]
+        late = np.flatnonzero(starts > previous + self.slack)
+        self.late.extend((late + self.num_steps).tolist())
+        self.late_start.extend(starts[late].tolist())
+        self.num_steps += len(ends)
+        self.last_end = float(ends[-1])
+        del ends, durations, starts, previous  # (views of the buffers, which are replaced now)
+        self._ends, self._durations = array("d"), array("d")
 
     def begun_by(self, step: int, t: float) -> bool:
         """end - duration <= t + slack for the step (t at or after the previous step's end)."""
+        if self._ends:
+            self._fold()
         at = bisect_left(self.late, step)
         if at < len(self.late) and self.late[at] == step:
             return self.late_start[at] <= t + self.slack

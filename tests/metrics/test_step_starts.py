@@ -28,7 +28,9 @@ def _steps(rng: random.Random, clock: float, num_runs: int):
 
 
 @pytest.mark.parametrize("clock", [0.0, 37.5, 5e4, 3e6])
-def test_begun_by_matches_end_minus_duration(clock):
+@pytest.mark.parametrize("fold_steps", [3, 1 << 16])
+def test_begun_by_matches_end_minus_duration(clock, fold_steps, monkeypatch):
+    monkeypatch.setattr(StepStarts, "FOLD_STEPS", fold_steps)  # (3: folds between and inside runs)
     rng = random.Random(int(clock) + 1)
     runs, idles = _steps(rng, clock, 400)
     starts = StepStarts(SLACK)
@@ -39,7 +41,6 @@ def test_begun_by_matches_end_minus_duration(clock):
             starts.add(ends, durations)
     ends = [e for run, _ in runs for e in run]
     durations = [d for _, run in runs for d in run]
-    assert starts.num_steps == len(ends)
     checked = disagree = 0
     for k in range(1, len(ends)):
         # t: the previous step's end (a token's time), a hair later, or anywhere before this end
@@ -49,6 +50,7 @@ def test_begun_by_matches_end_minus_duration(clock):
             checked += 1
             disagree += not expected
     assert checked == 3 * (len(ends) - 1)
+    assert starts.num_steps == len(ends)
     assert len(starts.late) <= idles + 1 + len(ends) // 50  # a few bytes per run, not per step
     assert disagree > 0  # some waits exceed the slack: the test sees both answers
 
@@ -56,5 +58,5 @@ def test_begun_by_matches_end_minus_duration(clock):
 def test_first_step_is_kept():
     starts = StepStarts(SLACK)
     starts.add([1.5, 2.0], [0.5, 0.5])
-    assert list(starts.late) == [0]
     assert starts.begun_by(0, 0.9) is False and starts.begun_by(0, 1.0) is True
+    assert list(starts.late) == [0] and starts.begun_by(1, 1.5) is True
