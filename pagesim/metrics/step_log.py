@@ -93,8 +93,11 @@ class StepLog:
         last = first + len(ends) - 1
         _extend(self.time, ends)
         gap = shared[0]
-        logical = [u + gap for u in used]
-        logical[-1] += shared[1] - gap
+        if gap or shared[1]:
+            logical = [u + gap for u in used]
+            logical[-1] += shared[1] - gap
+        else:  # (most runs share no block: logical is used)
+            logical = used
         self._add_totals(durations, used, logical, held, held_last, len(ends))
         if self.keep_steps:
             if last > first:
@@ -115,13 +118,16 @@ class StepLog:
         # sum(values, start) adds one value at a time to start: step order, as one sum over the
         # whole column would
         self.duration_sum = sum(durations, self.duration_sum)
+        same = logical is used and self.logical_time == self.used_time
         self.used_time = sum(map(mul, used, durations), self.used_time)
-        self.logical_time = sum(map(mul, logical, durations), self.logical_time)
+        # (the same terms added to the same total give the same float: one sum serves both)
+        self.logical_time = self.used_time if same else sum(map(mul, logical, durations), self.logical_time)
         if self.total_blocks:
             self.utilization_time = sum(map(mul, map(truediv, used, repeat(self.total_blocks)), durations),
                                         self.utilization_time)
-        self.used_sum += sum(used)
-        self.logical_sum += sum(logical)
+        used_sum = sum(used)
+        self.used_sum += used_sum
+        self.logical_sum += used_sum if logical is used else sum(logical)
         self.peak_used = max(self.peak_used, max(used))
         # (integers: exact in any order) the held values num_steps - 1 times, then the last step's
         self.held_sums = list(map(add, self.held_sums, map(add, held_last, map(mul, held, repeat(num_steps - 1)))))
