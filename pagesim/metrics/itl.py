@@ -32,6 +32,7 @@ CHUNK = 1 << 16  # values per chunk: every pass's temporaries stay this size
 FOLD_SPANS = 1 << 14  # span entries gathered before they are folded into the counts
 DIGIT_BITS = 16  # the radix select's digit (order statistics): four passes over a value's 64 bits
 NUM_DIGITS = 1 << DIGIT_BITS
+SORTED_AT_ONCE = 4 * CHUNK  # values up to which order statistics sort them all (a few MB), not radix-select
 
 
 class TokenGaps:
@@ -195,9 +196,23 @@ def _order_statistics(chunks: Chunks, ranks: list[int]) -> list[float]:
     a radix select over the values' keys (_keys), DIGIT_BITS at a time from the top. Each pass
     counts, for each rank, the weight of the values that share the digits found so far, by their
     next digit, and the rank's digit is where its count is reached; after the last digit the key,
-    and so the value, is known. (Memory: a histogram per rank and a chunk, whatever the values.)"""
+    and so the value, is known. (Memory: a histogram per rank and a chunk, whatever the values.)
+    At most SORTED_AT_ONCE values in all are sorted instead (the same order statistics)."""
     import numpy as np
 
+    parts, size = [], 0
+    for values, weights in chunks():
+        parts.append((values, weights))
+        size += len(values)
+        if size > SORTED_AT_ONCE:
+            break
+    else:  # (few values, as a request statistic's or a short run's gaps: sorted at once, faster)
+        values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
+        weights = np.concatenate([w for _, w in parts]) if parts else np.zeros(0, dtype=np.int64)
+        order = np.argsort(_keys(values), kind="stable")  # (key order: the radix select's)
+        upto = np.cumsum(weights[order], dtype=np.int64)
+        return [values[order[int(np.searchsorted(upto, k, side="right"))]] for k in ranks]
+    del parts
     prefixes = [0] * len(ranks)  # per rank: its key's digits found so far (its top bits)
     left = list(ranks)  # per rank: its rank among the values that share those digits
     for shift in range(64 - DIGIT_BITS, -1, -DIGIT_BITS):
@@ -211,8 +226,9 @@ def _order_statistics(chunks: Chunks, ranks: list[int]) -> list[float]:
             for prefix in wanted:
                 inside = (keys >> above) == prefix if above < 64 else slice(None)
                 hists[prefix] += np.bincount(digits[inside], weights=weights[inside], minlength=NUM_DIGITS).astype(np.int64)
+        uptos = {prefix: np.cumsum(hist) for prefix, hist in hists.items()}
         for i, prefix in enumerate(prefixes):
-            upto = np.cumsum(hists[prefix])
+            upto = uptos[prefix]
             digit = int(np.searchsorted(upto, left[i], side="right"))
             left[i] -= int(upto[digit - 1]) if digit else 0
             if above == 64:
