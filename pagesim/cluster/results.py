@@ -45,7 +45,8 @@ class ClusterResult:
             summary = dict(results[0].summary)  # one replica: the single replay's summary, as it is
         else:
             first = results[0]
-            summary = summarize_requests(self.requests, first.config.warmup_s, first.metrics.origin)
+            summary = summarize_requests(self.requests, first.config.warmup_s, first.metrics.origin,
+                                         [r.metrics.span_tally for r in results if r.metrics.span_tally is not None])
             summary.update(summarize_steps([r.metrics for r in results]))
             summary.update({key: first.summary[key] for key in CONFIG_KEYS})
             for key in ("num_kv_blocks", "num_host_blocks", "kv_token_slots"):

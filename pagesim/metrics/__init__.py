@@ -15,14 +15,13 @@ import math
 import statistics
 from array import array
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagesim.core import SchedulerOutput, SequenceGroup
 from pagesim.metrics import files
 from pagesim.metrics.files import STEPS_CHOICES, read_requests_csv, read_steps_csv
-from pagesim.metrics.itl import TokenGaps, exact_weighted_sum, weighted_percentiles, weighted_vllm_stats
+from pagesim.metrics.itl import SpanTally, TokenGaps, exact_weighted_sum, weighted_percentiles, weighted_vllm_stats
 from pagesim.metrics.records import (HELD_FIELDS, REQUEST_FIELDS, STEP_FIELDS, WASTE_FIELDS, RequestRecord,
                                      StepRecord)
 from pagesim.metrics.step_log import StepLog
@@ -53,9 +52,15 @@ class MetricsRecorder:
     keep_steps: bool = True  # False: no per-step records (no steps.csv), only the summary's totals
     origin: float = 0.0  # the run's time zero (pagesim.workload.requests.time_origin): warmup_s counts from it
 
+    # keep_steps=False: the records keep no token spans (an API caller's token_times); their
+    # gaps go into this tally as they leave, in memory that grows with steps, not requests
+    span_tally: SpanTally | None = field(default=None, repr=False)
+
     def __post_init__(self):
         if self.step_log is None:
             self.step_log = StepLog(self.num_kv_blocks, self.keep_steps)
+        if not self.keep_steps and self.span_tally is None:
+            self.span_tally = SpanTally(self.step_log.time, self.warmup_s, self.origin)
 
     @property
     def steps(self) -> list[StepRecord]:
@@ -69,10 +74,16 @@ class MetricsRecorder:
     def record_request(self, group: SequenceGroup) -> RequestRecord:
         """Call after the request's last step was recorded (its last token time is in it)."""
         spans = self.token_spans.pop(group.request_id, None)
-        # (packed: a request kept to the end of a long run holds its spans in 4 bytes an entry,
-        # not a list of boxed step indices, 36 bytes an entry; a replay stays far below 2**31 steps)
-        record = RequestRecord.from_group(group, array("i", islice(spans, 1, None)) if spans else None,
-                                          self.step_log.time)
+        tally = self.span_tally
+        if tally is None:
+            # (packed: a request kept to the end of a long run holds its spans in 4 bytes an entry,
+            # not a list of boxed step indices, 36 bytes an entry; a replay stays far below 2**31 steps)
+            record = RequestRecord.from_group(group, array("i", spans[1:]) if spans else None, self.step_log.time)
+        else:
+            record = RequestRecord.from_group(group, None, self.step_log.time)
+            if spans and record.status == "finished" and record.arrival_time - self.origin >= self.warmup_s:
+                del spans[0]  # (the token count: the rest are the spans)
+                tally.add(spans)  # (measured as summarize_requests measures it)
         self.requests.append(record)
         return record
 
@@ -137,7 +148,8 @@ class MetricsRecorder:
 
     # -- summary ---------------------------------------------------------------------------
     def summary(self, **extra) -> dict:
-        summary = summarize_requests(self.requests, self.warmup_s, self.origin)
+        summary = summarize_requests(self.requests, self.warmup_s, self.origin,
+                                     [self.span_tally] if self.span_tally is not None else [])
         summary.update(summarize_steps([self]))
         summary.update(extra)
         return summary
@@ -196,13 +208,20 @@ def summarize_steps(recorders: list[MetricsRecorder]) -> dict:
     }
 
 
-def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, origin: float = 0.0) -> dict:
+def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, origin: float = 0.0,
+                       span_tallies: list[SpanTally] = ()) -> dict:
     """The per-request half of summary.json, from request records alone (a simulated run, a real
     one, or an HTTP client's measurements). Throughputs count every finished request over the
     span from the first arrival to the last finish, output tokens those of all its sequences (its
     n samples, as vLLM counts them; `longest_output_*` count one, the longest, per request); latency statistics cover the finished
     requests that arrived warmup_s or more after origin (the run's time zero). Keys in seconds (`ttft_p99`) are pagesim's own; the
-    `*_ms` keys and the token totals follow vLLM's `bench serve` (see docs/metrics.md)."""
+    `*_ms` keys and the token totals follow vLLM's `bench serve` (see docs/metrics.md).
+    span_tallies: the token spans of drivers whose records keep none (MetricsRecorder.span_tally),
+    folded by the same warm-up."""
+    for tally in span_tallies:
+        if (tally.warmup_s, tally.origin) != (warmup_s, origin):
+            raise ValueError(f"a span tally measured from warm-up {tally.warmup_s} s after {tally.origin} "
+                             f"cannot join a summary measured from {warmup_s} s after {origin}")
     finished = [r for r in requests if r.status == "finished"]
     measured = [r for r in finished if r.arrival_time - origin >= warmup_s]
     duration = served_span(requests, finished)
@@ -214,11 +233,12 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
     def per_second(count):
         return count / duration if duration > 0 else 0.0
 
-    ttfts = [r.ttft for r in measured]
-    tpots = [r.tpot for r in measured]  # None for one-token outputs, which vLLM leaves out too
-    e2els = [r.e2e_latency for r in measured]
-    itls = TokenGaps(measured)  # (a chunk at a time: a long run pools millions of gaps)
-    normalized = _stats("normalized_latency", [r.normalized_latency for r in measured])
+    # (packed: 8 bytes a value, not a list's boxed float, 32)
+    ttfts = _packed(r.ttft for r in measured)
+    tpots = _packed(r.tpot for r in measured)  # None for one-token outputs, which vLLM leaves out too
+    e2els = _packed(r.e2e_latency for r in measured)
+    itls = TokenGaps(measured, span_tallies)  # (a chunk at a time: a long run pools millions of gaps)
+    normalized = _stats("normalized_latency", _packed(r.normalized_latency for r in measured))
     # the paper's metric keeps the name every reader (figures, plan, compare) uses
     normalized["mean_normalized_latency"] = normalized.pop("normalized_latency_mean")
     return {
@@ -328,13 +348,22 @@ def nonnegative_interval(values: list[float]) -> tuple[float, float, float, str]
     return mean, max(low, 0.0), high, "t, clipped at 0" if low < 0 else "t"
 
 
+def _packed(values) -> array:
+    """The values that are not None, in order, as array('d')."""
+    return array("d", (v for v in values if v is not None))
+
+
 def _stats(name: str, values) -> dict:
-    values = [v for v in values if v is not None]
+    values = values if isinstance(values, array) else _packed(values)
     if not values:
         return {f"{name}_mean": None, f"{name}_p50": None, f"{name}_p90": None, f"{name}_p99": None}
-    ordered = sorted(values)  # (once for the three percentiles; the mean sums in the records' order)
-    return {f"{name}_mean": sum(values) / len(values), f"{name}_p50": _sorted_percentile(ordered, 50),
-            f"{name}_p90": _sorted_percentile(ordered, 90), f"{name}_p99": _sorted_percentile(ordered, 99)}
+    import numpy as np
+
+    # (once for the three percentiles, packed; a stable sort orders as sorted() does. The mean
+    # sums in the records' order; the percentiles' arithmetic on numpy's doubles is Python's)
+    ordered = np.sort(np.frombuffer(values), kind="stable")
+    return {f"{name}_mean": sum(values) / len(values), f"{name}_p50": float(_sorted_percentile(ordered, 50)),
+            f"{name}_p90": float(_sorted_percentile(ordered, 90)), f"{name}_p99": float(_sorted_percentile(ordered, 99))}
 
 
 def _pooled_inter_token_latencies(records: list[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
@@ -353,7 +382,9 @@ def _vllm_stats(name: str, seconds) -> dict:
     there is no value."""
     import numpy as np
 
-    if not isinstance(seconds, np.ndarray):
+    if isinstance(seconds, array):
+        seconds = np.frombuffer(seconds) if len(seconds) else np.zeros(0)
+    elif not isinstance(seconds, np.ndarray):
         seconds = np.array([v for v in seconds if v is not None], dtype=float)
     if not seconds.size:
         return {f"{stat}_{name}_ms": None for stat in ("mean", "median", "std", "p99")}

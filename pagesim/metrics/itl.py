@@ -6,8 +6,8 @@ The gaps are never materialised at once: `TokenGaps` keeps, per driver, one coun
 (4 bytes) and the distinct gaps across breaks, and hands out (values, weights) a stretch of
 steps at a time. The statistics read those chunks in a few passes: the mean and the standard
 deviation from correctly rounded sums (`exact_weighted_sum`), the percentiles from order
-statistics found by a histogram over the values' bit patterns, then a sort of the one histogram
-bin that holds each (`weighted_percentiles`). Results are the same floats as numpy gives on the
+statistics found by a radix select over the values' bit patterns, 16 bits a pass
+(`weighted_percentiles`). Results are the same floats as numpy gives on the
 values repeated by their weights (tests/metrics/test_itl_weighted.py), so a run's summary does
 not depend on how the gaps are grouped.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from array import array
 from itertools import chain
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 Chunks = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]  # each call: a fresh pass over (values, weights)
 
 CHUNK = 1 << 16  # values per chunk: every pass's temporaries stay this size
-RECORDS_PER_PASS = 4096  # request records read at a time while counting their spans
-BIN_SHIFT = 48  # histogram bins: sign, exponent and the top 4 mantissa bits of a value
-NUM_BINS = 1 << 16
+FOLD_SPANS = 1 << 14  # span entries gathered before they are folded into the counts
+DIGIT_BITS = 16  # the radix select's digit (order statistics): four passes over a value's 64 bits
+NUM_DIGITS = 1 << DIGIT_BITS
+SORTED_AT_ONCE = 4 * CHUNK  # values up to which order statistics sort them all (a few MB), not radix-select
 
 
 class TokenGaps:
@@ -41,21 +42,25 @@ class TokenGaps:
     break in a request's tokens (a preemption, a step without it) is kept once per pair of
     steps, weighted by the requests that broke there."""
 
-    def __init__(self, records: list[RequestRecord]):
+    def __init__(self, records: list[RequestRecord], tallies: Iterable[SpanTally] = ()):
+        """records: those whose gaps count (their token spans, grouped by the step times they
+        point into); tallies: drivers' spans folded as they were recorded (records kept without
+        spans), each a driver of its own."""
         import numpy as np
 
         # per driver (the records sharing one step-time array): its step times, the requests
         # holding tokens at each pair of successive steps, and the gaps across breaks
         self.drivers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        by_times: dict[int, list[RequestRecord]] = {}
+        by_times: dict[int, SpanTally] = {}
         for r in records:
             if r.token_spans:
-                by_times.setdefault(id(r.step_times), []).append(r)
-        for group in by_times.values():
-            step_times = group[0].step_times
-            # (a view of the driver's packed array where it is one, not a copy)
-            times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
-            self.drivers.append((times, *_held_and_breaks(group, times)))
+                tally = by_times.get(id(r.step_times))
+                if tally is None:
+                    tally = by_times[id(r.step_times)] = SpanTally(r.step_times)
+                tally.add(r.token_spans)
+        for tally in (*by_times.values(), *tallies):
+            if tally.num_requests:
+                self.drivers.append(tally.drivers_entry())
 
     def chunks(self):
         """(values, weights) a stretch at a time; together every distinct gap once per driver."""
@@ -77,27 +82,72 @@ class TokenGaps:
         return np.concatenate([v for v, _ in parts]), np.concatenate([w for _, w in parts])
 
 
-def _held_and_breaks(group: list[RequestRecord], times: np.ndarray):
-    """held[k]: requests with tokens at steps k and k + 1; the distinct gaps across breaks (from
-    a span's last step to the same request's next span) and how many requests broke there."""
-    import numpy as np
+class SpanTally:
+    """One driver's requests' token spans folded into what their pooled gaps need, in memory
+    that grows with steps and distinct breaks, not requests: held[k], the requests with tokens at
+    steps k and k + 1 (a difference array over the steps, 4 bytes a step), and the distinct
+    breaks (from a span's last step to the same request's next span) with how many requests
+    broke there. Spans are added a request at a time and folded FOLD_SPANS entries at a time.
 
-    n = len(times)
-    held = np.zeros(n + 1, dtype=np.int32)  # a difference array over the spans, then its running sum
-    pairs = _PairCounts()
-    for i in range(0, len(group), RECORDS_PER_PASS):  # a slice of the records at a time: memory stays flat
-        part = group[i:i + RECORDS_PER_PASS]
-        spans = np.fromiter(chain.from_iterable(r.token_spans for r in part), dtype=np.int64)
+    A recorder that keeps no spans in its records folds those of its measured requests here as
+    they leave (warmup_s and origin: the warm-up it measured them by, which a summary checks)."""
+
+    def __init__(self, step_times: Sequence[float], warmup_s: float | None = None, origin: float | None = None):
+        self.step_times = step_times
+        self.warmup_s, self.origin = warmup_s, origin
+        self.num_requests = 0
+        self._pending = array("i")  # spans not folded yet, flattened, and how many spans each request has
+        self._pending_counts = array("i")
+        self._diff = array("i")  # +1 where a span starts, -1 at its last step, over the steps (grown as needed)
+        self._pairs = _PairCounts()
+
+    def add(self, spans: Sequence[int]) -> None:
+        """One request's spans, flattened [a0, b0, a1, b1, ...] (steps a .. b - 1 gave it tokens)."""
+        self._pending.extend(spans)
+        self._pending_counts.append(len(spans) // 2)
+        self.num_requests += 1
+        if len(self._pending) >= FOLD_SPANS:
+            self._fold()
+
+    def _fold(self) -> None:
+        import numpy as np
+
+        if not self._pending:
+            return
+        spans = np.frombuffer(self._pending, dtype=np.int32).astype(np.int64)
         starts, stops = spans[0::2], spans[1::2]
-        np.add(held, np.bincount(starts, minlength=n + 1), out=held, casting="unsafe")
-        np.subtract(held, np.bincount(stops - 1, minlength=n + 1), out=held, casting="unsafe")
+        size = int(stops.max()) + 1
+        if len(self._diff) < size:
+            self._diff.frombytes(bytes(self._diff.itemsize * (size - len(self._diff))))
+        # (counted over the steps the batch spans only: its temporaries stay the batch's size,
+        # not the run's steps)
+        low = int(starts.min())
+        diff = np.frombuffer(self._diff, dtype=np.int32)[low:size]
+        np.add(diff, np.bincount(starts - low, minlength=size - low), out=diff, casting="unsafe")
+        np.subtract(diff, np.bincount(stops - 1 - low, minlength=size - low), out=diff, casting="unsafe")
+        del diff  # (the array cannot grow while numpy views its buffer)
         same_request = np.ones(len(starts), dtype=bool)
-        same_request[np.cumsum([len(r.token_spans) // 2 for r in part]) - 1] = False  # a last span has no next
-        # (requests in the batch break together, at a prefill step: one gap per pair of steps)
-        pairs.add((stops[:-1][same_request[:-1]] - 1) * n + starts[1:][same_request[:-1]])
-    held = np.cumsum(held[:n - 1], dtype=np.int32, out=held[:n - 1]) if n > 1 else np.zeros(0, dtype=np.int32)
-    unique, counts = pairs.result()
-    return held, times[unique % n] - times[unique // n], counts.astype(np.int32)
+        same_request[np.cumsum(self._pending_counts) - 1] = False  # a last span has no next
+        # (requests in the batch break together, at a prefill step: one pair per pair of steps),
+        # each pair as (last step << 32) | next start
+        self._pairs.add(((stops[:-1][same_request[:-1]] - 1) << 32) | starts[1:][same_request[:-1]])
+        self._pending, self._pending_counts = array("i"), array("i")
+
+    def drivers_entry(self):
+        """(step times, held, break gaps, break weights): TokenGaps' entry for this driver."""
+        import numpy as np
+
+        self._fold()
+        step_times = self.step_times
+        # (a view of the driver's packed array where it is one, not a copy)
+        times = np.frombuffer(step_times) if isinstance(step_times, array) else np.asarray(step_times, dtype=float)
+        n = len(times)
+        diff = np.frombuffer(self._diff, dtype=np.int32)[:max(n - 1, 0)]
+        held = np.zeros(n - 1, dtype=np.int32) if n > 1 else np.zeros(0, dtype=np.int32)
+        held[:len(diff)] = diff
+        held = np.cumsum(held, dtype=np.int32, out=held)
+        unique, counts = self._pairs.result()
+        return times, held, times[unique & 0xFFFFFFFF] - times[unique >> 32], counts.astype(np.int32)
 
 
 class _PairCounts:
@@ -132,44 +182,60 @@ class _PairCounts:
         return self.unique, self.counts
 
 
-def _bins(values: np.ndarray) -> np.ndarray:
-    """Histogram bin of each value, in the values' order: the float's bits as a signed integer
-    (the low 63 bits flipped for negatives, so that integer order is value order), shifted."""
+def _keys(values: np.ndarray) -> np.ndarray:
+    """Each value's bits as a signed integer in the values' order (the low 63 bits flipped for
+    negatives, so that integer order is value order; the flip undoes itself)."""
     import numpy as np
 
     bits = values.view(np.int64)
-    key = bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
-    return (key >> BIN_SHIFT) + NUM_BINS // 2
+    return bits ^ ((bits >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
 
 
 def _order_statistics(chunks: Chunks, ranks: list[int]) -> list[float]:
     """The k-th smallest (0-based) of the values each repeated weight times, for each k in ranks:
-    one pass counts the weight in each bin, a second gathers the bins the ranks fall in, and
-    those few values are sorted. (Memory: the bins, a chunk, and the gathered bins: small unless
-    most values share one bin's 4 mantissa bits.)"""
+    a radix select over the values' keys (_keys), DIGIT_BITS at a time from the top. Each pass
+    counts, for each rank, the weight of the values that share the digits found so far, by their
+    next digit, and the rank's digit is where its count is reached; after the last digit the key,
+    and so the value, is known. (Memory: a histogram per rank and a chunk, whatever the values.)
+    At most SORTED_AT_ONCE values in all are sorted instead (the same order statistics)."""
     import numpy as np
 
-    hist = np.zeros(NUM_BINS, dtype=np.int64)
+    parts, size = [], 0
     for values, weights in chunks():
-        hist += np.bincount(_bins(values), weights=weights, minlength=NUM_BINS).astype(np.int64)
-    upto = np.cumsum(hist)
-    wanted = sorted({int(np.searchsorted(upto, k, side="right")) for k in ranks})
-    gathered_values, gathered_weights = [], []
-    for values, weights in chunks():
-        keep = np.isin(_bins(values), wanted)
-        gathered_values.append(values[keep])
-        gathered_weights.append(weights[keep])
-    values, weights = np.concatenate(gathered_values), np.concatenate(gathered_weights)
-    order = np.argsort(values, kind="stable")
-    values, weights = values[order], weights[order]
-    results = []
-    for k in ranks:
-        b = int(np.searchsorted(upto, k, side="right"))
-        before = int(upto[b - 1]) if b else 0  # repeated values in the bins below b
-        inside = _bins(values) == b
-        in_bin, in_weights = values[inside], weights[inside]
-        results.append(in_bin[np.searchsorted(np.cumsum(in_weights, dtype=np.int64), k - before, side="right")])
-    return results
+        parts.append((values, weights))
+        size += len(values)
+        if size > SORTED_AT_ONCE:
+            break
+    else:  # (few values, as a request statistic's or a short run's gaps: sorted at once, faster)
+        values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
+        weights = np.concatenate([w for _, w in parts]) if parts else np.zeros(0, dtype=np.int64)
+        order = np.argsort(_keys(values), kind="stable")  # (key order: the radix select's)
+        upto = np.cumsum(weights[order], dtype=np.int64)
+        return [values[order[int(np.searchsorted(upto, k, side="right"))]] for k in ranks]
+    del parts
+    prefixes = [0] * len(ranks)  # per rank: its key's digits found so far (its top bits)
+    left = list(ranks)  # per rank: its rank among the values that share those digits
+    for shift in range(64 - DIGIT_BITS, -1, -DIGIT_BITS):
+        above = shift + DIGIT_BITS
+        wanted = sorted(set(prefixes))
+        hists = {prefix: np.zeros(NUM_DIGITS, dtype=np.int64) for prefix in wanted}
+        for values, weights in chunks():
+            keys = _keys(values)
+            # (the top digit as a signed number shifted to 0 .. NUM_DIGITS - 1; the others unsigned)
+            digits = (keys >> shift) + NUM_DIGITS // 2 if above == 64 else (keys >> shift) & (NUM_DIGITS - 1)
+            for prefix in wanted:
+                inside = (keys >> above) == prefix if above < 64 else slice(None)
+                hists[prefix] += np.bincount(digits[inside], weights=weights[inside], minlength=NUM_DIGITS).astype(np.int64)
+        uptos = {prefix: np.cumsum(hist) for prefix, hist in hists.items()}
+        for i, prefix in enumerate(prefixes):
+            upto = uptos[prefix]
+            digit = int(np.searchsorted(upto, left[i], side="right"))
+            left[i] -= int(upto[digit - 1]) if digit else 0
+            if above == 64:
+                digit -= NUM_DIGITS // 2
+            prefixes[i] = (prefix << DIGIT_BITS) | digit if above < 64 else digit
+    keys = np.array(prefixes, dtype=np.int64)
+    return list(_keys(keys.view(np.float64)).view(np.float64))
 
 
 def _total_weight(chunks: Chunks) -> int:

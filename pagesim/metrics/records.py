@@ -94,6 +94,10 @@ class RequestRecord:
     @classmethod
     def from_group(cls, group: SequenceGroup, token_spans: Sequence[int] | None = None,
                    step_times: Sequence[float] = ()) -> "RequestRecord":
+        # (group.output_len, the longest, and the total from one pass; one sequence's count is
+        # both, one int object kept, not two)
+        outputs = [s.num_output_tokens for s in group.finished_seqs]
+        longest = max(outputs, default=0)
         return cls(
             request_id=group.request_id,
             status="rejected" if group.reject_reason else "finished",
@@ -103,13 +107,13 @@ class RequestRecord:
             first_token_time=group.first_token_time,
             finish_time=group.finish_time,
             prompt_len=group.prompt_len,
-            output_len=group.output_len,
+            output_len=longest,
             num_seqs=group.max_num_seqs,
             num_preemptions=group.num_preemptions,
             num_swaps=group.num_swaps,
             cached_prompt_tokens=group.num_cached_prompt_tokens,
-            total_output_len=sum(s.num_output_tokens for s in group.finished_seqs),
-            token_spans=token_spans or [],
+            total_output_len=longest if len(outputs) == 1 else sum(outputs),
+            token_spans=token_spans or (),  # (one shared empty tuple, not a list per record)
             step_times=step_times,
         )
 

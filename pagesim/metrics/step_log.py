@@ -93,8 +93,11 @@ class StepLog:
         last = first + len(ends) - 1
         _extend(self.time, ends)
         gap = shared[0]
-        logical = [u + gap for u in used]
-        logical[-1] += shared[1] - gap
+        if gap or shared[1]:
+            logical = [u + gap for u in used]
+            logical[-1] += shared[1] - gap
+        else:  # (most runs share no block: logical is used)
+            logical = used
         self._add_totals(durations, used, logical, held, held_last, len(ends))
         if self.keep_steps:
             if last > first:
@@ -115,13 +118,16 @@ class StepLog:
         # sum(values, start) adds one value at a time to start: step order, as one sum over the
         # whole column would
         self.duration_sum = sum(durations, self.duration_sum)
+        same = logical is used and self.logical_time == self.used_time
         self.used_time = sum(map(mul, used, durations), self.used_time)
-        self.logical_time = sum(map(mul, logical, durations), self.logical_time)
+        # (the same terms added to the same total give the same float: one sum serves both)
+        self.logical_time = self.used_time if same else sum(map(mul, logical, durations), self.logical_time)
         if self.total_blocks:
             self.utilization_time = sum(map(mul, map(truediv, used, repeat(self.total_blocks)), durations),
                                         self.utilization_time)
-        self.used_sum += sum(used)
-        self.logical_sum += sum(logical)
+        used_sum = sum(used)
+        self.used_sum += used_sum
+        self.logical_sum += used_sum if logical is used else sum(logical)
         self.peak_used = max(self.peak_used, max(used))
         # (integers: exact in any order) the held values num_steps - 1 times, then the last step's
         self.held_sums = list(map(add, self.held_sums, map(add, held_last, map(mul, held, repeat(num_steps - 1)))))
@@ -201,3 +207,66 @@ def _extend(column: array, values) -> None:
         column.fromlist(values)
     else:
         column.extend(values)
+
+
+class StepStarts:
+    """Whether a step had begun by a given time, as `end - duration <= t + slack` tells from the
+    step's end and duration, in a few bytes per run instead of each step's duration (8 bytes a
+    step): what an engine that delivers tokens a step late needs when it keeps no step log.
+
+    A step's start (its end minus its duration, as floats) is kept only where it lies more than
+    slack past the previous step's end: after an idle engine, the first step, and where the
+    subtraction's rounding exceeds slack (long runs' large clocks). For any other step k and any
+    t at or after step k - 1's end (t at or after ends[k - 1], as bisect_right(ends, t) == k
+    gives) the test holds: start <= ends[k - 1] + slack <= t + slack, the same floats. Steps
+    are checked FOLD_STEPS at a time (numpy: the same float arithmetic), so a run's steps cost
+    two list copies here, not a Python loop."""
+
+    FOLD_STEPS = 1 << 14  # (its temporaries: five arrays of this many floats)
+
+    def __init__(self, slack: float):
+        self.slack = slack
+        self.num_steps = 0  # steps checked
+        self.last_end: float | None = None  # the last checked step's end
+        self.late = array("i")  # (step indices: a replay stays far below 2**31 steps)
+        self.late_start = array("d")
+        self._ends, self._durations = array("d"), array("d")  # steps added, not checked yet
+
+    def add(self, ends: list[float], durations: list[float]) -> None:
+        """Steps in time order: their end times and durations (lists)."""
+        self._ends.fromlist(ends)
+        self._durations.fromlist(durations)
+        if len(self._ends) >= self.FOLD_STEPS:
+            self._fold()
+
+    def add_one(self, end: float, duration: float) -> None:
+        """add() for one step."""
+        self._ends.append(end)
+        self._durations.append(duration)
+
+    def _fold(self) -> None:
+        import numpy as np
+
+        if not self._ends:
+            return
+        ends, durations = np.frombuffer(self._ends), np.frombuffer(self._durations)
+        starts = ends - durations
+        previous = np.empty_like(ends)
+        previous[0] = -np.inf if self.last_end is None else self.last_end  # (the very first step: kept)
+        previous[1:] = ends[:-1]
+        late = np.flatnonzero(starts > previous + self.slack)
+        self.late.extend((late + self.num_steps).tolist())
+        self.late_start.extend(starts[late].tolist())
+        self.num_steps += len(ends)
+        self.last_end = float(ends[-1])
+        del ends, durations, starts, previous  # (views of the buffers, which are replaced now)
+        self._ends, self._durations = array("d"), array("d")
+
+    def begun_by(self, step: int, t: float) -> bool:
+        """end - duration <= t + slack for the step (t at or after the previous step's end)."""
+        if self._ends:
+            self._fold()
+        at = bisect_left(self.late, step)
+        if at < len(self.late) and self.late[at] == step:
+            return self.late_start[at] <= t + self.slack
+        return True

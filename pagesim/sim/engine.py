@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import random
-from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from dataclasses import asdict, dataclass, field, replace
@@ -23,6 +22,7 @@ from pagesim.core.errors import SchedulerStalled
 from pagesim import inputs
 from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
+from pagesim.metrics.step_log import StepStarts
 from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
@@ -38,6 +38,7 @@ from pagesim.workload.trace import Trace
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
 SIM_STEP = StepResult(default_token=SIM_TOKEN)  # one token per sequence; n samples fork at their first
 MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists)
+DELIVERY_SLACK_S = 1e-12  # async output: a step begun this close after a token's time delivers it at its end
 EP_COST_MODELS = ("calibrated", "roofline")  # the cost models that take expert parallelism (ep=)
 
 
@@ -151,9 +152,10 @@ class Replay:
         self._unheard_ends: list = []  # (request, Outcome) of ends a dynamic feed hears of at the next step's end
         self._next_deadline_index = 0
         # where the engine delivers tokens a step late (async output), _delay_outputs reads every
-        # step's end and duration from the step log; a log that keeps no durations gets this copy
+        # step's end and duration from the step log; a log that keeps no durations keeps instead
+        # the few step starts that delivery depends on
         self._output_delayed = bool(self.cost.output_delay_steps)
-        self._step_durations = array("d") if self._output_delayed and not keep_steps else None
+        self._step_starts = StepStarts(DELIVERY_SLACK_S) if self._output_delayed and not keep_steps else None
 
     def _done(self, group, at_once: bool = False) -> None:
         """A group left. Its client hears of it now, or (async output: the engine profile delivers
@@ -223,18 +225,20 @@ class Replay:
         Apply once per record, and only once the step after its finish has begun (or never will)."""
         if not self._output_delayed or record.status != "finished" or record.first_token_time is None:
             return
-        log = self.metrics.step_log
-        ends, durations = log.time, (log.duration if self._step_durations is None else self._step_durations)
+        log, starts = self.metrics.step_log, self._step_starts
+        ends = log.time
 
         def delivered(t: float) -> float:
             k = bisect_right(ends, t)  # the step after the one that ended at t
             if k < len(ends):
-                end, duration = ends[k], durations[k]
+                if starts is not None:
+                    return ends[k] if starts.begun_by(k, t) else t
+                end, duration = ends[k], log.duration[k]
             elif next_step is not None:
                 end, duration = next_step
             else:
                 return t
-            return end if end - duration <= t + 1e-12 else t
+            return end if end - duration <= t + DELIVERY_SLACK_S else t
 
         record.first_token_time = delivered(record.first_token_time)
         record.finish_time = max(delivered(record.finish_time), record.first_token_time)
@@ -299,8 +303,8 @@ class Replay:
             duration = cost.iteration_time(shape)
             if self.on_step is not None:
                 self.on_step(env.now + duration, duration, shape)
-            if self._step_durations is not None:
-                self._step_durations.append(duration)
+            if self._step_starts is not None:
+                self._step_starts.add_one(env.now + duration, duration)
             yield env.timeout(duration)
             if self._unheard_ends:
                 self._deliver_ends()
@@ -340,8 +344,8 @@ class Replay:
         durations, ends = self._run_times(plan, now, until)
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
-        if self._step_durations is not None:
-            self._step_durations.extend(durations)
+        if self._step_starts is not None:
+            self._step_starts.add(ends, durations)
         end = ends[-1]
         queues = (len(scheduler.running), len(scheduler.waiting), len(scheduler.swapped))
         kv = scheduler.kv

@@ -37,7 +37,9 @@ def _values(rng, kind: str, size: int) -> np.ndarray:
 
 @pytest.mark.parametrize("kind", ["one bin", "signed", "ties", "spread"])
 @pytest.mark.parametrize("seed", range(8))
-def test_percentiles_over_chunks_are_numpys_on_the_repeated_values(kind, seed):
+@pytest.mark.parametrize("sorted_at_once", [0, 1 << 18])  # radix select, or a sort of every value
+def test_percentiles_over_chunks_are_numpys_on_the_repeated_values(kind, seed, sorted_at_once, monkeypatch):
+    monkeypatch.setattr(itl, "SORTED_AT_ONCE", sorted_at_once)
     rng = np.random.default_rng(seed)
     size = int(rng.integers(1, 300))
     values, weights = _values(rng, kind, size), rng.integers(1, 9, size).astype(np.int32)
@@ -74,9 +76,10 @@ def test_pair_counts_merged_as_they_come_equal_one_count_over_all(monkeypatch):
 @pytest.mark.parametrize("changes", [dict(), dict(n=2, num_gpu_blocks=400),
                                      dict(chunked_prefill=True, max_num_batched_tokens=512)])
 def test_replay_gaps_in_tiny_chunks_equal_the_per_token_definition(monkeypatch, changes):
-    # chunks of 7 steps and 5 records a pass: every path of TokenGaps runs many times
+    # chunks of 7 steps and folds of 5 span entries: every path of TokenGaps runs many times
     monkeypatch.setattr(itl, "CHUNK", 7)
-    monkeypatch.setattr(itl, "RECORDS_PER_PASS", 5)
+    monkeypatch.setattr(itl, "SORTED_AT_ONCE", 7)
+    monkeypatch.setattr(itl, "FOLD_SPANS", 5)
     trace = load_trace(ROOT / "traces" / "sharegpt.json")
     result = Replay(ReplayConfig(num_requests=120, rate=4.0, **changes), trace).run()
     finished = [r for r in result.metrics.requests if r.status == "finished"]
