@@ -283,7 +283,8 @@ class PagedKVManager(KVCacheManager):
             else:
                 hits = self._cached_blocks(seq)
                 self._admitted_hits(seq, len(hits))
-            self.device.incref_n(hits)
+            if hits:  # (most admissions hit nothing)
+                self.device.incref_n(hits)
             seq.block_table = list(hits)
             seq.num_computed_tokens = len(hits) * self.block_size
             self.allocate_slots(seq, n)
@@ -304,7 +305,11 @@ class PagedKVManager(KVCacheManager):
     # -- running ---------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return self.device.num_free
+        return self.device.free_queue.size  # (BlockPool.num_free without its call: asked several times a run)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_device_blocks - self.device.free_queue.size  # (the base's, two property calls fewer)
 
     @property
     def num_logical_blocks(self) -> int:

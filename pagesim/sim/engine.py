@@ -280,7 +280,7 @@ class Replay:
                 if not scheduler.has_unfinished:
                     continue
             plan = plan_decode(scheduler, MAX_DECODE_RUN) if fast_forward else None
-            if plan is not None:
+            while plan is not None:
                 # (a run's two halves are plain calls around its timeouts, not a generator of its
                 # own: one fewer object and one fewer frame switch per event)
                 run = self._take_decode_run(env.now, plan)
@@ -289,28 +289,35 @@ class Replay:
                 if self._unheard_ends:  # (the run was one step: see _take_decode_run)
                     self._deliver_ends()
                 self._record_decode_run(run)
+                if timeout is not None or not scheduler.running:
+                    break  # back to the loop's checks
+                # (with groups still running, those checks pass: plan the next run at once)
+                plan = plan_decode(scheduler, MAX_DECODE_RUN)
+            if plan is not None:
                 continue
-            out = scheduler.schedule(env.now)
+            now = env.now
+            out = scheduler.schedule(now)
             if out.is_empty:
                 # add_request rejects what can never fit, so an empty step with work queued is a core bug
-                raise SchedulerStalled(f"t={env.now:.3f}s: requests are queued but nothing can run "
+                raise SchedulerStalled(f"t={now:.3f}s: requests are queued but nothing can run "
                                        f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
             shape = out.batch_shape()
             duration = cost.iteration_time(shape)
             if self.on_step is not None:
-                self.on_step(env.now + duration, duration, shape)
+                self.on_step(now + duration, duration, shape)
             if self._step_durations is not None:
                 self._step_durations.append(duration)
             yield env.timeout(duration)
             if self._unheard_ends:
                 self._deliver_ends()
+            now = env.now
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
-            finished = scheduler.update(out, step, env.now)
-            metrics.record_step(out, env.now, duration, scheduler)  # first: it holds their last token times
+            finished = scheduler.update(out, step, now)
+            metrics.record_step(out, now, duration, scheduler)  # first: it holds their last token times
             for group in finished:
                 self._done(group)
                 self._beam_rngs.pop(group.request_id, None)
-            self._maybe_sample_waste(env.now)
+            self._maybe_sample_waste(now)
 
     def _beam_step(self, out: SchedulerOutput) -> StepResult:
         """SIM_STEP plus explicit samples for the beam groups due a token this step."""
@@ -347,10 +354,13 @@ class Replay:
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan)
-        delay = _delay_to(now, end)
+        delay = end - now
+        if now + delay != end:  # (mostly it lands there)
+            delay = _delay_to(now, end)
         # no single delay lands exactly there (rounding ties): time the steps one by one
         delays = (delay,) if now + delay == end else durations
-        return _TakenRun(plan, run, durations, ends, delays, queues, shared_before)
+        # (tuple.__new__: a named tuple's own __new__ is a Python call)
+        return tuple.__new__(_TakenRun, (plan, run, durations, ends, delays, queues, shared_before))
 
     def _record_decode_run(self, taken: "_TakenRun") -> None:
         """The run's step records and finished requests, once the clock reached its end."""
