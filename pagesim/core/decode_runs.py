@@ -17,9 +17,9 @@ The executor never runs this: it samples real tokens, which may be EOS.
 from __future__ import annotations
 
 import math
-from itertools import accumulate, compress
+from itertools import accumulate, compress, count, repeat
 from dataclasses import dataclass, field
-from operator import attrgetter, not_
+from operator import attrgetter, le, not_
 
 from pagesim.core.request import SequenceGroup, SequenceStatus
 from pagesim.core.scheduler import Scheduler
@@ -88,7 +88,7 @@ class DecodeBatch:
         (the groups it finished gone), or None where it must be built afresh."""
         self.move_on(1)
         end = self.clock
-        gone = [i for i, at in enumerate(self.finish_at) if at <= end]
+        gone = _stopping(self.finish_at, end)
         if not gone:
             return self
         if self.forked or any(self.groups[i].seqs for i in gone):
@@ -315,7 +315,11 @@ def _queued_group_could_start(sched: Scheduler, num_seqs: int) -> bool:
         return True
     if not may_admit:
         return False
-    group, budget = sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens
+    if not cfg.chunked_prefill:
+        # schedule() starts from this answer (Scheduler.last_admission), asked here once
+        return sched.admission(sched.waiting[0], cfg.max_num_batched_tokens, num_seqs) is not None
+    # (a chunked step drops it: its running groups take their blocks first)
+    group = sched.waiting[0]
     return surely_admits(sched, group, budget, num_seqs) or sched.admission(group, budget, num_seqs) is not None
 
 
@@ -377,7 +381,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     if taking:
         kv.append_blocks(taking)
         if kv.num_tables != 1:  # a new block of a sequence is one per block table
-            opened = [count * kv.num_tables for count in opened]
+            opened = [n * kv.num_tables for n in opened]
     blocks_used = list(accumulate(opened, initial=used))[1:]
     finishing = num_steps >= to_finish
     # A window's frees at the last step go group by group between the finishes, as update() does
@@ -397,7 +401,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
             stopping = list(sched.running)
         elif batch is not None:  # (the batch knows when each group stops: batch.groups is sched.running)
             clock = batch.clock
-            gone = [i for i, at in enumerate(batch.finish_at) if at <= clock]
+            gone = _stopping(batch.finish_at, clock)
             stopping = [batch.groups[i] for i in gone]
         else:  # (sequences of a group grow in step: its first says whether it stops)
             stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
@@ -415,6 +419,11 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
                 _drop_positions(batch, gone)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
     return DecodeRun(num_steps, num_seqs, blocks_used, finished)
+
+
+def _stopping(finish_at: list, clock: int) -> list[int]:
+    """Positions of the groups that stop by clock (at C speed: a pass over the whole batch)."""
+    return list(compress(count(), map(le, finish_at, repeat(clock))))
 
 
 def _drop_positions(batch: DecodeBatch, gone: list[int]) -> None:
