@@ -172,10 +172,11 @@ class PagedKVManager(KVCacheManager):
         # At its largest the group holds each sequence's full length; only whole prompt blocks
         # are certain to stay shared between its sequences, and after a recompute only if
         # re-admission shares them again.
-        final_len = min(group.prompt_len + group.sampling.max_tokens, max_model_len)
-        shared = group.prompt_len // self.block_size if group.max_num_seqs > 1 and self.share_on_readmission else 0
+        request, num_seqs = group.request, group.max_num_seqs
+        final_len = min(request.prompt_len + request.sampling.max_tokens, max_model_len)
+        shared = request.prompt_len // self.block_size if num_seqs > 1 and self.share_on_readmission else 0
         # the last token is never computed, so it never takes a slot
-        need = shared + group.max_num_seqs * (self._blocks_for(final_len - 1) - shared)
+        need = shared + num_seqs * (self._blocks_for(final_len - 1) - shared)
         usable = self.num_device_blocks - self.watermark_blocks
         if need > usable:
             return f"needs {need} KV blocks at its longest, the pool has {usable} usable"

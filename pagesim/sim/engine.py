@@ -465,9 +465,10 @@ class _TakenRun(NamedTuple):
 
 def _outcome(group) -> Outcome:
     """How a group that left ended, for a feed that releases on ends: its first sequence's output."""
-    if not group.finished_seqs:
+    seqs = group.finished_seqs
+    if not seqs:
         return Outcome(group.reject_reason)
-    first = min(group.finished_seqs, key=lambda seq: seq.seq_id)
+    first = seqs[0] if len(seqs) == 1 else min(seqs, key=lambda seq: seq.seq_id)
     return Outcome(group.reject_reason, first.num_output_tokens,
                    first.output_token_ids if first.has_token_ids else None)
 
