@@ -399,7 +399,11 @@ class Replay:
             durations += part
             ends += part_ends
             now = part_ends[-1]
-            chunk *= 4
+            # Durations grow along a run (its context does): at the last one's pace, this many
+            # more steps reach until at the most (any chunk gives the same floats; this one
+            # mostly ends the run without a third).
+            pace = part[-1]
+            chunk = plan.num_steps if until == math.inf or pace <= 0 else max(16, int((until - now) / pace) + 2)
         return durations, ends
 
     def _next_deadline(self) -> float:
