@@ -106,6 +106,8 @@ class DecodeBatch:
         take them (step by step, in batch order), and how many take one at each step (needs due).
         The steps of one phase recur every block_size steps: the first block_size steps say all."""
         due, bs, clock = self.due, self.block_size, self.clock
+        if not due:  # (a manager that reserved every block: none is ever taken)
+            return [], [0] * num_steps
         period = min(num_steps, bs)
         taking = []
         counts = [0] * period
@@ -118,6 +120,11 @@ class DecodeBatch:
             return taking, counts
         cycles, rest = divmod(num_steps, bs)
         return taking * cycles + taking[:sum(counts[:rest])], counts * cycles + counts[:rest]
+
+    def first_blocks(self) -> list[tuple[int, int]]:
+        """(steps until its sequences take their next block, how many) for each phase (needs due)."""
+        clock, bs = self.clock, self.block_size
+        return [((phase - clock) % bs, len(seqs)) for phase, seqs in self.due.items() if seqs]
 
     def file_due(self, seqs: list, rooms: list) -> None:
         """File seqs (the batch's last ones, in order) under their phases, given their rooms; a
@@ -186,23 +193,24 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
         # a sliding window's freed block could let a queued group start: end with the step that frees one
         horizon = min(horizon, kv.steps_until_window_frees(seqs))
     rooms = kv.steps_until_new_blocks(seqs) if batch.due is None else None
+    bs = kv.block_size
     if batch.forked:
         tables = kv.num_tables  # a new block of a sequence is one per block table
+        taking_now = batch.due.get(clock % bs) or () if rooms is None else None  # (room 0: a block at the next step)
         for i in batch.forked:
-            room = rooms[i] if rooms is not None else kv.steps_until_new_block(seqs[i])
-            if kv.blocks_needed(seqs[i], 1) > (room == 0) * tables:
+            takes = rooms[i] == 0 if rooms is not None else seqs[i] in taking_now
+            if kv.blocks_needed(seqs[i], 1) > takes * tables:
                 return None  # a shared last block must be copied first
     # The longest run whose new blocks all fit: past it, some step would preempt.
-    bs = kv.block_size
     free = kv.num_free_blocks // kv.num_tables  # (blocks a sliding window frees meanwhile are not counted on)
     # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
     if num_seqs * (horizon // bs + 1) <= free:
         return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
-    # per sequence that grows into new blocks: the step (from 0) taking the first
-    opens = [room for room in (rooms if rooms is not None else batch.rooms(kv)) if room != INF]
+    # the steps (from 0) at which sequences take their first new block, each with how many do
+    opens = [(room, 1) for room in rooms if room != INF] if rooms is not None else batch.first_blocks()
 
     def blocks_for(steps: int) -> int:
-        return sum((steps - 1 - first) // bs + 1 for first in opens if first < steps)
+        return sum(((steps - 1 - first) // bs + 1) * count for first, count in opens if first < steps)
 
     if blocks_for(horizon) <= free:
         return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)

@@ -11,8 +11,6 @@ per-(model, GPU, TP) factors and a call is a few multiply-adds.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from itertools import repeat
-from operator import add, mul
 from typing import Iterator
 
 # The step description lives in the core (SchedulerOutput counts it); the cost models take it from there.
@@ -89,9 +87,7 @@ def linear_context_durations(base: float, per_ctx: float, num_seqs: int, context
     """Decode run durations for a model whose plain decode step is `base + context_tokens * per_ctx`
     (`decode_run_durations` of the roofline, calibrated and profiled models). The model's
     iteration_time must add that context term last, to the same base, so the floats are equal."""
-    # (base + context * per_ctx for each context, at C speed)
-    return list(map(add, repeat(base), map(mul, range(context_tokens, context_tokens + num_steps * num_seqs, num_seqs),
-                                           repeat(per_ctx))))
+    return [base + context * per_ctx for context in range(context_tokens, context_tokens + num_steps * num_seqs, num_seqs)]
 
 
 def windowed_context_durations(base: float, per_ctx: float, per_window_ctx: float, window: int, num_seqs: int,
