@@ -17,9 +17,9 @@ The executor never runs this: it samples real tokens, which may be EOS.
 from __future__ import annotations
 
 import math
-from itertools import accumulate, compress
+from itertools import accumulate, compress, count, repeat
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, le, not_
 
 from pagesim.core.request import SequenceGroup, SequenceStatus
 from pagesim.core.scheduler import Scheduler
@@ -54,8 +54,10 @@ class DecodeBatch:
     after it (prefill steps only add groups at its end) instead of the whole batch.
 
     Every group in it is a plain decode (see plan_decode); a run of n steps moves the clock n
-    on and leaves every value below true without touching it, except for the sequences that
-    take a block (their next block's clock moves on) and the groups that finish (they leave).
+    on and leaves every value below true without touching it, except for the groups that
+    finish (they leave). A sequence that has r < block_size steps of room takes a block at
+    every step whose clock is congruent to clock + r modulo block_size: it is filed under that
+    phase (due), so a run finds the blocks it takes by phase, not by sequence.
     A single step that decodes each of its sequences by one token (a chunked prefill's mixed
     step, a decode step between runs) moves the clock on by one, as a run of one step would
     (decoded_by, stepped). The scheduler drops it (Scheduler.decode_batch = None) whenever
@@ -69,9 +71,10 @@ class DecodeBatch:
     context: int  # num_tokens of all of seqs, now
     clock: int = 0  # decode steps taken since it was built
     finish_at: list = field(default_factory=list)  # per group: the clock at which its sequences stop
-    # per sequence: the clock at whose step it takes its next block (INF: never); None where the
-    # KV manager's rooms do not follow its appends (steps_until_new_blocks is asked every run)
-    opens_at: list | None = None
+    # phase (clock modulo block_size) -> the sequences, in batch order, that take a block at the
+    # steps of that phase (one that never does, INF, is in none); None where the KV manager's
+    # rooms do not follow its appends (steps_until_new_blocks is asked every run)
+    due: dict | None = None
     block_size: int = 0  # (the KV manager's)
 
     def decoded_by(self, out) -> bool:
@@ -85,7 +88,7 @@ class DecodeBatch:
         (the groups it finished gone), or None where it must be built afresh."""
         self.move_on(1)
         end = self.clock
-        gone = [i for i, at in enumerate(self.finish_at) if at <= end]
+        gone = _stopping(self.finish_at, end)
         if not gone:
             return self
         if self.forked or any(self.groups[i].seqs for i in gone):
@@ -93,28 +96,62 @@ class DecodeBatch:
         _drop_positions(self, gone)
         return self
 
-    def move_on(self, num_steps: int, opens: list | None = None) -> None:
-        """Move the clock num_steps decode steps on. Where it keeps each sequence's next block
-        (opens_at), the blocks taken meanwhile move it past them, and go into opens (if given)
-        as step * len(seqs) + position, the order single steps take them in."""
-        clock, bs, num_seqs = self.clock, self.block_size, len(self.seqs)
-        end = clock + num_steps
-        if self.opens_at is not None:
-            opens_at, stop, stride = self.opens_at, num_steps * num_seqs, bs * num_seqs
-            for order, at in enumerate(opens_at):
-                if at < end:
-                    if opens is not None:
-                        opens.extend(range((at - clock) * num_seqs + order, stop, stride))
-                    opens_at[order] = at + ((end - 1 - at) // bs + 1) * bs
-        self.clock = end
-        self.context += num_steps * num_seqs
+    def move_on(self, num_steps: int) -> None:
+        """Move the clock num_steps decode steps on."""
+        self.clock += num_steps
+        self.context += num_steps * len(self.seqs)
+
+    def blocks_taken(self, num_steps: int) -> tuple[list, list[int]]:
+        """The sequences that take a block in the next num_steps steps, in the order single steps
+        take them (step by step, in batch order), and how many take one at each step (needs due).
+        The steps of one phase recur every block_size steps: the first block_size steps say all."""
+        due, bs, clock = self.due, self.block_size, self.clock
+        if not due:  # (a manager that reserved every block: none is ever taken)
+            return [], [0] * num_steps
+        period = min(num_steps, bs)
+        taking = []
+        counts = [0] * period
+        for step in range(period):
+            seqs = due.get((clock + step) % bs)
+            if seqs:
+                taking += seqs
+                counts[step] = len(seqs)
+        if num_steps <= bs:
+            return taking, counts
+        cycles, rest = divmod(num_steps, bs)
+        return taking * cycles + taking[:sum(counts[:rest])], counts * cycles + counts[:rest]
+
+    def first_blocks(self) -> list[tuple[int, int]]:
+        """(steps until its sequences take their next block, how many) for each phase (needs due)."""
+        clock, bs = self.clock, self.block_size
+        return [((phase - clock) % bs, len(seqs)) for phase, seqs in self.due.items() if seqs]
+
+    def file_due(self, seqs: list, rooms: list) -> None:
+        """File seqs (the batch's last ones, in order) under their phases, given their rooms; a
+        room of block_size or more has no phase yet: the batch keeps none (due = None)."""
+        due, bs, clock = self.due, self.block_size, self.clock
+        for seq, room in zip(seqs, rooms):
+            if room != INF:
+                if room >= bs:
+                    self.due = None
+                    return
+                phase = (clock + room) % bs
+                if phase in due:
+                    due[phase].append(seq)
+                else:
+                    due[phase] = [seq]
+
+    def drop_due(self, gone) -> None:
+        """Take the sequences gone (that left the batch) out of due."""
+        for seq in gone:
+            for seqs in self.due.values():
+                if seq in seqs:
+                    seqs.remove(seq)
+                    break
 
     def rooms(self, kv) -> list:
         """steps_until_new_block of each of seqs, now."""
-        if self.opens_at is None:
-            return kv.steps_until_new_blocks(self.seqs)
-        clock = self.clock
-        return [at - clock for at in self.opens_at]
+        return kv.steps_until_new_blocks(self.seqs)
 
 
 @dataclass(slots=True)
@@ -155,25 +192,25 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):
         # a sliding window's freed block could let a queued group start: end with the step that frees one
         horizon = min(horizon, kv.steps_until_window_frees(seqs))
-    opens_at = batch.opens_at
-    rooms = kv.steps_until_new_blocks(seqs) if opens_at is None else None
+    rooms = kv.steps_until_new_blocks(seqs) if batch.due is None else None
+    bs = kv.block_size
     if batch.forked:
         tables = kv.num_tables  # a new block of a sequence is one per block table
+        taking_now = batch.due.get(clock % bs) or () if rooms is None else None  # (room 0: a block at the next step)
         for i in batch.forked:
-            room = rooms[i] if rooms is not None else opens_at[i] - clock
-            if kv.blocks_needed(seqs[i], 1) > (room == 0) * tables:
+            takes = rooms[i] == 0 if rooms is not None else seqs[i] in taking_now
+            if kv.blocks_needed(seqs[i], 1) > takes * tables:
                 return None  # a shared last block must be copied first
     # The longest run whose new blocks all fit: past it, some step would preempt.
-    bs = kv.block_size
     free = kv.num_free_blocks // kv.num_tables  # (blocks a sliding window frees meanwhile are not counted on)
     # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
     if num_seqs * (horizon // bs + 1) <= free:
         return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
-    # per sequence that grows into new blocks: the step (from 0) taking the first
-    opens = [room for room in (rooms if rooms is not None else batch.rooms(kv)) if room != INF]
+    # the steps (from 0) at which sequences take their first new block, each with how many do
+    opens = [(room, 1) for room in rooms if room != INF] if rooms is not None else batch.first_blocks()
 
     def blocks_for(steps: int) -> int:
-        return sum((steps - 1 - first) // bs + 1 for first in opens if first < steps)
+        return sum(((steps - 1 - first) // bs + 1) * count for first, count in opens if first < steps)
 
     if blocks_for(horizon) <= free:
         return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
@@ -199,10 +236,12 @@ def _current_batch(sched: Scheduler) -> DecodeBatch | None:
             return None
         seqs, request_ids, forked, context, to_finish = added
         kv = sched.kv
-        sched.decode_batch = DecodeBatch(list(running), seqs, request_ids, forked, context, 0, to_finish,
-                                         kv.steps_until_new_blocks(seqs) if kv.rooms_follow_appends else None,
-                                         kv.block_size)
-        return sched.decode_batch
+        batch = DecodeBatch(list(running), seqs, request_ids, forked, context, 0, to_finish,
+                            {} if kv.rooms_follow_appends else None, kv.block_size)
+        if batch.due is not None:
+            batch.file_due(seqs, kv.steps_until_new_blocks(seqs))
+        sched.decode_batch = batch
+        return batch
     if len(running) == len(batch.groups):
         return batch
     new = running[len(batch.groups):]
@@ -218,8 +257,8 @@ def _current_batch(sched: Scheduler) -> DecodeBatch | None:
     batch.forked = batch.forked + forked
     batch.context += context
     batch.finish_at = batch.finish_at + [clock + steps for steps in to_finish]
-    if batch.opens_at is not None:
-        batch.opens_at = batch.opens_at + [clock + room for room in sched.kv.steps_until_new_blocks(seqs)]
+    if batch.due is not None:
+        batch.file_due(seqs, sched.kv.steps_until_new_blocks(seqs))
     sched.decode_batch = batch
     return batch
 
@@ -284,7 +323,11 @@ def _queued_group_could_start(sched: Scheduler, num_seqs: int) -> bool:
         return True
     if not may_admit:
         return False
-    group, budget = sched.waiting[0], budget if cfg.chunked_prefill else cfg.max_num_batched_tokens
+    if not cfg.chunked_prefill:
+        # schedule() starts from this answer (Scheduler.last_admission), asked here once
+        return sched.admission(sched.waiting[0], cfg.max_num_batched_tokens, num_seqs) is not None
+    # (a chunked step drops it: its running groups take their blocks first)
+    group = sched.waiting[0]
     return surely_admits(sched, group, budget, num_seqs) or sched.admission(group, budget, num_seqs) is not None
 
 
@@ -319,29 +362,34 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
         seqs, rooms, to_finish, batch = plan.seqs, plan.rooms, plan.steps_to_first_finish, plan.batch
     used = kv.num_used_blocks
     num_seqs = len(seqs)
-    # Each new block as step * num_seqs + position in the batch: sorted, that is the order single
-    # steps take them in (step by step, in running order).
-    opens = []
-    stop = num_steps * num_seqs
-    stride = bs * num_seqs
-    if rooms is not None:
+    # the sequences that take a block, in the order single steps take them (step by step, in
+    # running order), and how many take one at each step
+    if rooms is None:  # (the batch files them by phase)
+        taking, opened = batch.blocks_taken(num_steps)
+    else:
+        # each new block as step * num_seqs + position in the batch: sorted, that is the order
+        opens = []
+        stop = num_steps * num_seqs
+        stride = bs * num_seqs
         for order, first in enumerate(rooms):
             if first < num_steps:
                 opens.extend(range(first * num_seqs + order, stop, stride))
-    if batch is not None:  # (where it keeps each sequence's next block, it gives the new blocks)
-        batch.move_on(num_steps, opens)
+        opens.sort()
+        opened = [0] * num_steps
+        for at in opens:
+            opened[at // num_seqs] += 1
+        taking = [seqs[at % num_seqs] for at in opens]
+    if batch is not None:
+        batch.move_on(num_steps)
     new_tokens = [token_id] * num_steps
     for seq in seqs:
         seq.num_computed_tokens += num_steps
         seq.token_ids.extend(new_tokens)
         seq.num_tokens += num_steps
-    opened = [0] * num_steps  # new blocks taken at each step
-    if opens:
-        opens.sort()
-        tables = kv.num_tables
-        for at in opens:
-            opened[at // num_seqs] += tables
-        kv.append_blocks([seqs[at % num_seqs] for at in opens])
+    if taking:
+        kv.append_blocks(taking)
+        if kv.num_tables != 1:  # a new block of a sequence is one per block table
+            opened = [n * kv.num_tables for n in opened]
     blocks_used = list(accumulate(opened, initial=used))[1:]
     finishing = num_steps >= to_finish
     # A window's frees at the last step go group by group between the finishes, as update() does
@@ -361,7 +409,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
             stopping = list(sched.running)
         elif batch is not None:  # (the batch knows when each group stops: batch.groups is sched.running)
             clock = batch.clock
-            gone = [i for i, at in enumerate(batch.finish_at) if at <= clock]
+            gone = _stopping(batch.finish_at, clock)
             stopping = [batch.groups[i] for i in gone]
         else:  # (sequences of a group grow in step: its first says whether it stops)
             stopping = [g for g in sched.running if g.seqs[0].num_tokens >= g.stop_len]
@@ -381,17 +429,22 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     return DecodeRun(num_steps, num_seqs, blocks_used, finished)
 
 
+def _stopping(finish_at: list, clock: int) -> list[int]:
+    """Positions of the groups that stop by clock (at C speed: a pass over the whole batch)."""
+    return list(compress(count(), map(le, finish_at, repeat(clock))))
+
+
 def _drop_positions(batch: DecodeBatch, gone: list[int]) -> None:
     """The batch without the finished groups at positions gone, each of one sequence (so also
     their sequences' positions). The run's plan still reads its lists: those are copied first."""
-    groups, finish_at, opens_at = batch.groups, batch.finish_at, batch.opens_at
+    groups, finish_at = batch.groups, batch.finish_at
     batch.seqs = seqs = batch.seqs[:]
     batch.request_ids = request_ids = batch.request_ids[:]
+    if batch.due is not None:
+        batch.drop_due([seqs[i] for i in gone])
     for i in reversed(gone):
         batch.context -= seqs[i].num_tokens
         del groups[i], seqs[i], request_ids[i], finish_at[i]
-        if opens_at is not None:
-            del opens_at[i]
 
 
 def _drop_finished(sched: Scheduler, batch: DecodeBatch) -> None:
@@ -403,12 +456,12 @@ def _drop_finished(sched: Scheduler, batch: DecodeBatch) -> None:
     if len(seqs) != sum(kept):  # (a group lost some of its sequences only: build it afresh)
         sched.decode_batch = None
         return
+    if batch.due is not None:
+        batch.drop_due(list(compress(batch.seqs, map(not_, kept))))
     batch.groups, batch.seqs = groups, seqs
     batch.request_ids = list(compress(batch.request_ids, live))
     batch.finish_at = list(compress(batch.finish_at, live))
     batch.context = sum(map(attrgetter("num_tokens"), seqs))
-    if batch.opens_at is not None:
-        batch.opens_at = list(compress(batch.opens_at, kept))
     if batch.forked:
         batch.forked = forked = []
         position = 0

@@ -172,10 +172,11 @@ class PagedKVManager(KVCacheManager):
         # At its largest the group holds each sequence's full length; only whole prompt blocks
         # are certain to stay shared between its sequences, and after a recompute only if
         # re-admission shares them again.
-        final_len = min(group.prompt_len + group.sampling.max_tokens, max_model_len)
-        shared = group.prompt_len // self.block_size if group.max_num_seqs > 1 and self.share_on_readmission else 0
+        request, num_seqs = group.request, group.max_num_seqs
+        final_len = min(request.prompt_len + request.sampling.max_tokens, max_model_len)
+        shared = request.prompt_len // self.block_size if num_seqs > 1 and self.share_on_readmission else 0
         # the last token is never computed, so it never takes a slot
-        need = shared + group.max_num_seqs * (self._blocks_for(final_len - 1) - shared)
+        need = shared + num_seqs * (self._blocks_for(final_len - 1) - shared)
         usable = self.num_device_blocks - self.watermark_blocks
         if need > usable:
             return f"needs {need} KV blocks at its longest, the pool has {usable} usable"
@@ -283,7 +284,8 @@ class PagedKVManager(KVCacheManager):
             else:
                 hits = self._cached_blocks(seq)
                 self._admitted_hits(seq, len(hits))
-            self.device.incref_n(hits)
+            if hits:  # (most admissions hit nothing)
+                self.device.incref_n(hits)
             seq.block_table = list(hits)
             seq.num_computed_tokens = len(hits) * self.block_size
             self.allocate_slots(seq, n)
@@ -304,7 +306,11 @@ class PagedKVManager(KVCacheManager):
     # -- running ---------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return self.device.num_free
+        return self.device.free_queue.size  # (BlockPool.num_free without its call: asked several times a run)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_device_blocks - self.device.free_queue.size  # (the base's, two property calls fewer)
 
     @property
     def num_logical_blocks(self) -> int:

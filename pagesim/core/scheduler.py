@@ -202,7 +202,7 @@ class Scheduler:
                 counts = [1]
             if group.first_scheduled_time is None:
                 group.first_scheduled_time = now
-            bisect.insort(self.running, group, key=_arrival)
+            _file(self.running, group)
             num_seqs += group.max_num_seqs
             budget -= sum(counts)
             out.add(group, counts)
@@ -307,7 +307,7 @@ class Scheduler:
         self.num_swapped_blocks += len(mapping)
         for seq in group.seqs:
             seq.status = status
-        bisect.insort(queue, group, key=_arrival)
+        _file(queue, group)
 
     def _preemption_mode(self, group: SequenceGroup) -> str:
         mode = self.config.preemption_mode
@@ -489,6 +489,14 @@ def _takes_default(group: SequenceGroup, due) -> bool:
 
 def _arrival(group: SequenceGroup) -> int:
     return group.arrival_order
+
+
+def _file(queue: list, group: SequenceGroup) -> None:
+    """Put group into queue in arrival order (after any of the same rank, as bisect.insort does)."""
+    if not queue or queue[-1].arrival_order <= group.arrival_order:
+        queue.append(group)  # (mostly the newest: no bisection, no key calls)
+    else:
+        bisect.insort(queue, group, key=_arrival)
 
 
 def _cap(counts: list[int], budget: int) -> list[int]:

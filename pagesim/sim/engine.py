@@ -284,7 +284,7 @@ class Replay:
                 if not scheduler.has_unfinished:
                     continue
             plan = plan_decode(scheduler, MAX_DECODE_RUN) if fast_forward else None
-            if plan is not None:
+            while plan is not None:
                 # (a run's two halves are plain calls around its timeouts, not a generator of its
                 # own: one fewer object and one fewer frame switch per event)
                 run = self._take_decode_run(env.now, plan)
@@ -293,28 +293,35 @@ class Replay:
                 if self._unheard_ends:  # (the run was one step: see _take_decode_run)
                     self._deliver_ends()
                 self._record_decode_run(run)
+                if timeout is not None or not scheduler.running:
+                    break  # back to the loop's checks
+                # (with groups still running, those checks pass: plan the next run at once)
+                plan = plan_decode(scheduler, MAX_DECODE_RUN)
+            if plan is not None:
                 continue
-            out = scheduler.schedule(env.now)
+            now = env.now
+            out = scheduler.schedule(now)
             if out.is_empty:
                 # add_request rejects what can never fit, so an empty step with work queued is a core bug
-                raise SchedulerStalled(f"t={env.now:.3f}s: requests are queued but nothing can run "
+                raise SchedulerStalled(f"t={now:.3f}s: requests are queued but nothing can run "
                                        f"({len(scheduler.waiting)} waiting, {scheduler.kv.num_free_blocks} free blocks)")
             shape = out.batch_shape()
             duration = cost.iteration_time(shape)
             if self.on_step is not None:
-                self.on_step(env.now + duration, duration, shape)
+                self.on_step(now + duration, duration, shape)
             if self._step_starts is not None:
-                self._step_starts.add_one(env.now + duration, duration)
+                self._step_starts.add_one(now + duration, duration)
             yield env.timeout(duration)
             if self._unheard_ends:
                 self._deliver_ends()
+            now = env.now
             step = self._beam_step(out) if self.beam is not None else SIM_STEP
-            finished = scheduler.update(out, step, env.now)
-            metrics.record_step(out, env.now, duration, scheduler)  # first: it holds their last token times
+            finished = scheduler.update(out, step, now)
+            metrics.record_step(out, now, duration, scheduler)  # first: it holds their last token times
             for group in finished:
                 self._done(group)
                 self._beam_rngs.pop(group.request_id, None)
-            self._maybe_sample_waste(env.now)
+            self._maybe_sample_waste(now)
 
     def _beam_step(self, out: SchedulerOutput) -> StepResult:
         """SIM_STEP plus explicit samples for the beam groups due a token this step."""
@@ -351,10 +358,13 @@ class Replay:
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan)
-        delay = _delay_to(now, end)
+        delay = end - now
+        if now + delay != end:  # (mostly it lands there)
+            delay = _delay_to(now, end)
         # no single delay lands exactly there (rounding ties): time the steps one by one
         delays = (delay,) if now + delay == end else durations
-        return _TakenRun(plan, run, durations, ends, delays, queues, shared_before)
+        # (tuple.__new__: a named tuple's own __new__ is a Python call)
+        return tuple.__new__(_TakenRun, (plan, run, durations, ends, delays, queues, shared_before))
 
     def _record_decode_run(self, taken: "_TakenRun") -> None:
         """The run's step records and finished requests, once the clock reached its end."""
@@ -393,7 +403,11 @@ class Replay:
             durations += part
             ends += part_ends
             now = part_ends[-1]
-            chunk *= 4
+            # Durations grow along a run (its context does): at the last one's pace, this many
+            # more steps reach until at the most (any chunk gives the same floats; this one
+            # mostly ends the run without a third).
+            pace = part[-1]
+            chunk = plan.num_steps if until == math.inf or pace <= 0 else max(16, int((until - now) / pace) + 2)
         return durations, ends
 
     def _next_deadline(self) -> float:
@@ -459,9 +473,10 @@ class _TakenRun(NamedTuple):
 
 def _outcome(group) -> Outcome:
     """How a group that left ended, for a feed that releases on ends: its first sequence's output."""
-    if not group.finished_seqs:
+    seqs = group.finished_seqs
+    if not seqs:
         return Outcome(group.reject_reason)
-    first = min(group.finished_seqs, key=lambda seq: seq.seq_id)
+    first = seqs[0] if len(seqs) == 1 else min(seqs, key=lambda seq: seq.seq_id)
     return Outcome(group.reject_reason, first.num_output_tokens,
                    first.output_token_ids if first.has_token_ids else None)
 
