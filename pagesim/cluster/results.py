@@ -34,7 +34,7 @@ class ClusterResult:
     def __init__(self, cluster, results: list) -> None:
         self.cluster = cluster
         self.results = results  # each replica's ReplayResult, in replica order
-        self.requests = [_merged(r) if isinstance(r, tuple) else r for r in cluster.records]
+        self.requests = [client_record(r) for r in cluster.records]
         self.replica = cluster.record_replica
         self.decode_replica = cluster.record_decode
         self.summary = self._summary()
@@ -113,6 +113,12 @@ class ClusterResult:
         names = ["requests.csv", "replicas.csv", "summary.json"] + (["fleet.csv"] if self.cluster.fleet else [])
         names += [f"steps_replica{k}.csv" for k in range(len(self.results))] if steps != "none" else []
         return names + [f"waste_replica{k}.csv" for k, r in enumerate(self.results) if r.metrics.waste]
+
+
+def client_record(record: RequestRecord | tuple[RequestRecord, RequestRecord]) -> RequestRecord:
+    """A cluster's record (Cluster.records) as its client saw the request: a P/D pair merged
+    (_merged), any other as it is."""
+    return _merged(record) if isinstance(record, tuple) else record
 
 
 def _merged(pair: tuple[RequestRecord, RequestRecord]) -> RequestRecord:

@@ -149,10 +149,6 @@ class DecodeBatch:
                     seqs.remove(seq)
                     break
 
-    def rooms(self, kv) -> list:
-        """steps_until_new_block of each of seqs, now."""
-        return kv.steps_until_new_blocks(self.seqs)
-
 
 @dataclass(slots=True)
 class DecodeRun:

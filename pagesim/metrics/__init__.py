@@ -81,9 +81,9 @@ class MetricsRecorder:
             record = RequestRecord.from_group(group, array("i", spans[1:]) if spans else None, self.step_log.time)
         else:
             record = RequestRecord.from_group(group, None, self.step_log.time)
-            if spans and record.status == "finished" and record.arrival_time - self.origin >= self.warmup_s:
+            if spans and is_measured(record, self.warmup_s, self.origin):
                 del spans[0]  # (the token count: the rest are the spans)
-                tally.add(spans)  # (measured as summarize_requests measures it)
+                tally.add(spans)
         self.requests.append(record)
         return record
 
@@ -208,6 +208,12 @@ def summarize_steps(recorders: list[MetricsRecorder]) -> dict:
     }
 
 
+def is_measured(record: RequestRecord, warmup_s: float, origin: float) -> bool:
+    """Whether the latency statistics cover a request: finished, and arrived warmup_s or more
+    after origin (the run's time zero)."""
+    return record.status == "finished" and record.arrival_time - origin >= warmup_s
+
+
 def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, origin: float = 0.0,
                        span_tallies: list[SpanTally] = ()) -> dict:
     """The per-request half of summary.json, from request records alone (a simulated run, a real
@@ -223,7 +229,7 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
             raise ValueError(f"a span tally measured from warm-up {tally.warmup_s} s after {tally.origin} "
                              f"cannot join a summary measured from {warmup_s} s after {origin}")
     finished = [r for r in requests if r.status == "finished"]
-    measured = [r for r in finished if r.arrival_time - origin >= warmup_s]
+    measured = [r for r in finished if is_measured(r, warmup_s, origin)]
     duration = served_span(requests, finished)
     input_tokens = sum(r.prompt_len for r in finished)
     # every sample's tokens, as vLLM counts completion tokens; and one sample (the longest) per request

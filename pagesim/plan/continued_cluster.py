@@ -25,7 +25,7 @@ from array import array
 import simpy
 
 from pagesim.cluster.cluster import Cluster
-from pagesim.cluster.results import _merged, imbalance
+from pagesim.cluster.results import client_record, imbalance
 from pagesim.plan.continued import Checkpoint, _Target, judged_summary
 from pagesim.workload.trace import Trace
 
@@ -126,7 +126,7 @@ class ContinuedCluster:
         for i, record in enumerate(cluster.records[:end + 1]):
             if _client(record).request_id >= n:
                 continue
-            judged.append(_merged(record) if isinstance(record, tuple) else record)
+            judged.append(client_record(record))
             served[cluster.record_replica[i]] += 1
             if cluster.record_decode[i] >= 0:
                 served[cluster.record_decode[i]] += 1

@@ -358,9 +358,7 @@ class Replay:
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan)
-        delay = end - now
-        if now + delay != end:  # (mostly it lands there)
-            delay = _delay_to(now, end)
+        delay = _delay_to(now, end)
         # no single delay lands exactly there (rounding ties): time the steps one by one
         delays = (delay,) if now + delay == end else durations
         # (tuple.__new__: a named tuple's own __new__ is a Python call)

@@ -22,7 +22,7 @@ import pytest
 from pagesim.core import (
     KVGroupSpec, PagedKVManager, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, StepResult, make_scheduler,
 )
-from pagesim.core.decode_runs import advance_decode, decode_horizon, plan_decode
+from pagesim.core.decode_runs import INF, advance_decode, decode_horizon, plan_decode
 
 TOKEN = 7  # the token every sequence appends (what the simulator does)
 LIMIT = 10_000
@@ -123,9 +123,16 @@ def plan_view(sched, plan) -> tuple | None:
     """What a plan says, with the rooms spelled out (a plan on a kept DecodeBatch leaves them to it)."""
     if plan is None:
         return None
-    rooms = plan.rooms if plan.rooms is not None else plan.batch.rooms(sched.kv)
+    rooms = plan.rooms if plan.rooms is not None else batch_rooms(plan.batch)
     return (plan.num_steps, plan.num_seqs, plan.context_tokens, plan.steps_to_first_finish,
             [s.seq_id for s in plan.seqs], list(plan.request_ids), list(rooms))
+
+
+def batch_rooms(batch) -> list:
+    """Each of the batch's sequences' steps until its next block, as the batch's own phases
+    (DecodeBatch.due) say: filed under phase p, (p - clock) mod block_size; filed nowhere, INF."""
+    rooms = {id(seq): (phase - batch.clock) % batch.block_size for phase, seqs in batch.due.items() for seq in seqs}
+    return [rooms.get(id(seq), INF) for seq in batch.seqs]
 
 
 def fresh_plan(sched, limit: int):
