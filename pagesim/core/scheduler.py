@@ -217,6 +217,9 @@ class Scheduler:
         chunked = self.config.chunked_prefill
         blocks_needed, running = kv.blocks_needed, self.running
         i = 0
+        if batch is not None and batch.scheduled_whole(kv, running, out, budget):  # (the kept batch in one go)
+            i = len(batch.groups)
+            budget -= len(batch.seqs)
         while i < len(running):
             group = running[i]
             seqs = group.seqs

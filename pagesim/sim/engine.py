@@ -389,17 +389,17 @@ class Replay:
             count = min(chunk, plan.num_steps - len(ends))
             part = self.cost.decode_run_durations(plan.num_seqs, plan.context_tokens + len(ends) * plan.num_seqs, count,
                                                   self.cfg.block_size)
-            part_ends = list(accumulate(part, initial=now))[1:]
+            part_ends = list(accumulate(part, initial=now))  # (part_ends[k]: the end of the chunk's k-th step)
             # (durations are positive, so ends increase: the first end at or after until)
-            cut = bisect_left(part_ends, until) + 1
+            cut = bisect_left(part_ends, until, 1)
             if cut <= count:
                 if not ends:  # (most runs: cut inside the first chunk)
-                    return part[:cut], part_ends[:cut]
+                    return part[:cut], part_ends[1:cut + 1]
                 durations += part[:cut]
-                ends += part_ends[:cut]
+                ends += part_ends[1:cut + 1]
                 break
             durations += part
-            ends += part_ends
+            ends += part_ends[1:]
             now = part_ends[-1]
             # Durations grow along a run (its context does): at the last one's pace, this many
             # more steps reach until at the most (any chunk gives the same floats; this one
