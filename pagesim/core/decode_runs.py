@@ -100,6 +100,24 @@ class DecodeBatch:
         out.add_decodes(groups, seqs, self.context)
         return True
 
+    def updated_whole(self, sched: Scheduler, token_id: int, now: float, finished: list) -> int:
+        """Scheduler.update() for the batch's groups, where the step decoded each of its sequences
+        by one token (decoded_by) and they all take token_id: how many of the step's sequences
+        that was (0: a batch of forks, left to update() group by group)."""
+        if self.forked:
+            return 0
+        for seq in self.seqs:  # (as update() and Sequence.append_token do, less a logprob of 0)
+            seq.num_computed_tokens += 1
+            seq.token_ids.append(token_id)
+            seq.num_tokens += 1
+        for group, seq in zip(self.groups, self.seqs):
+            group.sample_seq_ids = [seq.seq_id]
+        groups = self.groups
+        for i in _stopping(self.finish_at, self.clock + 1):  # (no EOS: they stop at their stop_len)
+            sched.retire_stopped(groups[i])
+            sched.finish_if_done(groups[i], now, finished)
+        return len(self.seqs)
+
     def stepped(self) -> "DecodeBatch | None":
         """The step decoded_by() said yes to was taken: the batch with its clock moved on by it
         (the groups it finished gone), or None where it must be built afresh."""

@@ -78,7 +78,8 @@ def out_state(out, finished) -> tuple:
     return ([g.request_id for g in out.groups], [(s.seq_id, n) for s, n in zip(out.seqs, out.num_new_tokens)],
             out.num_prefill_tokens, out.num_prefill_seqs, out.prefill_attn_pairs, out.num_decode_seqs,
             out.decode_context_tokens, out.blocks_to_swap_in, out.blocks_to_swap_out,
-            out.blocks_to_copy, [(g.request_id, mode) for g, mode in out.preempted], [g.request_id for g in finished])
+            out.blocks_to_copy, [(g.request_id, mode) for g, mode in out.preempted], [g.request_id for g in finished],
+            [list(g.sample_seq_ids) for g in out.groups])
 
 
 def is_plain_decode(out, finished, batch: list[int], batch_after: list[int]) -> bool:
@@ -505,8 +506,9 @@ def test_fast_path_matches_single_steps_with_kv_groups(name, seed):
 @pytest.mark.parametrize("name", ["paged-chunked", "paged-chunked-prefix-swap", "paged-roomy-bs16", "paged-swap"])
 def test_steps_that_schedule_the_kept_batch_whole_match_single_steps(name, monkeypatch):
     """A step after which the kept DecodeBatch decodes schedules it in one go where none of it can
-    be preempted (DecodeBatch.scheduled_whole); drive() holds each such step's output and the core
-    state to the reference's, whose scheduler keeps no batch and goes group by group."""
+    be preempted (DecodeBatch.scheduled_whole), and update() takes its tokens in one go
+    (updated_whole); drive() holds each such step's output (with the groups' sample_seq_ids) and the
+    core state to the reference's, whose scheduler keeps no batch and goes group by group."""
     answers = []
     whole = DecodeBatch.scheduled_whole
 
