@@ -17,7 +17,7 @@ The executor never runs this: it samples real tokens, which may be EOS.
 from __future__ import annotations
 
 import math
-from itertools import accumulate, compress, count, repeat
+from itertools import accumulate, chain, compress, count, repeat
 from dataclasses import dataclass, field
 from operator import attrgetter, le, not_
 
@@ -71,10 +71,10 @@ class DecodeBatch:
     context: int  # num_tokens of all of seqs, now
     clock: int = 0  # decode steps taken since it was built
     finish_at: list = field(default_factory=list)  # per group: the clock at which its sequences stop
-    # phase (clock modulo block_size) -> the sequences, in batch order, that take a block at the
-    # steps of that phase (one that never does, INF, is in none); None where the KV manager's
-    # rooms do not follow its appends (steps_until_new_blocks is asked every run)
-    due: dict | None = None
+    # per phase (clock modulo block_size, the index): the sequences, in batch order, that take a
+    # block at the steps of that phase (one that never does, INF, is in none); None where the KV
+    # manager's rooms do not follow its appends (steps_until_new_blocks is asked every run)
+    due: list | None = None
     block_size: int = 0  # (the KV manager's)
 
     def decoded_by(self, out) -> bool:
@@ -82,6 +82,41 @@ class DecodeBatch:
         scheduler asks before it takes the step)?"""
         num_seqs = len(self.seqs)
         return out.seqs[:num_seqs] == self.seqs and out.num_new_tokens[:num_seqs] == [1] * num_seqs
+
+    def scheduled_whole(self, kv, running: list, out, budget: float) -> bool:
+        """Schedule every sequence of the batch for its one decode token into out, as
+        Scheduler._schedule_running's loop would where it can preempt none of them: the batch
+        heads the running queue, no fork shares a last block, the blocks its sequences take at
+        this step fit and the budget has a token for each. False (nothing done) otherwise."""
+        groups, seqs = self.groups, self.seqs
+        if self.forked or self.due is None or budget < len(seqs) or running[:len(groups)] != groups:
+            return False
+        taking = self.due[self.clock % self.block_size]  # (the others write into blocks they own)
+        if taking:
+            if sum([kv.blocks_needed(seq, 1) for seq in taking]) > kv.num_free_blocks:
+                return False  # (the loop preempts)
+            for seq in taking:
+                kv.allocate_slots(seq, 1)
+        out.add_decodes(groups, seqs, self.context)
+        return True
+
+    def updated_whole(self, sched: Scheduler, token_id: int, now: float, finished: list) -> int:
+        """Scheduler.update() for the batch's groups, where the step decoded each of its sequences
+        by one token (decoded_by) and they all take token_id: how many of the step's sequences
+        that was (0: a batch of forks, left to update() group by group)."""
+        if self.forked:
+            return 0
+        for seq in self.seqs:  # (as update() and Sequence.append_token do, less a logprob of 0)
+            seq.num_computed_tokens += 1
+            seq.token_ids.append(token_id)
+            seq.num_tokens += 1
+        for group, seq in zip(self.groups, self.seqs):
+            group.sample_seq_ids = [seq.seq_id]
+        groups = self.groups
+        for i in _stopping(self.finish_at, self.clock + 1):  # (no EOS: they stop at their stop_len)
+            sched.retire_stopped(groups[i])
+            sched.finish_if_done(groups[i], now, finished)
+        return len(self.seqs)
 
     def stepped(self) -> "DecodeBatch | None":
         """The step decoded_by() said yes to was taken: the batch with its clock moved on by it
@@ -105,17 +140,14 @@ class DecodeBatch:
         """The sequences that take a block in the next num_steps steps, in the order single steps
         take them (step by step, in batch order), and how many take one at each step (needs due).
         The steps of one phase recur every block_size steps: the first block_size steps say all."""
-        due, bs, clock = self.due, self.block_size, self.clock
-        if not due:  # (a manager that reserved every block: none is ever taken)
-            return [], [0] * num_steps
+        due, bs = self.due, self.block_size
         period = min(num_steps, bs)
-        taking = []
-        counts = [0] * period
-        for step in range(period):
-            seqs = due.get((clock + step) % bs)
-            if seqs:
-                taking += seqs
-                counts[step] = len(seqs)
+        # the phases of the next period steps, in step order (slices and maps: no Python loop)
+        start = self.clock % bs
+        end = start + period
+        firsts = due[start:end] if end <= bs else due[start:] + due[:end - bs]
+        counts = list(map(len, firsts))
+        taking = list(chain.from_iterable(firsts))
         if num_steps <= bs:
             return taking, counts
         cycles, rest = divmod(num_steps, bs)
@@ -124,7 +156,7 @@ class DecodeBatch:
     def first_blocks(self) -> list[tuple[int, int]]:
         """(steps until its sequences take their next block, how many) for each phase (needs due)."""
         clock, bs = self.clock, self.block_size
-        return [((phase - clock) % bs, len(seqs)) for phase, seqs in self.due.items() if seqs]
+        return [((phase - clock) % bs, len(seqs)) for phase, seqs in enumerate(self.due) if seqs]
 
     def file_due(self, seqs: list, rooms: list) -> None:
         """File seqs (the batch's last ones, in order) under their phases, given their rooms; a
@@ -135,16 +167,12 @@ class DecodeBatch:
                 if room >= bs:
                     self.due = None
                     return
-                phase = (clock + room) % bs
-                if phase in due:
-                    due[phase].append(seq)
-                else:
-                    due[phase] = [seq]
+                due[(clock + room) % bs].append(seq)
 
     def drop_due(self, gone) -> None:
         """Take the sequences gone (that left the batch) out of due."""
         for seq in gone:
-            for seqs in self.due.values():
+            for seqs in self.due:
                 if seq in seqs:
                     seqs.remove(seq)
                     break
@@ -192,7 +220,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     bs = kv.block_size
     if batch.forked:
         tables = kv.num_tables  # a new block of a sequence is one per block table
-        taking_now = batch.due.get(clock % bs) or () if rooms is None else None  # (room 0: a block at the next step)
+        taking_now = batch.due[clock % bs] if rooms is None else None  # (room 0: a block at the next step)
         for i in batch.forked:
             takes = rooms[i] == 0 if rooms is not None else seqs[i] in taking_now
             if kv.blocks_needed(seqs[i], 1) > takes * tables:
@@ -233,7 +261,7 @@ def _current_batch(sched: Scheduler) -> DecodeBatch | None:
         seqs, request_ids, forked, context, to_finish = added
         kv = sched.kv
         batch = DecodeBatch(list(running), seqs, request_ids, forked, context, 0, to_finish,
-                            {} if kv.rooms_follow_appends else None, kv.block_size)
+                            _no_phases(kv.block_size) if kv.rooms_follow_appends else None, kv.block_size)
         if batch.due is not None:
             batch.file_due(seqs, kv.steps_until_new_blocks(seqs))
         sched.decode_batch = batch
@@ -423,6 +451,11 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
                 _drop_positions(batch, gone)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
     return DecodeRun(num_steps, num_seqs, blocks_used, finished)
+
+
+def _no_phases(block_size: int) -> list[list]:
+    """DecodeBatch.due with nothing filed."""
+    return [[] for _ in range(block_size)]
 
 
 def _stopping(finish_at: list, clock: int) -> list[int]:

@@ -217,6 +217,9 @@ class Scheduler:
         chunked = self.config.chunked_prefill
         blocks_needed, running = kv.blocks_needed, self.running
         i = 0
+        if batch is not None and batch.scheduled_whole(kv, running, out, budget):  # (the kept batch in one go)
+            i = len(batch.groups)
+            budget -= len(batch.seqs)
         while i < len(running):
             group = running[i]
             seqs = group.seqs
@@ -347,7 +350,10 @@ class Scheduler:
         eos = self.config.eos_token_id
         finished = []
         pos = 0
-        for group in out.groups:
+        stepping = self._stepping_batch
+        if stepping is not None and default is not None and not track_computed:
+            pos = stepping.updated_whole(self, default, now, finished)  # (the kept batch in one go)
+        for group in out.groups[len(stepping.groups) if pos else 0:]:
             seqs = group.seqs
             if len(seqs) == 1:  # (most groups: the general case below for one sequence)
                 seq = seqs[0]
@@ -390,8 +396,8 @@ class Scheduler:
                 apply_samples(group, due, samples_for(group, due))
             retire(group)
             finish(group, now, finished)
-        if self._stepping_batch is not None:
-            self.decode_batch, self._stepping_batch = self._stepping_batch.stepped(), None
+        if stepping is not None:
+            self.decode_batch, self._stepping_batch = stepping.stepped(), None
         return finished
 
     def finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:

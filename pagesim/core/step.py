@@ -105,6 +105,15 @@ class SchedulerOutput:
         self.groups.append(group)
         self._count(seq, n)
 
+    def add_decodes(self, groups: list[SequenceGroup], seqs: list[Sequence], context_tokens: int) -> None:
+        """add() for groups whose sequences (seqs, in order) all decode, reading context_tokens
+        in all (the caller knows: pagesim.core.decode_runs.DecodeBatch), counted in one go."""
+        self.groups += groups
+        self.seqs += seqs
+        self.num_new_tokens += [1] * len(seqs)
+        self.num_decode_seqs += len(seqs)
+        self.decode_context_tokens += context_tokens
+
     def _count(self, seq: Sequence, n: int) -> None:
         """Count n new tokens of seq into the batch and its shape (add's one rule)."""
         self.seqs.append(seq)

@@ -156,6 +156,7 @@ class Replay:
         # the few step starts that delivery depends on
         self._output_delayed = bool(self.cost.output_delay_steps)
         self._step_starts = StepStarts(DELIVERY_SLACK_S) if self._output_delayed and not keep_steps else None
+        self._pace = 0.0  # the last decode step duration _run_times computed (0: none yet)
 
     def _done(self, group, at_once: bool = False) -> None:
         """A group left. Its client hears of it now, or (async output: the engine profile delivers
@@ -384,28 +385,28 @@ class Replay:
         successive timeouts would; they are computed in chunks, since until usually cuts a run
         far short of its plan."""
         durations, ends = [], []
-        chunk = 16
+        pace = self._pace
         while len(ends) < plan.num_steps:
+            # Durations grow along a run (its context does), and slowly from run to run: at the
+            # last one's pace, this many more steps reach until at the most (any chunk gives the
+            # same floats; this one mostly ends the run without a second)
+            chunk = plan.num_steps if until == math.inf else 16 if pace <= 0 else max(16, int((until - now) / pace) + 2)
             count = min(chunk, plan.num_steps - len(ends))
             part = self.cost.decode_run_durations(plan.num_seqs, plan.context_tokens + len(ends) * plan.num_seqs, count,
                                                   self.cfg.block_size)
-            part_ends = list(accumulate(part, initial=now))[1:]
+            self._pace = pace = part[-1]
+            part_ends = list(accumulate(part, initial=now))  # (part_ends[k]: the end of the chunk's k-th step)
             # (durations are positive, so ends increase: the first end at or after until)
-            cut = bisect_left(part_ends, until) + 1
+            cut = bisect_left(part_ends, until, 1)
             if cut <= count:
                 if not ends:  # (most runs: cut inside the first chunk)
-                    return part[:cut], part_ends[:cut]
+                    return part[:cut], part_ends[1:cut + 1]
                 durations += part[:cut]
-                ends += part_ends[:cut]
+                ends += part_ends[1:cut + 1]
                 break
             durations += part
-            ends += part_ends
+            ends += part_ends[1:]
             now = part_ends[-1]
-            # Durations grow along a run (its context does): at the last one's pace, this many
-            # more steps reach until at the most (any chunk gives the same floats; this one
-            # mostly ends the run without a third).
-            pace = part[-1]
-            chunk = plan.num_steps if until == math.inf or pace <= 0 else max(16, int((until - now) / pace) + 2)
         return durations, ends
 
     def _next_deadline(self) -> float:

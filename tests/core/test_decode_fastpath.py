@@ -22,7 +22,7 @@ import pytest
 from pagesim.core import (
     KVGroupSpec, PagedKVManager, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, StepResult, make_scheduler,
 )
-from pagesim.core.decode_runs import INF, advance_decode, decode_horizon, plan_decode
+from pagesim.core.decode_runs import INF, DecodeBatch, advance_decode, decode_horizon, plan_decode
 
 TOKEN = 7  # the token every sequence appends (what the simulator does)
 LIMIT = 10_000
@@ -76,8 +76,10 @@ def core_state(sched) -> dict:
 
 def out_state(out, finished) -> tuple:
     return ([g.request_id for g in out.groups], [(s.seq_id, n) for s, n in zip(out.seqs, out.num_new_tokens)],
-            out.num_prefill_tokens, out.num_decode_seqs, out.blocks_to_swap_in, out.blocks_to_swap_out,
-            out.blocks_to_copy, [(g.request_id, mode) for g, mode in out.preempted], [g.request_id for g in finished])
+            out.num_prefill_tokens, out.num_prefill_seqs, out.prefill_attn_pairs, out.num_decode_seqs,
+            out.decode_context_tokens, out.blocks_to_swap_in, out.blocks_to_swap_out,
+            out.blocks_to_copy, [(g.request_id, mode) for g, mode in out.preempted], [g.request_id for g in finished],
+            [list(g.sample_seq_ids) for g in out.groups])
 
 
 def is_plain_decode(out, finished, batch: list[int], batch_after: list[int]) -> bool:
@@ -131,7 +133,7 @@ def plan_view(sched, plan) -> tuple | None:
 def batch_rooms(batch) -> list:
     """Each of the batch's sequences' steps until its next block, as the batch's own phases
     (DecodeBatch.due) say: filed under phase p, (p - clock) mod block_size; filed nowhere, INF."""
-    rooms = {id(seq): (phase - batch.clock) % batch.block_size for phase, seqs in batch.due.items() for seq in seqs}
+    rooms = {id(seq): (phase - batch.clock) % batch.block_size for phase, seqs in enumerate(batch.due) for seq in seqs}
     return [rooms.get(id(seq), INF) for seq in batch.seqs]
 
 
@@ -499,3 +501,23 @@ def test_fast_path_matches_single_steps_with_kv_groups(name, seed):
     assert stats["finished"] == 60 and stats["kept_batch_plans"] >= 5, stats
     for key in must:
         assert stats[key] > 0, (key, stats)
+
+
+@pytest.mark.parametrize("name", ["paged-chunked", "paged-chunked-prefix-swap", "paged-roomy-bs16", "paged-swap"])
+def test_steps_that_schedule_the_kept_batch_whole_match_single_steps(name, monkeypatch):
+    """A step after which the kept DecodeBatch decodes schedules it in one go where none of it can
+    be preempted (DecodeBatch.scheduled_whole), and update() takes its tokens in one go
+    (updated_whole); drive() holds each such step's output (with the groups' sample_seq_ids) and the
+    core state to the reference's, whose scheduler keeps no batch and goes group by group."""
+    answers = []
+    whole = DecodeBatch.scheduled_whole
+
+    def counted(self, *args):
+        answers.append(whole(self, *args))
+        return answers[-1]
+
+    monkeypatch.setattr(DecodeBatch, "scheduled_whole", counted)
+    make, kwargs, _ = CASES[name]
+    stats = drive(make, workload(6, 60, max_len=make().config.max_model_len, **kwargs), min_run=3)
+    assert stats["finished"] == 60, stats
+    assert sum(answers) >= 10, (sum(answers), len(answers))  # batches taken whole

@@ -22,7 +22,7 @@ def stepwise(seqs, rooms, num_steps, bs):
 
 
 def filed(seqs, rooms, clock, bs):
-    batch = DecodeBatch([], list(seqs), [], [], 0, clock, [], {}, bs)
+    batch = DecodeBatch([], list(seqs), [], [], 0, clock, [], [[] for _ in range(bs)], bs)
     batch.file_due(seqs, rooms)
     return batch
 
