@@ -9,13 +9,13 @@ shared, it is copied first (copy-on-write).
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from functools import partial
-from itertools import accumulate, compress, takewhile
+from itertools import compress, takewhile
 from operator import eq, is_not, not_
-from typing import Callable, Hashable
+from typing import Hashable
 
+from pagesim.core.block_keys import (BLOCK_KEYS, block_hashes, block_spans, chain_keys,  # noqa: F401 (re-exported)
+                                     fast_block_key, sha256_block_key, shared_blocks)
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
 from pagesim.core.hashed_prompt import HashChainKeys
 from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
@@ -23,61 +23,9 @@ from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
 
 
-def fast_block_key(parent: Hashable, tokens: tuple[int, ...]) -> int:
-    """Python's hash of (parent key, tokens): fast, fine for a simulation, but collidable on
-    purpose, so never for a server shared between users."""
-    return hash((parent, tokens))
-
-
-def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
-    """SHA-256 over the parent's key and the block's token ids (what vLLM moved to after its
-    hash-collision advisory): a crafted prompt cannot reach another prompt's cached block."""
-    # The parent is a digest (32 bytes), the root (0: nothing), or a hashed prompt's numbered key
-    # (pagesim.core.hashed_prompt: an int below 2^63, as b"n" and 8 bytes, so that different
-    # hashed prefixes give different keys); with 8 bytes an id, the input is unambiguous.
-    if isinstance(parent, bytes):
-        digest = hashlib.sha256(parent)
-    else:
-        digest = hashlib.sha256(b"n" + parent.to_bytes(8, "little", signed=True) if parent else b"")
-    digest.update(array("q", tokens).tobytes())
-    return digest.digest()
-
-
 # Tokens of the distinct prompts (and outputs) whose block keys a manager keeps: each costs about 8
 # bytes (a reference in the chain's tuple), so ~2 MB at most, however long the prompts are.
 KEY_CHAIN_TOKENS_KEPT = 1 << 18
-
-
-BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast": fast_block_key,
-                                                                          "sha256": sha256_block_key}
-
-
-def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fast_block_key) -> list:
-    """Chained keys of the first num_blocks full blocks: a block's key covers its own
-    tokens and, through its parent's key, every token before it."""
-    return chain_keys(0, block_spans(token_ids, block_size, num_blocks), key)
-
-
-def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
-    """The token ids of the first num_blocks blocks, a tuple each (short ids: the last are partial
-    or empty)."""
-    if num_blocks * block_size > len(token_ids):
-        return (tuple(token_ids[i * block_size:(i + 1) * block_size]) for i in range(num_blocks))
-    return zip(*[iter(token_ids[:num_blocks * block_size])] * block_size)  # (consecutive tuples, at C speed)
-
-
-def chain_keys(parent: Hashable, spans, key) -> list:
-    """The chained keys of consecutive blocks given by their token tuples, the first one's parent given."""
-    if key is fast_block_key:
-        # hash((parent, tokens)) with no Python call per block: list.extend appends each key as
-        # it comes, and zip reads the list being extended, so key i pairs with block i + 1.
-        # (~1,000 instructions a 16-token block against ~1,600 for accumulate calling the function)
-        keys = [parent]
-        keys += map(hash, zip(keys, spans))
-    else:
-        keys = list(accumulate(spans, key, initial=parent))  # (key(parent, tokens) called from C, no loop here)
-    del keys[0]
-    return keys
 
 
 def token_span(seq: Sequence, start: int, end: int) -> tuple[int, ...]:
@@ -153,6 +101,7 @@ class PagedKVManager(KVCacheManager):
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
         self._key_chains: dict[tuple, tuple[list, list]] = {}  # (parent, blocks, tokens, *last block) -> (tokens, keys)
         self._key_chain_tokens = 0  # tokens held by the keys of _key_chains
+        self._chain_heads: dict = {}  # a chain's first key -> the slot of _key_chains last keyed so
         # Prefix caching registers each full prompt block once, at the step that fills it:
         # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
         # still unregistered because another block held their hash (retried every step, as
@@ -212,13 +161,28 @@ class PagedKVManager(KVCacheManager):
         entry = self._key_chains.get(slot)
         if entry is not None and entry[0] == tokens:
             return entry[1]
-        if self._key_chain_tokens + len(tokens) > KEY_CHAIN_TOKENS_KEPT:  # (distinct prompts: memory bounded)
+        # A chain whose first block is one kept's (a conversation's next turn: the last prompt and
+        # more) reuses the keys of the blocks both hold and hashes the rest from there. Keys past
+        # the first depend on it and the tokens only, so the chains are found by their first key.
+        bs = self.block_size
+        spans = block_spans(tokens, bs, num_blocks)
+        first = self.block_key(parent, next(spans)) if num_blocks else None
+        known = self._key_chains.get(self._chain_heads.get(first))
+        same = shared_blocks(known[0], tokens, bs) if known is not None else 0
+        # (distinct prompts: memory bounded; the heads too, which a slot's replaced chains leave)
+        if self._key_chain_tokens + len(tokens) > KEY_CHAIN_TOKENS_KEPT or len(self._chain_heads) * bs > KEY_CHAIN_TOKENS_KEPT:
             self._key_chains.clear()
+            self._chain_heads.clear()
             self._key_chain_tokens = 0
         elif entry is not None:  # (another chain in the slot: replaced)
             self._key_chain_tokens -= len(entry[0])
-        keys = chain_keys(parent, block_spans(tokens, self.block_size, num_blocks), self.block_key)
+        if same:
+            rest = block_spans(tokens[same * bs:], bs, num_blocks - same)
+            keys = known[1][:same] + chain_keys(known[1][same - 1], rest, self.block_key)
+        else:
+            keys = [first] + chain_keys(first, spans, self.block_key) if num_blocks else []
         self._key_chains[slot] = (tokens, keys)
+        self._chain_heads[first] = slot
         self._key_chain_tokens += len(tokens)
         return keys
 

@@ -103,3 +103,29 @@ def test_chains_sharing_a_slot_are_told_apart_by_their_tokens():
     for seq_id, prompt in enumerate((a, b, a, b)):
         assert kv._hashes(Sequence(seq_id, 9, prompt)) == block_hashes(prompt, 4, 2)
     assert len(kv._key_chains) == 1 and kv._key_chain_tokens == 8
+
+
+def test_a_conversations_next_turn_hashes_only_its_new_blocks():
+    # each turn's prompt is the last one and more: its keys are block_hashes from scratch, and only
+    # the blocks past the shared ones are hashed (a key function that counts its calls)
+    hashed = []
+    kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True,
+                        block_key=lambda parent, tokens: hashed.append(tokens) or paged.fast_block_key(parent, tokens))
+    turns = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+             [1, 2, 3, 4, 5, 6, 0, 0, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18],  # (block 1 differs)
+             [1, 2, 3, 4, 5, 6, 0, 0, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],  # (the same 4 blocks)
+             [9, 2, 3, 4, 5, 6, 7, 8, 9]]  # (another first block)
+    for seq_id, prompt in enumerate(turns):
+        assert kv._hashes(Sequence(seq_id, len(prompt), prompt)) == block_hashes(prompt, 4, (len(prompt) - 1) // 4)
+    # 2 blocks; 3, the first 2 shared (the first hashed to find them); 4, the first shared; a repeat; 2
+    assert [len(t) for t in hashed] == [4] * (2 + 2 + 4 + 2) and hashed[2:4] == [(1, 2, 3, 4), (9, 10, 11, 12)]
+
+
+@pytest.mark.parametrize("a,b,expected", [([], [1], 0), ([1, 2], [1, 2, 3], 1), ([1, 2, 3, 4], [1, 2, 3, 4], 2),
+                                          ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 0, 7, 8, 9, 9], 2),
+                                          ([0, 2], [1, 2, 3, 4], 0), ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 0], 3)])
+def test_shared_blocks_against_a_block_by_block_walk(a, b, expected):
+    walk = 0
+    while (walk + 1) * 2 <= min(len(a), len(b)) and a[walk * 2:(walk + 1) * 2] == b[walk * 2:(walk + 1) * 2]:
+        walk += 1
+    assert paged.shared_blocks(a, b, 2) == walk == expected
