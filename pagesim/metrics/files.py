@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import math
-from array import array
 from bisect import bisect_left
 from itertools import chain, islice, repeat
 from operator import attrgetter
@@ -29,8 +28,8 @@ from pagesim.metrics.records import HELD_FIELDS, REQUEST_FIELDS, SESSION_FIELDS,
 from pagesim.metrics.step_log import StepLog
 
 STEPS_CHOICES = ("all", "sampled", "none")
-CHUNK_STEPS = 1 << 14  # steps.csv (and requests.csv) lines made per write (~1.4 MB): memory stays flat however many steps
-MEMO_ENTRIES = 1 << 17  # texts a memo of steps.csv pieces holds at most (~13 MB of durations)
+CHUNK_STEPS = 1 << 14  # lines made per write (of steps.csv, ~1.4 MB; of requests.csv): memory stays flat
+MEMO_ENTRIES = 1 << 16  # texts a memo of steps.csv pieces holds at most (a few MB)
 
 # the fields requests.csv keeps (the others are derived from them), and their types when read
 _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time": float, "first_scheduled_time": float,
@@ -109,11 +108,11 @@ class _StepLines:
     """steps.csv's lines, a stretch of steps at a time. A row of held values gives the pieces
     around the per-step fields of the lines of the steps that hold it (rows recur: 4,006 distinct
     of 47,159 in a 10k chunked-prefill replay, so the pieces come from memos); each step's line
-    is its end time's repr, ",duration", the row's middle piece, "used,logical,utilization," (a
-    memo's, by block count) and the row's last piece, joined in one pass. A float's repr (dtoa)
-    is most of the cost: durations recur (the cost model's time for a batch shape: 52 % of the
-    200,912 steps of a 10k replay repeat an earlier step's, 85 % of 490,302 with chunked prefill),
-    so their texts come from a memo too (see duration_texts); end times never recur."""
+    is its end time's and its duration's reprs, the row's middle piece, "used,logical,
+    utilization," (a memo's, by block count) and the row's last piece, laid out by slice
+    assignment (8-9 % less time than zipping them line by line) and joined once. The two reprs
+    are most of the cost. (Memoizing durations, which recur too, saved instructions but no time:
+    a lookup in a dict that large, and the join's reads of the texts it holds, miss the caches.)"""
 
     def __init__(self, log: StepLog):
         self.log = log
@@ -123,41 +122,26 @@ class _StepLines:
         self.utilization = _Memo(lambda used: f"{used / total if total else 0.0!r},")
         self.blocks = _Memo(lambda used: f"{used},{used},{self.utilization[used]}")  # (logical = used: no sharing)
         self.counts = _Memo(lambda count: f"{count},")
-        self.durations: dict[int, str] = {}  # ",duration" by the float's 64 bits
-
-    def duration_texts(self, first: int, stop: int) -> list[str]:
-        """",duration" of steps first .. stop - 1. Keyed by a float's bits, not its value: 0.0
-        and -0.0 are equal but print apart, and ints hash in a fraction of a float's time. The
-        stretch's new durations are printed in one map and added in one update (no Python call
-        per value), and the memo is emptied when it would hold more than MEMO_ENTRIES."""
-        with memoryview(self.log.duration) as view:  # (released: the log may grow after)
-            bits = view.cast("B").cast("Q")[first:stop].tolist()
-        memo = self.durations
-        distinct = set(bits)
-        fresh = list(distinct.difference(memo))
-        if len(memo) + len(fresh) > MEMO_ENTRIES:
-            memo.clear()
-            fresh = list(distinct)
-        memo.update(zip(fresh, map(",{!r}".format, array("d", array("Q", fresh).tobytes()))))
-        return list(map(memo.__getitem__, bits))
 
     def text(self, first: int, stop: int) -> str:
         log = self.log
         held, counts = log.held_rows(first, stop)
         used = log.kv_blocks_used[first:stop]
         logical = log.kv_blocks_logical[first:stop] if log.shares_blocks else used
+        parts = [","] * (6 * (stop - first))  # (every line's second piece is the comma)
+        parts[0::6] = map(repr, log.time[first:stop])
+        parts[2::6] = map(repr, log.duration[first:stop])
+        parts[3::6] = chain.from_iterable(map(repeat, map(self.middles.__getitem__, held), counts))
         if logical == used:
-            blocks = map(self.blocks.__getitem__, used)
+            parts[4::6] = map(self.blocks.__getitem__, used)
         else:
-            count = self.counts.__getitem__
-            blocks = map("".join, zip(map(count, used), map(count, logical), map(self.utilization.__getitem__, used)))
-        middles = chain.from_iterable(map(repeat, map(self.middles.__getitem__, held), counts))
-        lasts = chain.from_iterable(map(repeat, map(self.lasts.__getitem__, held), counts))
-        return "".join(chain.from_iterable(zip(map(repr, log.time[first:stop]), self.duration_texts(first, stop),
-                                               middles, blocks, lasts)))
+            count, utilization = self.counts.__getitem__, self.utilization.__getitem__
+            parts[4::6] = map("".join, zip(map(count, used), map(count, logical), map(utilization, used)))
+        parts[5::6] = chain.from_iterable(map(repeat, map(self.lasts.__getitem__, held), counts))
+        return "".join(parts)
 
 
-# a line: time, ",duration", then a held row's first six fields (the middle piece), the
+# a line: time, ",", duration, then a held row's first six fields (the middle piece), the
 # blocks ("used,logical,utilization,") and its last four (the last piece)
 _MIDDLE = ",%d,%d,%d,%d,%d,%d,"
 _LAST = "%d,%d,%d,%d\n"

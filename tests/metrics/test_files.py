@@ -143,7 +143,8 @@ def _hand_records(session_id: str | None, reject_reason: str) -> list[RequestRec
                              first_scheduled_time=0.30000000000000004, first_token_time=1 / 3, finish_time=2.5,
                              prompt_len=12, output_len=5, num_seqs=2, num_preemptions=1, num_swaps=0,
                              cached_prompt_tokens=16, total_output_len=9, session_id=session_id, turn=0)
-    one_token = dataclasses.replace(finished, request_id=8, output_len=1, total_output_len=1, session_id=None, turn=None)
+    one_token = dataclasses.replace(finished, request_id=8, output_len=1, total_output_len=1, session_id=None,
+                                    turn=None)
     rejected = RequestRecord(request_id=9, status="rejected", reject_reason=reject_reason, arrival_time=-0.0,
                              first_scheduled_time=None, first_token_time=None, finish_time=None, prompt_len=4000,
                              output_len=0, num_seqs=1, num_preemptions=0, num_swaps=0, cached_prompt_tokens=0)
@@ -162,7 +163,8 @@ def test_requests_csv_equals_a_dict_writer_for_any_texts(session_id, reject_reas
     against csv.DictWriter, whether the writer joins rows itself or leaves them to csv.writer,
     in stretches of one row and of many."""
     records = _hand_records(session_id, reject_reason)
-    _dict_writer_csv(tmp_path / "reference.csv", REQUEST_FIELDS, [{k: getattr(r, k) for k in REQUEST_FIELDS} for r in records])
+    _dict_writer_csv(tmp_path / "reference.csv", REQUEST_FIELDS,
+                     [{k: getattr(r, k) for k in REQUEST_FIELDS} for r in records])
     for chunk in (1, 2, 1 << 14):
         monkeypatch.setattr(files, "CHUNK_STEPS", chunk)
         files.write_requests_csv(tmp_path / "requests.csv", records)
