@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import fields
 from bisect import bisect_left
 from itertools import chain, islice, repeat
 from operator import attrgetter
@@ -56,7 +57,8 @@ def write_requests_csv(path: Path, requests: list[RequestRecord]) -> None:
             f.write(("\n".join(lines) + "\n").replace(",None", ","))
 
 
-_TEXT_FIELDS = attrgetter("status", "reject_reason", "session_id")  # (REQUEST_FIELDS' fields that hold text)
+# requests.csv's fields that hold text (status, reject_reason, session_id)
+_TEXT_FIELDS = attrgetter(*(f.name for f in fields(RequestRecord) if f.name in REQUEST_FIELDS and "str" in str(f.type)))
 
 
 def _plain_text(value) -> bool:
