@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pagesim.metrics import (REQUEST_FIELDS, STEP_FIELDS, WASTE_FIELDS, MetricsRecorder, StepRecord, read_requests_csv,
-                             read_steps_csv)
+from pagesim.metrics import (REQUEST_FIELDS, STEP_FIELDS, WASTE_FIELDS, MetricsRecorder, RequestRecord, StepRecord,
+                             read_requests_csv, read_steps_csv)
+from pagesim.metrics import files
 from pagesim.metrics.files import sampled_steps
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace, load_trace
@@ -135,6 +136,45 @@ def test_a_reader_names_the_file_the_row_and_the_field(tmp_path):
     (tmp_path / "requests.csv").write_text("request_id,status\n0,finished\n")
     with pytest.raises(ValueError, match="requests.csv: columns"):
         read_requests_csv(tmp_path / "requests.csv")
+
+
+def _hand_records(session_id: str | None, reject_reason: str) -> list[RequestRecord]:
+    finished = RequestRecord(request_id=7, status="finished", reject_reason="", arrival_time=0.1,
+                             first_scheduled_time=0.30000000000000004, first_token_time=1 / 3, finish_time=2.5,
+                             prompt_len=12, output_len=5, num_seqs=2, num_preemptions=1, num_swaps=0,
+                             cached_prompt_tokens=16, total_output_len=9, session_id=session_id, turn=0)
+    one_token = dataclasses.replace(finished, request_id=8, output_len=1, total_output_len=1, session_id=None,
+                                    turn=None)
+    rejected = RequestRecord(request_id=9, status="rejected", reject_reason=reject_reason, arrival_time=-0.0,
+                             first_scheduled_time=None, first_token_time=None, finish_time=None, prompt_len=4000,
+                             output_len=0, num_seqs=1, num_preemptions=0, num_swaps=0, cached_prompt_tokens=0)
+    return [finished, one_token, rejected]
+
+
+@pytest.mark.parametrize("session_id, reject_reason", [
+    ("chat-3", "prompt too long"),  # plain texts: joined, None's text taken out
+    ("None", "prompt too long"),  # the text None is not a None: csv.writer writes it
+    ("a,b", "prompt too long (4000 > 2048)"),  # texts that need quotes
+    ('say "hi"', "line\nbreak"),
+    ("Nonesuch", "cut\r\n"),
+])
+def test_requests_csv_equals_a_dict_writer_for_any_texts(session_id, reject_reason, tmp_path, monkeypatch):
+    """requests.csv from hand-built records (None fields, a one-token output's None tpot, -0.0)
+    against csv.DictWriter, whether the writer joins rows itself or leaves them to csv.writer,
+    in stretches of one row and of many."""
+    records = _hand_records(session_id, reject_reason)
+    _dict_writer_csv(tmp_path / "reference.csv", REQUEST_FIELDS,
+                     [{k: getattr(r, k) for k in REQUEST_FIELDS} for r in records])
+    for chunk in (1, 2, 1 << 14):
+        monkeypatch.setattr(files, "CHUNK_STEPS", chunk)
+        files.write_requests_csv(tmp_path / "requests.csv", records)
+        assert (tmp_path / "requests.csv").read_bytes() == (tmp_path / "reference.csv").read_bytes()
+    with open(tmp_path / "requests.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert len(rows) == 4 and rows[2][0] == "8" and rows[2][15] == "" and rows[1][18] == session_id
+    assert rows[3][:7] == ["9", "rejected", reject_reason, "-0.0", "", "", ""]
+    files.write_requests_csv(tmp_path / "empty.csv", [])
+    assert (tmp_path / "empty.csv").read_text() == ",".join(REQUEST_FIELDS) + "\n"
 
 
 def test_sampled_steps_are_the_first_to_end_in_each_second(tmp_path):
