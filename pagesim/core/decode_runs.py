@@ -103,7 +103,8 @@ class DecodeBatch:
     def updated_whole(self, sched: Scheduler, token_id: int, now: float, finished: list) -> int:
         """Scheduler.update() for the batch's groups, where the step decoded each of its sequences
         by one token (decoded_by) and they all take token_id: how many of the step's sequences
-        that was (0: a batch of forks, left to update() group by group)."""
+        that was (0: a batch of forks, left to update() group by group). Not for a manager that
+        frees while decoding (a sliding window's frees go group by group between the finishes)."""
         if self.forked:
             return 0
         for seq in self.seqs:  # (as update() and Sequence.append_token do, less a logprob of 0)
@@ -112,6 +113,8 @@ class DecodeBatch:
             seq.num_tokens += 1
         for group, seq in zip(self.groups, self.seqs):
             group.sample_seq_ids = [seq.seq_id]
+        if sched.kv.tracks_computed:  # (on_computed for each, as a run of one step gives it: advance_decode)
+            sched.kv.on_decode_run(self.seqs, 1)
         groups = self.groups
         for i in _stopping(self.finish_at, self.clock + 1):  # (no EOS: they stop at their stop_len)
             sched.retire_stopped(groups[i])

@@ -351,7 +351,7 @@ class Scheduler:
         finished = []
         pos = 0
         stepping = self._stepping_batch
-        if stepping is not None and default is not None and not track_computed:
+        if stepping is not None and default is not None and not kv.frees_while_decoding:
             pos = stepping.updated_whole(self, default, now, finished)  # (the kept batch in one go)
         for group in out.groups[len(stepping.groups) if pos else 0:]:
             seqs = group.seqs

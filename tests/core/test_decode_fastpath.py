@@ -517,7 +517,16 @@ def test_steps_that_schedule_the_kept_batch_whole_match_single_steps(name, monke
         return answers[-1]
 
     monkeypatch.setattr(DecodeBatch, "scheduled_whole", counted)
+    updated = []
+    update_whole = DecodeBatch.updated_whole
+
+    def counted_update(self, *args):
+        updated.append(update_whole(self, *args))
+        return updated[-1]
+
+    monkeypatch.setattr(DecodeBatch, "updated_whole", counted_update)  # (with prefix caching too)
     make, kwargs, _ = CASES[name]
     stats = drive(make, workload(6, 60, max_len=make().config.max_model_len, **kwargs), min_run=3)
     assert stats["finished"] == 60, stats
     assert sum(answers) >= 10, (sum(answers), len(answers))  # batches taken whole
+    assert sum(map(bool, updated)) >= 10, (updated.count(0), len(updated))  # and updated whole
