@@ -107,10 +107,7 @@ class DecodeBatch:
         frees while decoding (a sliding window's frees go group by group between the finishes)."""
         if self.forked:
             return 0
-        for seq in self.seqs:  # (as update() and Sequence.append_token do, less a logprob of 0)
-            seq.num_computed_tokens += 1
-            seq.token_ids.append(token_id)
-            seq.num_tokens += 1
+        _decode_steps(self.seqs, 1, token_id)
         for group, seq in zip(self.groups, self.seqs):
             group.sample_seq_ids = [seq.seq_id]
         if sched.kv.tracks_computed:  # (on_computed for each, as a run of one step gives it: advance_decode)
@@ -408,11 +405,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
         taking = [seqs[at % num_seqs] for at in opens]
     if batch is not None:
         batch.move_on(num_steps)
-    new_tokens = [token_id] * num_steps
-    for seq in seqs:
-        seq.num_computed_tokens += num_steps
-        seq.token_ids.extend(new_tokens)
-        seq.num_tokens += num_steps
+    _decode_steps(seqs, num_steps, token_id)
     if taking:
         kv.append_blocks(taking)
         if kv.num_tables != 1:  # a new block of a sequence is one per block table
@@ -454,6 +447,16 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
                 _drop_positions(batch, gone)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
     return DecodeRun(num_steps, num_seqs, blocks_used, finished)
+
+
+def _decode_steps(seqs: list, num_steps: int, token_id: int) -> None:
+    """Each sequence computes num_steps decode tokens and takes token_id at each (as update() and
+    Sequence.append_token do step by step, less a logprob of 0)."""
+    new_tokens = [token_id] * num_steps
+    for seq in seqs:
+        seq.num_computed_tokens += num_steps
+        seq.token_ids.extend(new_tokens)
+        seq.num_tokens += num_steps
 
 
 def _no_phases(block_size: int) -> list[list]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import fields
 from bisect import bisect_left
+from dataclasses import fields
 from itertools import chain, islice, repeat
 from operator import attrgetter
 from pathlib import Path
