@@ -25,6 +25,7 @@ from itertools import chain, islice, repeat
 from operator import attrgetter
 from pathlib import Path
 
+from pagesim.metrics.float_text import float_texts, value_texts
 from pagesim.metrics.records import HELD_FIELDS, REQUEST_FIELDS, SESSION_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
 from pagesim.metrics.step_log import StepLog
 
@@ -41,20 +42,23 @@ _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time
 
 def write_requests_csv(path: Path, requests: list[RequestRecord]) -> None:
     """One row per record, REQUEST_FIELDS in order; None is an empty field, a float its repr
-    (what csv.writer writes: str() of each value). Rows are joined CHUNK_STEPS at a time with
-    str() and None's text taken out after: csv.writer tests every character of every field for
-    one that needs quotes (a third of the file's cost). Where a text field could need quotes
-    or holds "None", csv.writer writes the file."""
+    (what csv.writer writes: str() of each value). Rows are made CHUNK_STEPS at a time, a column's
+    texts at once (float_text.value_texts) and zipped into lines: csv.writer tests every
+    character of every field for one that needs quotes (a third of the file's cost). Where a text
+    field could need quotes or holds "None", csv.writer writes the file."""
     rows = map(attrgetter(*REQUEST_FIELDS), requests)
     with open(path, "w", newline="") as f:
         f.write(",".join(REQUEST_FIELDS) + "\n")
         if not all(map(_plain_text, set(chain.from_iterable(map(_TEXT_FIELDS, requests))))):
             csv.writer(f, lineterminator="\n").writerows(rows)
             return
-        for _ in range(0, len(requests), CHUNK_STEPS):
-            lines = map(",".join, map(map, repeat(str), islice(rows, CHUNK_STEPS)))
-            # (the first field is a number: every None's text follows a comma)
-            f.write(("\n".join(lines) + "\n").replace(",None", ","))
+        records = iter(requests)
+        while chunk := list(islice(records, CHUNK_STEPS)):
+            columns = [value_texts(list(map(field, chunk))) for field in _REQUEST_COLUMNS]
+            f.write("\n".join(map(",".join, zip(*columns))) + "\n")
+
+
+_REQUEST_COLUMNS = [attrgetter(name) for name in REQUEST_FIELDS]
 
 
 # requests.csv's fields that hold text (status, reject_reason, session_id)
@@ -131,8 +135,8 @@ class _StepLines:
         used = log.kv_blocks_used[first:stop]
         logical = log.kv_blocks_logical[first:stop] if log.shares_blocks else used
         parts = [","] * (6 * (stop - first))  # (every line's second piece is the comma)
-        parts[0::6] = map(repr, log.time[first:stop])
-        parts[2::6] = map(repr, log.duration[first:stop])
+        parts[0::6] = float_texts(log.time[first:stop])
+        parts[2::6] = float_texts(log.duration[first:stop])
         parts[3::6] = chain.from_iterable(map(repeat, map(self.middles.__getitem__, held), counts))
         if logical == used:
             parts[4::6] = map(self.blocks.__getitem__, used)
