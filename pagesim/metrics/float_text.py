@@ -38,7 +38,8 @@ def float_texts(values) -> list[str]:
     if orjson is None or not len(values):
         return list(map(repr, values))
     text = orjson.dumps(values.tolist() if hasattr(values, "tolist") else values).decode()[1:-1]
-    if "null" in text or _differs(text):
+    # (min() first: the scans for 0.0000 are slow on texts full of 0.0, as step durations are)
+    if "null" in text or (not min(values) >= 1e-4 and _differs(text)):
         return list(map(repr, values))
     return text.split(",")
 
@@ -51,7 +52,8 @@ def value_texts(values: list) -> list[str]:
             text = orjson.dumps(values).decode()[1:-1]
         except orjson.JSONEncodeError:  # (an int beyond 64 bits)
             text = None
+        nones = values.count(None)
         # every null a None (not a NaN or an infinity), and no number written otherwise
-        if text is not None and text.count("null") == values.count(None) and not _differs(text):
-            return text.replace("null", "").split(",")
+        if text is not None and text.count("null") == nones and ((not nones and min(values) >= 1e-4) or not _differs(text)):
+            return text.replace("null", "").split(",") if nones else text.split(",")
     return ["" if value is None else str(value) for value in values]

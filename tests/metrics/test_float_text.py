@@ -67,6 +67,8 @@ def test_value_texts_are_what_csv_writer_writes(with_orjson, monkeypatch):
         [3, 4, 2 ** 70, None],  # an int beyond 64 bits: orjson cannot write it
         [7, 8, 9],
         [0.25, 3, None, 1e-05],  # a tiny value among them
+        [2.0, 1e-05, 0.5],  # and without a None
+        [0, 1, 2],
         [math.nan, None, 1.0],  # a NaN is written as nan, not as None
         [True, 1, 0.5],  # bool: str() writes True
         ["finished", "rejected", None],
