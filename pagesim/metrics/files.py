@@ -3,10 +3,11 @@ log, and read back.
 
 The bytes are those of a csv.DictWriter over one dict per row with floats as repr() (what
 pagesim wrote before it wrote this way; tests/metrics/test_files.py holds it to that), but no
-dict or record is built per row: requests.csv goes through csv.writer over tuples, and steps.csv,
-which has a row per engine step (490k for 10k chunked-prefill requests), is joined from the
-packed step log a stretch of steps at a time, from a template per row of held values (see
-_StepLines).
+dict or record is built per row: requests.csv is made a column at a time, and steps.csv, which
+has a row per engine step (490k for 10k chunked-prefill requests), is joined from the packed
+step log a stretch of steps at a time, from a template per row of held values (see _StepLines).
+The floats' texts, most of the cost, come from orjson where it writes what repr() writes
+(pagesim.metrics.float_text).
 
 `--steps` chooses how much of steps.csv a run writes (STEPS_CHOICES):
 - all: every step (the default);
