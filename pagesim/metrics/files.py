@@ -47,11 +47,10 @@ def write_requests_csv(path: Path, requests: list[RequestRecord]) -> None:
     texts at once (float_text.value_texts) and zipped into lines: csv.writer tests every
     character of every field for one that needs quotes (a third of the file's cost). Where a text
     field could need quotes or holds "None", csv.writer writes the file."""
-    rows = map(attrgetter(*REQUEST_FIELDS), requests)
     with open(path, "w", newline="") as f:
         f.write(",".join(REQUEST_FIELDS) + "\n")
         if not all(map(_plain_text, set(chain.from_iterable(map(_TEXT_FIELDS, requests))))):
-            csv.writer(f, lineterminator="\n").writerows(rows)
+            csv.writer(f, lineterminator="\n").writerows(map(attrgetter(*REQUEST_FIELDS), requests))
             return
         records = iter(requests)
         while chunk := list(islice(records, CHUNK_STEPS)):

@@ -35,18 +35,13 @@ def _differs(text: str) -> bool:
 
 def float_texts(values) -> list[str]:
     """[repr(x) for x in values] for a sequence of floats (an array('d') or a list)."""
-    if orjson is None or not len(values):
-        return list(map(repr, values))
-    text = orjson.dumps(values.tolist() if hasattr(values, "tolist") else values).decode()[1:-1]
-    # (min() first: the scans for 0.0000 are slow on texts full of 0.0, as step durations are)
-    if "null" in text or (not min(values) >= 1e-4 and _differs(text)):
-        return list(map(repr, values))
-    return text.split(",")
+    return value_texts(values.tolist() if hasattr(values, "tolist") else list(values))
 
 
 def value_texts(values: list) -> list[str]:
     """What csv.writer writes for each of a column's values: "" for None, str() of the rest
     (a float's repr)."""
+    # (min() before the scans for 0.0000: they are slow on texts full of 0.0, as step durations are)
     if orjson is not None and values and set(map(type, values)) <= _PLAIN_TYPES:
         try:
             text = orjson.dumps(values).decode()[1:-1]
