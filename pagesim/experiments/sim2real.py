@@ -206,6 +206,45 @@ def scatter(rows, path: Path) -> None:
     plt.close(fig)
 
 
+def open_requests(requests, at_s: float) -> int:
+    """Requests the real server held at a moment: sent, not yet finished or given up."""
+    held = 0
+    for r in requests:
+        if r.arrival_s > at_s:
+            continue
+        end = r.finish_s if r.ok else (None if r.abandoned_after_s is None else r.arrival_s + r.abandoned_after_s)
+        held += end is None or end > at_s
+    return held
+
+
+def drift(validation, parts: int = 10) -> list[tuple[float, float, int]]:
+    """Per tenth of a run by arrival: (measured / predicted mean gap between output tokens,
+    the measured gap in ms, the requests the real server held at the tenth's first arrival)."""
+    records = {r.request_id: r for r in validation.replay.metrics.requests if r.status == "finished"}
+    pairs = []
+    for r in validation.run.requests:
+        rec = records.get(r.index)
+        if r.itl_s is None or rec is None or rec.total_output_len < 2:
+            continue
+        pairs.append((r.arrival_s, r.itl_s, (rec.e2e_latency - rec.ttft) / (rec.total_output_len - 1)))
+    pairs.sort()
+    size = len(pairs) // parts
+    out = []
+    for k in range(parts if size else 0):
+        chunk = pairs[k * size:(k + 1) * size]
+        real, predicted = sum(p[1] for p in chunk), sum(p[2] for p in chunk)
+        out.append((real / predicted, 1000 * real / len(chunk), open_requests(validation.run.requests, chunk[0][0])))
+    return out
+
+
+def drift_table(rows) -> list[str]:
+    lines = ["| run | " + " | ".join(f"{k + 1}" for k in range(10)) + " |", "|---|" + "---|" * 10]
+    for r in rows:
+        cells = [f"{ratio:.2f} ({held})" for ratio, _, held in drift(r["validation"])]
+        lines.append(f"| {r['run'][16:]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def table(rows, keys=("pagesim", "paper", "roofline")) -> list[str]:
     head = "| run | model (TP) | compared | " + " | ".join(
         f"{k} E2E / TTFT / ITL" for k in keys) + " | pagesim E2E p90 / TTFT p90 |"
@@ -292,6 +331,12 @@ def main(argv=None) -> Path:
         "Published on the same campaign: " + "; ".join(f"{n} {e}" for n, e in PUBLISHED) + f" ({PUBLISHED_BEST}).",
         "",
         "![predicted against measured E2E](sim2real/e2e_scatter.png)",
+        "",
+        "Over time: each run's requests in ten parts by arrival; per part the measured over the predicted mean gap "
+        "between output tokens ((E2E - TTFT) / (tokens - 1), the replay under the profile above), and in brackets "
+        "the requests the real server held (sent, not finished, not given up) at the part's first arrival.",
+        "",
+        *drift_table(h100),
         "",
         "## RTX PRO 6000 (no operator measurements), vLLM 0.19: the vllm-0.19 profile, never fitted to these runs",
         "",

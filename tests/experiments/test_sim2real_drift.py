@@ -1,0 +1,55 @@
+"""reports/sim2real.md's over-time table: requests held by the real server, and the measured over
+predicted gap per part of a run, against values worked out by hand."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pagesim.experiments.sim2real import drift, open_requests
+from pagesim.realruns.types import RealRequest
+
+
+def req(index, arrival, e2e, ttft=0.1, tokens=11, ok=True, abandoned=None):
+    return RealRequest(index=index, arrival_s=arrival, prompt_len=10, output_len=tokens, generated_len=tokens,
+                       ok=ok, ttft_s=ttft if ok else None, e2e_s=e2e if ok else None, abandoned_after_s=abandoned)
+
+
+def test_open_requests_counts_sent_unfinished_and_not_given_up():
+    requests = [
+        req(0, 0.0, 5.0),  # held over [0, 5]
+        req(1, 1.0, 1.0),  # over [1, 2]
+        req(2, 3.0, None, ok=False, abandoned=4.0),  # given up at 7
+        req(3, 3.5, None, ok=False),  # failed, no end recorded: held to the end
+        req(4, 9.0, 1.0),  # not sent before 9
+    ]
+    assert open_requests(requests, 0.0) == 1
+    assert open_requests(requests, 1.5) == 2
+    assert open_requests(requests, 4.0) == 3  # 0, 2 and 3; 1 finished at 2
+    assert open_requests(requests, 6.0) == 2  # 2 (until 7) and 3
+    assert open_requests(requests, 8.0) == 1  # only 3
+
+
+def test_drift_is_the_ratio_of_summed_gaps_per_part():
+    # 20 requests, 11 tokens each: measured gap (e2e - ttft) / 10; the replay's gap is 10 ms for all.
+    # First half measured 10 ms (ratio 1.0), second half 12 ms (ratio 1.2), parts of 2 requests.
+    requests = [req(i, float(i), 0.1 + (0.1 if i < 10 else 0.12), tokens=11) for i in range(20)]
+    records = [SimpleNamespace(request_id=i, status="finished", total_output_len=11, ttft=0.05, e2e_latency=0.15)
+               for i in range(20)]
+    validation = SimpleNamespace(run=SimpleNamespace(requests=requests),
+                                 replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
+    parts = drift(validation)
+    assert len(parts) == 10
+    assert [p[0] for p in parts] == pytest.approx([1.0] * 5 + [1.2] * 5)
+    assert [p[1] for p in parts] == pytest.approx([10.0] * 5 + [12.0] * 5)
+    # each part's first arrival is 2k; requests last 0.2 / 0.22 s, so only the one sent then is held
+    assert [p[2] for p in parts] == [1] * 10
+
+
+def test_drift_skips_requests_without_a_gap():
+    requests = [req(0, 0.0, 0.2, tokens=1), req(1, 1.0, None, ok=False)]
+    records = [SimpleNamespace(request_id=0, status="finished", total_output_len=1, ttft=0.1, e2e_latency=0.1)]
+    validation = SimpleNamespace(run=SimpleNamespace(requests=requests),
+                                 replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
+    assert drift(validation) == []
