@@ -81,19 +81,34 @@ def checkpoint_record(rate: float, checkpoint: Checkpoint) -> dict:
     return record
 
 
-def run_record(rate: float, warmup_s: float, requests: list, s: dict) -> dict:
-    """The record of a finished run from its request records (pagesim.metrics.RequestRecord) and
-    its summary: what any driver (one replica, a cluster) hands probe_steady."""
+def measured_requests(requests: list, warmup_s: float) -> list:
+    """The requests arriving from warmup_s on, by request id (the order every sum over them takes)."""
+    return sorted((r for r in requests if r.arrival_time >= warmup_s), key=lambda r: r.request_id)
+
+
+def trend_record(rate: float, warmup_s: float, requests: list, measured: list | None = None) -> dict:
+    """What the steady-state verdict (steadiness) reads of a finished run: its measured requests
+    (measured_requests, given where the caller has them), the window, the mean service time and
+    the trend of the number of requests in the system."""
     start = warmup_s
     last_arrival = max(r.arrival_time for r in requests)
-    measured = sorted((r for r in requests if r.arrival_time >= start), key=lambda r: r.request_id)
-    finished = s["num_finished"]
+    measured = measured_requests(requests, warmup_s) if measured is None else measured
     services = [r.finish_time - r.first_scheduled_time for r in measured
                 if r.finish_time is not None and r.first_scheduled_time is not None]
     trend = None
     if last_arrival > start:  # a rejected request leaves as it arrives
         stays = [(r.arrival_time, r.finish_time if r.finish_time is not None else r.arrival_time) for r in requests]
         trend = steady.in_system_trend(stays, start, last_arrival).to_dict()
+    return {"rate": rate, "num_measured": len(measured), "window_s": last_arrival - start,
+            "mean_service_s": sum(services) / len(services) if services else None, "trend": trend}
+
+
+def run_record(rate: float, warmup_s: float, requests: list, s: dict) -> dict:
+    """The record of a finished run from its request records (pagesim.metrics.RequestRecord) and
+    its summary: what any driver (one replica, a cluster) hands probe_steady."""
+    measured = measured_requests(requests, warmup_s)
+    steady_part = trend_record(rate, warmup_s, requests, measured)
+    finished = s["num_finished"]
     return {
         "rate": rate,
         "error": None,
@@ -101,10 +116,10 @@ def run_record(rate: float, warmup_s: float, requests: list, s: dict) -> dict:
         "num_finished": finished,
         "num_rejected": s["num_rejected"],
         "reject_reasons": s["reject_reasons"],
-        "num_measured": len(measured),
-        "window_s": last_arrival - start,
-        "mean_service_s": sum(services) / len(services) if services else None,
-        "trend": trend,
+        "num_measured": steady_part["num_measured"],
+        "window_s": steady_part["window_s"],
+        "mean_service_s": steady_part["mean_service_s"],
+        "trend": steady_part["trend"],
         "request_throughput": s["request_throughput"],
         "output_token_throughput": s["output_token_throughput"],
         "mean_output_len": sum(r.output_len for r in requests if r.status == "finished") / finished if finished else None,

@@ -77,6 +77,9 @@ def batch_means(stays: list[tuple[float, float]], start: float, end: float, batc
         if hi <= lo:
             continue
         first, last = int((lo - start) // width), min(int((hi - start) // width), batches - 1)
+        if first == last:  # most stays lie within one slice: the loop's one step, the same arithmetic
+            area[first] += max(0.0, min(hi, start + (first + 1) * width) - max(lo, start + first * width))
+            continue
         for k in range(first, last + 1):
             a, b = start + k * width, start + (k + 1) * width
             area[k] += max(0.0, min(hi, b) - max(lo, a))

@@ -1,0 +1,40 @@
+"""Does a finished run say its server was overloaded? The planner's steady-state test, on any run.
+
+A replay offered more than its server completes builds a queue that grows for as long as the run
+lasts: its latencies then measure the run's length as much as the server, and a longer run of the
+same load gives larger ones. `replay` and `run` say so in the summary's notes when the planner's
+own test (pagesim.plan.run.trend_record and steadiness: warm-up left out, a window of enough service
+times, the trend of the number of requests in the system) finds the queue growing. A run too short
+to judge, or one whose queue is flat or undecided, gets no note.
+"""
+
+from __future__ import annotations
+
+from pagesim.plan.run import steadiness, trend_record
+from pagesim.plan.steady import GROWS
+
+WARMUP_FRACTION = 0.2  # as the planner's default: requests arriving in the first fifth are left out
+TOLERANCE = 0.02  # the planner's default: arrivals outrunning departures by more than 2 % of the rate
+
+
+def overload_note(requests: list, summary: dict, warmup_s: float = 0.0) -> str | None:
+    """The note for a run whose queue grew (requests: pagesim.metrics.RequestRecord), else None.
+    warmup_s: the run's own warm-up; the test leaves out at least the first fifth of arrivals."""
+    arrivals = sorted(r.arrival_time for r in requests)
+    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
+        return None
+    start = max(warmup_s, arrivals[0] + WARMUP_FRACTION * (arrivals[-1] - arrivals[0]))
+    in_window = sum(1 for a in arrivals if a >= start)
+    if arrivals[-1] <= start or in_window < 2:
+        return None
+    offered = in_window / (arrivals[-1] - start)  # req/s arriving over the window
+    record = trend_record(offered, start, requests)
+    if steadiness(record, TOLERANCE, []) != GROWS:
+        return None
+    trend = record["trend"]
+    served = summary.get("request_throughput")
+    served_text = f", completing {served:.3g} req/s over the whole run" if isinstance(served, (int, float)) else ""
+    return (f"overloaded: requests in the system grew by {trend['slope']:.3g}/s (95 % interval {trend['low']:.3g} "
+            f"to {trend['high']:.3g}/s) from {start:.0f} s to the last arrival at {arrivals[-1]:.0f} s, "
+            f"{offered:.3g} req/s arriving{served_text}: the queue grows as long as the run lasts, so these "
+            "latencies grow with the run's length; `pagesim plan` finds the rate one replica sustains")
