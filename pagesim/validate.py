@@ -251,12 +251,14 @@ class Validation:
     counts: dict
     replay: object  # the ReplayResult
     request_ids: list[int]  # the real run's request index of each replayed request
+    observations: list[str] = field(default_factory=list)  # what the real run shows that bears on the errors
 
     def to_json(self) -> dict:
         from dataclasses import asdict
 
         return {"run": self.run.name, "format": self.run.source_format, "path": str(self.run.path),
                 "config": asdict(self.config), "notes": self.notes, "assumptions": list(self.run.assumptions),
+                "observations": self.observations,
                 "counts": self.counts, "overall": self.overall,
                 "stages": {str(k): v for k, v in self.stages.items()},
                 "cost_model": self.replay.summary.get("cost_model")}
@@ -296,6 +298,19 @@ def replay_ranks(cfg: ReplayConfig, trace, dp: int, keep_steps: bool, progress=N
     first = result.results[0]
     first.metrics.requests[:] = result.requests
     return replace(first, summary=result.summary)
+
+
+def overload_notes(run, slots: int) -> list[str]:
+    """A note where the real server held more requests than it could run at once (its queue
+    grew): there the measured per-token time rose with the held requests on the shared H100 runs,
+    which the replay does not price, and the queue multiplies any step error (reports/sim2real.md)."""
+    peak, when = run.peak_held()
+    if peak <= slots:
+        return []
+    return [f"the real server held up to {peak:,} requests (at {when:.0f} s), {peak - slots:,} more than its "
+            f"{slots:,} running slots: it was overloaded there. On the shared H100 runs the measured time per "
+            "output token grew with the requests held beyond the running batch, which pagesim does not price, and "
+            "a growing queue multiplies any step error into TTFT and E2E (reports/sim2real.md, 'Over time')"]
 
 
 def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Validation:
@@ -340,7 +355,8 @@ def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Valida
               "failed_in_replay": sum(1 for r in result.metrics.requests if r.status != "finished")}
     overall = compare(real_all.stats(), sim_all.stats())
     stages = {k: compare(real_stage[k].stats(), sim_stage[k].stats()) for k in sorted(real_stage)}
-    return Validation(run, cfg, notes, overall, stages, counts, result, [r.index for r in run.requests])
+    return Validation(run, cfg, notes, overall, stages, counts, result, [r.index for r in run.requests],
+                      overload_notes(run, cfg.max_num_seqs * dp))
 
 
 # ----------------------------------------------------------------------------- fit and held-out error

@@ -123,3 +123,5 @@ def print_validation(result) -> None:
                   f"{c['failed_in_replay_only']:,} more only in the replay)", markup=False, highlight=False)
     for line in list(run.assumptions) + result.notes:
         console.print(f"assumed: {line}", markup=False, highlight=False)
+    for line in result.observations:
+        console.print(f"note: {line}", markup=False, highlight=False)

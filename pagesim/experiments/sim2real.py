@@ -206,17 +206,6 @@ def scatter(rows, path: Path) -> None:
     plt.close(fig)
 
 
-def open_requests(requests, at_s: float) -> int:
-    """Requests the real server held at a moment: sent, not yet finished or given up."""
-    held = 0
-    for r in requests:
-        if r.arrival_s > at_s:
-            continue
-        end = r.finish_s if r.ok else (None if r.abandoned_after_s is None else r.arrival_s + r.abandoned_after_s)
-        held += end is None or end > at_s
-    return held
-
-
 def drift(validation, parts: int = 10) -> list[tuple[float, float, int]]:
     """Per tenth of a run by arrival: (measured / predicted mean gap between output tokens,
     the measured gap in ms, the requests the real server held at the tenth's first arrival)."""
@@ -233,7 +222,7 @@ def drift(validation, parts: int = 10) -> list[tuple[float, float, int]]:
     for k in range(parts if size else 0):
         chunk = pairs[k * size:(k + 1) * size]
         real, predicted = sum(p[1] for p in chunk), sum(p[2] for p in chunk)
-        out.append((real / predicted, 1000 * real / len(chunk), open_requests(validation.run.requests, chunk[0][0])))
+        out.append((real / predicted, 1000 * real / len(chunk), validation.run.held_at(chunk[0][0])))
     return out
 
 

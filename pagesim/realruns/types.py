@@ -8,6 +8,7 @@ run's `requests[i].index`). docs/validate.md ("Formats") says what each reader f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from pagesim.workload.trace import Trace, TraceRequest
@@ -119,6 +120,30 @@ class RealRun:
     @property
     def num_failed(self) -> int:
         return sum(not r.ok for r in self.requests)
+
+    def held_spans(self) -> list[tuple[float, float]]:
+        """When the real server held each request: sent until finished or given up (a failed
+        request with no recorded end is held to the end of the run)."""
+        spans = []
+        for r in self.requests:
+            end = r.finish_s if r.ok else (None if r.abandoned_after_s is None else r.arrival_s + r.abandoned_after_s)
+            spans.append((r.arrival_s, math.inf if end is None else end))
+        return spans
+
+    def held_at(self, at_s: float) -> int:
+        """Requests the real server held at a moment."""
+        return sum(1 for sent, end in self.held_spans() if sent <= at_s < end)
+
+    def peak_held(self) -> tuple[int, float]:
+        """The most requests the real server held at once, and when it first held that many."""
+        events = sorted([(sent, 1) for sent, _ in self.held_spans()] + [(end, -1) for _, end in self.held_spans()])
+        held = peak = 0
+        when = 0.0
+        for at, step in events:  # (an end sorts before a send at the same moment: the request has left)
+            held += step
+            if held > peak:
+                peak, when = held, at
+        return peak, when
 
     def to_trace(self) -> Trace:
         """The workload as a trace the simulator replays: the same arrival times and lengths

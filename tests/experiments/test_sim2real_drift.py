@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pagesim.experiments.sim2real import drift, open_requests
-from pagesim.realruns.types import RealRequest
+from pagesim.experiments.sim2real import drift
+from pagesim.realruns.types import RealRequest, RealRun, ServerConfig
 
 
 def req(index, arrival, e2e, ttft=0.1, tokens=11, ok=True, abandoned=None):
@@ -16,19 +16,26 @@ def req(index, arrival, e2e, ttft=0.1, tokens=11, ok=True, abandoned=None):
                        ok=ok, ttft_s=ttft if ok else None, e2e_s=e2e if ok else None, abandoned_after_s=abandoned)
 
 
-def test_open_requests_counts_sent_unfinished_and_not_given_up():
-    requests = [
+def run_of(requests):
+    return RealRun(name="t", source_format="test", path="t.json", server=ServerConfig(), requests=requests, stages=[])
+
+
+def test_held_requests_are_sent_unfinished_and_not_given_up():
+    run = run_of([
         req(0, 0.0, 5.0),  # held over [0, 5]
         req(1, 1.0, 1.0),  # over [1, 2]
         req(2, 3.0, None, ok=False, abandoned=4.0),  # given up at 7
         req(3, 3.5, None, ok=False),  # failed, no end recorded: held to the end
         req(4, 9.0, 1.0),  # not sent before 9
-    ]
-    assert open_requests(requests, 0.0) == 1
-    assert open_requests(requests, 1.5) == 2
-    assert open_requests(requests, 4.0) == 3  # 0, 2 and 3; 1 finished at 2
-    assert open_requests(requests, 6.0) == 2  # 2 (until 7) and 3
-    assert open_requests(requests, 8.0) == 1  # only 3
+    ])
+    assert run.held_at(0.0) == 1
+    assert run.held_at(1.5) == 2
+    assert run.held_at(4.0) == 3  # 0, 2 and 3; 1 finished at 2
+    assert run.held_at(6.0) == 2  # 2 (until 7) and 3
+    assert run.held_at(8.0) == 1  # only 3
+    assert run.held_at(9.5) == 2  # 3 and 4
+    # the most at once: 0, 2 and 3 from 3.5 s (1 left at 2, 0 at 5)
+    assert run.peak_held() == (3, 3.5)
 
 
 def test_drift_is_the_ratio_of_summed_gaps_per_part():
@@ -37,8 +44,7 @@ def test_drift_is_the_ratio_of_summed_gaps_per_part():
     requests = [req(i, float(i), 0.1 + (0.1 if i < 10 else 0.12), tokens=11) for i in range(20)]
     records = [SimpleNamespace(request_id=i, status="finished", total_output_len=11, ttft=0.05, e2e_latency=0.15)
                for i in range(20)]
-    validation = SimpleNamespace(run=SimpleNamespace(requests=requests),
-                                 replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
+    validation = SimpleNamespace(run=run_of(requests), replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
     parts = drift(validation)
     assert len(parts) == 10
     assert [p[0] for p in parts] == pytest.approx([1.0] * 5 + [1.2] * 5)
@@ -50,6 +56,5 @@ def test_drift_is_the_ratio_of_summed_gaps_per_part():
 def test_drift_skips_requests_without_a_gap():
     requests = [req(0, 0.0, 0.2, tokens=1), req(1, 1.0, None, ok=False)]
     records = [SimpleNamespace(request_id=0, status="finished", total_output_len=1, ttft=0.1, e2e_latency=0.1)]
-    validation = SimpleNamespace(run=SimpleNamespace(requests=requests),
-                                 replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
+    validation = SimpleNamespace(run=run_of(requests), replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
     assert drift(validation) == []
