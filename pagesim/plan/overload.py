@@ -34,7 +34,11 @@ def overload_note(requests: list, summary: dict, warmup_s: float = 0.0) -> str |
     trend = record["trend"]
     served = summary.get("request_throughput")
     served_text = f", completing {served:.3g} req/s over the whole run" if isinstance(served, (int, float)) else ""
-    return (f"overloaded: requests in the system grew by {trend['slope']:.3g}/s (95 % interval {trend['low']:.3g} "
+    fact = (f"overloaded: requests in the system grew by {trend['slope']:.3g}/s (95 % interval {trend['low']:.3g} "
             f"to {trend['high']:.3g}/s) from {start:.0f} s to the last arrival at {arrivals[-1]:.0f} s, "
-            f"{offered:.3g} req/s arriving{served_text}: the queue grows as long as the run lasts, so these "
-            "latencies grow with the run's length; `pagesim plan` finds the rate one replica sustains")
+            f"{offered:.3g} req/s arriving{served_text}")
+    rate = (summary.get("config") or {}).get("rate")
+    if not (isinstance(rate, (int, float)) and rate > 0):  # the trace's own times: the load itself may vary
+        return fact + ": arrivals outran completions over that window"
+    return (fact + ": at a constant rate the queue grows as long as the run lasts, so these latencies grow with "
+            "the run's length; `pagesim plan` finds the rate one replica sustains")

@@ -30,11 +30,18 @@ def dd1(service_s: float, count: int = 2000, gap_s: float = 1.0) -> list[Request
 
 
 def test_a_queue_growing_by_a_fifth_of_a_request_a_second_is_overloaded():
-    note = overload_note(dd1(1.25), {"request_throughput": 0.8})
+    note = overload_note(dd1(1.25), {"request_throughput": 0.8, "config": {"rate": 1.0}})
     assert note is not None and note.startswith("overloaded")
     # the slope is 1 - 1 / 1.25 = 0.2 requests/s; the note gives it to 3 digits
     assert "grew by 0.2/s" in note
     assert "1 req/s arriving" in note and "completing 0.8 req/s" in note
+    assert "grows as long as the run lasts" in note  # arrivals at a constant rate: the queue keeps growing
+
+
+def test_with_the_traces_own_times_the_note_states_only_what_was_measured():
+    # (a load that itself rises also grows the queue: no claim about longer runs)
+    note = overload_note(dd1(1.25), {"config": {"rate": None}})
+    assert note.endswith("arrivals outran completions over that window")
 
 
 def test_a_server_that_keeps_up_gets_no_note():
