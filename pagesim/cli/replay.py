@@ -312,11 +312,15 @@ def emit_results(summary: dict, metrics, out: Path | None, as_json: bool, title:
     reproduce: the command that re-creates the run, printed after the table; written: the files
     metrics.write() writes, where they are not a single run's. A run whose queue grew says so in
     its notes (pagesim.plan.overload)."""
-    from pagesim.plan.overload import overload_note
+    from pagesim.plan.grid import RunSettings
 
-    note = overload_note(getattr(metrics, "requests", None) or [], summary, summary.get("warmup_s") or 0.0)
-    if note is not None:
-        summary = dict(summary, notes=[*summary.get("notes", []), note])
+    requests = getattr(metrics, "requests", None) or []
+    if len(requests) >= RunSettings.min_measured_requests:  # (fewer are never judged: no planner import)
+        from pagesim.plan.overload import overload_note
+
+        note = overload_note(requests, summary, summary.get("warmup_s") or 0.0)
+        if note is not None:
+            summary = dict(summary, notes=[*summary.get("notes", []), note])
     if out is not None:
         from pagesim.results import results_folder
 
