@@ -10,11 +10,14 @@ to judge, or one whose queue is flat or undecided, gets no note.
 
 from __future__ import annotations
 
+from pagesim.plan.grid import RunSettings
 from pagesim.plan.run import steadiness, trend_record
 from pagesim.plan.steady import GROWS
+from pagesim.sim.rate_search import SearchSettings
 
-WARMUP_FRACTION = 0.2  # as the planner's default: requests arriving in the first fifth are left out
-TOLERANCE = 0.02  # the planner's default: arrivals outrunning departures by more than 2 % of the rate
+# the planner's defaults: the first fifth of arrivals left out; growth beyond 2 % of the rate
+WARMUP_FRACTION = RunSettings.warmup_fraction
+TOLERANCE = SearchSettings.tolerance
 
 
 def overload_note(requests: list, summary: dict, warmup_s: float = 0.0) -> str | None:

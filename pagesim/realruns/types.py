@@ -136,7 +136,8 @@ class RealRun:
 
     def peak_held(self) -> tuple[int, float]:
         """The most requests the real server held at once, and when it first held that many."""
-        events = sorted([(sent, 1) for sent, _ in self.held_spans()] + [(end, -1) for _, end in self.held_spans()])
+        spans = self.held_spans()
+        events = sorted([(sent, 1) for sent, _ in spans] + [(end, -1) for _, end in spans])
         held = peak = 0
         when = 0.0
         for at, step in events:  # (an end sorts before a send at the same moment: the request has left)
