@@ -8,6 +8,7 @@ run's `requests[i].index`). docs/validate.md ("Formats") says what each reader f
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field, fields
 
@@ -132,7 +133,14 @@ class RealRun:
 
     def held_at(self, at_s: float) -> int:
         """Requests the real server held at a moment."""
-        return sum(1 for sent, end in self.held_spans() if sent <= at_s < end)
+        return self.held_counts([at_s])[0]
+
+    def held_counts(self, moments) -> list[int]:
+        """Requests the real server held at each moment: sent by then (sent <= t) less those gone
+        by then (end <= t); every span ends no earlier than it starts."""
+        spans = self.held_spans()
+        sent, ended = sorted(s for s, _ in spans), sorted(e for _, e in spans)
+        return [bisect.bisect_right(sent, t) - bisect.bisect_right(ended, t) for t in moments]
 
     def peak_held(self) -> tuple[int, float]:
         """The most requests the real server held at once, and when it first held that many."""

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pagesim.experiments.sim2real import drift
+from pagesim.experiments.sim2real import drift, excess_by_held
 from pagesim.realruns.types import RealRequest, RealRun, ServerConfig
 
 
@@ -58,3 +58,25 @@ def test_drift_skips_requests_without_a_gap():
     records = [SimpleNamespace(request_id=0, status="finished", total_output_len=1, ttft=0.1, e2e_latency=0.1)]
     validation = SimpleNamespace(run=run_of(requests), replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
     assert drift(validation) == []
+
+
+def test_held_counts_equal_a_count_at_each_moment():
+    run = run_of([req(0, 0.0, 5.0), req(1, 1.0, 1.0), req(2, 3.0, None, ok=False, abandoned=4.0),
+                  req(3, 3.5, None, ok=False), req(4, 9.0, 1.0)])
+    moments = [0.0, 0.5, 1.0, 2.0, 3.5, 5.0, 6.99, 7.0, 9.0, 10.0, 100.0]
+    brute = [sum(1 for sent, end in run.held_spans() if sent <= t < end) for t in moments]
+    assert run.held_counts(moments) == brute == [1, 1, 2, 1, 3, 2, 2, 1, 2, 1, 1]
+
+
+def test_excess_by_held_bins_each_request_by_its_mean_held_count():
+    # 150 requests sent at 0, first token at 1 s, last at 11 s, 11 tokens: measured gap 1 s. Held
+    # 150 at the 8 moments before 11 s and 0 at 11 s (all gone): 150 * 8 / 9 = 133.3, the 128-200 bin.
+    # The replay's gap: (6 - 1) / 10 = 0.5 s.
+    requests = [req(i, 0.0, 11.0, ttft=1.0, tokens=11) for i in range(150)]
+    records = [SimpleNamespace(request_id=i, status="finished", total_output_len=11, ttft=1.0, e2e_latency=6.0)
+               for i in range(150)]
+    validation = SimpleNamespace(run=run_of(requests), replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))
+    bins = excess_by_held(validation)
+    assert list(bins) == [(128, 200)]
+    count, measured, predicted = bins[(128, 200)]
+    assert count == 150 and measured == pytest.approx(1000.0) and predicted == pytest.approx(500.0)
