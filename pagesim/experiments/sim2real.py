@@ -206,17 +206,23 @@ def scatter(rows, path: Path) -> None:
     plt.close(fig)
 
 
-def drift(validation, parts: int = 10) -> list[tuple[float, float, int]]:
-    """Per tenth of a run by arrival: (measured / predicted mean gap between output tokens,
-    the measured gap in ms, the requests the real server held at the tenth's first arrival)."""
+def gap_pairs(validation) -> list[tuple[object, float]]:
+    """Each compared request with a gap between output tokens in both runs: (the real request,
+    the replay's mean gap, (E2E - TTFT) / (tokens - 1), in seconds), in the real run's order."""
     records = {r.request_id: r for r in validation.replay.metrics.requests if r.status == "finished"}
     pairs = []
     for r in validation.run.requests:
         rec = records.get(r.index)
         if r.itl_s is None or rec is None or rec.total_output_len < 2:
             continue
-        pairs.append((r.arrival_s, r.itl_s, (rec.e2e_latency - rec.ttft) / (rec.total_output_len - 1)))
-    pairs.sort()
+        pairs.append((r, (rec.e2e_latency - rec.ttft) / (rec.total_output_len - 1)))
+    return pairs
+
+
+def drift(validation, parts: int = 10) -> list[tuple[float, float, int]]:
+    """Per tenth of a run by arrival: (measured / predicted mean gap between output tokens,
+    the measured gap in ms, the requests the real server held at the tenth's first arrival)."""
+    pairs = sorted((r.arrival_s, r.itl_s, predicted) for r, predicted in gap_pairs(validation))
     size = len(pairs) // parts
     out = []
     for k in range(parts if size else 0):
@@ -233,21 +239,15 @@ def excess_by_held(validation, samples: int = 9) -> dict[tuple[int, int], tuple[
     """The compared requests binned by how many requests the real server held, on average over
     `samples` moments across each one's decode (first token to last): per bin (low, high), the
     count and the measured and predicted mean gap between output tokens in ms."""
-    records = {r.request_id: r for r in validation.replay.metrics.requests if r.status == "finished"}
-    rows = []
-    for r in validation.run.requests:
-        rec = records.get(r.index)
-        if r.itl_s is None or rec is None or rec.total_output_len < 2:
-            continue
-        first, last = r.arrival_s + r.ttft_s, r.arrival_s + r.e2e_s
-        rows.append((r, rec, [first + (last - first) * k / (samples - 1) for k in range(samples)]))
-    counts = validation.run.held_counts([t for _, _, moments in rows for t in moments])
+    pairs = gap_pairs(validation)
+    spans = [(r.arrival_s + r.ttft_s, r.arrival_s + r.e2e_s) for r, _ in pairs]  # first and last token
+    moments = [first + (last - first) * k / (samples - 1) for first, last in spans for k in range(samples)]
+    counts = validation.run.held_counts(moments)
     bins: dict[tuple[int, int], list] = {}
-    for i, (r, rec, _) in enumerate(rows):
+    for i, (r, predicted) in enumerate(pairs):
         held = sum(counts[i * samples:(i + 1) * samples]) / samples
         for low, high in zip(HELD_BINS, HELD_BINS[1:]):
             if low <= held < high:
-                predicted = (rec.e2e_latency - rec.ttft) / (rec.total_output_len - 1)
                 bins.setdefault((low, high), []).append((r.itl_s, predicted))
     return {b: (len(v), 1000 * sum(x for x, _ in v) / len(v), 1000 * sum(y for _, y in v) / len(v))
             for b, v in sorted(bins.items()) if len(v) >= 10}
