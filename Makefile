@@ -25,5 +25,8 @@ setup-dev: $(BIN)/python
 replay: setup
 	$(BIN)/pagesim replay traces/sharegpt.json
 
+# On two workers (pytest-xdist); each file's tests run on one worker, so a module's fixtures (the
+# servers, the shared plan) start once per file. (--dist loadgroup would also group files, but with
+# pytest 9.2 it silently groups nothing: pytest-dev/pytest-xdist issue 1386.)
 test: setup-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
