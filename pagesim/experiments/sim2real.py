@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 import json
 import os
@@ -198,12 +199,17 @@ def scatter(rows, path: Path) -> None:
         ax.scatter(xs, ys, s=2, alpha=0.3)
         top = max(max(xs), max(ys))
         ax.plot([0, top], [0, top], color="black", linewidth=0.8)
-        ax.set_title(row["run"][16:] if len(row["run"]) > 16 else row["run"], fontsize=8)
+        ax.set_title(short_name(row["run"]), fontsize=8)
         ax.set_xlabel("measured E2E (s)")
         ax.set_ylabel("predicted E2E (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def short_name(run: str) -> str:
+    """A run's name without the campaign's date and time prefix (20260217-155451-), where it has one."""
+    return re.sub(r"^\d{8}-\d{6}-", "", run)
 
 
 def gap_pairs(validation) -> list[tuple[object, float]]:
@@ -260,10 +266,10 @@ def excess_table(rows) -> list[str]:
     lines = ["| run | " + " | ".join(f"{lo:,}-{hi:,} held" for lo, hi in bins) + " |", "|---|" + "---|" * len(bins)]
     for r in rows:
         v = r["validation"]
-        if v.run.peak_held()[0] <= v.config.max_num_seqs:
+        if v.run.peak_held()[0] <= v.config.max_num_seqs * (v.run.server.data_parallel_size or 1):  # (its running slots)
             continue
         cells = excess_by_held(v)
-        lines.append(f"| {r['run'][16:]} | " + " | ".join(
+        lines.append(f"| {short_name(r['run'])} | " + " | ".join(
             "-" if b not in cells else f"{cells[b][1] - cells[b][2]:+.1f} ({cells[b][0]:,})" for b in bins) + " |")
     return lines
 
@@ -272,7 +278,7 @@ def drift_table(rows) -> list[str]:
     lines = ["| run | " + " | ".join(f"{k + 1}" for k in range(10)) + " |", "|---|" + "---|" * 10]
     for r in rows:
         cells = [f"{ratio:.2f} ({held})" for ratio, _, held in drift(r["validation"])]
-        lines.append(f"| {r['run'][16:]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {short_name(r['run'])} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -386,6 +392,12 @@ def main(argv=None) -> Path:
         "(time per byte x1.28, per FLOP x0.62). Its GPUs talk over PCIe without P2P (LLMServingSim's own cluster "
         "file for this machine: 16 GB/s, 20 us), where vLLM runs no custom all-reduce: every all-reduce and the "
         "expert-parallel exchange are NCCL's ring on that link (docs/calibration.md).",
+        "",
+        "By the requests held, as for the H100 runs above, but with the engine's own clock: these runs recorded each "
+        "request's first- and last-token times in the server (requests.jsonl), so the measured gaps between output "
+        "tokens carry no client delay (the running slots: 128 per data-parallel rank).",
+        "",
+        *excess_table(rtx),
         "",
         "## A100-80GB, DistServe's early-2024 vLLM: the paper-era engine, and an engine fitted to these runs",
         "",

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pagesim.experiments.sim2real import drift, excess_by_held
+from pagesim.experiments.sim2real import drift, excess_by_held, excess_table, short_name
 from pagesim.realruns.types import RealRequest, RealRun, ServerConfig
 
 
@@ -80,3 +80,24 @@ def test_excess_by_held_bins_each_request_by_its_mean_held_count():
     assert list(bins) == [(128, 200)]
     count, measured, predicted = bins[(128, 200)]
     assert count == 150 and measured == pytest.approx(1000.0) and predicted == pytest.approx(500.0)
+
+
+def test_excess_table_lists_a_run_only_when_it_held_more_than_all_its_ranks_run():
+    # the 150 requests above held at once: over 128 running slots with one rank, under 2 x 128 with two
+    requests = [req(i, 0.0, 11.0, ttft=1.0, tokens=11) for i in range(150)]
+    records = [SimpleNamespace(request_id=i, status="finished", total_output_len=11, ttft=1.0, e2e_latency=6.0)
+               for i in range(150)]
+    rows = []
+    for name, dp in (("20260217-155451-one-rank", None), ("Two-Ranks", 2)):
+        run = RealRun(name=name, source_format="test", path="t.json", server=ServerConfig(data_parallel_size=dp),
+                      requests=requests, stages=[])
+        rows.append({"run": name, "validation": SimpleNamespace(
+            run=run, config=SimpleNamespace(max_num_seqs=128),
+            replay=SimpleNamespace(metrics=SimpleNamespace(requests=records)))})
+    lines = excess_table(rows)
+    assert lines[2:] == ["| one-rank | +500.0 (150) | - | - | - | - |"]  # 1,000 ms measured, 500 replayed
+
+
+def test_short_names_drop_only_the_campaigns_date_prefix():
+    assert short_name("20260217-155451-llama-2-7b-tp1-codegen") == "llama-2-7b-tp1-codegen"
+    assert short_name("Qwen3-30B-A3B-Instruct-2507") == "Qwen3-30B-A3B-Instruct-2507"
