@@ -41,7 +41,7 @@ TIMED = [
 ]
 
 
-def _wrap(owner, name: str, label: str, total: Counter, calls: Counter) -> None:
+def wrap_timed(owner, name: str, label: str, total: Counter, calls: Counter) -> None:
     func = getattr(owner, name)
 
     @functools.wraps(func)
@@ -73,7 +73,7 @@ def main() -> None:
     plain, _ = _replay(trace, args.num_requests, args.rate)
     total, calls = Counter(), Counter()
     for label, owner, name, _depth in TIMED:
-        _wrap(owner, name, label, total, calls)
+        wrap_timed(owner, name, label, total, calls)
     wrapped, result = _replay(trace, args.num_requests, args.rate)
 
     # events: the engine's trips round its loop (a prefill or other single step, or a decode run)

@@ -1,0 +1,143 @@
+"""Where prefix caching's extra time goes: the chat workload of benchmarks/bench_sim.py (paths chat
+and chat-prefix) replayed in-process without and with --prefix-caching, the KV manager's and the
+block pool's functions timed in both, and how many block keys the replay asked for and hashed.
+
+Usage:  python -m benchmarks.profile_prefix --out reports/profile_prefix.md
+
+The same perf_counter wrappers as benchmarks/profile_sim.py (about a microsecond a call, so the
+rows are of the wrapped runs); the plain replay times come first, without wrappers. Indented rows
+are inside another row: _cache_generated inside free, the key chains inside both the lookups and
+_cache_generated. Issue 30 asks for prefix caching at <= 1.2x the time without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from collections import Counter
+from pathlib import Path
+
+from benchmarks.profile_sim import wrap_timed
+
+ROOT = Path(__file__).resolve().parent.parent
+
+from pagesim.api import prepare_replay  # noqa: E402
+from pagesim.core import paged  # noqa: E402
+from pagesim.core.block_pool import BlockPool  # noqa: E402
+from pagesim.core.paged import PagedKVManager  # noqa: E402
+from pagesim.workload.trace import load_trace  # noqa: E402
+
+# bench_sim's chat path: ShareGPT conversations on the chunked workload
+CHAT = dict(model="llama-2-7b", gpu="a100-80gb", chunked_prefill=True)
+
+# (label, owner, attribute, depth): depth 1 rows are called from the depth 0 row above them
+TIMED = [
+    ("PagedKVManager.admit", PagedKVManager, "admit", 0),
+    ("PagedKVManager._cached_blocks (prefix lookups)", PagedKVManager, "_cached_blocks", 0),
+    ("PagedKVManager.on_computed (registering filled prompt blocks)", PagedKVManager, "on_computed", 0),
+    ("PagedKVManager.on_decode_run", PagedKVManager, "on_decode_run", 0),
+    ("PagedKVManager.free", PagedKVManager, "free", 0),
+    ("  _cache_generated (registering the output's blocks)", PagedKVManager, "_cache_generated", 1),
+    ("BlockPool.allocate_n (evictions inside)", BlockPool, "allocate_n", 0),
+    ("PagedKVManager._key_chain (block keys; inside lookups and _cache_generated)", PagedKVManager, "_key_chain", 1),
+]
+
+
+class KeyCount:
+    """Blocks whose keys _key_chain was asked for, and how many chain_keys hashed (the rest came
+    from a kept chain); counted while the context is open, the functions restored after."""
+
+    def __enter__(self):
+        self.asked = self.hashed = 0
+        self._originals = key_chain, chain_keys = PagedKVManager._key_chain, paged.chain_keys
+
+        def counted_key_chain(manager, parent, token_ids, start, num_blocks, keep=True):
+            self.asked += num_blocks
+            return key_chain(manager, parent, token_ids, start, num_blocks, keep)
+
+        def counted_chain_keys(parent, spans, key):
+            keys = chain_keys(parent, spans, key)
+            self.hashed += len(keys)
+            return keys
+
+        PagedKVManager._key_chain, paged.chain_keys = counted_key_chain, counted_chain_keys
+        return self
+
+    def __exit__(self, *exc):
+        PagedKVManager._key_chain, paged.chain_keys = self._originals
+
+
+def _replay(trace, num_requests: int, rate: float, prefix_caching: bool):
+    sim = prepare_replay(trace, keep_steps=False, num_requests=num_requests, rate=rate,
+                         prefix_caching=prefix_caching, **CHAT)
+    start = time.perf_counter()
+    result = sim.run()
+    return time.perf_counter() - start, result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "profile_prefix.md")
+    ap.add_argument("--num-requests", type=int, default=10_000)
+    ap.add_argument("--rate", type=float, default=2.0)
+    args = ap.parse_args()
+
+    trace = load_trace(ROOT / "traces" / "sharegpt_chat.json")
+    modes = (False, True)
+    plain = {mode: _replay(trace, args.num_requests, args.rate, mode)[0] for mode in modes}
+    totals, calls, wrapped, finished = {}, {}, {}, {}
+    with KeyCount() as keys:  # (opened before the timers, so _key_chain's timer includes its count)
+        for mode in modes:
+            total, count = Counter(), Counter()
+            originals = [(owner, name, getattr(owner, name)) for _, owner, name, _ in TIMED]
+            for label, owner, name, _depth in TIMED:
+                wrap_timed(owner, name, label, total, count)
+            keys.asked = keys.hashed = 0  # (the last run's, with prefix caching, are reported)
+            wrapped[mode], result = _replay(trace, args.num_requests, args.rate, mode)
+            for owner, name, func in originals:
+                setattr(owner, name, func)
+            totals[mode], calls[mode], finished[mode] = total, count, result.summary["completed"]
+
+    command = f"python -m benchmarks.profile_prefix --num-requests {args.num_requests} --rate {args.rate}"
+    extra = wrapped[True] - wrapped[False]
+    lines = [
+        "# Where prefix caching's extra time goes (benchmarks/profile_prefix.py)",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}; load average at "
+        f"the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min).",
+        "",
+        f"traces/sharegpt_chat.json, {args.num_requests:,} requests at {args.rate} req/s, Llama-2-7B on A100-80GB, "
+        f"chunked prefill, no step records (bench_sim's chat and chat-prefix paths, in-process): "
+        f"{finished[False]:,} / {finished[True]:,} finished.",
+        "",
+        f"Replay time without wrappers: {plain[False]:.3f} s without prefix caching, {plain[True]:.3f} s with it "
+        f"(**{plain[True] / plain[False]:.2f}x**). With the wrappers: {wrapped[False]:.3f} s and {wrapped[True]:.3f} s, "
+        f"{extra:+.3f} s.",
+        "",
+        "| function | calls without / with | total without (s) | total with (s) | difference (s) | share of the difference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, _, _, _ in TIMED:
+        t0, t1 = totals[False][label], totals[True][label]
+        lines.append(f"| `{label}` | {calls[False][label]:,} / {calls[True][label]:,} | {t0:.3f} | {t1:.3f} | "
+                     f"{t1 - t0:+.3f} | {(t1 - t0) / extra:.0%} |")
+    inside = sum(totals[True][label] - totals[False][label] for label, _, _, depth in TIMED if depth == 0)
+    lines += [
+        f"| everything else (the scheduler, the engine loop, chunk sizes after hits) | | | | {extra - inside:+.3f} | "
+        f"{(extra - inside) / extra:.0%} |",
+        "",
+        f"Block keys: {keys.asked:,} asked for, {keys.hashed:,} hashed ({1 - keys.hashed / keys.asked:.0%} taken from "
+        "a kept chain).",
+    ]
+    text = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
