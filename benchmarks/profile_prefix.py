@@ -12,14 +12,10 @@ _cache_generated. Issue 30 asks for prefix caching at <= 1.2x the time without i
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.profile_sim import wrap_timed
+from benchmarks.profile_sim import machine_line, parse_args, timed_run, wrap_timed, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,19 +66,12 @@ class KeyCount:
 
 
 def _replay(trace, num_requests: int, rate: float, prefix_caching: bool):
-    sim = prepare_replay(trace, keep_steps=False, num_requests=num_requests, rate=rate,
-                         prefix_caching=prefix_caching, **CHAT)
-    start = time.perf_counter()
-    result = sim.run()
-    return time.perf_counter() - start, result
+    return timed_run(prepare_replay(trace, keep_steps=False, num_requests=num_requests, rate=rate,
+                                    prefix_caching=prefix_caching, **CHAT))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "profile_prefix.md")
-    ap.add_argument("--num-requests", type=int, default=10_000)
-    ap.add_argument("--rate", type=float, default=2.0)
-    args = ap.parse_args()
+    args = parse_args(__doc__, "profile_prefix.md")
 
     trace = load_trace(ROOT / "traces" / "sharegpt_chat.json")
     modes = (False, True)
@@ -107,8 +96,7 @@ def main() -> None:
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}; load average at "
-        f"the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min).",
+        machine_line() + ".",
         "",
         f"traces/sharegpt_chat.json, {args.num_requests:,} requests at {args.rate} req/s, Llama-2-7B on A100-80GB, "
         f"chunked prefill, no step records (bench_sim's chat and chat-prefix paths, in-process): "
@@ -133,10 +121,7 @@ def main() -> None:
         f"Block keys: {keys.asked:,} asked for, {keys.hashed:,} hashed ({1 - keys.hashed / keys.asked:.0%} taken from "
         "a kept chain).",
     ]
-    text = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -55,19 +55,40 @@ def wrap_timed(owner, name: str, label: str, total: Counter, calls: Counter) -> 
     setattr(owner, name, timed)
 
 
-def _replay(trace, num_requests: int, rate: float):
-    sim = engine.Replay(engine.ReplayConfig(num_requests=num_requests, rate=rate), trace, keep_steps=False)
+def timed_run(sim):
+    """(seconds, result) of one replay built beforehand."""
     start = time.perf_counter()
     result = sim.run()
     return time.perf_counter() - start, result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "profile_sim.md")
+def _replay(trace, num_requests: int, rate: float):
+    return timed_run(engine.Replay(engine.ReplayConfig(num_requests=num_requests, rate=rate), trace, keep_steps=False))
+
+
+def parse_args(doc: str, report: str) -> argparse.Namespace:
+    """The profiles' options: where the report goes (reports/REPORT by default) and the run's size."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "reports" / report)
     ap.add_argument("--num-requests", type=int, default=10_000)
     ap.add_argument("--rate", type=float, default=2.0)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def machine_line() -> str:
+    return (f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}; load average at "
+            f"the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min)")
+
+
+def write_report(path: Path, lines: list[str]) -> None:
+    text = "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(text)
+
+
+def main() -> None:
+    args = parse_args(__doc__, "profile_sim.md")
 
     trace = load_trace(ROOT / "traces" / "sharegpt.json")
     plain, _ = _replay(trace, args.num_requests, args.rate)
@@ -85,8 +106,7 @@ def main() -> None:
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}; load average at "
-        f"the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min): a shared machine inflates every row alike.",
+        machine_line() + ": a shared machine inflates every row alike.",
         "",
         f"ShareGPT, {args.num_requests:,} requests at {args.rate} req/s, OPT-13B on A100-40GB, paged, calibrated cost model, "
         f"no step records: {result.summary['num_steps']:,} iterations in {events:,} events "
@@ -103,10 +123,7 @@ def main() -> None:
         lines.append(f"| `{label}` | {n:,} | {t:.3f} | {t / n * 1e6 if n else 0:.1f} | {t / wrapped:.0%} |")
     lines.append(f"| everything else (engine loop, SimPy events, arrivals, cost model for single steps) | | "
                  f"{outside:.3f} | {outside / events * 1e6:.1f} per event | {outside / wrapped:.0%} |")
-    text = "\n".join(lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    print(text)
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":
