@@ -5,13 +5,15 @@ block pool's functions timed in both, and how many block keys the replay asked f
 Usage:  python -m benchmarks.profile_prefix --out reports/profile_prefix.md
 
 The same perf_counter wrappers as benchmarks/profile_sim.py (about a microsecond a call, so the
-rows are of the wrapped runs); the plain replay times come first, without wrappers. Indented rows
+rows are of the wrapped runs); the plain replay times come first, without wrappers (medians of
+alternating runs). Indented rows
 are inside another row: _cache_generated inside free, the key chains inside both the lookups and
 _cache_generated. Issue 30 asks for prefix caching at <= 1.2x the time without it.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from pagesim.core import paged  # noqa: E402
 from pagesim.core.block_pool import BlockPool  # noqa: E402
 from pagesim.core.paged import PagedKVManager  # noqa: E402
 from pagesim.workload.trace import load_trace  # noqa: E402
+
+ROUNDS = 3  # plain replays of each mode, alternating; the medians are reported
 
 # bench_sim's chat path: ShareGPT conversations on the chunked workload
 CHAT = dict(model="llama-2-7b", gpu="a100-80gb", chunked_prefill=True)
@@ -75,7 +79,11 @@ def main() -> None:
 
     trace = load_trace(ROOT / "traces" / "sharegpt_chat.json")
     modes = (False, True)
-    plain = {mode: _replay(trace, args.num_requests, args.rate, mode)[0] for mode in modes}
+    runs = {mode: [] for mode in modes}
+    for _ in range(ROUNDS):  # (alternating, so a slower spell of the machine hits both alike)
+        for mode in modes:
+            runs[mode].append(_replay(trace, args.num_requests, args.rate, mode)[0])
+    plain = {mode: statistics.median(times) for mode, times in runs.items()}
     totals, calls, wrapped, finished = {}, {}, {}, {}
     with KeyCount() as keys:  # (opened before the timers, so _key_chain's timer includes its count)
         for mode in modes:
@@ -102,9 +110,10 @@ def main() -> None:
         f"chunked prefill, no step records (bench_sim's chat and chat-prefix paths, in-process): "
         f"{finished[False]:,} / {finished[True]:,} finished.",
         "",
-        f"Replay time without wrappers: {plain[False]:.3f} s without prefix caching, {plain[True]:.3f} s with it "
-        f"(**{plain[True] / plain[False]:.2f}x**). With the wrappers: {wrapped[False]:.3f} s and {wrapped[True]:.3f} s, "
-        f"{extra:+.3f} s.",
+        f"Replay time without wrappers, the median of {ROUNDS} alternating runs each: {plain[False]:.3f} s without "
+        f"prefix caching ({' / '.join(f'{t:.3f}' for t in runs[False])}), {plain[True]:.3f} s with it "
+        f"({' / '.join(f'{t:.3f}' for t in runs[True])}): **{plain[True] / plain[False]:.2f}x**. With the wrappers "
+        f"(one run each): {wrapped[False]:.3f} s and {wrapped[True]:.3f} s, {extra:+.3f} s.",
         "",
         "| function | calls without / with | total without (s) | total with (s) | difference (s) | share of the difference |",
         "|---|---|---|---|---|---|",
