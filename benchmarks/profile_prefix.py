@@ -84,18 +84,25 @@ def main() -> None:
         for mode in modes:
             runs[mode].append(_replay(trace, args.num_requests, args.rate, mode)[0])
     plain = {mode: statistics.median(times) for mode, times in runs.items()}
-    totals, calls, wrapped, finished = {}, {}, {}, {}
+    # the wrapped runs alternate too; per function the median of its rounds' totals
+    rounds = {mode: [] for mode in modes}  # (wrapped run time, per-function totals, calls, finished)
     with KeyCount() as keys:  # (opened before the timers, so _key_chain's timer includes its count)
-        for mode in modes:
-            total, count = Counter(), Counter()
-            originals = [(owner, name, getattr(owner, name)) for _, owner, name, _ in TIMED]
-            for label, owner, name, _depth in TIMED:
-                wrap_timed(owner, name, label, total, count)
-            keys.asked = keys.hashed = 0  # (the last run's, with prefix caching, are reported)
-            wrapped[mode], result = _replay(trace, args.num_requests, args.rate, mode)
-            for owner, name, func in originals:
-                setattr(owner, name, func)
-            totals[mode], calls[mode], finished[mode] = total, count, result.summary["completed"]
+        for _ in range(ROUNDS):
+            for mode in modes:
+                total, count = Counter(), Counter()
+                originals = [(owner, name, getattr(owner, name)) for _, owner, name, _ in TIMED]
+                for label, owner, name, _depth in TIMED:
+                    wrap_timed(owner, name, label, total, count)
+                keys.asked = keys.hashed = 0  # (the last run's, with prefix caching, are reported)
+                seconds, result = _replay(trace, args.num_requests, args.rate, mode)
+                for owner, name, func in originals:
+                    setattr(owner, name, func)
+                rounds[mode].append((seconds, total, count, result.summary["completed"]))
+    wrapped = {mode: statistics.median(r[0] for r in rounds[mode]) for mode in modes}
+    totals = {mode: {label: statistics.median(r[1][label] for r in rounds[mode]) for label, *_ in TIMED}
+              for mode in modes}
+    calls = {mode: rounds[mode][-1][2] for mode in modes}  # (the same in every round: the replay is deterministic)
+    finished = {mode: rounds[mode][-1][3] for mode in modes}
 
     command = f"python -m benchmarks.profile_prefix --num-requests {args.num_requests} --rate {args.rate}"
     extra = wrapped[True] - wrapped[False]
@@ -113,7 +120,8 @@ def main() -> None:
         f"Replay time without wrappers, the median of {ROUNDS} alternating runs each: {plain[False]:.3f} s without "
         f"prefix caching ({' / '.join(f'{t:.3f}' for t in runs[False])}), {plain[True]:.3f} s with it "
         f"({' / '.join(f'{t:.3f}' for t in runs[True])}): **{plain[True] / plain[False]:.2f}x**. With the wrappers "
-        f"(one run each): {wrapped[False]:.3f} s and {wrapped[True]:.3f} s, {extra:+.3f} s.",
+        f"(medians of {ROUNDS} alternating runs each, per function too): {wrapped[False]:.3f} s and "
+        f"{wrapped[True]:.3f} s, {extra:+.3f} s.",
         "",
         "| function | calls without / with | total without (s) | total with (s) | difference (s) | share of the difference |",
         "|---|---|---|---|---|---|",
