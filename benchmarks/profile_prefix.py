@@ -17,7 +17,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.profile_sim import machine_line, parse_args, timed_run, wrap_timed, write_report
+from benchmarks.profile_sim import machine_line, parse_args, timed_run, timers, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ from pagesim.core.block_pool import BlockPool  # noqa: E402
 from pagesim.core.paged import PagedKVManager  # noqa: E402
 from pagesim.workload.trace import load_trace  # noqa: E402
 
-ROUNDS = 3  # plain replays of each mode, alternating; the medians are reported
+ROUNDS = 3  # replays of each mode, alternating, plain and then wrapped; the medians are reported
 
 # bench_sim's chat path: ShareGPT conversations on the chunked workload
 CHAT = dict(model="llama-2-7b", gpu="a100-80gb", chunked_prefill=True)
@@ -90,13 +90,9 @@ def main() -> None:
         for _ in range(ROUNDS):
             for mode in modes:
                 total, count = Counter(), Counter()
-                originals = [(owner, name, getattr(owner, name)) for _, owner, name, _ in TIMED]
-                for label, owner, name, _depth in TIMED:
-                    wrap_timed(owner, name, label, total, count)
                 keys.asked = keys.hashed = 0  # (the last run's, with prefix caching, are reported)
-                seconds, result = _replay(trace, args.num_requests, args.rate, mode)
-                for owner, name, func in originals:
-                    setattr(owner, name, func)
+                with timers(TIMED, total, count):
+                    seconds, result = _replay(trace, args.num_requests, args.rate, mode)
                 rounds[mode].append((seconds, total, count, result.summary["completed"]))
     wrapped = {mode: statistics.median(r[0] for r in rounds[mode]) for mode in modes}
     totals = {mode: {label: statistics.median(r[1][label] for r in rounds[mode]) for label, *_ in TIMED}

@@ -12,6 +12,7 @@ call several times over, which is exactly what this loop is made of, so it is no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import platform
@@ -55,6 +56,20 @@ def wrap_timed(owner, name: str, label: str, total: Counter, calls: Counter) -> 
     setattr(owner, name, timed)
 
 
+@contextlib.contextmanager
+def timers(timed: list, total: Counter, calls: Counter):
+    """wrap_timed on each (label, owner, attribute, depth) of timed while the context is open; the
+    functions are put back after."""
+    originals = [(owner, name, getattr(owner, name)) for _, owner, name, _ in timed]
+    for label, owner, name, _depth in timed:
+        wrap_timed(owner, name, label, total, calls)
+    try:
+        yield
+    finally:
+        for owner, name, func in originals:
+            setattr(owner, name, func)
+
+
 def timed_run(sim):
     """(seconds, result) of one replay built beforehand."""
     start = time.perf_counter()
@@ -93,9 +108,8 @@ def main() -> None:
     trace = load_trace(ROOT / "traces" / "sharegpt.json")
     plain, _ = _replay(trace, args.num_requests, args.rate)
     total, calls = Counter(), Counter()
-    for label, owner, name, _depth in TIMED:
-        wrap_timed(owner, name, label, total, calls)
-    wrapped, result = _replay(trace, args.num_requests, args.rate)
+    with timers(TIMED, total, calls):
+        wrapped, result = _replay(trace, args.num_requests, args.rate)
 
     # events: the engine's trips round its loop (a prefill or other single step, or a decode run)
     events = calls["Scheduler.schedule"] + calls["advance_decode"]

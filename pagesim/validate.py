@@ -300,6 +300,11 @@ def replay_ranks(cfg: ReplayConfig, trace, dp: int, keep_steps: bool, progress=N
     return replace(first, summary=result.summary)
 
 
+def running_slots(run, cfg) -> int:
+    """The requests the real server could run at once: max_num_seqs on each data-parallel rank."""
+    return cfg.max_num_seqs * (run.server.data_parallel_size or 1)
+
+
 def overload_notes(run, slots: int) -> list[str]:
     """A note where the real server held more requests than it could run at once (its queue
     grew): there the measured per-token time rose with the held requests on the shared H100 runs,
@@ -356,7 +361,7 @@ def validate(run, progress=None, keep_steps: bool = True, **overrides) -> Valida
     overall = compare(real_all.stats(), sim_all.stats())
     stages = {k: compare(real_stage[k].stats(), sim_stage[k].stats()) for k in sorted(real_stage)}
     return Validation(run, cfg, notes, overall, stages, counts, result, [r.index for r in run.requests],
-                      overload_notes(run, cfg.max_num_seqs * dp))
+                      overload_notes(run, running_slots(run, cfg)))
 
 
 # ----------------------------------------------------------------------------- fit and held-out error

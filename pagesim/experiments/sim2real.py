@@ -262,11 +262,13 @@ def excess_by_held(validation, samples: int = 9) -> dict[tuple[int, int], tuple[
 def excess_table(rows) -> list[str]:
     """Measured less predicted gap (ms) by the requests held, for the runs that held more than
     their running slots."""
+    from pagesim.validate import running_slots
+
     bins = list(zip(HELD_BINS, HELD_BINS[1:]))
     lines = ["| run | " + " | ".join(f"{lo:,}-{hi:,} held" for lo, hi in bins) + " |", "|---|" + "---|" * len(bins)]
     for r in rows:
         v = r["validation"]
-        if v.run.peak_held()[0] <= v.config.max_num_seqs * (v.run.server.data_parallel_size or 1):  # (its running slots)
+        if v.run.peak_held()[0] <= running_slots(v.run, v.config):
             continue
         cells = excess_by_held(v)
         lines.append(f"| {short_name(r['run'])} | " + " | ".join(
