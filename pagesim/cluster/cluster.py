@@ -162,12 +162,16 @@ class Cluster:
             _check_pd_requests(self.requests)
         self.replicas: list[Replica] = []
         for group in spec.groups:
+            # A group's replicas share one cost model: it is a pure function of the group's model,
+            # GPU and engine (its memos of step parts fill once, not once per replica)
+            cost = (cost_models or {}).get(group.name)
             # autoscaled: every replica the fleet may hold is built; the fleet says which exist
             for _ in range(spec.autoscale.max_replicas if spec.autoscale else group.count):
                 index = len(self.replicas)
                 feed = ReplicaFeed(self, index, 0.0)
-                sim = Replay(group.cfg, trace, cost_model=(cost_models or {}).get(group.name), keep_steps=keep_steps,
+                sim = Replay(group.cfg, trace, cost_model=cost, keep_steps=keep_steps,
                              feed=feed, requests=self.workload, fast_forward=fast_forward and not spec.lockstep)
+                cost = sim.cost
                 feed.host_s = sim.request_host_s
                 sim.on_progress = lambda done, k=index: self._recorded(k)
                 feed.decode = group.role == "decode"
@@ -191,6 +195,7 @@ class Cluster:
         # the loads as the router sees them, and its outstanding counts (the board pagesim route uses
         # too); the cluster refreshes it on its own schedule (_refresh), never through route()
         self.board = LoadBoard(len(self.replicas), spec.staleness_s)
+        self._accepting_for: tuple | None = None  # (roles, fleet states) the board's accepting flags were set for
         self.block_size = first.block_size
         self.fleet = None
         if spec.autoscale is not None:
@@ -278,8 +283,13 @@ class Cluster:
                       kv.num_used_blocks / kv.num_device_blocks if kv.num_device_blocks else 0.0)
 
     def _choose(self, routed: RoutedRequest, roles: tuple[str, ...], now: float) -> int:
-        for r in self.replicas:
-            self.board.set_accepting(r.index, r.role in roles and (self.fleet is None or self.fleet.accepting(r.index)))
+        # which replicas accept follows from the roles asked for and the fleet's states alone: the
+        # board's flags are set again only when those changed (not N flags for every request)
+        accepting_for = (roles, tuple(self.fleet.state) if self.fleet is not None else None)
+        if accepting_for != self._accepting_for:
+            self._accepting_for = accepting_for
+            for r in self.replicas:
+                self.board.set_accepting(r.index, r.role in roles and (self.fleet is None or self.fleet.accepting(r.index)))
         router = self.decode_router if roles == ("decode",) else self.router
         index = self.board.route(router, routed, now)
         if not self.board.loads[index].accepting:

@@ -18,11 +18,11 @@ class RoundRobin(Router):
     _next: int = field(default=0, init=False, repr=False)
 
     def choose(self, request: RoutedRequest, replicas: Sequence[ReplicaLoad], now: float) -> int:
-        accepting(replicas)  # at least one, or the caller's bug is named here
         count = len(replicas)
         for step in range(count):
             position = (self._next + step) % count
             if replicas[position].accepting:
                 self._next = position + 1
                 return replicas[position].index
-        raise AssertionError("unreachable: accepting() found one")
+        accepting(replicas)  # (none accepts: the caller's bug, named there)
+        raise AssertionError("unreachable: accepting() raises when no replica accepts")
