@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from pagesim.cli import app
 from pagesim.core.errors import CannotServe
 from pagesim.models import ModelConfigError, get_model
+from pagesim.sim.specs import kv_cache_capacity
 
 DATA = Path(__file__).parent / "data"
 TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
@@ -202,9 +203,20 @@ def test_tp_must_divide_the_attention_heads():
     assert "qwen2.5-7b-instruct: 28 attention heads" in result.output  # named by its file, not its folder
 
 
+def test_the_no_pool_error_points_at_the_step_budget():
+    # Mistral-Nemo's 1,024,000 positions make the default step budget that many tokens: its
+    # weights fit one H100, the activations of such a step do not
+    nemo = model("Mistral-Nemo-Instruct-2407")
+    with pytest.raises(CannotServe, match="sized for a step of 1,024,000 tokens: lower --max-model-len"):
+        kv_cache_capacity(nemo, "h100-80gb", max_num_batched_tokens=1_024_000)
+    with pytest.raises(CannotServe, match="split the model over more GPUs"):
+        kv_cache_capacity(model("DeepSeek-R1"), "h100-80gb", tp=2, max_num_batched_tokens=163_840)
+
+
 @pytest.mark.parametrize("name,tp,extra", [
+    ("Mistral-Nemo-Instruct-2407", 1, ["--max-model-len", "32768"]),
     ("Meta-Llama-3.1-8B-Instruct-FP8", 1, []),
-    ("Phi-3.5-mini-instruct", 1, ["--chunked-prefill", "--max-num-batched-tokens", "8192"]),
+    ("Phi-3.5-mini-instruct", 1, ["--max-model-len", "16384"]),
     ("gemma-3-12b-it", 1, []),
     ("Qwen1.5-MoE-A2.7B", 2, []),
     ("DeepSeek-V2", 8, []),
@@ -215,3 +227,5 @@ def test_replay_serves_the_public_configs(name, tp, extra):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["completed"] == 40
+    if extra:
+        assert summary["config"]["max_model_len"] == int(extra[1])
