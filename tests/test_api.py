@@ -38,7 +38,7 @@ def test_replay_options_are_the_cli_flags():
     flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config", "html"} - set(CLUSTER_FLAGS)
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
-    assert flags <= options and options - flags == {"allocator", "prefix_key", "max_model_len", "waste_interval_s",
+    assert flags <= options and options - flags == {"allocator", "prefix_key", "waste_interval_s",
                                                      "client_timeout_s"}
 
 

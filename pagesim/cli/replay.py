@@ -59,6 +59,8 @@ def replay(
     max_num_seqs: int = typer.Option(DEFAULTS.max_num_seqs, parser=SEQS, help="sequences running at once, at most"),
     max_num_batched_tokens: Optional[int] = typer.Option(DEFAULTS.max_num_batched_tokens, parser=TOKENS,
                                                          help=BATCHED_TOKENS_HELP),
+    max_model_len: Optional[int] = typer.Option(DEFAULTS.max_model_len, parser=TOKENS,
+                                                help="longest sequence (default: the model's)"),
     swap_space: float = typer.Option(4.0, parser=SWAP_GIB, help="GiB of host memory per GPU for swapped blocks"),
     num_gpu_blocks: Optional[int] = typer.Option(None, "--num-gpu-blocks", "--num-gpu-blocks-override", parser=BLOCKS,
                                                  help="KV pool size in blocks (default: sized from model and GPU)"),
@@ -124,8 +126,9 @@ def replay(
                    block_size=block_size, preemption=preemption, rate=rate,
                    burstiness=burstiness, num_requests=None if duration is not None else num_requests,
                    duration=duration, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                   swap_space=swap_space, num_gpu_blocks=num_gpu_blocks, prefix_caching=prefix_caching,
-                   chunked_prefill=chunked_prefill, n=n, beam_width=beam_width, beam_ancestry=beam_ancestry,
+                   max_model_len=max_model_len, swap_space=swap_space, num_gpu_blocks=num_gpu_blocks,
+                   prefix_caching=prefix_caching, chunked_prefill=chunked_prefill, n=n, beam_width=beam_width,
+                   beam_ancestry=beam_ancestry,
                    cost_model=cost_model, engine=engine, profile=profile, seed=seed, warmup=warmup, force=force,
                    gpu_memory_utilization=gpu_memory_utilization)
     drop_preset_defaults(ctx, options)

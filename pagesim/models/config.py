@@ -88,7 +88,9 @@ def load_model_config(path: str | Path) -> ModelSpec:
         raise ModelConfigError(str(e)) from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{p}: expected a JSON object at the top level")
-    name = str(config.get("_name_or_path") or p.parent.name or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()
+    # a config.json is named by its folder (the HF repo's name); any other file by its own name
+    folder = p.parent.name if p.name == "config.json" else ""
+    name = str(config.get("_name_or_path") or folder or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()
     return model_from_config(config, name, str(p))
 
 

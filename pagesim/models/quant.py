@@ -9,6 +9,11 @@
   output column (GPTQ stores its qzeros even when symmetric; AWQ only with ``zero_point``).
   Weight-only: the GEMMs compute in fp16. GPTQ's g_idx (one int32 per input row, under 0.1 % of a
   4096-wide layer) is left out.
+- ``compressed-tensors`` (llm-compressor's format: the RedHatAI / neuralmagic "-FP8-dynamic",
+  "-quantized.w4a16" and "-quantized.w8a8" checkpoints): the Linear layers' scheme in
+  ``config_groups``. 8-bit float weights as ``fp8``; ``int`` weights of ``num_bits`` with, per
+  ``group_size`` weights, a 16-bit scale (and a packed zero point unless ``symmetric``). With 8-bit
+  input activations the GEMMs run W8A8 (int8 ones priced at the FP8 rate, where a GPU has one).
 Only the decoder's linear layers are quantized (ModelSpec.quantized_params says which).
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 from pagesim.models.config import ConfigFields, ModelConfigError
 from pagesim.models.spec import WeightQuant
 
-QUANT_METHODS = ("fp8", "awq", "gptq")
+QUANT_METHODS = ("fp8", "awq", "gptq", "compressed-tensors")
 SCALE_BYTES = 2      # fp16 group scales (AWQ, GPTQ)
 FP8_SCALE_BYTES = 4  # fp32 block scales (weight_scale_inv)
 
@@ -53,8 +58,44 @@ def weight_quant(fields: ConfigFields) -> WeightQuant | None:
         zeros = method == "gptq" or qf.bool("zero_point", True)
         per_group = SCALE_BYTES + (bits / 8 if zeros else 0.0)
         return WeightQuant(method, bits, group, bits / 8 + (per_group / group if group else 0.0))
+    if method == "compressed-tensors":
+        return compressed_tensors(q, qf)
     raise qf.error("quant_method", f"is {q.get('quant_method')!r}, an unknown quantization method; "
                    f"supported: {', '.join(QUANT_METHODS)}")
+
+
+def compressed_tensors(q: dict, qf: ConfigFields) -> WeightQuant:
+    """The weights of the one scheme every config group uses (see the module docstring)."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups or not all(isinstance(g, dict) for g in groups.values()):
+        raise qf.error("config_groups", f"must be an object of quantization schemes, got {groups!r}")
+    schemes = {key: g.get("weights") for key, g in groups.items()}
+    if len({repr(w) for w in schemes.values()}) > 1:  # e.g. attention in 8 bits, the MLP in 4
+        raise qf.error("config_groups", "gives different layers different weight schemes: mixed precision is not "
+                       "modelled")
+    key, weights = next(iter(schemes.items()))
+    if not isinstance(weights, dict):
+        raise qf.error(f"config_groups: {key}: weights", f"must be an object, got {weights!r}")
+    wf = ConfigFields(weights, f"{qf.where}: config_groups: {key}: weights")
+    bits, kind, strategy = wf.int("num_bits"), weights.get("type", "int"), weights.get("strategy")
+    acts = groups[key].get("input_activations")
+    w8a8 = isinstance(acts, dict) and acts.get("num_bits") == 8
+    if kind == "float" and bits == 8:
+        block = weights.get("block_structure") if strategy == "block" else None
+        if block is None:
+            return WeightQuant("compressed-tensors", 8, None, 1.0, fp8_compute=w8a8)
+        if (not isinstance(block, list) or len(block) != 2
+                or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in block)):
+            raise wf.error("block_structure", f"must be two positive integers, got {block!r}")
+        return WeightQuant("compressed-tensors", 8, block[0] * block[1],
+                           1.0 + FP8_SCALE_BYTES / (block[0] * block[1]), fp8_compute=w8a8)
+    if kind != "int" or bits not in (4, 8):
+        raise wf.error("num_bits", f"is {bits} ({kind}): only 8-bit float and 4- or 8-bit int weights are modelled")
+    group = wf.int("group_size") if strategy == "group" else None
+    zeros = not wf.bool("symmetric", True)
+    per_group = SCALE_BYTES + (bits / 8 if zeros else 0.0)
+    return WeightQuant("compressed-tensors", bits, group, bits / 8 + (per_group / group if group else 0.0),
+                       fp8_compute=w8a8)
 
 
 __all__ = ["QUANT_METHODS", "weight_quant", "ModelConfigError"]

@@ -222,6 +222,8 @@ class ModelSpec:
         """One token's cache (all layers) on one GPU of a TP group. KV heads split over TP (with
         more GPUs than KV heads vLLM replicates heads, so each GPU keeps one); MLA's latent is one
         vector shared by all heads, so vLLM keeps all of it on every TP rank."""
+        if self.num_heads % tp:  # vLLM refuses these too (ModelConfig.verify_with_parallel_config)
+            raise CannotServe(f"{self.name}: {self.num_heads} attention heads cannot be split over tp={tp}")
         if self.mla is not None:
             return self.kv_bytes_per_token
         if self.num_kv_heads % tp and tp % self.num_kv_heads:

@@ -300,11 +300,18 @@ def kv_cache_capacity(model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
     activations = profile_activation_bytes(model, tp, max_num_batched_tokens, max_num_seqs)
     pool = usable - weights - activations - reserved_bytes
     if pool <= 0:
+        # the step's token budget defaults to the max length: a long-context model (Mistral-Nemo's
+        # 1,024,000) can fit its weights and still not its activations
+        small_step = profile_activation_bytes(model, tp, DEFAULT_MAX_NUM_BATCHED_TOKENS, max_num_seqs)
+        step_too_big = (max_num_batched_tokens > DEFAULT_MAX_NUM_BATCHED_TOKENS
+                        and usable - weights - small_step - reserved_bytes > 0)
+        fix = (f"the activations are sized for a step of {max_num_batched_tokens:,} tokens: lower --max-model-len, "
+               "or --max-num-batched-tokens with --chunked-prefill" if step_too_big
+               else "split the model over more GPUs with --tp, or pick a larger --gpu")
         raise CannotServe(
             f"{model.name} on {tp} x {gpu.name} leaves no KV pool: usable {usable / GiB:.1f} GiB, "
             f"weights {weights / GiB:.1f}, activations {activations / GiB:.2f}, "
-            f"reserved {reserved_bytes / GiB:.2f} GiB per GPU (split the model over more GPUs with --tp, or pick a "
-            f"larger --gpu)")
+            f"reserved {reserved_bytes / GiB:.2f} GiB per GPU ({fix})")
     bytes_per_token = kv_bytes_per_token_per_gpu(model, tp) * tp
     return KVCapacity(model=model.name, gpu=gpu.name, tp=tp, bytes_per_token=bytes_per_token,
                       usable_bytes_per_gpu=usable, weight_bytes_per_gpu=weights,

@@ -90,7 +90,7 @@ MIXTRAL = MODERN_CONFIGS["mixtral-8x7b"]
     ({k: v for k, v in MODERN_CONFIGS["qwen3-30b-a3b"].items() if k != "num_experts"}, "num_experts", "missing"),
     ({k: v for k, v in MODERN_CONFIGS["deepseek-v3"].items() if k != "n_routed_experts"}, "n_routed_experts", "missing"),
     ({k: v for k, v in MODERN_CONFIGS["deepseek-v3"].items() if k != "kv_lora_rank"}, "kv_lora_rank", "missing"),
-    ({**MODERN_CONFIGS["mistral-7b"], "sliding_window": 65536}, "sliding_window", "larger than the max length"),
+    ({**MODERN_CONFIGS["mistral-7b"], "sliding_window": -4096}, "sliding_window", "positive integer"),
     ({**MODERN_CONFIGS["gemma-2-9b"], "sliding_window": None}, "sliding_window", "missing"),
     ({**MODERN_CONFIGS["llama-3.1-8b"], "quantization_config": {"quant_method": "bitsandbytes"}}, "quant_method",
      "unknown quantization method"),

@@ -59,8 +59,8 @@ def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern,
         return None, 0
     if window is None:
         raise ModelConfigError(f"{f.where}: missing field 'sliding_window' (layers of kind {SLIDING!r} need one)")
-    if window > max_len:
-        raise f.error("sliding_window", f"{window} is larger than the max length 'max_position_embeddings' {max_len}")
+    if window >= max_len:  # never drops a token (Phi-3.5-mini: 262,144 over 131,072 positions): full attention
+        return None, 0
     return window, count
 
 
