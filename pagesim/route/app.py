@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException
 
 from pagesim.cluster.routers import LoadBoard, make_router
 from pagesim.route.backends import Backend, backend_url, exception_reason, scrape, scrape_every
 from pagesim.route.decisions import DecisionLog
 from pagesim.route.proxy import Proxy
 from pagesim.serve.bodies import ApiError
-from pagesim.serve.http_guard import ServeGuard
+from pagesim.serve.http_guard import ServeGuard, http_error
 from pagesim.serve.limits import HttpLimits
 from pagesim.serve.protocol import error_body
 
@@ -85,10 +86,15 @@ def create_app(cfg: RouteConfig, *, limits: HttpLimits | None = None, tokenizer=
     async def api_error(request: Request, exc: ApiError):
         return JSONResponse(error_body(str(exc), exc.kind, exc.param, exc.code), status_code=exc.status)
 
+    app.add_exception_handler(HTTPException, http_error)  # an unknown route or method, as `pagesim serve` answers it
+
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception):
         log.exception("internal error answering %s %s", request.method, request.url.path)
-        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"), status_code=500)
+        # uvicorn closes the connection after it (the handler re-raises): say so, or a client's next request
+        # on it (a router's pooled connection) fails as if this server were down
+        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"), status_code=500,
+                            headers={"connection": "close"})
 
     @app.post("/v1/completions")
     async def completions(request: Request):

@@ -164,18 +164,22 @@ class Proxy:
         return chunk
 
     async def _relay(self, resp, first: bytes, backend: Backend, request_id: int):
-        """The stream, chunk by chunk as the backend sends them. A cut after the first chunk ends
-        it with an error event (the client has part of an answer: it cannot be retried)."""
+        """The stream, chunk by chunk as the backend sends them (whole events: the part of an event
+        a chunk ends in waits for the rest). A cut after the first chunk ends it with an error event
+        (the client has part of an answer: it cannot be retried)."""
         import aiohttp
 
         outcome = "cancelled"  # the client left (this generator is closed or cancelled)
         previous, chunk = b"", first
+        held = b""  # the start of an event not yet whole: it goes out with the chunk that ends it
         try:
             while True:
                 # the end marker makes the answer whole: its client may leave before the backend's EOF
                 if DONE in previous[-len(DONE):] + chunk:
                     outcome = "ok"
-                yield chunk
+                whole, held = _whole_events(held + chunk)
+                if whole:
+                    yield whole
                 previous = chunk
                 try:
                     chunk = await resp.content.readany()
@@ -185,14 +189,24 @@ class Proxy:
                     outcome = "failed"
                     backend.failures += 1
                     message = f"backend {backend.url} failed mid-stream ({exception_reason(e)})"
+                    # a half event held back is dropped: the error event is the client's next line
                     yield f"data: {json.dumps(error_body(message, 'server_error'))}\n\n".encode()
                     return
                 if not chunk:
                     outcome = "ok"
+                    if held:
+                        yield held
                     return
         finally:
             resp.close()  # closing the connection aborts the request on a backend still running it
             self._end_stream(request_id, backend.index, outcome)
+
+
+def _whole_events(data: bytes) -> tuple[bytes, bytes]:
+    """data cut after its last whole server-sent event (one that a blank line ends), and the rest."""
+    ends = [at + len(blank) for blank in (b"\n\n", b"\r\r", b"\r\n\r\n") if (at := data.rfind(blank)) >= 0]
+    cut = max(ends, default=0)
+    return data[:cut], data[cut:]
 
 
 class _Relayed(StreamingResponse):

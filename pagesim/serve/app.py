@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from executor.engine import EngineConfig
 from pagesim.serve.bodies import GONE, ApiError, BadRequest, parse_json, until_disconnect
 from pagesim.serve.generation import SampleState, Server
-from pagesim.serve.http_guard import ServeGuard
+from pagesim.serve.http_guard import ServeGuard, http_error
 from pagesim.serve.limits import HttpLimits
 from pagesim.serve.protocol import ChatRequest, CompletionRequest, Ids, error_body
 from pagesim.serve.responses import build_response, record_usage, stream_events
@@ -77,22 +77,15 @@ def create_app(lm, engine_cfg: EngineConfig, model_name: str, *, limits: HttpLim
     async def api_error(request: Request, exc: ApiError):
         return JSONResponse(error_body(str(exc), exc.kind, exc.param, exc.code), status_code=exc.status)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException):
-        if exc.status_code == 404:
-            message = f"no route {request.method} {request.url.path}; this server has /v1/completions, " \
-                      "/v1/chat/completions, /v1/models, /health and /metrics"
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path} (allowed: {(exc.headers or {}).get('Allow', '?')})"
-        else:
-            message = str(exc.detail)
-        kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
-        return JSONResponse(error_body(message, kind), status_code=exc.status_code, headers=exc.headers)
+    app.add_exception_handler(HTTPException, http_error)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception):
         log.exception("internal error answering %s %s", request.method, request.url.path)
-        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"), status_code=500)
+        # uvicorn closes the connection after it (the handler re-raises): say so, or a client's next request
+        # on it (a router's pooled connection) fails as if this server were down
+        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"), status_code=500,
+                            headers={"connection": "close"})
 
     @app.get("/health")
     async def health():

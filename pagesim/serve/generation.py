@@ -95,8 +95,8 @@ class Server:
         if prompt_len == 0:
             raise BadRequest("the prompt is empty", "prompt")
         max_tokens = body.max_tokens or getattr(body, "max_completion_tokens", None) or default_max
-        if max_tokens is None:
-            max_tokens = self.max_model_len - prompt_len
+        if max_tokens is None:  # the rest of the context; a prompt that fills it is refused below
+            max_tokens = max(1, self.max_model_len - prompt_len)
         if prompt_len + max_tokens > self.max_model_len:
             raise BadRequest(f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
                              f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} in the completion).",

@@ -20,6 +20,8 @@ import secrets
 import time
 
 import h11
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pagesim.serve.limits import HttpLimits
@@ -44,6 +46,20 @@ def raw_error_response(status: int, message: str, code: str | None = None) -> by
     head = (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
     return head.encode() + body
+
+
+async def http_error(request, exc: HTTPException) -> JSONResponse:
+    """An unknown route (404) or method (405), and starlette's other HTTP errors, with an OpenAI
+    error body (the exception handler of `pagesim serve` and `pagesim route`, which serve the same routes)."""
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}; this server has /v1/completions, " \
+                  "/v1/chat/completions, /v1/models, /health and /metrics"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path} (allowed: {(exc.headers or {}).get('Allow', '?')})"
+    else:
+        message = str(exc.detail)
+    kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
+    return JSONResponse(error_body(message, kind), status_code=exc.status_code, headers=exc.headers)
 
 
 def guarded_protocol(limits: HttpLimits) -> type[H11Protocol]:
@@ -132,8 +148,13 @@ class ServeGuard:
                     refusal = body
                 elif body is not None:
                     await self.app(scope, _replay(body, receive), sending)
+                else:
+                    status["code"] = 499  # the client left before its body arrived
             if refusal is not None:
                 await _send_error(sending, *refusal)
+        except Exception:
+            status["code"] = status["code"] or 500  # a bug: the application's handler answers it, outside this middleware
+            raise
         finally:
             self._log(scope, status["code"], time.perf_counter() - start, usage)
 

@@ -57,7 +57,14 @@ class ServerTokenizer:
         transcript ("role: content" lines, then "assistant:")."""
         template = getattr(self.inner, "chat_template", None)
         if self.kind == "hf" and template:
-            ids = self.inner.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+            from jinja2 import TemplateError, TemplateSyntaxError
+
+            try:
+                ids = self.inner.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+            except TemplateSyntaxError:
+                raise  # the template's fault, not the request's
+            except TemplateError as e:  # raise_exception("Conversation roles must alternate ..."), a missing field
+                raise PromptError(f"the model's chat template refuses these messages: {e}") from None
             if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 may return an encoding
                 ids = ids["input_ids"]
             return list(ids)

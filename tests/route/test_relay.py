@@ -84,3 +84,18 @@ def test_a_cut_after_the_first_chunk_ends_with_an_error_event():
 def test_a_cut_after_the_end_marker_is_still_answered():
     got, outcomes, _, _ = relay([A, DONE, aiohttp.ClientPayloadError("late")], take=5)
     assert got == [A, DONE] and outcomes["ok"] == 1 and outcomes["failed"] == 0
+
+
+def test_a_cut_inside_an_event_drops_its_half_and_the_error_event_is_whole():
+    """A backend's chunk may end inside an event; cut there, the error event used to be appended to
+    that half ('data: {"choi' + 'data: {"error": ...}'), a line no client can read (the openai client
+    raised a JSONDecodeError instead of the backend's failure)."""
+    got, outcomes, outstanding, _ = relay([A + B[:12], B[12:] + b'data: {"cho', aiohttp.ClientPayloadError("cut")],
+                                          take=5)
+    assert got[:2] == [A, B], "whole events go out as their ends arrive"
+    assert len(got) == 3 and got[2].startswith(b"data: {") and got[2].endswith(b"\n\n")
+    error = json.loads(got[2].decode().removeprefix("data: "))["error"]
+    assert "failed mid-stream" in error["message"] and outcomes["failed"] == 1 and outstanding == 0
+    split = [b"data: [DO", b"NE]\n\n"]  # and a stream split inside its end marker is whole and answered
+    got, outcomes, _, _ = relay([A, *split, aiohttp.ClientPayloadError("late")], take=5)
+    assert got == [A, DONE] and outcomes["ok"] == 1

@@ -68,6 +68,26 @@ def test_the_prompt_a_body_is_routed_by():
             routed_request(body, chat, 0, 16)
 
 
+@pytest.mark.parametrize("method, path, status, says", [
+    ("GET", "/v1/nothing", 404, "no route GET /v1/nothing"),
+    ("GET", "/v1/completions", 405, "GET is not allowed on /v1/completions (allowed: POST)"),
+    ("DELETE", "/health", 405, "allowed: GET"),
+])
+def test_unknown_routes_and_methods_get_openai_errors(method, path, status, says):
+    """As `pagesim serve` answers them (the router answered starlette's {"detail": "Not Found"})."""
+    from fastapi.testclient import TestClient
+
+    from pagesim.route.app import RouteConfig, create_app
+
+    with TestClient(create_app(RouteConfig(backends=["http://127.0.0.1:9"]))) as client:  # nothing listens on 9
+        resp = client.request(method, path)
+        assert client.get("/health").status_code == 503  # no backend up: the router still answers
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    assert says in error["message"], error
+
+
 def test_gauges_read_from_vllm_and_pagesim_names():
     g = gauges_of({"vllm:num_requests_waiting": 3, "vllm:num_requests_running": 5, "vllm:gpu_cache_usage_perc": 0.5})
     assert (g.waiting, g.running, g.kv_usage) == (3, 5, 0.5)

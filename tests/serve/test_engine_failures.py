@@ -195,3 +195,55 @@ def test_sampling_that_fails_for_everyone_is_a_dead_engine(lm, sampling_fails_fo
         assert codes == [500] * (MAX_FAILED_STEPS - 1) + [503]
         assert len(fatal) == 1 and "sampling failed for every request of 3 steps" in str(fatal[0])
         assert client.get("/health").status_code == 500
+
+
+def test_a_bug_is_a_500_that_closes_its_connection_and_every_request_has_its_status_logged(lm, caplog):
+    """An unexpected exception is answered 500 by the catch-all handler, after which uvicorn closes
+    the connection: the answer says `connection: close`, else a client's next request on it (a
+    router's pooled connection) fails as if the server were down, and the router marks it down.
+    The access line says 500, and 499 for a client gone before its body arrived (both said 0)."""
+    import http.client
+    import logging
+    import socket
+
+    from pagesim.serve.limits import HttpLimits
+    from pagesim.serve.runner import listen_socket, serve
+
+    caplog.set_level(logging.INFO, logger="pagesim.serve.access")
+    app = make_app(lm)
+
+    def bug(body):
+        raise RuntimeError("a bug")
+
+    app.state.server.prompt_ids = bug
+    sock = listen_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    thread = threading.Thread(target=serve, args=(app, sock, HttpLimits(drain_s=1), "warning"))
+    thread.start()
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                thread.join(0.05)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/v1/completions", json.dumps(BODY), {"content-type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 500 and resp.getheader("connection") == "close"
+        assert json.loads(resp.read())["error"]["message"] == "internal error: RuntimeError: a bug"
+        conn.close()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as gone:
+            gone.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        for _ in range(200):  # its line comes once the server sees the connection closed
+            if '"POST /v1/completions" 499' in caplog.text:
+                break
+            thread.join(0.05)
+        access = [r.getMessage() for r in caplog.records if r.name == "pagesim.serve.access"]
+        assert any('"POST /v1/completions" 500' in line for line in access), access
+        assert any('"POST /v1/completions" 499' in line for line in access), access
+        assert not any('" 0 ' in line for line in access), access
+    finally:
+        app.state.server.loop.on_fatal(RuntimeError("test teardown"))
+        thread.join(10)
+        sock.close()

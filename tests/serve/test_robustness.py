@@ -79,6 +79,9 @@ def test_non_finite_sampling_values_are_said_as_such(server, raw, param):
     (b'{"prompt": "hi", "seed": ' + b"9" * 5000 + b"}", "digits"),
     (b'["not", "an", "object"]', "valid dictionary"),
     (b"", "not valid JSON"),
+    (b'{"prompt": "\\ud800", "max_tokens": 2}', "unpaired UTF-16 surrogate"),  # used to be a 500 (the tokenizer)
+    (b'{"model": "\\udc80", "prompt": [5]}', "unpaired UTF-16 surrogate"),  # a 500 (the 404 quoting it)
+    (b'{"prompt": "\xed\xa0\x80"}', "not UTF-8"),  # a surrogate's bytes
 ])
 def test_malformed_bodies_get_openai_errors(server, raw, says):
     assert_openai_error(post(server, raw), 400, param="body", says=says)
@@ -144,3 +147,18 @@ def test_a_stream_is_valid_json_events_to_the_end(server):
         events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     assert all("choices" in json.loads(e) for e in events[:-1])
+
+
+def test_a_chat_that_fills_the_context_without_max_tokens_is_context_length_exceeded(server):
+    """Chat's default max_tokens is the rest of the context; a prompt that leaves none used to be a
+    500 ("max_tokens must be >= 1")."""
+    max_model_len = httpx.get(f"{server.base}/v1/models", timeout=10).json()["data"][0]["max_model_len"]
+    framing = len("user: \nassistant:")  # the plain transcript around the content
+    for length in (max_model_len - framing, max_model_len + 50):  # exactly the context, and over it
+        body = {"messages": [{"role": "user", "content": "a" * length}]}
+        error = assert_openai_error(post(server, body, "/v1/chat/completions"), 400, param="max_tokens")
+        assert error["code"] == "context_length_exceeded"
+    body = {"messages": [{"role": "user", "content": "a" * (max_model_len - framing - 1)}], "ignore_eos": True}
+    resp = post(server, body, "/v1/chat/completions")  # one token of room: one token
+    assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 1, resp.text
+    still_serving(server)

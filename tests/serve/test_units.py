@@ -92,3 +92,47 @@ def test_content_parts_join_as_text_and_other_parts_are_named():
     image = ChatMessage(role="user", content=[{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}}])
     with pytest.raises(ValueError, match=r"messages\[3\]\.content\[1\] is of type 'image_url'.*text parts only"):
         image.text(3)
+
+
+def test_a_body_with_an_unpaired_surrogate_is_a_400_and_a_pair_is_its_character():
+    """json.loads passes "\\ud800" (and the bytes ed a0 80) as a lone surrogate, which no
+    tokenizer or response can encode: it used to be a 500 from the tokenizer, or from the 404 that
+    quoted it as the model's name."""
+    from pagesim.serve.bodies import BadRequest, parse_json
+
+    for raw in (b'{"prompt": "\\ud800"}', b'{"messages": [{"role": "user", "content": [{"text": "a\\uDC80"}]}]}',
+                b'{"model": "\\udbff", "prompt": [1]}', b'{"\\ud800": 1}'):
+        with pytest.raises(BadRequest, match="unpaired UTF-16 surrogate"):
+            parse_json(raw)
+    with pytest.raises(BadRequest, match="not UTF-8"):
+        parse_json(b'{"prompt": "\xed\xa0\x80"}')
+    assert parse_json(b'{"prompt": "\\ud83d\\ude00 \\\\ud800"}') == {"prompt": "\U0001f600 \\ud800"}
+    assert parse_json(b'\xef\xbb\xbf{"prompt": "a"}') == {"prompt": "a"}  # a UTF-8 byte order mark is still UTF-8
+
+
+def test_a_chat_template_that_refuses_the_messages_is_a_prompt_error():
+    """Templates raise on messages they do not take (Llama 2's and Mistral's raise_exception("Conversation
+    roles must alternate ..."), a jinja2 TemplateError in transformers): a 400, not a 500. A template
+    that does not parse stays the server's fault."""
+    from jinja2 import TemplateError, TemplateSyntaxError
+
+    from pagesim.serve.tokenizer import ServerTokenizer
+
+    class Templated:  # what the server uses of an HF tokenizer with a chat template
+        chat_template = "..."
+
+        def __init__(self, error: Exception):
+            self.error = error
+
+        def apply_chat_template(self, messages, **kwargs):
+            if messages[0]["role"] != "user":
+                raise self.error
+            return [1, 2]
+
+    tok = ServerTokenizer(Templated(TemplateError("Conversation roles must alternate user/assistant")), "hf")
+    assert tok.chat_prompt([{"role": "user", "content": "hi"}]) == [1, 2]
+    with pytest.raises(PromptError, match="chat template refuses these messages: Conversation roles must alternate"):
+        tok.chat_prompt([{"role": "assistant", "content": "hi"}])
+    broken = ServerTokenizer(Templated(TemplateSyntaxError("unexpected '}'", 1)), "hf")
+    with pytest.raises(TemplateSyntaxError):
+        broken.chat_prompt([{"role": "assistant", "content": "hi"}])
