@@ -94,7 +94,9 @@ class Server:
     def sampling(self, body: SamplingFields, prompt_len: int, default_max: int | None) -> SamplingParams:
         if prompt_len == 0:
             raise BadRequest("the prompt is empty", "prompt")
-        max_tokens = body.max_tokens or getattr(body, "max_completion_tokens", None) or default_max
+        # max_completion_tokens supersedes max_tokens (which OpenAI deprecated): a client that sends
+        # both means the new one, as vLLM reads them
+        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens or default_max
         if max_tokens is None:  # the rest of the context; a prompt that fills it is refused below
             max_tokens = max(1, self.max_model_len - prompt_len)
         if prompt_len + max_tokens > self.max_model_len:

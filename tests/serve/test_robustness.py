@@ -122,6 +122,18 @@ def test_chat_content_as_text_parts_is_the_joined_text(server, reference):
                         says="messages[0].content[2] is of type 'image_url': this server takes text parts only")
 
 
+def test_max_completion_tokens_wins_over_max_tokens_when_a_chat_sends_both(server):
+    """OpenAI deprecated max_tokens for max_completion_tokens; vLLM's chat request takes
+    `max_completion_tokens or max_tokens`, so a body with both generates the newer one's count."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "max_completion_tokens": 5,
+            "temperature": 0, "ignore_eos": True}
+    resp = post(server, body, "/v1/chat/completions")
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["completion_tokens"] == 5
+    only_old = post(server, {**body, "max_completion_tokens": None}, "/v1/chat/completions")
+    assert only_old.status_code == 200 and only_old.json()["usage"]["completion_tokens"] == 3
+
+
 def test_too_many_stop_strings_are_refused(server):
     assert_openai_error(post(server, {"prompt": "hi", "stop": ["x"] * 33}), 400, param="stop")
 
