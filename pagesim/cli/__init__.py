@@ -39,6 +39,24 @@ class _CommandsOnDemand(typer.Typer):
         finally:
             self._loading = False
 
+    def _registering(self, register):
+        """register (typer's decorator or add_typer) run without loading the other modules: a
+        module that registers itself while it is being imported (`from pagesim.cli.replay import
+        ...` before anything else) must not import the modules that import from it (run imports
+        replay's names), which would find it half-defined."""
+        was, self._loading = self._loading, True
+        try:
+            return register()
+        finally:
+            self._loading = was
+
+    def command(self, *args, **kwargs):
+        decorate = super().command(*args, **kwargs)
+        return lambda f: self._registering(lambda: decorate(f))
+
+    def add_typer(self, *args, **kwargs):
+        return self._registering(lambda: super(_CommandsOnDemand, self).add_typer(*args, **kwargs))
+
     def _loaded(attr: str):  # noqa: N805 - builds the two properties below
         """A property over typer's list `attr` that loads the command modules before it is read."""
         stored = f"_{attr}"
