@@ -31,7 +31,8 @@ KVCacheDtype = enum.Enum("KVCacheDtype", {name: name for name in ("auto", "fp8")
 Steps = enum.Enum("Steps", {name: name for name in STEPS_CHOICES}, type=str)
 # summary.json's config names three options by their ReplayConfig fields: --config takes both names
 CONFIG_FIELD_KEYS = {field: flag for flag, field in RENAMED_OPTIONS.items()}
-BATCHED_TOKENS_HELP = "tokens computed in one step, at most (default: max(2560, the model's max length))"
+BATCHED_TOKENS_HELP = ("tokens computed in one step, at most (default: max(2560, the model's max length); with "
+                       "--chunked-prefill vLLM's: 8192 on a GPU of 70 GiB or more other than the A100, else 2048)")
 
 
 @app.command()

@@ -28,7 +28,7 @@ class ServingConfig:
     policy: str = "paged"  # see POLICIES: paged (vLLM), orca-max / orca-pow2 / orca-oracle, static
     block_size: int = 16  # tokens per KV block
     max_num_seqs: int = 256  # sequences running at once, at most (vLLM's default)
-    max_num_batched_tokens: int | None = None  # tokens computed in one step; None: max(2560, max_model_len)
+    max_num_batched_tokens: int | None = None  # tokens computed in one step; None: batched_tokens()
     max_model_len: int | None = None  # longest sequence; None: the model's
     preemption: str = "auto"  # recompute | swap | auto (recompute single sequences, swap groups)
     chunked_prefill: bool = False
@@ -49,11 +49,14 @@ class ServingConfig:
         if self.max_num_seqs < 0:
             raise ValueError(f"--max-num-seqs must be >= 0, got {self.max_num_seqs}")
 
-    def batched_tokens(self, max_model_len: int) -> int:
+    def batched_tokens(self, max_model_len: int, chunked_default: int | None = None) -> int:
         """The step's token budget: without chunked prefill a step must hold the longest prompt
-        (vLLM's rule as well), so the default grows with the model's length."""
+        (vLLM's rule as well), so the default grows with the model's length; with it, a driver
+        that knows the GPU gives vLLM's default as chunked_default (pagesim.sim.specs)."""
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
+        if self.chunked_prefill and chunked_default is not None:
+            return chunked_default
         return max(DEFAULT_MAX_NUM_BATCHED_TOKENS, max_model_len)
 
     def scheduler_config(self, max_model_len: int, eos_token_id: int | None = None) -> SchedulerConfig:

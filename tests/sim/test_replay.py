@@ -281,3 +281,24 @@ def test_summary_has_the_documented_keys():
     assert not missing
     assert s["ttft_p50"] <= s["ttft_p99"] and s["tpot_p50"] <= s["tpot_p99"] and s["e2e_p50"] <= s["e2e_p99"]
     assert s["num_requests"] == s["num_finished"] == 8 and s["num_rejected"] == 0
+
+
+@pytest.mark.parametrize("model,gpu,chunked,budget", [
+    # vLLM's API-server default with chunked prefill (EngineArgs.get_batch_defaults): 8192 tokens on a
+    # GPU of >= 70 GiB that is not an A100, else 2048
+    ("llama-3.1-8b", "h100-80gb", True, 8192),
+    ("llama-3.1-8b", "a100-80gb", True, 2048),
+    ("llama-2-7b", "a40-48gb", True, 2048),
+    # without chunked prefill a step must hold the longest prompt: max(2560, max length)
+    ("llama-3.1-8b", "h100-80gb", False, 131072),
+    ("opt-13b", "a100-40gb", False, 2560),
+])
+def test_the_default_step_budget_follows_vllm(model, gpu, chunked, budget):
+    trace = Trace({}, [TraceRequest(prompt_len=100, output_len=10)])
+    sim = Replay(ReplayConfig(model=model, gpu=gpu, chunked_prefill=chunked, num_requests=1, rate=1.0), trace)
+    assert sim.cfg.max_num_batched_tokens == budget
+    assert sim.scheduler.config.max_num_batched_tokens == budget
+    mine = 4096 if chunked else budget + 512  # (without chunking a budget must hold the max length)
+    given = Replay(ReplayConfig(model=model, gpu=gpu, chunked_prefill=chunked, num_requests=1, rate=1.0,
+                                max_num_batched_tokens=mine), trace)
+    assert given.cfg.max_num_batched_tokens == mine  # a budget given is kept
