@@ -8,6 +8,7 @@
    and TTFT (needs a router registered as `prefix-affinity`; otherwise the section says so).
 
     python benchmarks/bench_cluster.py --out reports/bench_cluster.md [--big 1000000] [--base 10000]
+    python benchmarks/bench_cluster.py --out /dev/null --side-by-side PEER [--rounds 4]  (CPU per request against another checkout)
 
 Timings on a shared machine are noisy: the report records the load average beside them.
 """
@@ -19,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -92,6 +94,39 @@ def scaling(total: int = 8000, counts=(1, 2, 4, 8, 16)) -> list[tuple[int, float
     return rows
 
 
+def side_by_side(peer: Path, rounds: int, counts=(16, 1), total: int = 8000) -> list[str]:
+    """In-process CPU per request of the same round-robin cluster run (8,000 ShareGPT requests at
+    2 req/s per replica, as scaling() runs it) in this tree and in `peer` (another checkout), each
+    in its own child process, alternating, `rounds` times: markdown lines with the medians and the
+    per-round ratios (this / peer)."""
+    child = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); "
+        "from pagesim.api import replay_config; from pagesim.cluster.cluster import Cluster; "
+        "from pagesim.cluster.spec import ClusterSpec, ReplicaGroup; from pagesim.workload.trace import load_trace; "
+        "n, total = int(sys.argv[2]), int(sys.argv[3]); trace = load_trace(sys.argv[1] + '/traces/sharegpt.json'); "
+        "c = Cluster(ClusterSpec([ReplicaGroup('r', replay_config(num_requests=total, rate=2.0 * n), n)], "
+        "staleness_s=10.0), trace, keep_steps=False); "
+        "t = time.process_time(); c.run(); print((time.process_time() - t) / total * 1e6)")
+
+    def us(root: Path, n: int) -> float:
+        done = subprocess.run([PYTHON, "-c", child, str(root), str(n), str(total)], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"failed in {root}:\n{done.stderr[-2000:]}")
+        return float(done.stdout)
+
+    lines = [f"| replicas | this tree, per round (us) | peer, per round (us) | this / peer, per round | median ratio |",
+             "|---|---|---|---|---|"]
+    for n in counts:
+        mine, theirs = [], []
+        for _ in range(rounds):
+            mine.append(us(ROOT, n))
+            theirs.append(us(peer, n))
+        ratios = [a / b for a, b in zip(mine, theirs)]
+        lines.append(f"| {n} | {' / '.join(f'{x:.0f}' for x in mine)} | {' / '.join(f'{x:.0f}' for x in theirs)} | "
+                     f"{' / '.join(f'{r:.3f}' for r in ratios)} | {statistics.median(ratios):.3f} |")
+    return lines
+
+
 SCALING_HEAD = ["## Per-request cost against the number of replicas (in-process)", "",
                 "The same 8,000 ShareGPT requests over 1, 2, 4, 8 and 16 round-robin replicas at 2 req/s each "
                 "(`python benchmarks/bench_cluster.py --out /dev/null --scaling-only`): CPU time of the run, and "
@@ -115,7 +150,13 @@ def main() -> None:
     parser.add_argument("--affinity-json", type=Path, help="the comparison as --affinity-only printed it (measured "
                         "on a branch that has the router) instead of measuring it here")
     parser.add_argument("--affinity-note", default="", help="where --affinity-json was measured")
+    parser.add_argument("--side-by-side", type=Path, metavar="PEER",
+                        help="only the in-process CPU per request, this tree against another checkout PEER, alternating")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of --side-by-side")
     args = parser.parse_args()
+    if args.side_by_side:
+        print("\n".join(side_by_side(args.side_by_side.resolve(), args.rounds)))
+        return
     if args.scaling_only:
         for n, us, runs in scaling():
             print(f"{n} replicas: {us:.0f} us CPU per request, {runs} decode runs")
