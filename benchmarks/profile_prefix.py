@@ -30,7 +30,7 @@ from pagesim.workload.trace import load_trace  # noqa: E402
 ROUNDS = 3  # replays of each mode, alternating, plain and then wrapped; the medians are reported
 
 # bench_sim's chat path: ShareGPT conversations on the chunked workload
-CHAT = dict(model="llama-2-7b", gpu="a100-80gb", chunked_prefill=True)
+CHAT = dict(model="llama-2-7b", gpu="a100-80gb", chunked_prefill=True, max_num_batched_tokens=4096)  # (bench_sim.CHUNKED_ARGS)
 
 # (label, owner, attribute, depth): depth 1 rows are called from the depth 0 row above them
 TIMED = [
