@@ -29,7 +29,8 @@ from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.pool import size_pool
 from pagesim.sim.releases import Releases
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
-from pagesim.sim.specs import DEFAULT_SWAP_GIB, chunked_batched_tokens, get_model, with_kv_cache_dtype
+from pagesim.sim.presets import vllm_v1_limits
+from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, with_kv_cache_dtype
 from pagesim.workload.feeds import Feed, Outcome
 from pagesim.workload.sessions import make_feed, session_labels
 from pagesim.workload.requests import WorkloadConfig, time_origin
@@ -102,8 +103,10 @@ class Replay:
         model = with_kv_cache_dtype(get_model(cfg.model), cfg.kv_cache_dtype)
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
-        self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len,
-                                                                                chunked_batched_tokens(cfg.gpu)))
+        # (with chunked prefill and no budget given: vLLM v1's for the GPU; a budget of the max
+        # length, 131,072 for Llama 3.1, would chunk nothing and size activations for such a step)
+        chunked_default = vllm_v1_limits(cfg.gpu)["max_num_batched_tokens"]
+        self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len, chunked_default))
         sized = size_pool(cfg, model)
         num_blocks, host_blocks, self.capacity, self.kv_groups = sized.num_blocks, sized.host_blocks, sized.capacity, \
             sized.kv_groups

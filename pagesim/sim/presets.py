@@ -10,18 +10,25 @@ VLLM_V1_SMALL_GPU = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
 VLLM_V1_GPU_MEMORY_UTILIZATION = 0.9
 
 
+def vllm_v1_limits(gpu: str) -> dict:
+    """vLLM v1's max_num_seqs and max_num_batched_tokens for its server on this GPU (the budget is
+    also what a chunked-prefill replay that gives none takes: pagesim.sim.engine)."""
+    from pagesim.sim.specs import get_gpu
+
+    spec = get_gpu(gpu)
+    large = spec.memory_bytes >= 70 * 2**30 and not spec.name.startswith("a100")
+    return dict(VLLM_V1_LARGE_GPU if large else VLLM_V1_SMALL_GPU)
+
+
 def policy_preset(policy: str, gpu: str) -> dict:
     """The ReplayConfig fields a named system sets unless a run sets them itself
     (pagesim.core.policies.POLICY_PRESETS; for vllm-v1 also v1's limits for the GPU and its
     memory utilization). Empty for a system without presets."""
     from pagesim.core.policies import POLICY_PRESETS
-    from pagesim.sim.specs import get_gpu
 
     preset = dict(POLICY_PRESETS.get(policy, {}))
     if policy == "vllm-v1":
-        spec = get_gpu(gpu)
-        large = spec.memory_bytes >= 70 * 2**30 and not spec.name.startswith("a100")
-        preset.update(VLLM_V1_LARGE_GPU if large else VLLM_V1_SMALL_GPU)
+        preset.update(vllm_v1_limits(gpu))
         preset["gpu_memory_utilization"] = VLLM_V1_GPU_MEMORY_UTILIZATION
     return preset
 

@@ -161,16 +161,6 @@ GPU_ALIASES: dict[str, str] = {
 }
 
 
-def chunked_batched_tokens(gpu: str | GPUSpec) -> int:
-    """vLLM v1's step budget when chunked prefill is on and none is given (its API server's
-    default, vllm/engine/arg_utils.py EngineArgs.get_batch_defaults): 8192 tokens on a GPU of
-    70 GiB or more other than the A100 (where a large budget lowered throughput, vLLM PR 17885),
-    else 2048. A budget sized to the max length instead (131,072 for Llama 3.1) would leave prompts
-    unchunked and reserve activation memory for such a step out of the KV pool."""
-    gpu = get_gpu(gpu)
-    return 8192 if gpu.memory_bytes >= 70 * GiB and "a100" not in gpu.name else 2048
-
-
 def get_gpu(name: str | GPUSpec) -> GPUSpec:
     """A catalog GPU by id (``a100-40gb``, ``h200``, ...); a GPUSpec passes through."""
     if isinstance(name, GPUSpec):
