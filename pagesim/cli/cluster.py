@@ -35,7 +35,7 @@ def cluster_spec(ctx, options: dict, flags: dict):
                 fail(f"--lockstep: the cluster file {file} describes the cluster (lockstep = true in the file)")
             if flags["autoscale"] is not None:
                 fail(f"--autoscale: the cluster file {file} describes the cluster (an [autoscale] table in the file)")
-            return read_cluster_file(file, lambda group: replay_config(**{**options, **group}))
+            return read_cluster_file(file, lambda group: replay_config(**_over(options, group)))
         autoscale = None
         if flags["autoscale"] is not None:
             from pagesim.cluster.autoscale import parse_autoscale
@@ -65,6 +65,19 @@ def cluster_spec(ctx, options: dict, flags: dict):
         fail(str(e))
     except (KeyError, ValueError, TypeError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
+
+
+def _over(options: dict, group: dict) -> dict:
+    """The command line's options with a group's keys over them; a group's `swap_space_gib` replaces
+    the command line's `swap_space` (one option under two names: summary.json's and the flag's)."""
+    from pagesim.api import RENAMED_OPTIONS
+
+    merged = dict(options)
+    for flag, field in RENAMED_OPTIONS.items():
+        if flag in group or field in group:
+            merged.pop(flag, None)
+            merged.pop(field, None)
+    return {**merged, **group}
 
 
 def replay_cluster(ctx, trace: Path, loaded, options: dict, flags: dict, out: Path | None, steps: str, as_json: bool,

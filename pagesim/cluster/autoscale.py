@@ -16,8 +16,16 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from pagesim.cluster.routers.base import ReplicaLoad
+from pagesim.inputs import MAX_SIM_SECONDS, SECONDS, NumberRule
 
 METRICS = ("queue", "kv")  # waiting requests per serving replica; mean KV cache usage (0..1)
+
+
+# The autoscaler is evaluated every interval_s of simulated time whatever happens, so a tiny one
+# would run forever (1e-300 s never advances the clock); real ones poll every few seconds.
+_SECONDS_RULES = {"interval_s": NumberRule(lo=0.01, hi=MAX_SIM_SECONDS, why="seconds between evaluations; each one "
+                                           "is simulated, and real autoscalers poll every few seconds"),
+                  "startup_s": SECONDS, "cooldown_s": SECONDS}
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class AutoscalePolicy:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0) or (name == "interval_s" and value == 0):
                 raise ValueError(f"{name} must be a finite number of seconds{' > 0' if name == 'interval_s' else ' >= 0'}, got {value}")
+            problem = _SECONDS_RULES[name].problem(value)
+            if problem:
+                raise ValueError(f"{name} {problem}")
 
     def load(self, serving: Sequence[ReplicaLoad]) -> float:
         """The metric over the replicas now serving."""

@@ -41,6 +41,7 @@ from pagesim.cluster.autoscale import policy_from_mapping
 from pagesim.cluster.links import LINK_KINDS
 from pagesim.cluster.routers import ROUTERS, make_router
 from pagesim.cluster.spec import ROLES, ClusterSpec, LinkSpec, ReplicaGroup
+from pagesim.inputs import SECONDS, InputValueError, NumberRule, regular_file
 from pagesim.workload.requests import WorkloadConfig
 
 TOP_KEYS = ("lockstep", "router", "groups", "links", "autoscale")
@@ -48,6 +49,9 @@ ROUTER_KEYS = ("name", "staleness_s", "params")
 GROUP_KEYS = ("name", "role", "count")
 LINK_KEYS = ("from", "to", "kind", "bandwidth_gb_s", "latency_s")
 WORKLOAD_KEYS = tuple(f.name for f in fields(WorkloadConfig)) + ("warmup",)
+# a link's numbers: a KV transfer takes latency + bytes / bandwidth, which must stay a finite time
+LINK_RULES = {"bandwidth_gb_s": NumberRule(lo=0, lo_open=True, hi=1e6, tiny=1e-3, why="GB/s per GPU and direction"),
+              "latency_s": SECONDS}
 
 
 class ClusterFileError(ValueError):
@@ -73,8 +77,8 @@ def read_cluster_file(path: Path, make_config: Callable[[dict], Any]) -> Cluster
     name = router.get("name", "round-robin")
     params = _table(router.get("params", {}), "router.params", bad)
     staleness = router.get("staleness_s", 0.0)
-    if isinstance(staleness, bool) or not isinstance(staleness, (int, float)) or not 0 <= staleness < float("inf"):
-        raise bad("router.staleness_s", f"a number of seconds >= 0, got {staleness!r}")
+    if SECONDS.problem(staleness):
+        raise bad("router.staleness_s", SECONDS.problem(staleness))
     if name not in ROUTERS:
         raise bad("router.name", f"unknown router {name!r}; one of: {', '.join(sorted(ROUTERS))}")
     try:
@@ -112,6 +116,10 @@ def read_cluster_file(path: Path, make_config: Callable[[dict], Any]) -> Cluster
 
 def _load(path: Path) -> Any:
     try:
+        regular_file(path, "cluster file")  # a FIFO would block the read forever
+    except InputValueError as e:
+        raise ClusterFileError(str(e)) from None
+    try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ClusterFileError(f"{path}: cannot read the cluster file ({(e.strerror or str(e)).lower()})") from None
@@ -125,6 +133,8 @@ def _load(path: Path) -> Any:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ClusterFileError(f"{path}: not valid TOML ({e})") from None
+        except RecursionError:
+            raise ClusterFileError(f"{path}: nested too deep to be a cluster file") from None
     if suffix in (".yaml", ".yml"):
         import yaml
 
@@ -132,6 +142,8 @@ def _load(path: Path) -> Any:
             return yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ClusterFileError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        except RecursionError:
+            raise ClusterFileError(f"{path}: nested too deep to be a cluster file") from None
     raise ClusterFileError(f"{path}: a cluster file is .toml, .yaml or .yml")
 
 
@@ -191,11 +203,10 @@ def _link(doc, where: str, bad) -> LinkSpec:
     if kind not in LINK_KINDS:
         raise bad(f"{where}.kind", f"one of {', '.join(LINK_KINDS)}, got {kind!r}")
     numbers = {}
-    for key in ("bandwidth_gb_s", "latency_s"):
+    for key, rule in LINK_RULES.items():
         value = doc.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not 0 <= value < float("inf") or (key == "bandwidth_gb_s" and value == 0)):
-            raise bad(f"{where}.{key}", f"a positive number, got {value!r}")
+        if value is not None and rule.problem(value):
+            raise bad(f"{where}.{key}", rule.problem(value))
         numbers[key] = value
     bandwidth = None if numbers["bandwidth_gb_s"] is None else numbers["bandwidth_gb_s"] * 1e9
     return LinkSpec(doc["from"], doc["to"], kind, bandwidth, numbers["latency_s"])

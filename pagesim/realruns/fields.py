@@ -125,7 +125,8 @@ class Record:
             raise self.fail(name, "missing" if name not in self.data else "is null")
         return value
 
-    def num(self, name: str, *, optional: bool = False, minimum: float | None = None) -> float | None:
+    def num(self, name: str, *, optional: bool = False, minimum: float | None = None,
+            maximum: float | None = None) -> float | None:
         value = self._get(name, optional)
         if value is None:
             return None
@@ -144,6 +145,8 @@ class Record:
             raise self.fail(name, f"must be finite, got {value}")
         if minimum is not None and value < minimum:
             raise self.fail(name, f"must be >= {minimum:g}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.fail(name, f"must be <= {maximum:g}, got {value}")
         return float(value)
 
     def int(self, name: str, *, optional: bool = False, minimum: int | None = None) -> int | None:

@@ -16,6 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from pagesim.inputs import MAX_SIM_SECONDS, MAX_TRACE_SECONDS
 from pagesim.realruns.fields import RealRunError, Record, find_model_config
 from pagesim.realruns.types import RealRequest, RealRun, ServerConfig, Stage
 
@@ -81,7 +82,7 @@ def read(path: Path, doc: dict) -> RealRun:
         error = columns["errors"][i] if columns["errors"] is not None else None
         if error is not None and not isinstance(error, str):
             raise rec.fail("errors", f"must be a string, got {error!r}")
-        ttft = rec.num("ttfts", minimum=0)
+        ttft = rec.num("ttfts", minimum=0, maximum=MAX_SIM_SECONDS)
         # vLLM's client marks a failure with its error text, which may be empty (an HTTP status
         # without a reason); a success always has a first token, after a positive TTFT
         ok = (not error if error is not None else output_len > 0) and ttft > 0
@@ -89,9 +90,12 @@ def read(path: Path, doc: dict) -> RealRun:
         gaps = rec.list("itls", optional=True)
         if gaps is not None and not _plain_gaps(gaps):  # name the bad gap
             gaps = [Record(path, i, {f"itls[{k}]": g}).num(f"itls[{k}]", minimum=0) for k, g in enumerate(gaps)]
-        e2e = rec.num("latencies", optional=True, minimum=0)
+        e2e = rec.num("latencies", optional=True, minimum=0, maximum=MAX_SIM_SECONDS)
         if e2e is None:
             e2e = ttft + sum(gaps or ())
+        elif ok and e2e < ttft:
+            raise rec.fail("latencies", f"{e2e:g} s is shorter than its TTFT ({ttft:g} s): a request ends after its "
+                           "first token")
         requests.append(RealRequest(
             index=i, arrival_s=arrivals[i], prompt_len=prompt_len, output_len=output_len,
             generated_len=max(output_len, 1), ok=ok, error="" if ok else (error or "no first token (no error text recorded)"),
@@ -124,7 +128,8 @@ def _plain_gaps(gaps: list) -> bool:
 def _arrivals(top: Record, start_times: list | None, n: int, assumptions: list[str]) -> list[float]:
     """Send times from start_times; else the client's arrival process rebuilt (not its draws)."""
     if start_times is not None:
-        times = [Record(top.path, i, {"start_times": t}).num("start_times") for i, t in enumerate(start_times)]
+        times = [Record(top.path, i, {"start_times": t}).num("start_times", maximum=MAX_TRACE_SECONDS)
+                 for i, t in enumerate(start_times)]
         first = min(times)
         return [t - first for t in times]
     rate = top.data.get("request_rate", "inf")

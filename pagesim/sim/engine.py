@@ -68,9 +68,16 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
     client_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        # the CLI's flags obey the same rules (pagesim.inputs), so an API caller and a cluster file's
+        # group meet the same limits; checked first, so a "16" for block_size is said as such
+        flag = lambda f: "--" + _FLAG_NAMES.get(f, f).replace("_", "-")  # noqa: E731
+        check_fields(self, _FIELD_RULES, name=flag)
+        for name, kinds in _FIELD_TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kinds):
+                what = "true or false" if kinds == (bool,) else "a name" if len(kinds) == 1 else "a path"
+                raise ValueError(f"{flag(name)} must be {what}, got {value!r}")
         super().__post_init__()
-        # the CLI's flags obey the same rules (pagesim.inputs), so an API caller meets the same limits
-        check_fields(self, _FIELD_RULES, name=lambda f: "--" + _FLAG_NAMES.get(f, f).replace("_", "-"))
 
 
 _FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blocks": inputs.BLOCKS,
@@ -78,8 +85,14 @@ _FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blo
                 "duration": inputs.POSITIVE_SECONDS, "warmup_s": inputs.SECONDS, "n": inputs.SAMPLES,
                 "beam_width": inputs.SAMPLES, "seed": inputs.SEED, "block_size": inputs.BLOCK_SIZE,
                 "max_num_seqs": inputs.SEQS, "max_num_batched_tokens": inputs.TOKENS,
-                "waste_interval_s": inputs.POSITIVE_SECONDS}
-_FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_interval_s": "waste_interval"}
+                "waste_interval_s": inputs.POSITIVE_SECONDS, "ep": inputs.TP, "max_model_len": inputs.TOKENS,
+                "gpu_memory_utilization": inputs.NumberRule(lo=0, lo_open=True, hi=1),
+                "client_timeout_s": inputs.POSITIVE_SECONDS, "concurrency": inputs.NUM_REQUESTS}
+_FIELD_TYPES = {"model": (str,), "gpu": (str,), "kv_cache_dtype": (str,), "cost_model": (str,), "engine": (str,),
+                "profile": (str, type(None)), "beam_ancestry": (str, type(None)), "chunked_prefill": (bool,),
+                "prefix_caching": (bool,), "force_profile": (bool,)}
+_FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_interval_s": "waste_interval",
+               "force_profile": "force"}
 
 
 @dataclass

@@ -94,7 +94,8 @@ def gamma_arrivals(
 
 
 def trace_arrivals(trace: "Trace", *, count: int | None = None, duration: float | None = None) -> list[float]:
-    """The trace's own `arrival_time`s (all of them, the first `count`, or those <= duration)."""
+    """The trace's own `arrival_time`s (all of them, the first `count`, or those at most `duration`
+    after the first: a run counts from its first arrival, and a trace may be stamped in Unix time)."""
     if count is not None and duration is not None:
         raise ValueError("give at most one of count or duration")
     times = [r.arrival_time for r in trace.requests]
@@ -106,7 +107,7 @@ def trace_arrivals(trace: "Trace", *, count: int | None = None, duration: float 
             raise ValueError(f"asked for {count} arrivals but the trace has {len(out)}")
         out = out[:count]
     if duration is not None:
-        out = [t for t in out if t <= duration]
+        out = [t for t in out if t - out[0] <= duration]
     return out
 
 

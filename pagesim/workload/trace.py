@@ -161,6 +161,12 @@ def _first_bad_id(ids: list) -> int | None:
     return next((pos for pos, tok in enumerate(ids) if not _is_int(tok) or tok < 0), None)
 
 
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (an object is a dict here, and _Obj inside the loader)."""
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        next((k for k in (bool, dict, list, str, type(None)) if isinstance(value, k)), None), "number")
+
+
 def _check_request(record: Any, index: int, path: str | None, hash_block_tokens: int | None = None) -> TraceRequest:
     # The common record, two positive plain ints and nothing else, is valid by sight; everything
     # else (including every invalid record) takes the full check below and its messages.
@@ -333,7 +339,7 @@ def _check_arrival_order(requests: list[TraceRequest], path: str | None) -> None
 def _check_metadata(metadata: Any, path: str | None) -> int | None:
     """The metadata is an object; returns its hash_block_tokens (None when absent)."""
     if not isinstance(metadata, dict):
-        raise TraceError(path, f"'metadata' must be a JSON object, got {type(metadata).__name__}", field="metadata")
+        raise TraceError(path, f"'metadata' must be a JSON object, got {_json_type(metadata)}", field="metadata")
     block = metadata.get("hash_block_tokens")
     if block is not None and not (_is_int(block) and block > 0):
         raise TraceError(path, f"must be an integer > 0, got {json.dumps(block)}", field="metadata.hash_block_tokens")
@@ -345,6 +351,8 @@ def _check_trace(metadata: Any, requests: list[TraceRequest], path: str | None) 
     if not requests:
         raise TraceError(path, "'requests' is empty", field="requests")
     count = metadata.get("count")
+    if count is not None and not _is_int(count):
+        raise TraceError(path, f"must be an integer, got {json.dumps(count)}", field="metadata.count")
     if count is not None and count != len(requests):
         raise TraceError(path, f"metadata count is {count} but the file has {len(requests)} requests", field="metadata.count")
     _check_arrival_order(requests, path)
@@ -402,7 +410,7 @@ def parse_trace(text: str, path: str | os.PathLike | None = None) -> Trace:
         raise TraceError(where, f"expected {FORMAT!r}, got {json.dumps(doc['format'])}", field="format")
     records = doc["requests"]
     if not isinstance(records, list):
-        raise TraceError(where, f"'requests' must be a JSON array, got {type(records).__name__}", field="requests")
+        raise TraceError(where, f"'requests' must be a JSON array, got {_json_type(records)}", field="requests")
     metadata = _plain(doc["metadata"], where)
     block = _check_metadata(metadata, where)
     requests = [_check_request(rec, i, where, block) for i, rec in enumerate(records)]

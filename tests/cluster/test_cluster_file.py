@@ -4,6 +4,7 @@ contradictory or impossible one is one line naming the file and the key, exit 2.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,25 @@ BAD = [
     ("[[groups]]\nname='P'\nrole='prefill'\n[[groups]]\nname='D'\nrole='decode'\n[[links]]\nfrom='P'\nto='D'\n"
      "bandwidth_gb_s=0", "links[0].bandwidth_gb_s:"),
     ("groups = 3", "groups: a list"),
+    # numbers that made a transfer time infinite (a crash writing summary.json) or the run endless
+    ("[[groups]]\nname='P'\nrole='prefill'\n[[groups]]\nname='D'\nrole='decode'\n[[links]]\nfrom='P'\nto='D'\n"
+     "bandwidth_gb_s=1e300", "links[0].bandwidth_gb_s: must be"),
+    ("[[groups]]\nname='P'\nrole='prefill'\n[[groups]]\nname='D'\nrole='decode'\n[[links]]\nfrom='P'\nto='D'\n"
+     "latency_s=1e300", "links[0].latency_s: must be"),
+    ("[router]\nstaleness_s=1e300\n[[groups]]\nname='a'", "router.staleness_s: must be"),
+    ("[[groups]]\nname='a'\n[autoscale]\ninterval=1e-300", "autoscale: interval_s must be"),
+    ("[[groups]]\nname='a'\n[autoscale]\nstartup=1e300", "autoscale: startup_s must be"),
+    # a group's keys meet the flags' rules (they reached the simulator unchecked: a TypeError or
+    # ZeroDivisionError there, exit 1, or a NaN timeout that crashed writing summary.json)
+    ("[[groups]]\nname='a'\ngpu_memory_utilization='0.5'", "groups[0].gpu_memory_utilization: --gpu-memory-util"),
+    ("[[groups]]\nname='a'\nep=0", "groups[0].ep: --ep must be"),
+    ("[[groups]]\nname='a'\nclient_timeout_s=nan", "groups[0].client_timeout_s:"),
+    ("[[groups]]\nname='a'\nblock_size='16'", "groups[0].block_size: --block-size must be"),
+    ("[[groups]]\nname='a'\nkv_cache_dtype=5", "groups[0].kv_cache_dtype: --kv-cache-dtype must be a name"),
+    ("[[groups]]\nname='a'\nprefix_caching='yes'", "groups[0].prefix_caching: --prefix-caching must be true or false"),
+    # a group's summary.json name of a flag replaces the command line's (it was "given twice")
+    ("[[groups]]\nname='a'\nswap_space_gib=inf", "groups[0].swap_space_gib: --swap-space must be"),
+    ("a = " + "[" * 3000 + "]" * 3000, "nested too deep"),
 ]
 
 
@@ -104,3 +124,19 @@ def test_bad_cluster_flags_are_one_line(args, expected):
     result = replay(*args)
     assert result.exit_code == 2, result.output
     assert expected in result.output
+
+
+def test_a_fifo_as_cluster_file_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "c.toml"
+    os.mkfifo(fifo)
+    result = replay("--cluster", fifo)  # (it used to block the read forever)
+    assert result.exit_code == 2, result.output
+    assert f"{fifo}: is a FIFO" in result.output
+
+
+def test_a_groups_swap_space_gib_overrides_the_command_lines_swap_space(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[[groups]]\nname='a'\nswap_space_gib=2\n")
+    result = replay("--cluster", path, "--swap-space", "8", "--num-requests", "4")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["cluster"]["groups"][0]["config"]["swap_space_gib"] == 2

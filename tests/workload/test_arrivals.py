@@ -62,6 +62,9 @@ def test_trace_timestamps_and_process():
     trace = Trace({}, [TraceRequest(3, 4, arrival_time=t) for t in (0.5, 1.0, 4.0)])
     assert trace_arrivals(trace) == [0.5, 1.0, 4.0]
     assert trace_arrivals(trace, duration=1.0) == [0.5, 1.0]
+    # a duration counts from the first arrival, as the run does (a Unix-stamped trace held none)
+    late = Trace({}, [TraceRequest(3, 4, arrival_time=t) for t in (1.7e9, 1.7e9 + 1.0, 1.7e9 + 4.0)])
+    assert trace_arrivals(late, duration=1.0) == [1.7e9, 1.7e9 + 1.0]
     assert ArrivalProcess("trace").times(trace=trace, count=2) == [0.5, 1.0]
     with pytest.raises(ValueError, match="no arrival_time"):
         trace_arrivals(Trace({}, [TraceRequest(3, 4)]))

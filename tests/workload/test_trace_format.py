@@ -219,3 +219,14 @@ def test_deep_metadata_and_fifo_are_one_line_errors(tmp_path):
     os.mkfifo(fifo)  # nobody writes to it: opening it for reading would block forever
     with pytest.raises(TraceError, match="is a FIFO, not a regular file"):
         load_trace(fifo)
+
+
+@pytest.mark.parametrize("count", ["1", True, 1.0])
+def test_metadata_count_must_be_an_integer(tmp_path, count):
+    # "1" said "metadata count is 1 but the file has 1 requests"; true passed as 1
+    expect_error(write_doc(tmp_path, [GOOD], metadata={"count": count}), None, "metadata.count", "must be an integer")
+
+
+def test_requests_not_an_array_says_the_json_type(tmp_path):
+    err = expect_error(write_doc(tmp_path, {"a": 1}), None, "requests", "must be a JSON array, got object")
+    assert "_Obj" not in str(err)  # (the loader's own class name leaked)
