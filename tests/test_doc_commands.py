@@ -194,6 +194,46 @@ def test_the_reports_check_catches_a_line_that_writes_there():
     assert not SAYS_REGENERATES.search("pagesim figures --jobs 2   # then reports/paper.md")
 
 
+def ignored_folders() -> set[str]:
+    """The top-level folders .gitignore ignores (`/runs/`, `/plans/`, ...)."""
+    lines = (ROOT / ".gitignore").read_text().splitlines()
+    return {line.strip("/") for line in lines if line.startswith("/") and line.endswith("/")}
+
+
+def writes_into_the_checkout(line: str) -> list[str]:
+    """What a documented pagesim line would write inside the checkout where `git status` shows it:
+    not under an ignored folder, not under reports/ (the test above) and not under traces/ (the
+    committed traces a `trace build` line rebuilds byte for byte)."""
+    _, ctx = resolve(argv(line))
+    allowed = ignored_folders() | {"reports", "traces"}
+    found = []
+    for name in WRITES:
+        value = ctx.params.get(name)
+        if value is None:
+            continue
+        target = (ROOT / str(value)).resolve()
+        if target.is_relative_to(ROOT) and target.relative_to(ROOT).parts[0] not in allowed:
+            found.append(f"--{name.replace('_', '-')} {value}")
+    return found
+
+
+@pytest.mark.parametrize("line", [p for p in written_commands() if COMMAND.match(p.values[0])])
+def test_no_documented_command_leaves_files_in_the_checkout(line, monkeypatch):
+    """A user copies these lines: their outputs go to an ignored folder (runs/, plans/) or outside
+    the checkout, so `git status` stays clean (docs/traces.md's `--plot fig11.png` left fig11.png)."""
+    monkeypatch.chdir(ROOT)
+    written = writes_into_the_checkout(line)
+    assert not written, f"{line}\nwrites {', '.join(written)} into the checkout, outside an ignored folder"
+
+
+def test_the_checkout_check_catches_a_line_that_writes_there():
+    assert writes_into_the_checkout("pagesim trace inspect traces/sharegpt.json --plot fig11.png")
+    assert writes_into_the_checkout("pagesim calibrate engine RUN1 --gpu h100-80gb --out my-cluster.json")
+    assert not writes_into_the_checkout("pagesim trace inspect traces/sharegpt.json --plot /tmp/fig11.png")
+    assert not writes_into_the_checkout("pagesim replay traces/sharegpt.json --out runs/oracle")
+    assert not writes_into_the_checkout("pagesim trace build sharegpt --out traces/sharegpt.json")
+
+
 @pytest.mark.parametrize("source", list(python_blocks()))
 def test_documented_python_compiles(source):
     compile(source, "<doc>", "exec")
