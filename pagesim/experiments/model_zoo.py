@@ -5,8 +5,8 @@ Models of similar size on one H100-80GB: a dense multi-head model (Llama-2-7B), 
 layer; Gemma-2-9B: every other) and the GQA model with an FP8 KV cache. For each: parameters,
 weight and KV bytes per token, the KV pool in tokens as pagesim sizes it, and a short saturated
 replay of ShareGPT (the bundled trace) with the calibrated cost model: output tokens/s, mean
-batched requests, mean TPOT, and the replay's own speed: wall-clock microseconds per simulated
-step and the cost model's part of them (this machine, shared CPUs: noisy).
+batched requests, mean TPOT. Deterministic, so regenerating leaves the report as it is; the
+replay's own speed by model kind is a benchmark's (benchmarks/bench_models.py).
 
 Usage:  python -m pagesim.experiments.model_zoo [--num-requests 600] [--rate 40] [--out reports/models.md]
 """
@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 from pagesim.api import finish_replay, prepare_replay  # noqa: E402
 from pagesim.models import get_model, with_kv_cache_dtype  # noqa: E402
-from pagesim.sim.cost.base import CostModel  # noqa: E402
 from pagesim.sim.cost.engine import DEFAULT_ENGINE  # noqa: E402
 from pagesim.sim.specs import kv_cache_capacity  # noqa: E402
 
@@ -39,40 +37,12 @@ ZOO = [
 ]
 
 
-class TimedCostModel(CostModel):
-    """The replay's cost model, with the wall-clock time spent in it added up."""
-
-    def __init__(self, inner: CostModel) -> None:
-        self.inner, self.name, self.seconds = inner, inner.name, 0.0
-
-    def iteration_time(self, shape) -> float:
-        start = time.perf_counter()
-        value = self.inner.iteration_time(shape)
-        self.seconds += time.perf_counter() - start
-        return value
-
-    def decode_run_durations(self, *args, **kwargs) -> list[float]:
-        start = time.perf_counter()
-        value = self.inner.decode_run_durations(*args, **kwargs)
-        self.seconds += time.perf_counter() - start
-        return value
-
-    def describe(self) -> dict:
-        return self.inner.describe()
-
-
 def run(model: str, kv_dtype: str, num_requests: int, rate: float) -> dict:
     spec = with_kv_cache_dtype(get_model(model), kv_dtype)
     cap = kv_cache_capacity(spec, GPU)
     sim = prepare_replay(str(TRACE), keep_steps=False, model=model, gpu=GPU, kv_cache_dtype=kv_dtype,
                          num_requests=num_requests, rate=rate, seed=0)
-    sim.cost = timed = TimedCostModel(sim.cost)
-    start = time.perf_counter()
-    s = finish_replay(sim, str(TRACE)).summary
-    wall = time.perf_counter() - start
-    steps = max(s["num_steps"], 1)
-    return {"spec": spec, "cap": cap, "summary": s, "us_per_step": 1e6 * wall / steps,
-            "cost_us_per_step": 1e6 * timed.seconds / steps}
+    return {"spec": spec, "cap": cap, "summary": finish_replay(sim, str(TRACE)).summary}
 
 
 def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -> None:
@@ -87,8 +57,8 @@ def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -
         "(0.95 of memory less weights, profiling activations and a runtime reserve).",
         "",
         "| kind | model | params total / active (B) | weights (GB) | KV bytes / token | KV pool (tokens) "
-        "| output tok/s | mean batched requests | mean TPOT (ms) | replay µs / step (cost model's part) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| output tok/s | mean batched requests | mean TPOT (ms) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, model, kv_dtype, _, r in rows:
         spec, cap, s = r["spec"], r["cap"], r["summary"]
@@ -96,8 +66,7 @@ def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -
         lines.append(
             f"| {label} | {name} | {spec.params_total / 1e9:.2f} / {spec.params_active / 1e9:.2f} | "
             f"{spec.weight_bytes / 1e9:.1f} | {spec.kv_bytes_per_token:,} | {cap.token_slots:,} | "
-            f"{s['output_token_throughput']:,.0f} | {s['mean_batched_requests']:.1f} | {1e3 * s['tpot_mean']:.1f} | "
-            f"{r['us_per_step']:.0f} ({r['cost_us_per_step']:.0f}) |")
+            f"{s['output_token_throughput']:,.0f} | {s['mean_batched_requests']:.1f} | {1e3 * s['tpot_mean']:.1f} |")
     lines += ["", "What each row shows:", ""]
     lines += [f"- **{label}** ({model}{', fp8 KV' if kv_dtype == 'fp8' else ''}): {what}." for label, model, kv_dtype, what, _ in rows]
     lines += [
@@ -116,10 +85,8 @@ def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -
         "than Llama-2-7B's per token, so its pool holds the most tokens; each token runs 2.7 B parameters "
         "(6 of 64 routed experts and 2 shared ones), and a step reads the experts its tokens touch, "
         "E (1 - (1 - k/E)^B) of them (docs/calibration.md, \"Modern models\").",
-        "- Replay speed is wall-clock time of this script's replays divided by their simulated steps (this "
-        "machine, shared CPUs: noisy), with the part spent in the cost model in brackets. The cost model is a "
-        "small part of a step for every kind: a MoE or MLA layer list is priced once per token count and "
-        "cached, as a dense one is; most of a step is the engine core's work, which grows with the batch.",
+        "- How fast each kind replays is benchmarks/bench_models.py's (reports/bench_models.md): a MoE or MLA "
+        "layer list is priced once per token count and cached, as a dense one is.",
     ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
