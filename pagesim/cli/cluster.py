@@ -105,6 +105,9 @@ def replay_cluster(ctx, trace: Path, loaded, options: dict, flags: dict, out: Pa
         summary["reproduce"] = reproduce_line(ctx, trace, steps)
     first = spec.groups[0].cfg
     groups = " + ".join(f"{g.count} x {g.role}" for g in spec.groups)
+    if spec.autoscale is not None:  # (its KV blocks below are those of all max replicas it may hold)
+        groups = (f"{spec.groups[0].count} x {spec.groups[0].role} autoscaled to {spec.autoscale.min_replicas}-"
+                  f"{spec.autoscale.max_replicas}, KV pool at {spec.autoscale.max_replicas}")
     hardware = hardware_label(first, result.results[0].summary)
     title = f"cluster {groups} · router {spec.router} · {first.policy} · {hardware}"
     reproduce = None if out is None else summary["reproduce"].replace("SUMMARY_JSON", str(out / "summary.json"))

@@ -88,6 +88,10 @@ def test_the_flag_on_the_command_line(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["num_finished"] == 60 and summary["autoscale"]["peak_held_replicas"] <= 3
     assert (tmp_path / "run" / "fleet.csv").read_text().startswith("time,replica,event,serving,held\n")
+    # the title says the fleet's range, and that the KV blocks shown are those of all max=3 replicas
+    one = CliRunner().invoke(app, [*args, "--json"])
+    assert summary["num_kv_blocks"] == 3 * json.loads(one.output)["num_kv_blocks"]
+    assert "cluster 1 x mixed autoscaled to 1-3, KV pool at 3" in " ".join(result.output.split())
     bad = CliRunner().invoke(app, [*args, "--autoscale", "max=0"])
     assert bad.exit_code == 2 and "--autoscale" in bad.output and "min_replicas" in bad.output
 
