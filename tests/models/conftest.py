@@ -19,3 +19,19 @@ def shared_config():
         return path
 
     return path_of
+
+
+@pytest.fixture
+def refused_in_one_line():
+    """check(path, field, words): loading the config at path fails with one line naming the file
+    and the field, and saying `words`."""
+    from pagesim.models import ModelConfigError, get_model
+
+    def check(path: Path, field: str, words: str) -> None:
+        with pytest.raises(ModelConfigError) as e:
+            get_model(str(path))
+        message = str(e.value)
+        assert str(path) in message and repr(field) in message and words in message, message
+        assert "\n" not in message
+
+    return check

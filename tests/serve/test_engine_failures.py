@@ -29,6 +29,17 @@ def make_app(lm, **kwargs):
     return create_app(lm, EngineConfig(num_gpu_blocks=32, num_cpu_blocks=8), "m", stats_interval_s=0, **kwargs)
 
 
+def wait_until_healthy(port: int, thread: threading.Thread) -> None:
+    """Poll the in-process server's /health until it answers (30 s at most)."""
+    for _ in range(600):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        thread.join(0.05)
+
+
 def failing_steps(engine, how_many: int):
     """Make the engine's next `how_many` steps raise after scheduling (a forward or sampling
     failure: blocks are allocated, nothing is updated)."""
@@ -111,13 +122,7 @@ def test_the_server_process_exits_1_when_the_engine_cannot_run(lm):
     thread = threading.Thread(target=lambda: result.update(out=serve(app, sock, HttpLimits(drain_s=1), "warning")))
     thread.start()
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            thread.join(0.05)
+        wait_until_healthy(port, thread)
         for _ in range(MAX_FAILED_STEPS):
             httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=BODY, timeout=30)
         thread.join(30)
@@ -221,12 +226,7 @@ def test_a_bug_is_a_500_that_closes_its_connection_and_every_request_has_its_sta
     thread = threading.Thread(target=serve, args=(app, sock, HttpLimits(drain_s=1), "warning"))
     thread.start()
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                thread.join(0.05)
+        wait_until_healthy(port, thread)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         conn.request("POST", "/v1/completions", json.dumps(BODY), {"content-type": "application/json"})
         resp = conn.getresponse()
