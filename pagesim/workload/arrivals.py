@@ -104,7 +104,9 @@ def trace_arrivals(trace: "Trace", *, count: int | None = None, duration: float 
     out = [float(t) for t in times]
     if count is not None:
         if count > len(out):
-            raise ValueError(f"asked for {count} arrivals but the trace has {len(out)}")
+            raise ValueError(f"--rate 0 replays the trace's own arrival times, and it holds {len(out)} requests: "
+                             f"--num-requests {count} asks for more (give at most {len(out)}, or a --rate, which "
+                             "cycles the trace)")
         out = out[:count]
     if duration is not None:
         out = [t for t in out if t - out[0] <= duration]

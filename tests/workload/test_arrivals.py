@@ -68,6 +68,9 @@ def test_trace_timestamps_and_process():
     assert ArrivalProcess("trace").times(trace=trace, count=2) == [0.5, 1.0]
     with pytest.raises(ValueError, match="no arrival_time"):
         trace_arrivals(Trace({}, [TraceRequest(3, 4)]))
+    # more requests than the trace holds at its own times: the message names the flags that decide it
+    with pytest.raises(ValueError, match=r"holds 3 requests: --num-requests 5 asks for more .*--rate"):
+        trace_arrivals(trace, count=5)
     assert np.array_equal(ArrivalProcess("gamma", rate=2.0, burstiness=4.0, seed=9).times(count=50), gamma_arrivals(2.0, 4.0, count=50, seed=9))
     with pytest.raises(ValueError, match="unknown arrival process"):
         ArrivalProcess("uniform", rate=1.0).times(count=1)
