@@ -183,6 +183,9 @@ def _group(doc, where: str, make_config, bad) -> ReplicaGroup:
         _check_hardware(cfg)
     except (ValueError, TypeError, KeyError) as e:
         raise bad(where, _message(e)) from None
+    if "profile" in options and cfg.profile is not None and cfg.cost_model.lower() != "profiled":
+        # (as --profile on the command line: a profile no cost model reads would be ignored silently)
+        raise bad(f"{where}.profile", f"is read only by cost_model = \"profiled\" (this group uses {cfg.cost_model})")
     return ReplicaGroup(name, cfg, count, role)
 
 

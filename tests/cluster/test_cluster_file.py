@@ -98,6 +98,8 @@ BAD = [
     # a group's summary.json name of a flag replaces the command line's (it was "given twice")
     ("[[groups]]\nname='a'\nswap_space_gib=inf", "groups[0].swap_space_gib: --swap-space must be"),
     ("a = " + "[" * 3000 + "]" * 3000, "nested too deep"),
+    # a profile no cost model reads (it was ignored: --profile on the command line is refused so)
+    ("[[groups]]\nname='a'\nprofile='p.json'", 'groups[0].profile: is read only by cost_model = "profiled"'),
 ]
 
 
