@@ -46,11 +46,8 @@ class AutoscalePolicy:
             raise ValueError(f"need 1 <= min_replicas <= max_replicas, got {self.min_replicas} and {self.max_replicas}")
         if not self.down_at < self.up_at:
             raise ValueError(f"down_at ({self.down_at}) must be below up_at ({self.up_at}), or the count would flap")
-        for name in ("interval_s", "startup_s", "cooldown_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0) or (name == "interval_s" and value == 0):
-                raise ValueError(f"{name} must be a finite number of seconds{' > 0' if name == 'interval_s' else ' >= 0'}, got {value}")
-            problem = _SECONDS_RULES[name].problem(value)
+        for name, rule in _SECONDS_RULES.items():  # (finite and in range: NaN, inf and negatives fail too)
+            problem = rule.problem(getattr(self, name))
             if problem:
                 raise ValueError(f"{name} {problem}")
 

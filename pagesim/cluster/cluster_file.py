@@ -77,8 +77,8 @@ def read_cluster_file(path: Path, make_config: Callable[[dict], Any]) -> Cluster
     name = router.get("name", "round-robin")
     params = _table(router.get("params", {}), "router.params", bad)
     staleness = router.get("staleness_s", 0.0)
-    if SECONDS.problem(staleness):
-        raise bad("router.staleness_s", SECONDS.problem(staleness))
+    if problem := SECONDS.problem(staleness):
+        raise bad("router.staleness_s", problem)
     if name not in ROUTERS:
         raise bad("router.name", f"unknown router {name!r}; one of: {', '.join(sorted(ROUTERS))}")
     try:
@@ -208,8 +208,8 @@ def _link(doc, where: str, bad) -> LinkSpec:
     numbers = {}
     for key, rule in LINK_RULES.items():
         value = doc.get(key)
-        if value is not None and rule.problem(value):
-            raise bad(f"{where}.{key}", rule.problem(value))
+        if value is not None and (problem := rule.problem(value)):
+            raise bad(f"{where}.{key}", problem)
         numbers[key] = value
     bandwidth = None if numbers["bandwidth_gb_s"] is None else numbers["bandwidth_gb_s"] * 1e9
     return LinkSpec(doc["from"], doc["to"], kind, bandwidth, numbers["latency_s"])

@@ -52,7 +52,7 @@ class ServingConfig:
     def batched_tokens(self, max_model_len: int, chunked_default: int | None = None) -> int:
         """The step's token budget: without chunked prefill a step must hold the longest prompt
         (vLLM's rule as well), so the default grows with the model's length; with it, a driver
-        that knows the GPU gives vLLM's default as chunked_default (pagesim.sim.specs)."""
+        that knows the GPU gives vLLM's default as chunked_default (pagesim.sim.presets.vllm_v1_limits)."""
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
         if self.chunked_prefill and chunked_default is not None:

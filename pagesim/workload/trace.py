@@ -163,8 +163,10 @@ def _first_bad_id(ids: list) -> int | None:
 
 def _json_type(value: Any) -> str:
     """The JSON name of a parsed value's type (an object is a dict here, and _Obj inside the loader)."""
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        next((k for k in (bool, dict, list, str, type(None)) if isinstance(value, k)), None), "number")
+    for kind, name in ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"), (type(None), "null")):
+        if isinstance(value, kind):
+            return name
+    return "number"
 
 
 def _check_request(record: Any, index: int, path: str | None, hash_block_tokens: int | None = None) -> TraceRequest:
