@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -63,9 +64,14 @@ def prefix_affinity(trace: str, requests: int, rates: tuple[float, ...], replica
     return rows
 
 
+def cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended (a cluster's replay workers)."""
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
 def scaling(total: int = 8000, counts=(1, 2, 4, 8, 16)) -> list[tuple[int, float, int]]:
     """In-process CPU per request of the same requests over 1..16 round-robin replicas (each at
-    2 req/s), and the decode runs taken per request: (replicas, us per request, runs)."""
+    2 req/s; one process: jobs=1), and the decode runs taken: (replicas, us per request, runs)."""
     sys.path.insert(0, str(ROOT))
     import pagesim.sim.engine as engine
     from pagesim.api import replay_config
@@ -87,9 +93,9 @@ def scaling(total: int = 8000, counts=(1, 2, 4, 8, 16)) -> list[tuple[int, float
         cluster = Cluster(ClusterSpec([ReplicaGroup("r", replay_config(num_requests=total, rate=2.0 * n), n)],
                                       staleness_s=10.0), trace, keep_steps=False)
         runs[0] = 0
-        start = time.process_time()
-        cluster.run()
-        rows.append((n, (time.process_time() - start) / total * 1e6, runs[0]))
+        start = cpu_s()
+        cluster.run(jobs=1)
+        rows.append((n, (cpu_s() - start) / total * 1e6, runs[0]))
     engine.Replay._take_decode_run = take
     return rows
 
@@ -98,15 +104,18 @@ def side_by_side(peer: Path, rounds: int, counts=(16, 1), total: int = 8000) -> 
     """In-process CPU per request of the same round-robin cluster run (8,000 ShareGPT requests at
     2 req/s per replica, as scaling() runs it) in this tree and in `peer` (another checkout), each
     in its own child process, alternating, `rounds` times: markdown lines with the medians and the
-    per-round ratios (this / peer)."""
+    per-round ratios (this / peer). CPU time counts the run's worker processes too, where a tree
+    has them (replicas replayed apart)."""
     child = (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); "
+        "import resource, sys; sys.path.insert(0, sys.argv[1]); "
+        "cpu = lambda: sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, "
+        "(resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))); "
         "from pagesim.api import replay_config; from pagesim.cluster.cluster import Cluster; "
         "from pagesim.cluster.spec import ClusterSpec, ReplicaGroup; from pagesim.workload.trace import load_trace; "
         "n, total = int(sys.argv[2]), int(sys.argv[3]); trace = load_trace(sys.argv[1] + '/traces/sharegpt.json'); "
         "c = Cluster(ClusterSpec([ReplicaGroup('r', replay_config(num_requests=total, rate=2.0 * n), n)], "
         "staleness_s=10.0), trace, keep_steps=False); "
-        "t = time.process_time(); c.run(); print((time.process_time() - t) / total * 1e6)")
+        "t = cpu(); c.run(); print((cpu() - t) / total * 1e6)")
 
     def us(root: Path, n: int) -> float:
         done = subprocess.run([PYTHON, "-c", child, str(root), str(n), str(total)], capture_output=True, text=True)
@@ -172,6 +181,8 @@ def main() -> None:
     one = whole_command([trace, "--rate", "2", "--num-requests", str(args.base)])
     sixteen = whole_command([trace, "--rate", "32", "--num-requests", str(16 * args.base), "--replicas", "16",
                              "--staleness", str(args.staleness)])
+    serial = whole_command([trace, "--rate", "32", "--num-requests", str(16 * args.base), "--replicas", "16",
+                            "--staleness", str(args.staleness), "--jobs", "1"])
     strict = whole_command([trace, "--rate", "32", "--num-requests", str(16 * args.base // 10), "--replicas", "16"])
     affinity = json.loads(args.affinity_json.read_text()) if args.affinity_json else \
         prefix_affinity(args.affinity_trace, 3000, (8.0, 24.0), 4)
@@ -190,6 +201,7 @@ def main() -> None:
         "| run | command | requests | wall (s) | CPU (s) | wall per request (us) | CPU per request (us) | max RSS (MB) |",
         "|---|---|---|---|---|---|---|---|",
         row("16 replicas, big", big), row("1 replica", one), row("16 replicas, same load per replica", sixteen),
+        row("16 replicas, same load per replica, one process", serial),
         row("16 replicas, staleness 0 (loads read at every decision)", strict), "",
     ]
     def per_request(run: dict, key: str) -> float:
@@ -197,11 +209,11 @@ def main() -> None:
 
     ratio, cpu_ratio = (per_request(sixteen, key) / per_request(one, key) for key in ("wall_s", "cpu_s"))
     lines += [
-        "| target | measured (wall) | in CPU time | verdict (CPU) |", "|---|---|---|---|",
+        "| target | measured (wall) | in CPU time | verdict |", "|---|---|---|---|",
         f"| {args.big:,} requests over 16 replicas <= 60 s | {big['wall_s']:.1f} s | {big['cpu_s']:.1f} s | "
-        f"{'met' if big['cpu_s'] <= 60 else 'NOT met'} |",
+        f"{'met' if big['wall_s'] <= 60 else 'NOT met'} (wall) |",
         f"| 16 replicas cost per request <= 1 replica's | {ratio:.2f}x | {cpu_ratio:.2f}x | "
-        f"{'met' if cpu_ratio <= 1.0 else 'NOT met'} |",
+        f"{'met' if cpu_ratio <= 1.0 else 'NOT met'} (CPU) |",
         f"| memory flat in requests | {one['max_rss_mb']:.0f} MB at {one['summary']['num_requests']:,}, "
         f"{sixteen['max_rss_mb']:.0f} MB at {sixteen['summary']['num_requests']:,}, {big['max_rss_mb']:.0f} MB at "
         f"{big['summary']['num_requests']:,} | | NOT met |", "",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from pagesim.metrics import percentile
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
-from pagesim.sim.engine import Replay, ReplayConfig, with_policy_presets
+from pagesim.sim.engine import Replay, ReplayConfig, shared_workload, with_policy_presets
 
 if TYPE_CHECKING:  # (the engine fit, numpy's least squares with it, is imported by the calls that fit)
     from pagesim.engine_fit import FitRun
@@ -165,7 +165,8 @@ def staged_replay(cfg: ReplayConfig, run, trace, keep_steps: bool) -> Replay:
     from pagesim.workload.requests import time_origin
     from pagesim.workload.sessions import StagedFeed
 
-    requests, notes = cfg.requests(trace)
+    workload = shared_workload(cfg, trace)
+    requests = workload[0]
     by_stage: dict[int, list] = {s.index: [] for s in run.stages}
     for real, request in zip(run.requests, requests):
         if (real.stage or 0) not in by_stage:
@@ -173,7 +174,7 @@ def staged_replay(cfg: ReplayConfig, run, trace, keep_steps: bool) -> Replay:
         by_stage[real.stage or 0].append(request)
     clients = stage_clients(run)
     feed = StagedFeed([(by_stage[s.index], n) for s, n in zip(run.stages, clients)], time_origin(requests, None))
-    return Replay(cfg, trace, keep_steps=keep_steps, feed=feed, requests=(requests, notes))
+    return Replay(cfg, trace, keep_steps=keep_steps, feed=feed, requests=workload)
 
 
 def fit_run(run, **overrides) -> FitRun:

@@ -34,8 +34,10 @@ def test_import_pagesim_is_light():
 def test_replay_options_are_the_cli_flags():
     command = typer.main.get_command(app).commands["replay"]
     # (what --out writes: ReplayRun.write; --html: its page; --config: a file of these options; the
-    # cluster flags describe replicas, not one replay: pagesim.cluster in Python, docs/cluster.md)
-    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config", "html"} - set(CLUSTER_FLAGS)
+    # cluster flags describe replicas, not one replay: pagesim.cluster in Python, docs/cluster.md; --jobs
+    # says how many processes replay a cluster's replicas, which changes nothing in what is simulated)
+    flags = {p.name for p in command.params} - {"trace", "out", "steps", "as_json", "config", "html", "jobs"} \
+        - set(CLUSTER_FLAGS)
     options = set(pagesim.api.replay_options())
     # every flag is an option of the same name; the API also reaches the config fields without a flag
     assert flags <= options and options - flags == {"allocator", "prefix_key", "waste_interval_s",

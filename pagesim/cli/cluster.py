@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from pagesim.cli.checks import check_workload, fail, progress_bar
+from pagesim.cli.checks import check_workload, fail, progress_bar, warn
 
 PD = re.compile(r"^(\d+):(\d+)$")
 CLUSTER_FLAGS = ("replicas", "router", "staleness", "pd", "link", "cluster", "autoscale", "lockstep")  # replay's flags that make it a cluster
@@ -81,7 +81,7 @@ def _over(options: dict, group: dict) -> dict:
 
 
 def replay_cluster(ctx, trace: Path, loaded, options: dict, flags: dict, out: Path | None, steps: str, as_json: bool,
-                   warmup: float, duration: float | None) -> None:
+                   warmup: float, duration: float | None, jobs: int = 0) -> None:
     from pagesim.cli.replay import emit_results, hardware_label
     from pagesim.cluster.cluster import Cluster
 
@@ -91,9 +91,12 @@ def replay_cluster(ctx, trace: Path, loaded, options: dict, flags: dict, out: Pa
     except (KeyError, ValueError, OSError) as e:
         fail(str(e.args[0] if isinstance(e, KeyError) else e))
     check_workload(cluster.requests, warmup, duration)
+    if jobs > 1 and not cluster.independent:
+        warn(f"--jobs {jobs}: this cluster's replicas affect one another ({cluster.coupled_by}): they run together "
+             "on one clock, in one process")
     with progress_bar("replay", "requests", len(cluster.requests), quiet=as_json) as advance:
         cluster.on_progress = advance
-        result = cluster.run()
+        result = cluster.run(jobs=jobs or None)
     summary = dict(result.summary, trace=str(trace))
     if flags["cluster"] is not None:  # the options the file's groups override (so --config re-creates the run)
         from dataclasses import asdict

@@ -13,7 +13,7 @@ import typer
 from pagesim.api import RENAMED_OPTIONS
 from pagesim.cli import app
 from pagesim.cli.checks import (Number, BLOCKS, REPLICAS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, POSITIVE_SECONDS, RATE_OR_TRACE,
-                                RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, check_arrival_flags,
+                                RUN_OUT_DIR, SAMPLES, SECONDS, SEED, SEQS, SWAP_GIB, TOKENS, TP, WORKERS, check_arrival_flags,
                                 check_run_size, check_workload, fail, given, load_trace_file, progress_bar, warn)
 from pagesim.cli.config_file import config_extra, config_option, print_reproduce
 from pagesim.cli.summary_table import _fmt, print_summary  # noqa: F401 (run and bench print it through here too)
@@ -100,6 +100,9 @@ def replay(
                                            "(docs/cluster.md)"),
     lockstep: Optional[bool] = typer.Option(None, "--lockstep", help="the --replicas are the data-parallel ranks of a "
                                             "MoE with expert parallelism: they step together (docs/cluster.md)"),
+    jobs: int = typer.Option(0, parser=WORKERS, help="a cluster whose router reads no load (round-robin, random) "
+                             "replays its replicas apart, in this many processes (0: the CPUs this command may use; "
+                             "the outputs are the same for any count)"),
     autoscale: Optional[str] = typer.Option(None, help="a replica count that follows load: KEY=VALUE,... of metric "
                                             "(queue|kv), up_at, down_at, min, max, startup, cooldown, interval "
                                             "(docs/cluster.md)"),
@@ -144,7 +147,9 @@ def replay(
         return replay_cluster(ctx, trace, loaded, options, dict(replicas=replicas, router=router, staleness=staleness,
                                                                 pd=pd, link=link, cluster=cluster, autoscale=autoscale,
                                                                 lockstep=lockstep),
-                              out, steps.value, as_json, warmup, duration)
+                              out, steps.value, as_json, warmup, duration, jobs)
+    if jobs:
+        fail("--jobs replays a cluster's replicas in parallel: give --replicas or --cluster too")
     levels = concurrency_levels(concurrency)
     if len(levels) > 1:
         return replay_sweep(loaded, trace, options, levels, out, as_json)

@@ -1,6 +1,8 @@
 """Replicas on one clock behind a router: each replica an unchanged single-replica simulation
 (pagesim.sim.engine.Replay: its own scheduler, KV manager, model, GPU, TP and engine), all on one
-SimPy environment, with a router process in front.
+SimPy environment, with a router process in front. Replicas that cannot affect one another (a
+router that reads no load, nothing else linking them) are replayed apart instead, with the same
+outputs (run(): pagesim.cluster.independent).
 
 When the router routes. A request reaches the router when the replicas' front end has taken it
 in (its arrival plus the smallest host time per request of the replicas, the time a single
@@ -58,12 +60,13 @@ from dataclasses import dataclass, replace
 
 import simpy
 
+from pagesim.cluster.independent import order_ties
 from pagesim.cluster.links import LinkQueue, make_link, moved_bytes_per_token
 from pagesim.cluster.routers import Gauges, LoadBoard, RoutedRequest, make_router, prefix_keys
 from pagesim.cluster.spec import ClusterSpec
 from pagesim.core import SamplingParams
-from pagesim.sim.engine import Replay
-from pagesim.sim.releases import Releases
+from pagesim.sim.engine import Replay, shared_workload
+from pagesim.sim.releases import Releases, delay_to
 from pagesim.workload.feeds import RequestFeed
 from pagesim.workload.requests import time_origin
 from pagesim.workload.sessions import has_sessions, make_feed, session_labels
@@ -141,13 +144,15 @@ class Cluster:
     """Build with the spec and the trace, then run(): a ClusterResult (pagesim.cluster.results)."""
 
     def __init__(self, spec: ClusterSpec, trace: Trace, keep_steps: bool = True, cost_models: dict | None = None,
-                 fast_forward: bool = True):
+                 fast_forward: bool = True, independent: bool = True):
         """cost_models: {group name: CostModel} to use instead of the configurations' (tests).
-        fast_forward=False: every replica takes its decode steps one at a time (tests)."""
+        fast_forward=False: every replica takes its decode steps one at a time (tests).
+        independent=False: one clock even where the replicas cannot affect one another (tests;
+        run() otherwise replays such replicas one by one: pagesim.cluster.independent)."""
         spec.check()
         self.spec = spec
         first = spec.groups[0].cfg
-        self.workload = first.requests(trace)  # built once, shared by every replica
+        self.workload = shared_workload(first, trace)  # built once, shared by every replica
         self.requests = self.workload[0]
         self.pd = any(g.role == "prefill" for g in spec.groups)
         if has_sessions(trace) or first.concurrency is not None:
@@ -190,6 +195,8 @@ class Cluster:
             if r.role != "decode":
                 r.feed.host_offset = self.host_s - r.sim.request_host_s
         self.router = make_router(spec.router, **spec.router_params)
+        self.coupled_by = _coupled_by(spec, self.router, self.pd, self.dynamic)
+        self.independent = independent and self.coupled_by is None  # (run() replays them apart)
         # P/D: the decode replica is chosen by a second instance (each stage's choices its own memory)
         self.decode_router = make_router(spec.router, **spec.router_params) if self.pd else None
         # the loads as the router sees them, and its outstanding counts (the board pagesim route uses
@@ -205,12 +212,14 @@ class Cluster:
         # finished requests in the order they left, with their replicas (decode: -1 where none)
         self.records: list = []  # a RequestRecord, or (prefill's, decode's) for a P/D request
         self.record_replica, self.record_decode = array("i"), array("i")
+        self.record_time = array("d")  # when each left
         self.handoffs: dict[int, Handoff] = {}  # request id -> its P/D hand-off, once it is on a decode replica
         self.pd_done: list[Handoff] = []
         self.num_prefilling = 0  # requests routed to a prefill replica that have not left it
         self._originals: dict[int, object] = {}  # request id -> the request, while it prefills
         self._order = 0
         self.on_progress = None  # callable(requests done) for progress bars
+        self.end_time = None  # when the run ended (its last engine), once it has
         self._prefill_step_end = {r.index: -math.inf for r in self.replicas if r.role == "prefill"}
         self._links = {}
         if self.pd:
@@ -226,7 +235,12 @@ class Cluster:
                 r.sim.on_decode_run = self._decode_run_hook(r.index)
 
     # -- the run ----------------------------------------------------------------------------
-    def run(self):
+    def run(self, jobs: int | None = None):
+        """jobs: processes to replay independent replicas in (default: the CPUs this process may use)."""
+        if self.independent:
+            from pagesim.cluster.independent import run_apart
+
+            return run_apart(self, jobs)
         env = simpy.Environment()
         env.run(until=self.launch(env))
         return self.finish()
@@ -247,6 +261,8 @@ class Cluster:
         """The ClusterResult, once the run has ended."""
         from pagesim.cluster.results import ClusterResult
 
+        order_ties(self)
+        self.end_time = self.env.now
         return ClusterResult(self, [r.sim.finish() for r in self.replicas])
 
     def _route(self, env: simpy.Environment):
@@ -303,13 +319,18 @@ class Cluster:
                              self.session_of.get(request.request_id))
 
     def _route_arrival(self, request, enters: float) -> None:
+        self._deliver(*self.place(request, enters))
+
+    def place(self, request, enters: float) -> tuple[Replica, object, float]:
+        """Route a request that reaches the router at `enters`: the replica, the request as it
+        enters there (a prefill replica's: one token) and when it enters (the replica's host time)."""
         index = self._choose(self._routed_request(request), ("mixed", "prefill"), enters)
         replica = self.replicas[index]
         if replica.role == "prefill":
             self._originals[request.request_id] = request
             self.num_prefilling += 1
             request = replace(request, sampling=_prefill_sampling(request.sampling))
-        self._deliver(replica, request, enters - replica.feed.host_offset)
+        return replica, request, enters - replica.feed.host_offset
 
     def _deliver(self, replica: Replica, request, at: float) -> None:
         """The request enters the replica at `at` (now, or later through a timeout)."""
@@ -319,7 +340,7 @@ class Cluster:
             return
         self._order += 1
         heapq.heappush(replica.feed.pending, (at, self._order, request))
-        timer = env.timeout(max(0.0, at - env.now))
+        timer = env.timeout(delay_to(env.now, at))
         timer.callbacks.append(lambda _event, r=replica: r.sim.submit(r.feed.pop()))
 
     # -- ends -------------------------------------------------------------------------------
@@ -366,6 +387,7 @@ class Cluster:
         self.records.append(record)
         self.record_replica.append(replica)
         self.record_decode.append(decode)
+        self.record_time.append(self.env.now)
         if self.on_progress is not None:
             self.on_progress(len(self.records))
 
@@ -444,6 +466,21 @@ class Cluster:
             if replica.feed.pending:
                 bound = min(bound, replica.feed.pending[0][0])
         return bound
+
+
+def _coupled_by(spec: ClusterSpec, router, pd: bool, dynamic: bool) -> str | None:
+    """What makes the replicas affect one another (None: nothing; pagesim.cluster.independent)."""
+    if router.reads_load:
+        return f"router {spec.router} reads their loads"
+    if pd:
+        return "P/D hands each request from a prefill replica to a decode replica"
+    if dynamic:
+        return "sessions or a closed loop release requests as others end"
+    if spec.autoscale is not None:
+        return "autoscaling follows their loads"
+    if spec.lockstep:
+        return "lockstep ranks step together"
+    return None
 
 
 def _prefill_sampling(sampling: SamplingParams) -> SamplingParams:

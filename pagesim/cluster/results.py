@@ -54,7 +54,7 @@ class ClusterResult:
             summary["notes"] = _unique(note for r in results for note in r.summary["notes"])
         summary["cluster"] = self._cluster_section()
         if cluster.fleet is not None:
-            summary["autoscale"] = cluster.fleet.section(cluster.env.now)
+            summary["autoscale"] = cluster.fleet.section(cluster.end_time)
         return summary
 
     def _cluster_section(self) -> dict:

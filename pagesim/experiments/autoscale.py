@@ -70,7 +70,7 @@ def run(trace: Trace, count: int, autoscale: str | None) -> dict:
     policy = parse_autoscale(autoscale) if autoscale else None
     cluster = Cluster(ClusterSpec([ReplicaGroup("g", cfg, count)], ROUTER, autoscale=policy), trace, keep_steps=False)
     result = cluster.run()
-    s, end = result.summary, cluster.env.now
+    s, end = result.summary, cluster.end_time
     ups = downs = 0
     if policy is None:
         gpu_hours = count * gpus_per_replica(cfg) * end / 3600

@@ -27,7 +27,7 @@ from pagesim.sim import beam_model
 from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.pool import size_pool
-from pagesim.sim.releases import Releases
+from pagesim.sim.releases import Releases, delay_to
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
 from pagesim.sim.presets import vllm_v1_limits
 from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, with_kv_cache_dtype
@@ -111,8 +111,8 @@ class Replay:
         """keep_steps=False: keep no per-step records (no steps.csv; the summary is the same).
         feed: where requests come from and when (pagesim.workload.feeds); default: the trace's
         requests at their arrival times. A cluster gives its replicas a feed it releases itself.
-        requests: (requests, notes) as cfg.requests(trace) builds them, built once by a cluster
-        for all of its replicas (each would otherwise build its own copy of the workload)."""
+        requests: (requests, notes, their beam widths) as shared_workload builds them, built once by a
+        cluster for all of its replicas (each would otherwise build its own copy of the workload)."""
         model = with_kv_cache_dtype(get_model(cfg.model), cfg.kv_cache_dtype)
         self.max_model_len = cfg.max_model_len or model.max_model_len
         # the budget the run uses, as the summary reports it
@@ -134,7 +134,8 @@ class Replay:
                                                   **engine_options(cfg.cost_model, cfg.engine, cfg.max_num_seqs), **extra)
         # host time per request (HTTP, tokenization: the engine profile's) delays its entry into the engine
         self.request_host_s = self.cost.request_host_s
-        self.requests, self.notes = cfg.requests(trace) if requests is None else (requests[0], list(requests[1]))
+        self.requests, self.notes, widths = shared_workload(cfg, trace) if requests is None else requests
+        self.notes = list(self.notes)
         self.notes += sized.notes
         origin = time_origin(self.requests, cfg.rate)
         if feed is None:
@@ -147,7 +148,6 @@ class Replay:
         # model with one generator per request (so a request's ancestry does not depend on
         # what else is running); everything else takes SIM_STEP and the decode fast path.
         self.beam = None
-        widths = {r.sampling.beam_width for r in self.requests if r.sampling.use_beam_search}
         if widths:
             self.beam = beam_model.BeamAncestryModel.load(cfg.beam_ancestry or beam_model.DEFAULT_PATH)
             for width in sorted(widths):
@@ -376,7 +376,7 @@ class Replay:
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan)
-        delay = _delay_to(now, end)
+        delay = delay_to(now, end)
         # no single delay lands exactly there (rounding ties): time the steps one by one
         delays = (delay,) if now + delay == end else durations
         # (tuple.__new__: a named tuple's own __new__ is a Python call)
@@ -468,6 +468,12 @@ class Replay:
         return self.metrics.summary(**extra)
 
 
+def shared_workload(cfg: ReplayConfig, trace: Trace) -> tuple[list, list[str], set[int]]:
+    """The run's requests, the notes on building them, and the beam widths among them."""
+    requests, notes = cfg.requests(trace)
+    return requests, notes, {r.sampling.beam_width for r in requests if r.sampling.use_beam_search}
+
+
 def with_policy_presets(options: dict) -> dict:
     """ReplayConfig fields with the named system's presets filled in where `options` does not set
     them (policy_preset)."""
@@ -495,19 +501,6 @@ def _outcome(group) -> Outcome:
     first = seqs[0] if len(seqs) == 1 else min(seqs, key=lambda seq: seq.seq_id)
     return Outcome(group.reject_reason, first.num_output_tokens,
                    first.output_token_ids if first.has_token_ids else None)
-
-
-def _delay_to(now: float, target: float) -> float:
-    """A delay d with now + d == target exactly in floating point where one exists, so that a run
-    of steps ends at the very instant successive per-step timeouts would have reached. Callers
-    check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past
-    the target (ties to even), and none exists."""
-    delay = target - now
-    while now + delay < target:
-        delay = math.nextafter(delay, math.inf)
-    while now + delay > target:
-        delay = math.nextafter(delay, -math.inf)
-    return delay
 
 
 def _mean_shares(rows: list[tuple], since: float) -> dict:

@@ -33,7 +33,9 @@ class Releases:
                     yield self._woken | env.timeout(released + host_s - env.now)
                     continue
             elif released + host_s > env.now:
-                yield env.timeout(released + host_s - env.now)  # (then due: no second look at the clock)
+                # exactly then (then due: no second look at the clock), so the clock reads the same
+                # whatever waited before (a replica's own arrivals, or a router's for many replicas)
+                yield env.timeout(delay_to(env.now, released + host_s))
             return True
         return False
 
@@ -43,3 +45,16 @@ class Releases:
         woken = self._woken
         if woken is not None and not woken.triggered and self.feed.next_time() < math.inf:
             woken.succeed()
+
+
+def delay_to(now: float, target: float) -> float:
+    """A delay d with now + d == target exactly in floating point where one exists: a run of steps
+    then ends at the very instant successive per-step timeouts would have reached, and a request
+    enters at its own time whatever the clock read before. Callers that need exactness check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past
+    the target (ties to even), and none exists."""
+    delay = target - now
+    while now + delay < target:
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > target:
+        delay = math.nextafter(delay, -math.inf)
+    return delay

@@ -68,7 +68,7 @@ def test_a_fleet_that_never_scales_matches_a_fixed_one():
     fixed = Cluster(ClusterSpec([ReplicaGroup("g", cfg, 2)]), trace).run()
     assert list(scaled.replica) == list(fixed.replica)
     assert [r.finish_time for r in scaled.requests] == [r.finish_time for r in fixed.requests]
-    assert scaled.summary["autoscale"]["gpu_hours"] == pytest.approx(2 * fixed.cluster.env.now / 3600)
+    assert scaled.summary["autoscale"]["gpu_hours"] == pytest.approx(2 * fixed.cluster.end_time / 3600)
 
 
 @pytest.mark.parametrize("text, problem", [

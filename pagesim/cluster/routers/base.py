@@ -66,6 +66,9 @@ class Router:
     its private state is in fields named with a leading underscore, set in __post_init__."""
 
     name: ClassVar[str] = ""
+    # False: choose() reads none of the loads, only which replicas accept (round-robin, random): what
+    # one replica does then never changes where another's requests go (pagesim.cluster.independent)
+    reads_load: ClassVar[bool] = True
 
     def choose(self, request: RoutedRequest, replicas: Sequence[ReplicaLoad], now: float) -> int:
         raise NotImplementedError

@@ -14,6 +14,7 @@ from pagesim.cluster.routers.base import ReplicaLoad, RoutedRequest, Router, acc
 @dataclass
 class RandomRouter(Router):
     name = "random"
+    reads_load = False
     seed: int = 0
     _rng: random.Random = field(init=False, repr=False)
 

@@ -15,6 +15,7 @@ from pagesim.cluster.routers.base import ReplicaLoad, RoutedRequest, Router, acc
 @dataclass
 class RoundRobin(Router):
     name = "round-robin"
+    reads_load = False
     _next: int = field(default=0, init=False, repr=False)
 
     def choose(self, request: RoutedRequest, replicas: Sequence[ReplicaLoad], now: float) -> int:

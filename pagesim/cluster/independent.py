@@ -1,0 +1,160 @@
+"""Replicas that cannot affect one another, replayed one at a time, or side by side in worker
+processes, instead of together on one clock.
+
+A router that reads no load (Router.reads_load False: round-robin, random) sends each request
+where the order of requests alone says. With mixed replicas only, a feed whose releases are all
+known before the run (no sessions, no closed loop), no autoscaling and no lockstep, which replica
+serves which request is then settled before anything runs, and nothing a replica does reaches
+another. So the cluster routes every request first (Cluster.place: the same router, board and
+entry times as on one clock), then replays each replica alone, with its own memory hot in the
+CPU's caches (interleaving 16 replicas' objects made every call slower: reports/bench_cluster.md)
+and, where several CPUs are free, in forked worker processes. The records are merged in the order
+the one clock keeps them: by when each request left, ties by replica (order_ties), so
+the outputs are the same bytes either way (tests/cluster/test_independent.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing
+import os
+from array import array
+from itertools import compress, islice
+from operator import eq
+
+import simpy
+
+from pagesim.sim.releases import delay_to
+
+_CLUSTER = None  # the cluster whose replicas a forked worker replays (set before the workers start)
+
+
+def run_apart(cluster, jobs: int | None = None):
+    """Route every request, replay each replica alone (in up to `jobs` processes; default: the
+    CPUs this process may use), merge: the ClusterResult."""
+    from pagesim.cluster.results import ClusterResult
+
+    _route_all(cluster)
+    count = len(cluster.replicas)
+    results, left = [None] * count, [None] * count
+    done, cluster.end_time = 0, 0.0
+    for index, result, times, end in _replayed(cluster, worker_count(jobs, count)):
+        results[index], left[index] = result, times
+        cluster.end_time = max(cluster.end_time, end)  # (on one clock: when its last engine ended)
+        done += len(times)
+        if cluster.on_progress is not None:
+            cluster.on_progress(done)
+    _merge(cluster, results, left)
+    return ClusterResult(cluster, results)
+
+
+def worker_count(jobs: int | None, replicas: int) -> int:
+    """Processes to replay in: `jobs`, or the CPUs this process may use, at most one per
+    replica; 1 inside a daemonic worker (which may not start processes of its own)."""
+    if multiprocessing.current_process().daemon:
+        return 1
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(jobs, replicas))
+
+
+def _route_all(cluster) -> None:
+    """Each request onto its replica's queue of entries, in the order the router takes them: it
+    reaches the router at its release plus the router's host time, as on one clock."""
+    feed, order = cluster.feed, 0
+    while not feed.exhausted:
+        enters = feed.next_time() + cluster.host_s
+        replica, request, at = cluster.place(feed.pop(), enters)
+        order += 1
+        heapq.heappush(replica.feed.pending, (at, order, request))
+
+
+def _replayed(cluster, jobs: int):
+    """(replica index, its ReplayResult, when each of its records left, when it ended), as each is done."""
+    if jobs == 1:
+        for replica in cluster.replicas:
+            yield (replica.index, *_replay(replica, cluster))
+        return
+    global _CLUSTER
+    _CLUSTER = cluster  # (the workers are forked: they find it here, nothing is pickled to them)
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
+            yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
+    finally:
+        _CLUSTER = None
+
+
+def _worker_start() -> None:
+    from pagesim.children import die_with_parent
+
+    die_with_parent()
+
+
+def _replay_index(index: int):
+    return (index, *_replay(_CLUSTER.replicas[index], None))
+
+
+def _replay(replica, cluster) -> tuple:
+    """Replay one replica alone on its own clock: its routed requests enter at their times (as the
+    cluster's deliveries would have them enter), its engine runs until they are all done.
+    cluster: where progress is reported as records leave (in-process), or None."""
+    sim, env = replica.sim, simpy.Environment()
+    left = array("d")
+    done = 0 if cluster is None else sum(len(r.sim.metrics.requests) for r in cluster.replicas[:replica.index])
+
+    def recorded(_count) -> None:
+        left.append(env.now)
+        if cluster is not None and cluster.on_progress is not None:
+            cluster.on_progress(done + len(left))
+
+    sim.on_progress = recorded
+    env.process(_enter(env, sim, replica.feed))  # (first, as the cluster's router process is)
+    env.run(until=sim.start(env))
+    return sim.finish(), left, env.now
+
+
+def _enter(env: simpy.Environment, sim, feed):
+    """Submit the replica's routed requests, each exactly at its time."""
+    pending = feed.pending
+    while pending:
+        at = pending[0][0]
+        if at > env.now:
+            yield env.timeout(delay_to(env.now, at))
+        sim.submit(feed.pop())
+    sim.wake()  # (its feed ran dry: an idle engine sees that it is done)
+
+
+def order_ties(cluster) -> None:
+    """A run on one clock: requests that left at one instant on different replicas are kept by
+    replica: the clock's own order among them is its event queue's, this one what a run of
+    independent replicas gives (_merge)."""
+    times, replicas = cluster.record_time, cluster.record_replica
+    # (a scan in C: ties are rare, most runs have none)
+    tied = list(compress(range(1, len(times)), map(eq, islice(times, 1, None), times)))
+    order, k = None, 0
+    while k < len(tied):
+        start = end = tied[k] - 1  # [start, end]: one instant
+        while k < len(tied) and tied[k] == end + 1:
+            end, k = end + 1, k + 1
+        if any(replicas[i] > replicas[i + 1] for i in range(start, end)):
+            order = order or list(range(len(times)))
+            order[start:end + 1] = sorted(order[start:end + 1], key=replicas.__getitem__)
+    if order is not None:
+        cluster.records = [cluster.records[i] for i in order]
+        for name in ("record_replica", "record_decode", "record_time"):
+            column = getattr(cluster, name)
+            setattr(cluster, name, array(column.typecode, (column[i] for i in order)))
+
+
+def _merge(cluster, results: list, left: list) -> None:
+    """The cluster's records in the one clock's order: by when each left, ties by replica."""
+    import numpy as np
+
+    times = np.concatenate([np.frombuffer(t, dtype=np.float64) for t in left]) if left else np.empty(0)
+    replicas = np.repeat(np.arange(len(left), dtype=np.int32), [len(t) for t in left])
+    order = np.lexsort((replicas, times))  # (stable: a replica's own order where both tie)
+    records = [record for result in results for record in result.metrics.requests]
+    cluster.records = [records[i] for i in order.tolist()]
+    cluster.record_replica = array("i", replicas[order].tobytes())
+    cluster.record_decode = array("i", [-1]) * len(records)
+    cluster.record_time = array("d", times[order].tobytes())

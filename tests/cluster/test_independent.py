@@ -1,0 +1,117 @@
+"""Replicas replayed apart (pagesim.cluster.independent) against the same cluster on one clock
+(Cluster(independent=False), the simulation every router runs on): the same files byte for byte,
+in one process and in two; the one clock's order of requests leaving at one instant; and the
+clusters that must stay on one clock."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pagesim.api import replay_config
+from pagesim.cli import app
+from pagesim.cluster.autoscale import AutoscalePolicy
+from pagesim.cluster.cluster import Cluster
+from pagesim.cluster.independent import worker_count
+from pagesim.cluster.spec import ClusterSpec, ReplicaGroup
+from pagesim.workload.trace import load_trace
+from tests.cluster.test_cluster import ROOT, trace_of
+
+SHAREGPT = load_trace(ROOT / "traces" / "sharegpt.json")
+CHAT = load_trace(ROOT / "traces" / "sharegpt_chat.json")
+H100 = dict(model="llama-2-7b", gpu="h100-80gb")
+
+CASES = {
+    # async output (vllm-0.19 delivers tokens a step late), chunked prefill, clients giving up
+    "round-robin": (SHAREGPT, [("g", dict(rate=24.0, num_requests=400, chunked_prefill=True, engine="vllm-0.19",
+                                          client_timeout_s=6.0, **H100), 4)], "round-robin", 0.0),
+    # prefix caching on a chat trace, a stale view (decides the same), swap preemption on a small pool
+    "random": (CHAT, [("g", dict(rate=12.0, num_requests=300, prefix_caching=True, preemption="swap",
+                                 num_gpu_blocks=400, **H100), 3)], "random", 5.0),
+    # two groups on different hardware: different host times per request, so different entry times
+    "two groups": (SHAREGPT, [("a", dict(rate=10.0, num_requests=300), 2),
+                              ("b", dict(rate=10.0, num_requests=300, engine="vllm-0.15", **H100), 1)],
+                   "round-robin", 0.0),
+}
+
+
+def spec_of(groups, router: str, staleness: float) -> ClusterSpec:
+    return ClusterSpec([ReplicaGroup(name, replay_config(**options), count) for name, options, count in groups],
+                       router, {}, staleness)
+
+
+def files_of(cluster: Cluster, out: Path, jobs: int | None = None) -> dict[str, bytes]:
+    result = cluster.run(jobs=jobs)
+    out.mkdir()
+    result.write(out, result.summary)
+    return {path.name: path.read_bytes() for path in sorted(out.iterdir())}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_replicas_apart_write_the_one_clocks_files(case, tmp_path):
+    trace, groups, router, staleness = CASES[case]
+    together = Cluster(spec_of(groups, router, staleness), trace, independent=False)
+    assert not together.independent and together.coupled_by is None
+    expected = files_of(together, tmp_path / "together")
+    assert len(expected) == 3 + sum(count for _, _, count in groups)  # requests, replicas, summary, steps each
+    for jobs in (1, 2):
+        apart = Cluster(spec_of(groups, router, staleness), trace)
+        assert apart.independent
+        files = files_of(apart, tmp_path / f"apart{jobs}", jobs)
+        assert files.keys() == expected.keys()
+        for name in expected:
+            assert files[name] == expected[name], f"{case}, {jobs} process(es): {name} differs"
+
+
+def test_requests_leaving_at_one_instant_are_kept_by_replica():
+    # six requests at once, round-robin over three replicas; those of 10,000 tokens do not fit
+    # (max_model_len 2,048) and are turned away as they enter, all at t = 0: the router sent them
+    # to replicas 0, 1, 2, 0, 1, 2, which is the order the one clock records them in; both runs
+    # keep them by replica, and the two that fit finish later
+    trace = trace_of(*[(0.0, 10_000 if k % 3 else 10, 5) for k in range(6)])
+    cfg = replay_config(rate=0, num_requests=6, cost_model="constant", max_model_len=2048)
+    for independent in (False, True):
+        result = Cluster(ClusterSpec([ReplicaGroup("g", cfg, 3)]), trace, independent=independent).run(jobs=1)
+        rejected = [(r.request_id, replica) for r, replica in zip(result.requests, result.replica)
+                    if r.status == "rejected"]
+        assert rejected == [(1, 1), (4, 1), (2, 2), (5, 2)]
+        assert [r.request_id for r in result.requests if r.status == "finished"] == [0, 3]
+
+
+@pytest.mark.parametrize("router, options, why", [
+    ("least-outstanding", {}, "router least-outstanding reads their loads"),
+    ("round-robin", {"concurrency": 4}, "sessions or a closed loop"),
+])
+def test_clusters_whose_replicas_meet_stay_on_one_clock(router, options, why):
+    cfg = replay_config(rate=4.0, num_requests=20, **options)
+    cluster = Cluster(ClusterSpec([ReplicaGroup("g", cfg, 2)], router), SHAREGPT)
+    assert not cluster.independent and why in cluster.coupled_by
+
+
+def test_pd_and_autoscaled_clusters_stay_on_one_clock():
+    cfg = replay_config(rate=4.0, num_requests=20, **H100)
+    pd = Cluster(ClusterSpec([ReplicaGroup("p", cfg, 1, "prefill"), ReplicaGroup("d", cfg, 1, "decode")]), SHAREGPT)
+    assert not pd.independent and "P/D" in pd.coupled_by
+    scaled = Cluster(ClusterSpec([ReplicaGroup("g", cfg, 1)], autoscale=AutoscalePolicy(min_replicas=1, max_replicas=2)),
+                     SHAREGPT)
+    assert not scaled.independent and "autoscaling" in scaled.coupled_by
+
+
+def test_worker_count():
+    cpus = len(os.sched_getaffinity(0))
+    assert worker_count(None, 64) == min(cpus, 64)
+    assert worker_count(8, 3) == 3
+    assert worker_count(2, 16) == 2
+
+
+def test_jobs_flag(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    alone = CliRunner().invoke(app, ["replay", "traces/sharegpt.json", "--num-requests", "20", "--jobs", "2"])
+    assert alone.exit_code == 2 and "--jobs" in alone.output and "--replicas" in alone.output
+    coupled = CliRunner().invoke(app, ["replay", "traces/sharegpt.json", "--num-requests", "40", "--replicas", "2",
+                                       "--router", "least-outstanding", "--jobs", "2", "--json"])
+    assert coupled.exit_code == 0, coupled.output
+    assert "reads their loads" in coupled.output and "one process" in coupled.output
