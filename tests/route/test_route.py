@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 
+import httpx
 import openai
 
 from pagesim.cluster.routers import ReplicaLoad, RoutedRequest, make_router, prefix_keys
@@ -127,6 +128,14 @@ def test_streams_pass_through_and_a_client_that_leaves_cancels_the_backend_reque
         events = decisions(tmp_path)
     assert [e["backend"] for e in events if e["event"] == "routed"] == [0, 1]
     assert [e["outcome"] for e in events if e["event"] == "ended"] == ["ok", "cancelled"]
+
+
+def test_health_answers_head_as_it_answers_get(backends, tmp_path):
+    """Load balancers, k8s httpGet probes and `curl -I` check health with HEAD (it was a 405)."""
+    with running_router(backends, tmp_path) as router:
+        for method in ("HEAD", "GET"):
+            resp = httpx.request(method, f"{router.base}/health", timeout=10)
+            assert (resp.status_code, resp.content) == (200, b""), (method, resp.status_code, resp.text)
 
 
 def test_a_backend_killed_mid_run_loses_no_request_and_duplicates_none(backends, tmp_path):
