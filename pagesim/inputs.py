@@ -205,6 +205,30 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+class JsonConstant:
+    """What json.loads(parse_constant=JsonConstant) reads for NaN, Infinity or -Infinity (not JSON,
+    and no number pagesim takes), so a loader can say where it stands (first_constant)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def first_constant(doc: Any) -> tuple[tuple, str] | None:
+    """The keys and indices leading to doc's first JsonConstant, and its name (None: doc has none).
+    Walked without recursion (a document is MAX_JSON_DEPTH deep at most: see json_depth_problem)."""
+    stack: list[tuple[tuple, Any]] = [((), doc)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, JsonConstant):
+            return path, value.name
+        if isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend(reversed([(path + (key,), child) for key, child in items]))
+    return None
+
+
 def parse_json(text: str, where: str, **hooks) -> Any:
     """json.loads that refuses NaN/Infinity and deep nesting, with one line naming `where`."""
     try:

@@ -55,6 +55,16 @@ def test_the_simulator_runs_a_long_model_on_defaults_and_reports_the_budget_it_u
     assert summary["num_finished"] == 3 and summary["config"]["max_num_batched_tokens"] == 4096
 
 
+def test_a_max_model_len_past_the_models_positions_is_refused():
+    """vLLM refuses a max_model_len above the model's derived length (its max_position_embeddings:
+    2048 for OPT-13B, 4096 for Llama-2-7B); ReplayConfig took it and simulated positions the model has not."""
+    with pytest.raises(ValueError, match=r"^--max-model-len 2049 is greater than opt-13b's maximum length, 2048 tokens"):
+        ReplayConfig(max_model_len=2049)
+    with pytest.raises(ValueError, match=r"^--max-model-len 4097 is greater than llama-2-7b's maximum length, 4096"):
+        ReplayConfig(model="llama-2-7b", max_model_len=4097)
+    assert ReplayConfig(model="llama-2-7b", max_model_len=4096).max_model_len == 4096  # its own length is fine
+
+
 @pytest.mark.parametrize("changes, flag", [
     ({"policy": "orca"}, "--policy"),
     ({"preemption": "evict"}, "--preemption"),

@@ -42,6 +42,7 @@ from pagesim.cluster.links import LINK_KINDS
 from pagesim.cluster.routers import ROUTERS, make_router
 from pagesim.cluster.spec import ROLES, ClusterSpec, LinkSpec, ReplicaGroup
 from pagesim.inputs import SECONDS, InputValueError, NumberRule, regular_file
+from pagesim.models import get_model
 from pagesim.workload.requests import WorkloadConfig
 
 TOP_KEYS = ("lockstep", "router", "groups", "links", "autoscale")
@@ -171,11 +172,14 @@ def _group(doc, where: str, make_config, bad) -> ReplicaGroup:
     if role not in ROLES:
         raise bad(f"{where}.role", f"one of {', '.join(ROLES)}, got {role!r}")
     options = {k: v for k, v in doc.items() if k not in GROUP_KEYS}
-    for key, value in options.items():
+    model = {"model": options["model"]} if "model" in options else {}
+    for key, value in sorted(options.items(), key=lambda item: item[0] != "model"):
         if key in WORKLOAD_KEYS:
             raise bad(f"{where}.{key}", "the workload is the command line's, the same for every group")
-        try:
-            make_config({key: value})
+        try:  # the group's model first, then each key with it (max_model_len is judged against its length)
+            make_config({**model, key: value})
+            if key == "model":
+                get_model(value)
         except (ValueError, TypeError, KeyError) as e:
             raise bad(f"{where}.{key}", _message(e)) from None
     try:

@@ -125,7 +125,7 @@ def create_app(cfg: RouteConfig, *, limits: HttpLimits | None = None, tokenizer=
                                 status_code=503)
         return {"object": "list", "data": list(merged.values())}
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: what load balancers and `curl -I` probe with
     async def health():
         if any(b.up for b in backends):
             return Response(status_code=200)

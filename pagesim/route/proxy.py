@@ -1,7 +1,8 @@
 """One request through the router: decide (LoadBoard.route, logged), forward the body unchanged,
 and pass the answer back. While nothing has reached the client, a backend that cannot be reached
 or drops the connection is marked down and the request goes to another backend (a retry); once
-part of a stream has been sent, a failure ends the stream with an error event that says why.
+part of a stream has been sent, a failure ends the stream with an error event that says why,
+then the end marker (as vLLM ends a failed stream: clients read until `data: [DONE]`).
 Every request ends exactly once: answered, failed with a reason, or cancelled by its client
 (whose leaving closes the backend connection, which aborts the request there)."""
 
@@ -166,7 +167,7 @@ class Proxy:
     async def _relay(self, resp, first: bytes, backend: Backend, request_id: int):
         """The stream, chunk by chunk as the backend sends them (whole events: the part of an event
         a chunk ends in waits for the rest). A cut after the first chunk ends it with an error event
-        (the client has part of an answer: it cannot be retried)."""
+        and the end marker (the client has part of an answer: it cannot be retried)."""
         import aiohttp
 
         outcome = "cancelled"  # the client left (this generator is closed or cancelled)
@@ -190,7 +191,7 @@ class Proxy:
                     backend.failures += 1
                     message = f"backend {backend.url} failed mid-stream ({exception_reason(e)})"
                     # a half event held back is dropped: the error event is the client's next line
-                    yield f"data: {json.dumps(error_body(message, 'server_error'))}\n\n".encode()
+                    yield f"data: {json.dumps(error_body(message, 'server_error'))}\n\n".encode() + DONE + b"\n\n"
                     return
                 if not chunk:
                     outcome = "ok"

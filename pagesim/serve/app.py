@@ -87,7 +87,7 @@ def create_app(lm, engine_cfg: EngineConfig, model_name: str, *, limits: HttpLim
         return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"), status_code=500,
                             headers={"connection": "close"})
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: what load balancers and `curl -I` probe with
     async def health():
         if not server.loop.alive:
             return JSONResponse(error_body(f"engine stopped: {server.loop.error!r}", "server_error"), status_code=500)

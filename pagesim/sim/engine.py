@@ -78,6 +78,10 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
                 what = "true or false" if kinds == (bool,) else "a name" if len(kinds) == 1 else "a path"
                 raise ValueError(f"{flag(name)} must be {what}, got {value!r}")
         super().__post_init__()
+        limit = None if self.max_model_len is None else get_model(self.model).max_model_len
+        if limit is not None and self.max_model_len > limit:  # vLLM refuses it too (its "derived max_model_len")
+            raise ValueError(f"--max-model-len {self.max_model_len} is greater than {self.model}'s maximum length, "
+                             f"{limit} tokens (its max_position_embeddings)")
 
 
 _FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blocks": inputs.BLOCKS,

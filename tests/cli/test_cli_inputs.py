@@ -51,6 +51,8 @@ CASES = [
     (f"replay {ALPACA} --num-requests 5000000", "'--num-requests'"),
     (f"replay {ALPACA} --duration 0.0001", "--duration 0.0001 s holds no arrival"),
     (f"replay {ALPACA} --model opt-13b --gpu no-such-gpu", "unknown GPU 'no-such-gpu'"),
+    # past the model's positions (OPT-13B's max_position_embeddings: 2048), as vLLM refuses it
+    (f"replay {ALPACA} --max-model-len 4096", "--max-model-len 4096 is greater than opt-13b's maximum length, 2048 tokens"),
     (f"replay {ALPACA} --num-gpu-blocks 1000000000000", "'--num-gpu-blocks'"),
     (f"replay {ALPACA} --swap-space 1000000", "'--swap-space'"),
     # 1 TiB of host memory (the flag's bound) in blocks of llama-2-7b at block size 4096 is within the pool limit,

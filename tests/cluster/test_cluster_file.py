@@ -65,7 +65,7 @@ BAD = [
     ("[[groups]]\nname='a'\nrate = 3", "groups[0].rate: the workload"),
     ("[[groups]]\nname='a'\ntp = 0", "groups[0].tp:"),
     ("[[groups]]\nname='a'\nwings = 2", "groups[0].wings:"),
-    ("[[groups]]\nname='a'\nmodel = 'gpt-9'", "groups[0]:"),
+    ("[[groups]]\nname='a'\nmodel = 'gpt-9'", "groups[0].model: unknown model 'gpt-9'"),
     ("[[groups]]\nname='a'\nrole='prefill'", "groups: P/D disaggregation needs both"),
     ("[[groups]]\nname='a'\n[[groups]]\nname='a'", "groups: replica group names repeat"),
     ("[[groups]]\nname='a'\nrole='prefill'\n[[groups]]\nname='b'\nrole='mixed'", "groups: mixed replicas"),
@@ -142,3 +142,24 @@ def test_a_groups_swap_space_gib_overrides_the_command_lines_swap_space(tmp_path
     result = replay("--cluster", path, "--swap-space", "8", "--num-requests", "4")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["cluster"]["groups"][0]["config"]["swap_space_gib"] == 2
+
+
+def test_a_groups_max_model_len_is_judged_against_the_groups_model(tmp_path):
+    """A max_model_len above the model's max_position_embeddings is refused (vLLM refuses it; it was
+    accepted): a group's against the group's model (Llama-2-7B: 4096), not the command line's (OPT-13B: 2048)."""
+    path = tmp_path / "c.toml"
+    path.write_text("[[groups]]\nname='a'\nmax_model_len=4096\nmodel='llama-2-7b'\n")
+    result = replay("--cluster", path, "--num-requests", "4")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["cluster"]["groups"][0]["config"]["max_model_len"] == 4096
+    for text, args, says in [
+        ("max_model_len=4097\nmodel='llama-2-7b'", [],
+         "groups[0].max_model_len: --max-model-len 4097 is greater than llama-2-7b's maximum length, 4096 tokens"),
+        ("model='opt-13b'", ["--model", "llama-2-7b", "--max-model-len", "4096"],
+         "groups[0].model: --max-model-len 4096 is greater than opt-13b's maximum length, 2048 tokens"),
+    ]:
+        path.write_text(f"[[groups]]\nname='a'\n{text}\n")
+        result = replay("--cluster", path, *args)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert f"{path}: {says}" in lines[0], lines[0]

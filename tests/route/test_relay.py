@@ -1,6 +1,6 @@
 """The relay's accounting, on a fake backend response: a stream whose client leaves after the end
-marker is ok; one it leaves before is cancelled; a cut after the first chunk is an error event;
-each ends exactly once (the outstanding count goes back to 0 once)."""
+marker is ok; one it leaves before is cancelled; a cut after the first chunk is an error event and
+the end marker; each ends exactly once (the outstanding count goes back to 0 once)."""
 
 from __future__ import annotations
 
@@ -73,10 +73,18 @@ def test_a_client_that_leaves_before_it_is_cancelled_once():
     assert outstanding == 0 and closed
 
 
-def test_a_cut_after_the_first_chunk_ends_with_an_error_event():
+def error_then_done(chunk: bytes) -> dict:
+    """The error of a relay's last chunk: one error event, then the end marker (as vLLM ends a
+    failed stream; a client reading to `data: [DONE]` waited forever without it)."""
+    event, done = chunk.split(b"\n\n", 1)
+    assert done == DONE, chunk
+    return json.loads(event.decode().removeprefix("data: "))["error"]
+
+
+def test_a_cut_after_the_first_chunk_ends_with_an_error_event_and_the_end_marker():
     got, outcomes, outstanding, _ = relay([A, aiohttp.ClientPayloadError("cut")], take=5)
     assert got[0] == A and len(got) == 2 and outcomes["failed"] == 1
-    error = json.loads(got[1].decode().removeprefix("data: "))["error"]
+    error = error_then_done(got[1])
     assert "backend http://127.0.0.1:1 failed mid-stream" in error["message"] and "cut" in error["message"]
     assert outstanding == 0
 
@@ -93,8 +101,8 @@ def test_a_cut_inside_an_event_drops_its_half_and_the_error_event_is_whole():
     got, outcomes, outstanding, _ = relay([A + B[:12], B[12:] + b'data: {"cho', aiohttp.ClientPayloadError("cut")],
                                           take=5)
     assert got[:2] == [A, B], "whole events go out as their ends arrive"
-    assert len(got) == 3 and got[2].startswith(b"data: {") and got[2].endswith(b"\n\n")
-    error = json.loads(got[2].decode().removeprefix("data: "))["error"]
+    assert len(got) == 3 and got[2].startswith(b"data: {")
+    error = error_then_done(got[2])
     assert "failed mid-stream" in error["message"] and outcomes["failed"] == 1 and outstanding == 0
     split = [b"data: [DO", b"NE]\n\n"]  # and a stream split inside its end marker is whole and answered
     got, outcomes, _, _ = relay([A, *split, aiohttp.ClientPayloadError("late")], take=5)

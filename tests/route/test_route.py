@@ -2,15 +2,18 @@
 its round-robin and prefix-affinity decisions are the ones the same router object makes when
 the same requests are replayed through choose() in order; streams pass through chunk by chunk; a
 client that leaves cancels the backend's request; a backend killed mid-run loses no request and
-duplicates none. The kill test runs last: it leaves one backend dead."""
+duplicates none, and a stream it cuts ends with an error event and `data: [DONE]`. The kill test
+runs last: it leaves one backend dead."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
 from collections import Counter, defaultdict
 
+import httpx
 import openai
 
 from pagesim.cluster.routers import ReplicaLoad, RoutedRequest, make_router, prefix_keys
@@ -129,6 +132,14 @@ def test_streams_pass_through_and_a_client_that_leaves_cancels_the_backend_reque
     assert [e["outcome"] for e in events if e["event"] == "ended"] == ["ok", "cancelled"]
 
 
+def test_health_answers_head_as_it_answers_get(backends, tmp_path):
+    """Load balancers, k8s httpGet probes and `curl -I` check health with HEAD (it was a 405)."""
+    with running_router(backends, tmp_path) as router:
+        for method in ("HEAD", "GET"):
+            resp = httpx.request(method, f"{router.base}/health", timeout=10)
+            assert (resp.status_code, resp.content) == (200, b""), (method, resp.status_code, resp.text)
+
+
 def test_a_backend_killed_mid_run_loses_no_request_and_duplicates_none(backends, tmp_path):
     count, max_tokens = 12, 200
     before = [finished_by_reason(s, "length") for s in backends]
@@ -150,6 +161,21 @@ def test_a_backend_killed_mid_run_loses_no_request_and_duplicates_none(backends,
         except openai.APIError as e:
             results[i] = f"failed {e}"
 
+    raw, first_event = {"events": []}, threading.Event()
+
+    def raw_stream() -> None:
+        """One more stream, read as raw server-sent events: the openai client stops at an error
+        event, other clients (guidellm) read on to the end marker."""
+        body = {"model": MODEL, "prompt": [1, 2, 3, 4, 5], "max_tokens": max_tokens, "stream": True, "ignore_eos": True}
+        try:
+            with httpx.stream("POST", f"{router.base}/v1/completions", json=body, timeout=120) as resp:
+                for line in resp.iter_lines():
+                    raw["events"] += [line] if line else []
+                    first_event.set()
+        except httpx.HTTPError as e:
+            raw["raised"] = repr(e)
+        first_event.set()
+
     with running_router(backends, tmp_path, "--router", "round-robin") as router:
         threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
         for t in threads:
@@ -157,6 +183,9 @@ def test_a_backend_killed_mid_run_loses_no_request_and_duplicates_none(backends,
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and sum(e["event"] == "routed" for e in decisions(tmp_path)) < count:
             time.sleep(0.05)
+        threads.append(threading.Thread(target=raw_stream))  # request `count`: round-robin sends it to backend 0
+        threads[-1].start()
+        first_event.wait(60)
         backends[0].proc.send_signal(signal.SIGKILL)  # every request is in flight: none of 200 tokens is done
         for t in threads:
             t.join(180)
@@ -168,7 +197,15 @@ def test_a_backend_killed_mid_run_loses_no_request_and_duplicates_none(backends,
     for e in events:
         if e["event"] == "ended":
             ended[e["request"]].append(e["outcome"])
-    assert sorted(ended) == list(range(count))
+    assert sorted(ended) == list(range(count + 1))
+    # the raw stream, cut on backend 0 after its first token, ends as vLLM ends a failed stream: its error
+    # event, then the end marker
+    assert [e["backend"] for e in events if e["event"] == "routed" and e["request"] == count] == [0]
+    assert "raised" not in raw and ended[count] == ["failed"], (raw, ended[count])
+    *chunks, error, done = raw["events"]
+    assert done == "data: [DONE]" and 1 <= len(chunks) < max_tokens, raw["events"][-3:]
+    message = json.loads(error.removeprefix("data: "))["error"]["message"]
+    assert "failed mid-stream" in message and backends[0].base in message, message
     for request, outcomes in ended.items():  # attempts: retried ..., then exactly one last outcome
         assert all(o == "retried" for o in outcomes[:-1]) and outcomes[-1] in ("ok", "failed"), (request, outcomes)
     ok = [i for i, r in results.items() if r.startswith("ok")]
@@ -181,7 +218,7 @@ def test_a_backend_killed_mid_run_loses_no_request_and_duplicates_none(backends,
     # on backends 0's requests: the non-streamed ones moved to another backend (retries), none was lost
     first_on_dead = [e["request"] for e in events if e["event"] == "routed" and e["attempt"] == 0 and e["backend"] == 0]
     assert first_on_dead and retries == sum(1 for i in first_on_dead if len(ended[i]) > 1)
-    assert all(i in ok for i in first_on_dead if i % 2 == 0)
+    assert all(i in ok for i in first_on_dead if i % 2 == 0 and i < count)
     # the surviving backends finished each answered request once: no duplicate anywhere
     after = [finished_by_reason(s, "length") for s in backends[1:]]
     assert sum(a - b for a, b in zip(after, before[1:])) == len(ok)

@@ -82,6 +82,7 @@ def test_unknown_routes_and_methods_get_openai_errors(method, path, status, says
     with TestClient(create_app(RouteConfig(backends=["http://127.0.0.1:9"]))) as client:  # nothing listens on 9
         resp = client.request(method, path)
         assert client.get("/health").status_code == 503  # no backend up: the router still answers
+        assert client.head("/health").status_code == 503  # as health checkers probe it (it was a 405)
     assert resp.status_code == status, resp.text
     error = resp.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"

@@ -99,6 +99,13 @@ def test_unknown_routes_and_methods_get_openai_errors(server, method, path, stat
     assert_openai_error(httpx.request(method, f"{server.base}{path}", timeout=30), status, says=says)
 
 
+def test_health_answers_head_as_it_answers_get(server):
+    """Load balancers, k8s httpGet probes and `curl -I` check health with HEAD (it was a 405)."""
+    for method in ("HEAD", "GET"):
+        resp = httpx.request(method, f"{server.base}/health", timeout=10)
+        assert (resp.status_code, resp.content) == (200, b""), (method, resp.status_code, resp.text)
+
+
 def test_an_unknown_model_is_404_and_an_absent_one_is_the_served_model(server, reference):
     error = assert_openai_error(post(server, {"model": "no-such-model", "prompt": "hi"}), 404, param="model")
     assert error["code"] == "model_not_found"

@@ -34,6 +34,16 @@ def test_inspect_malformed_file_exits_with_the_message(tmp_path):
     assert "bad.json" in result.output and "request 0" in result.output and "output_len" in result.output
 
 
+def test_a_nan_in_a_trace_is_one_line_naming_the_file_the_request_and_the_field(tmp_path):
+    bad = tmp_path / "nan.json"
+    bad.write_text('{"format": "pagesim-trace/1", "metadata": {}, "requests": [{"prompt_len": 3, "output_len": 4},\n'
+                   '{"prompt_len": 3, "output_len": NaN}]}')
+    result = CliRunner().invoke(app, ["trace", "inspect", str(bad)], env={"COLUMNS": "200"})
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0] == f"error: {bad}: request 1: field 'output_len': NaN is not a JSON number"
+
+
 def test_imports_stay_light():
     code = "import sys, pagesim, pagesim.workload, pagesim.cli; print(sorted(m for m in ('torch', 'transformers', 'matplotlib', 'pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -44,10 +44,23 @@ def test_bad_json_names_line_and_column(tmp_path):
     assert (err.line, err.column) == (5, 17)
 
 
-def test_nan_is_not_json(tmp_path):
+@pytest.mark.parametrize("metadata, record, index, field, message", [
+    ("{}", '{"prompt_len":3,"output_len":4,"arrival_time":NaN}', 1, "arrival_time", "NaN is not a JSON number"),
+    ("{}", '{"prompt_len":Infinity,"output_len":4}', 1, "prompt_len", "Infinity is not a JSON number"),
+    ("{}", '{"prompt_len":2,"output_len":4,"prompt_token_ids":[5,-Infinity]}', 1, "prompt_token_ids[1]",
+     "-Infinity is not a JSON number"),
+    ("{}", "NaN", 1, None, "NaN is not a JSON number"),
+    ('{"filters": {"max_len": [2048, NaN]}}', '{"prompt_len":3,"output_len":4}', None, "metadata.filters.max_len[1]",
+     "NaN is not a JSON number"),
+])
+def test_nan_and_infinity_name_the_request_and_the_field(tmp_path, metadata, record, index, field, message):
+    """json reads NaN and Infinity (not JSON); the message named the file only."""
     path = tmp_path / "nan.json"
-    path.write_text('{"format": "pagesim-trace/1", "metadata": {}, "requests": [{"prompt_len":3,"output_len":4,"arrival_time":NaN}]}')
-    expect_error(path, None, None, "invalid JSON", "NaN")
+    path.write_text('{"format": "pagesim-trace/1", "metadata": %s, "requests": [\n'
+                    '{"prompt_len":3,"output_len":4,"arrival_time":1},\n%s]}' % (metadata, record))
+    prefix = f"{path}: " + (f"request {index}: " if index is not None else "") + (f"field '{field}': " if field else "")
+    err = expect_error(path, index, field, message)
+    assert str(err) == prefix + message and (err.index, err.field) == (index, field)
 
 
 @pytest.mark.parametrize("field", ["prompt_len", "output_len"])
