@@ -79,6 +79,8 @@ def _replayed(cluster, jobs: int):
     _CLUSTER = cluster  # (the workers are forked: they find it here, nothing is pickled to them)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
+            for replica in cluster.replicas:  # (the workers have their copies: this process needs them no more)
+                replica.feed.pending = []
             yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
     finally:
         _CLUSTER = None
