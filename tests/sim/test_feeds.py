@@ -11,7 +11,7 @@ import pytest
 
 from pagesim.core import Request, SamplingParams
 from pagesim.sim.cost import ConstantCostModel
-from pagesim.sim.engine import Replay, ReplayConfig
+from pagesim.sim.engine import Replay, ReplayConfig, shared_workload
 from pagesim.workload.trace import Trace, TraceRequest
 
 STEP = 0.01
@@ -57,9 +57,9 @@ def test_chain_feed_timeline_by_hand(fast):
     # Each request: a prefill step (first token) and 4 decode steps = 5 steps of 0.01 s. Request 0
     # is sent at 0 and ends at 0.05; request 1 is sent at 0.05 + 0.5 = 0.55 and ends at 0.60; ...
     cfg = ReplayConfig(rate=None, num_requests=3)
-    requests, notes = cfg.requests(_trace(3))
+    workload = shared_workload(cfg, _trace(3))
     sim = Replay(cfg, _trace(3), cost_model=ConstantCostModel(STEP), fast_forward=fast,
-                 feed=ChainFeed(requests, think=0.5), requests=(requests, notes))
+                 feed=ChainFeed(workload[0], think=0.5), requests=workload)
     result = sim.run()
     records = sorted(result.metrics.requests, key=lambda r: r.request_id)
     assert [r.status for r in records] == ["finished"] * 3
@@ -72,9 +72,9 @@ def test_chain_feed_timeline_by_hand(fast):
 
 def test_chain_feed_wakes_an_idle_engine_at_once_with_no_think_time():
     cfg = ReplayConfig(rate=None, num_requests=4)
-    requests, notes = cfg.requests(_trace(4))
-    sim = Replay(cfg, _trace(4), cost_model=ConstantCostModel(STEP), feed=ChainFeed(requests, think=0.0),
-                 requests=(requests, notes))
+    workload = shared_workload(cfg, _trace(4))
+    sim = Replay(cfg, _trace(4), cost_model=ConstantCostModel(STEP), feed=ChainFeed(workload[0], think=0.0),
+                 requests=workload)
     records = sorted(sim.run().metrics.requests, key=lambda r: r.request_id)
     assert [r.finish_time for r in records] == pytest.approx([0.05, 0.10, 0.15, 0.20])
 
