@@ -50,8 +50,9 @@ def run_apart(cluster, jobs: int | None = None):
 
 def worker_count(jobs: int | None, replicas: int) -> int:
     """Processes to replay in: `jobs`, or the CPUs this process may use, at most one per
-    replica; 1 inside a daemonic worker (which may not start processes of its own)."""
-    if multiprocessing.current_process().daemon:
+    replica; 1 inside a daemonic worker (which may not start processes of its own) and where
+    processes cannot be forked (Windows)."""
+    if multiprocessing.current_process().daemon or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     if jobs is None:
         jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
