@@ -81,6 +81,17 @@ TINY_CONFIGS = {
     "gemma2": dict(TINY, head_dim=32, sliding_window=128),
     "gemma3_text": dict(TINY, head_dim=32, sliding_window=128),
     "phi3": dict(TINY, sliding_window=127, pad_token_id=0),
+    "glm4_moe": dict(TINY, head_dim=32, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                     n_shared_experts=1, first_k_dense_replace=1, attention_bias=True, use_qk_norm=True),
+    "glm4_moe-noqknorm": dict(TINY, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                              n_shared_experts=2, first_k_dense_replace=0, attention_bias=False),
+    "phimoe": dict(TINY, num_local_experts=4, num_experts_per_tok=2, attention_bias=True, lm_head_bias=True),
+    "olmoe": dict(TINY, num_experts=8, num_experts_per_tok=2),
+    "granitemoe": dict(TINY, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=True),
+    "olmo2": dict(TINY),
+    "gemma": dict(TINY, head_dim=32),
+    "granite": dict(TINY, tie_word_embeddings=True, attention_bias=True),
+    "smollm3": dict(TINY, pad_token_id=0),
     "opt": dict(hidden_size=64, ffn_dim=96, num_hidden_layers=3, num_attention_heads=4, vocab_size=256,
                 max_position_embeddings=512, word_embed_proj_dim=64),
 }
@@ -100,7 +111,7 @@ def routed_expert_numel(model, top_k_of):
     (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
     total = idle = 0
     for name, module in model.named_modules():
-        if name.endswith(".mlp.experts"):
+        if name.endswith((".mlp.experts", ".block_sparse_moe.experts")):  # GraniteMoE: block_sparse_moe
             n = sum(p.numel() for p in module.parameters())
             experts, k = top_k_of
             total += n
@@ -116,6 +127,8 @@ def test_counts_equal_transformers_parameters(key):
     fields.pop("quantization_config", None)
     spec = model_from_config(fields, key)
     hf_total = sum(p.numel() for p in model.parameters())  # tied weights once
+    if model_type == "glm4_moe":  # its router keeps the score-correction bias as a buffer; the checkpoint stores it
+        hf_total += sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
     assert spec.params_total == hf_total
     if spec.moe is not None:
         experts, k = spec.moe.num_experts, spec.moe.experts_per_token

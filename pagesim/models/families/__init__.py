@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
                                      qwen3_moe)
+from pagesim.models.families import glm4_moe, olmo2, olmoe, phimoe, smollm3
 
 FAMILIES = {
     "opt": opt.build,
@@ -21,4 +22,13 @@ FAMILIES = {
     "gemma3": gemma.build_gemma3,
     "gemma3_text": gemma.build_gemma3,
     "phi3": phi3.build,
+    "glm4_moe": glm4_moe.build,
+    "phimoe": phimoe.build,
+    "olmoe": olmoe.build_olmoe,
+    "granitemoe": olmoe.build_granitemoe,
+    "olmo2": olmo2.build,
+    "gemma": gemma.build_gemma,
+    "granite": llama.build,
+    "smollm3": smollm3.build,
+    "mistral3": mistral.build_mistral3,
 }

@@ -24,6 +24,7 @@ class Extras:
     layer_bias: int = 0               # attention and MLP biases of one layer
     layer_other: int = 0              # q/k norms, MLA's latent norms, ...
     moe_layer_other: int = 0          # per MoE layer besides weights (DeepSeek-V3's router bias)
+    model_other: int = 0              # once per model besides embedding, head, final norm (Phi-3.5-MoE's biases)
     tied_embeddings: bool = False
 
 
@@ -77,7 +78,7 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
                      num_sliding_layers=num_sliding, qk_norm=qk_norm, quant=quant)
     per_layer = extras.norms_per_layer * h + extras.layer_bias + extras.layer_other
     moe_other = spec.moe.num_moe_layers * extras.moe_layer_other if moe else 0
-    outside = layers * per_layer + moe_other + vocab * h * (1 if extras.tied_embeddings else 2) + h
+    outside = layers * per_layer + moe_other + vocab * h * (1 if extras.tied_embeddings else 2) + h + extras.model_other
     total = spec.linear_params_total + outside
     active = spec.linear_params + outside if moe else None
     return replace(spec, num_params=total, num_active_params=active)

@@ -1,4 +1,10 @@
-"""Gemma 2 and Gemma 3: llama-shaped with four RMSNorms per layer (before and after attention and
+"""Gemma 1, Gemma 2 and Gemma 3.
+
+Gemma 1 (google/gemma-2b, gemma-7b, `gemma`): llama-shaped with tied embeddings, head_dim 256
+(7B: 16 x 256 = 4096 over a hidden size of 3072), two RMSNorms a layer, full attention; the GeGLU
+MLP has the gated MLP's three matrices.
+
+Gemma 2 and Gemma 3: llama-shaped with four RMSNorms per layer (before and after attention and
 MLP), tied embeddings, and interleaved sliding-window and global layers.
 
 Gemma 2: layer i slides when i is even (HF Gemma2DecoderLayer: `not bool(layer_idx % 2)`).
@@ -19,6 +25,11 @@ from pagesim.models.spec import ModelSpec, WeightQuant
 GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262_208, "max_position_embeddings": 131_072, "head_dim": 256,
                         "sliding_window": 4096, "sliding_window_pattern": 6, "num_attention_heads": 8,
                         "num_key_value_heads": 4}
+
+
+def build_gemma(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
+    return llama_shaped(f, name, quant, extras=Extras(tied_embeddings=f.bool("tie_word_embeddings", True)),
+                        ffn_size=f.int("intermediate_size"), heads=attention_heads(f))
 
 
 def build_gemma2(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:

@@ -1,5 +1,7 @@
-"""Llama 1/2/3.x (meta-llama/*, CodeLlama, SmolLM2): GQA, gated MLP, optional biases; Llama 3.x
-`rope_scaling` changes positions, not shapes; the small Llama 3.2s tie their embeddings."""
+"""Llama 1/2/3.x (meta-llama/*, CodeLlama, SmolLM2) and IBM Granite 3.x dense (`granite`: its
+embedding, attention, residual and logits multipliers scale activations, not shapes): GQA, gated MLP,
+optional biases; Llama 3.x `rope_scaling`
+changes positions, not shapes; the small Llama 3.2s tie their embeddings."""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """Mistral 7B: llama-shaped without biases; v0.1 attends to a sliding window of 4096 tokens in
-every layer (`sliding_window`), later versions have `sliding_window: null` (full attention)."""
+every layer (`sliding_window`), later versions have `sliding_window: null` (full attention).
+
+Mistral Small 3.1 / 3.2 (`mistral3`, Mistral3ForConditionalGeneration): a Mistral language model
+under `text_config` (read by pagesim.models.config) and a Pixtral vision tower with its projector,
+which are not counted: pagesim replays text requests, and their weights (0.44 B of Mistral Small
+3.1's 24.0 B) and image tokens are outside what it models."""
 
 from __future__ import annotations
 
@@ -18,3 +23,10 @@ def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
     return llama_shaped(f, name, quant, extras=Extras(tied_embeddings=f.bool("tie_word_embeddings", False)),
                         ffn_size=f.int("intermediate_size"), window=window, num_sliding=sliding,
                         heads=attention_heads(f))
+
+
+def build_mistral3(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
+    text_type = f.get("model_type", "mistral")
+    if text_type != "mistral":
+        raise f.error("model_type", f"of text_config is {text_type!r}; a mistral3 config with a 'mistral' language model is modelled")
+    return build(f, name, quant)
