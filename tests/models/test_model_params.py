@@ -80,6 +80,7 @@ TINY_CONFIGS = {
                         kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
     "gemma2": dict(TINY, head_dim=32, sliding_window=128),
     "gemma3_text": dict(TINY, head_dim=32, sliding_window=128),
+    "gpt_oss": dict(TINY, head_dim=16, num_local_experts=8, num_experts_per_tok=2, sliding_window=128),
     "phi3": dict(TINY, sliding_window=127, pad_token_id=0),
     "opt": dict(hidden_size=64, ffn_dim=96, num_hidden_layers=3, num_attention_heads=4, vocab_size=256,
                 max_position_embeddings=512, word_embed_proj_dim=64),
@@ -96,15 +97,15 @@ def hf_model(model_type, fields):
 
 
 def routed_expert_numel(model, top_k_of):
-    """Parameters of every routed-expert module, and those a token does not run through: the
-    (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
+    """Matmul weights of every routed-expert module, and the parameters a token does not run
+    through: the (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
     total = idle = 0
     for name, module in model.named_modules():
         if name.endswith(".mlp.experts"):
             n = sum(p.numel() for p in module.parameters())
             experts, k = top_k_of
-            total += n
-            idle += n * (experts - k) // experts
+            total += sum(p.numel() for key, p in module.named_parameters() if not key.endswith("bias"))  # matmuls
+            idle += n * (experts - k) // experts  # gpt-oss's expert biases idle with their experts
     return total, idle
 
 

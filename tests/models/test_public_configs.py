@@ -43,6 +43,9 @@ PUBLISHED = [
     ("Qwen3-235B-A22B", 235, "Qwen/Qwen3-235B-A22B model card: 235B in total, 22B activated"),
     ("DeepSeek-R1", 671, "deepseek-ai/DeepSeek-R1 model card: 671B total, 37B activated"),
     ("DeepSeek-V2", 236, "DeepSeek-V2 paper (arXiv 2405.04434), abstract: 236B total, 21B activated"),
+    # "gpt-oss-120b & gpt-oss-20b Model Card" (OpenAI, Aug 2025, arXiv 2508.10925), Table 1
+    ("gpt-oss-20b", 20.91, "gpt-oss model card Table 1: gpt-oss-20b 20.91B total (the blog: 21B)"),
+    ("gpt-oss-120b", 116.83, "gpt-oss model card Table 1: gpt-oss-120b 116.83B total (the blog: 117B)"),
     ("gemma-2-27b-it", 27.2, "google/gemma-2-27b-it (HF page, safetensors): 27.2B params"),
     # Gemma 3 technical report (arXiv 2503.19786) Table 1: the language model's embedding and
     # non-embedding parameters (the vision encoder, 417M in the 4B-27B models, is not counted)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
                                      qwen3_moe)
+from pagesim.models.families import gpt_oss
 
 FAMILIES = {
     "opt": opt.build,
@@ -20,5 +21,6 @@ FAMILIES = {
     "gemma2": gemma.build_gemma2,
     "gemma3": gemma.build_gemma3,
     "gemma3_text": gemma.build_gemma3,
+    "gpt_oss": gpt_oss.build,
     "phi3": phi3.build,
 }
