@@ -1,4 +1,4 @@
-"""gpt-oss from their released config.json files (tests/models/data/), every figure
+"""gpt-oss and Llama 4 from their released config.json files (tests/models/data/), every figure
 worked out by hand from the shapes and compared with the published ones.
 
 Where the files come from (no hub access here; the fields as released, from repositories that
@@ -6,6 +6,16 @@ vendor them):
 - gpt-oss-20b.json / gpt-oss-120b.json: https://huggingface.co/openai/gpt-oss-{20b,120b}/raw/main/config.json
   as vendored verbatim (as a Python dict) in circuit-tracer's tests (20b) and a test that quotes the
   120b file with `layer_types` written as 18 x [sliding, full]; expanded here.
+- Llama-4-Scout-17B-16E-Instruct.json: meta-llama/Llama-4-Scout-17B-16E's config.json (a
+  third-party dump of Llama4Config, `moe_layers` written as 0..47, expanded here) with the two
+  fields the -Instruct repo changes: max_position_embeddings 10,485,760 (as quoted by neuronx and
+  vLLM-issue copies of the Instruct config) and its llama3 rope_scaling (factor 16, both band
+  factors 1). Neither changes a shape.
+- Llama-4-Maverick-17B-128E-Instruct.json: TensorRT-LLM's LLAMA_4_MAVERICK_TWO_LAYER_CONFIG (the
+  released text_config cut to 2 layers) with num_hidden_layers back to 48, its added
+  no_rope_layer_interval dropped and moe_layers / no_rope_layers written out as transformers
+  derives them (interleave step 2: layers 1, 3, ..., 47; every 4th layer NoPE); the vision_config
+  is Scout's (the same encoder).
 """
 
 import json
@@ -15,10 +25,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pagesim.cli import app
+from pagesim.core.errors import CannotServe
 from pagesim.models import get_model, model_from_config
 from pagesim.sim.cost.layer_ops import layer_groups
 from pagesim.sim.cost.roofline import RooflineCostModel
-from pagesim.sim.specs import get_gpu
+from pagesim.sim.specs import get_gpu, kv_cache_capacity
 
 DATA = Path(__file__).parent / "data"
 TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
@@ -110,11 +121,82 @@ def test_mxfp4_needs_experts(tmp_path, refused_in_one_line):
     refused_in_one_line(path, "quantization_config", "MoE experts only")
 
 
+# -- Llama 4 ---------------------------------------------------------------------------------
+def llama4_vision_by_hand(v: dict, text_hidden: int) -> int:
+    """Llama4VisionModel + the multi-modal projector, from vision_config: patch embedding (no
+    bias), class token, positions, two LayerNorms, `layers` x (q k v o with biases, fc1 fc2 with
+    biases, two LayerNorms), the pixel-shuffle adapter MLP (no biases) and the projector."""
+    d, ffn, patches = v["hidden_size"], v["intermediate_size"], (v["image_size"] // v["patch_size"]) ** 2
+    embed = v["num_channels"] * v["patch_size"] ** 2 * d + d + (patches + 1) * d + 2 * 2 * d
+    layer = 4 * (d * d + d) + (d * ffn + ffn) + (ffn * d + d) + 2 * 2 * d
+    shuffled = int(d / v["pixel_shuffle_ratio"] ** 2)
+    adapter = shuffled * v["projector_input_dim"] + v["projector_input_dim"] * v["projector_output_dim"]
+    return embed + v["num_hidden_layers"] * layer + adapter + v["vision_output_dim"] * text_hidden
+
+
+LLAMA4_VISION = llama4_vision_by_hand(config("Llama-4-Scout-17B-16E-Instruct")["vision_config"], 5120)
+
+LH, L4_VOCAB, L4_EXPERT = 5120, 202_048, 3 * 5120 * 8192
+L4_ATTN = LH * (40 * 128 + 2 * 8 * 128) + 40 * 128 * LH   # no biases; the q/k L2 norm has no weights
+
+
+def llama4_by_hand(experts, moe_layers):
+    """(language-model total, active) of 48 layers, `moe_layers` of them MoE (shared expert + top-1
+    of `experts`, router without bias), the others a dense MLP of 16384; untied LM head."""
+    dense = 48 - moe_layers
+    common = 48 * (L4_ATTN + 2 * LH) + dense * 3 * LH * 16384 + 2 * L4_VOCAB * LH + LH
+    total = common + moe_layers * (LH * experts + L4_EXPERT + experts * L4_EXPERT)
+    active = common + moe_layers * (LH * experts + 2 * L4_EXPERT)
+    return total, active
+
+
+@pytest.mark.parametrize("name,experts,moe_layers,published_total", [
+    ("Llama-4-Scout-17B-16E-Instruct", 16, 48, 109e9),      # Llama 4 blog: 109B total, 17B active
+    ("Llama-4-Maverick-17B-128E-Instruct", 128, 24, 400e9),  # Llama 4 blog: 400B total, 17B active
+])
+def test_llama4_counts_by_hand(name, experts, moe_layers, published_total):
+    m = model(name)
+    total, active = llama4_by_hand(experts, moe_layers)
+    assert LLAMA4_VISION == 871_932_416  # = transformers' Llama4VisionModel + projector on this vision_config
+    assert (m.params_total, m.params_active) == (total, active)
+    assert (m.moe.num_moe_layers, m.moe.num_experts, m.moe.experts_per_token) == (moe_layers, experts, 1)
+    assert (m.moe.shared_expert_ffn_size, m.moe.expert_ffn_size, m.ffn_size) == (8192, 8192, 16384)
+    # the published totals count the vision encoder (pagesim serves the language model only)
+    assert (total + LLAMA4_VISION) / published_total == pytest.approx(1, abs=0.005)
+    assert active / 17e9 == pytest.approx(1, abs=0.025)       # the 17B active, embedding included
+    assert m.weight_bytes == total * 2 and m.quant is None
+
+
+@pytest.mark.parametrize("name", ["Llama-4-Scout-17B-16E-Instruct", "Llama-4-Maverick-17B-128E-Instruct"])
+def test_llama4_kv_bytes_by_hand(name):
+    # 36 RoPE layers attend within chunks of 8192 (modelled as a window of 8192), the 12 NoPE
+    # layers (3, 7, ..., 47) to everything
+    m = model(name)
+    per_layer = 2 * 8 * 128 * 2
+    assert (m.num_sliding_layers, m.sliding_window) == (36, 8192)
+    assert m.kv_bytes_per_token == 48 * per_layer == 196_608
+    assert m.kv_bytes_per_token_full_layers == 12 * per_layer
+    assert m.kv_bytes_per_token_per_gpu(8) == 48 * per_layer // 8
+
+
+def test_llama4_defaults_and_text_only_configs():
+    text = config("Llama-4-Maverick-17B-128E-Instruct")["text_config"]
+    bare = {k: v for k, v in text.items() if k not in ("moe_layers", "no_rope_layers")}
+    m = model_from_config(bare, "maverick-text")  # model_type llama4_text, vLLM's / HF's defaults
+    assert (m.moe.num_moe_layers, m.num_sliding_layers) == (24, 36)
+    assert model_from_config({**bare, "attention_chunk_size": 1_048_576}, "m").num_sliding_layers == 0
+    assert model_from_config({**bare, "attention_chunk_size": None}, "m").kv_groups[0].kind == "full"
+
+
 # -- serving them ------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,gpu,tp,extra", [
     ("gpt-oss-20b", "h100-80gb", 1, []),
     ("gpt-oss-120b", "h100-80gb", 1, []),    # 60.8 GiB of MXFP4 weights fit one H100, as vLLM serves it
     ("gpt-oss-120b", "h100-80gb", 2, []),
+    # 10,485,760 positions make the default step budget that many tokens: a usual serving length
+    ("Llama-4-Scout-17B-16E-Instruct", "h100-80gb", 4, ["--max-model-len", "32768"]),
+    ("Llama-4-Scout-17B-16E-Instruct", "h100-80gb", 8, ["--max-model-len", "32768"]),
+    ("Llama-4-Maverick-17B-128E-Instruct", "h200", 8, ["--max-model-len", "32768"]),
 ])
 def test_replay_serves_them(name, gpu, tp, extra):
     result = CliRunner().invoke(app, ["replay", str(TRACE), "--model", str(DATA / f"{name}.json"), "--gpu", gpu,
@@ -123,8 +205,18 @@ def test_replay_serves_them(name, gpu, tp, extra):
     assert json.loads(result.output)["completed"] == 50
 
 
+def test_bf16_maverick_does_not_fit_eight_h100s():
+    # 400.7B bf16 weights: 100.2 GB a GPU at TP 8, more than an H100 holds (Meta serves the FP8
+    # checkpoint on one H100 host); eight H200s hold them
+    m = model("Llama-4-Maverick-17B-128E-Instruct")
+    assert m.weight_bytes_per_gpu(8) == -(-llama4_by_hand(128, 24)[0] * 2 // 8) > 80e9
+    with pytest.raises(CannotServe, match="split the model over more GPUs"):
+        kv_cache_capacity(m, "h100-80gb", tp=8, max_num_batched_tokens=8192)
+
+
 @pytest.mark.parametrize("name,total,weights", [
     ("gpt-oss-20b", gpt_oss_by_hand(24, 32)[0], "13.76 GB (mxfp4, 4-bit experts)"),
+    ("Llama-4-Scout-17B-16E-Instruct", llama4_by_hand(16, 48)[0], "215.54 GB"),
 ])
 def test_inspect_shows_them(name, total, weights):
     result = CliRunner().invoke(app, ["model", "inspect", str(DATA / f"{name}.json"), "--json"])

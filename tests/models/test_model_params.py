@@ -64,6 +64,7 @@ TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_atten
 TINY_CONFIGS = {
     "llama": dict(TINY, attention_bias=True, mlp_bias=True),
     "llama-tied": dict(TINY, tie_word_embeddings=True),
+    "llama4_text": dict(TINY, head_dim=16, intermediate_size_mlp=80, num_local_experts=4, interleave_moe_layer_step=2),
     "mistral": dict(TINY, sliding_window=128),
     "mixtral": dict(TINY, num_local_experts=4, num_experts_per_tok=2),
     "qwen2": dict(TINY),
@@ -101,7 +102,7 @@ def routed_expert_numel(model, top_k_of):
     through: the (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
     total = idle = 0
     for name, module in model.named_modules():
-        if name.endswith(".mlp.experts"):
+        if name.endswith((".mlp.experts", ".feed_forward.experts")):
             n = sum(p.numel() for p in module.parameters())
             experts, k = top_k_of
             total += sum(p.numel() for key, p in module.named_parameters() if not key.endswith("bias"))  # matmuls

@@ -13,6 +13,7 @@ from pagesim.cli import app
 from pagesim.core.errors import CannotServe
 from pagesim.models import get_model
 from pagesim.sim.specs import kv_cache_capacity
+from tests.models.test_gpt_oss_llama4 import LLAMA4_VISION
 
 DATA = Path(__file__).parent / "data"
 TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
@@ -28,6 +29,10 @@ PUBLISHED = [
     ("Llama-3.3-70B-Instruct", 70.6, "meta-llama/Llama-3.3-70B-Instruct (HF page, safetensors): 70.6B params"),
     ("Llama-3.2-1B", 1.24, "meta-llama/Llama-3.2-1B (HF page, safetensors): 1.24B params"),
     ("Llama-3.2-3B-Instruct", 3.21, "meta-llama/Llama-3.2-3B-Instruct model card, model information table: 3.21B"),
+    # Llama 4: Meta's blog "The Llama 4 herd" (Apr 2025) counts the vision encoder, which pagesim
+    # does not (test_gpt_oss_llama4.py: LLAMA4_VISION, 0.872B by hand from vision_config)
+    ("Llama-4-Scout-17B-16E-Instruct", 109 - LLAMA4_VISION / BILLION, "Llama 4 blog: Scout 109B total, less vision"),
+    ("Llama-4-Maverick-17B-128E-Instruct", 400 - LLAMA4_VISION / BILLION, "Llama 4 blog: Maverick 400B, less vision"),
     ("Mistral-7B-Instruct-v0.3", 7.25, "mistralai/Mistral-7B-Instruct-v0.3 (HF page, safetensors): 7.25B params"),
     ("Mistral-Nemo-Instruct-2407", 12.2, "mistralai/Mistral-Nemo-Instruct-2407 (HF page, safetensors): 12.2B params"),
     ("Mixtral-8x22B-v0.1", 141, "mistral.ai/news/mixtral-8x22b: 141B parameters, 39B active"),

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
                                      qwen3_moe)
-from pagesim.models.families import gpt_oss
+from pagesim.models.families import gpt_oss, llama4
 
 FAMILIES = {
     "opt": opt.build,
     "llama": llama.build,
+    "llama4": llama4.build,
+    "llama4_text": llama4.build,
     "mistral": mistral.build,
     "mixtral": mixtral.build,
     "qwen2": qwen2.build,
