@@ -93,7 +93,7 @@ def _print(info: dict) -> None:
     q = info["weight_quantization"]
     rows = [("parameters, total", f"{info['params_total'] / 1e9:,.3f} B"),
             ("parameters, active per token", f"{info['params_active'] / 1e9:,.3f} B"),
-            ("weight bytes", f"{info['weight_bytes'] / 1e9:,.2f} GB" + (f" ({q['method']}, {q['bits']}-bit)" if q else "")),
+            ("weight bytes", f"{info['weight_bytes'] / 1e9:,.2f} GB" + (f" ({q['method']}, {q['bits']}-bit{' experts' if q.get('experts_only') else ''})" if q else "")),
             ("weight bytes per GPU", f"{info['weight_bytes_per_gpu'] / 1e9:,.2f} GB")]
     if info["moe"]:
         m = info["moe"]

@@ -14,6 +14,11 @@
   ``config_groups``. 8-bit float weights as ``fp8``; ``int`` weights of ``num_bits`` with, per
   ``group_size`` weights, a 16-bit scale (and a packed zero point unless ``symmetric``). With 8-bit
   input activations the GEMMs run W8A8 (int8 ones priced at the FP8 rate, where a GPU has one).
+- ``mxfp4`` (OCP microscaling FP4; gpt-oss): the routed experts' weights as 4-bit E2M1 values with
+  one shared 8-bit (E8M0) scale per block of 32, i.e. 4.25 bits = 0.53125 bytes a weight. Only the
+  experts: vLLM's Mxfp4Config quantizes FusedMoE layers and leaves every other linear layer
+  unquantized, which is what the released ``modules_to_not_convert`` (self_attn, router,
+  embed_tokens, lm_head) say too. Weight-only on Hopper (the GEMMs compute in bf16).
 Only the decoder's linear layers are quantized (ModelSpec.quantized_params says which).
 """
 
@@ -22,7 +27,8 @@ from __future__ import annotations
 from pagesim.models.config import ConfigFields, ModelConfigError
 from pagesim.models.spec import WeightQuant
 
-QUANT_METHODS = ("fp8", "awq", "gptq", "compressed-tensors")
+QUANT_METHODS = ("fp8", "awq", "gptq", "compressed-tensors", "mxfp4")
+MXFP4_BLOCK = 32     # FP4 values per shared E8M0 scale byte
 SCALE_BYTES = 2      # fp16 group scales (AWQ, GPTQ)
 FP8_SCALE_BYTES = 4  # fp32 block scales (weight_scale_inv)
 
@@ -60,6 +66,8 @@ def weight_quant(fields: ConfigFields) -> WeightQuant | None:
         return WeightQuant(method, bits, group, bits / 8 + (per_group / group if group else 0.0))
     if method == "compressed-tensors":
         return compressed_tensors(q, qf)
+    if method == "mxfp4":
+        return WeightQuant("mxfp4", 4, MXFP4_BLOCK, 0.5 + 1 / MXFP4_BLOCK, experts_only=True)
     raise qf.error("quant_method", f"is {q.get('quant_method')!r}, an unknown quantization method; "
                    f"supported: {', '.join(QUANT_METHODS)}")
 

@@ -14,7 +14,8 @@ optional and off by default, so a dense spec counts exactly as before:
 - ``sliding_window`` / ``num_sliding_layers``: that many layers attend to the last W tokens only
   (Mistral v0.1: all; Gemma 2: every other; Gemma 3: five of six).
 - ``qk_norm``: per-head RMSNorm of q and k (Qwen3, Gemma 3).
-- ``quant``: weight-only or W8A8 quantization of the decoder's linear layers (fp8, int4 AWQ/GPTQ).
+- ``quant``: weight-only or W8A8 quantization of the decoder's linear layers (fp8, int4 AWQ/GPTQ),
+  or of the routed experts only (``experts_only``: gpt-oss's MXFP4).
 - ``kv_dtype_bytes``: the KV cache's element size (``--kv-cache-dtype fp8``: 1).
 """
 
@@ -79,13 +80,16 @@ class MLASpec:
 class WeightQuant:
     """How the decoder's linear weights are stored. `bytes_per_weight` includes the scales (and
     zero points) of group quantization; `fp8_compute`: activations are quantized too (W8A8), so
-    the GEMMs can run at an FP8 tensor-core rate where the GPU has one."""
+    the GEMMs can run at an FP8 tensor-core rate where the GPU has one. `experts_only`: only the
+    routed experts' weights are quantized (vLLM's Mxfp4Config quantizes FusedMoE layers only);
+    attention, dense MLPs, shared experts and the router stay in the serving dtype."""
 
-    method: str              # "fp8", "awq", "gptq"
+    method: str              # "fp8", "awq", "gptq", "compressed-tensors", "mxfp4"
     bits: int
     group_size: int | None   # weights per scale (None: per tensor or per channel)
     bytes_per_weight: float
     fp8_compute: bool = False
+    experts_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,8 @@ class ModelSpec:
             raise ValueError(f"{self.name}: MLA with sliding-window layers is not modelled")
         if self.moe is not None and not 0 < self.moe.num_moe_layers <= self.num_layers:
             raise ValueError(f"{self.name}: moe.num_moe_layers must be in 1..num_layers")
+        if self.quant is not None and self.quant.experts_only and self.moe is None:
+            raise ValueError(f"{self.name}: {self.quant.method} quantizes MoE experts only; the model has none")
 
     # -- shapes ----------------------------------------------------------------------------
     @property
@@ -286,10 +292,12 @@ class ModelSpec:
     @property
     def quantized_params(self) -> int:
         """Weights a quantization_config quantizes: the decoder's linear layers except the
-        router (vLLM builds the MoE gate unquantized); embeddings, LM head, norms and biases stay
-        in the serving dtype."""
+        router (vLLM builds the MoE gate unquantized), or only the routed experts' matmul weights
+        (`experts_only`); embeddings, LM head, norms and biases stay in the serving dtype."""
         if self.quant is None:
             return 0
+        if self.quant.experts_only:
+            return self.moe.num_moe_layers * self.moe.num_experts * self.expert_params
         router = self.moe.num_moe_layers * self.hidden_size * self.moe.num_experts if self.moe else 0
         return self.linear_params_total - router
 
@@ -305,7 +313,8 @@ class ModelSpec:
         """Bytes of all routed experts (what expert parallelism splits over GPUs)."""
         if self.moe is None:
             return 0
-        return round(self.moe.num_moe_layers * self.moe.num_experts * self.expert_params * self.weight_element_bytes)
+        return round(self.moe.num_moe_layers * self.moe.num_experts * self.expert_params
+                     * self.expert_weight_element_bytes)
 
     def weight_bytes_per_gpu(self, tp: int = 1, ep: int = 1) -> int:
         """Weights on one GPU: vLLM shards every matmul and the vocabulary over TP; with expert
@@ -317,7 +326,14 @@ class ModelSpec:
 
     @property
     def weight_element_bytes(self) -> float:
-        """Bytes per weight of the quantized linear layers (serving dtype when unquantized)."""
+        """Bytes per weight of the linear layers other than the routed experts (attention, dense
+        MLP, shared experts): the quantized size, or the serving dtype when unquantized or when
+        only the experts are quantized (MXFP4)."""
+        return self.quant.bytes_per_weight if self.quant and not self.quant.experts_only else self.dtype_bytes
+
+    @property
+    def expert_weight_element_bytes(self) -> float:
+        """Bytes per weight of the routed experts (MXFP4: 4 bits + an 8-bit scale per 32 = 0.53125)."""
         return self.quant.bytes_per_weight if self.quant else self.dtype_bytes
 
     # -- FLOP counting -----------------------------------------------------------------------

@@ -64,6 +64,7 @@ TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_atten
 TINY_CONFIGS = {
     "llama": dict(TINY, attention_bias=True, mlp_bias=True),
     "llama-tied": dict(TINY, tie_word_embeddings=True),
+    "llama4_text": dict(TINY, head_dim=16, intermediate_size_mlp=80, num_local_experts=4, interleave_moe_layer_step=2),
     "mistral": dict(TINY, sliding_window=128),
     "mixtral": dict(TINY, num_local_experts=4, num_experts_per_tok=2),
     "qwen2": dict(TINY),
@@ -80,6 +81,7 @@ TINY_CONFIGS = {
                         kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
     "gemma2": dict(TINY, head_dim=32, sliding_window=128),
     "gemma3_text": dict(TINY, head_dim=32, sliding_window=128),
+    "gpt_oss": dict(TINY, head_dim=16, num_local_experts=8, num_experts_per_tok=2, sliding_window=128),
     "phi3": dict(TINY, sliding_window=127, pad_token_id=0),
     "glm4_moe": dict(TINY, head_dim=32, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                      n_shared_experts=1, first_k_dense_replace=1, attention_bias=True, use_qk_norm=True),
@@ -107,15 +109,16 @@ def hf_model(model_type, fields):
 
 
 def routed_expert_numel(model, top_k_of):
-    """Parameters of every routed-expert module, and those a token does not run through: the
-    (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
+    """Matmul weights of every routed-expert module, and the parameters a token does not run
+    through: the (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
     total = idle = 0
     for name, module in model.named_modules():
-        if name.endswith((".mlp.experts", ".block_sparse_moe.experts")):  # GraniteMoE: block_sparse_moe
+        # (GraniteMoE: block_sparse_moe; Llama 4: feed_forward)
+        if name.endswith((".mlp.experts", ".block_sparse_moe.experts", ".feed_forward.experts")):
             n = sum(p.numel() for p in module.parameters())
             experts, k = top_k_of
-            total += n
-            idle += n * (experts - k) // experts
+            total += sum(p.numel() for key, p in module.named_parameters() if not key.endswith("bias"))  # matmuls
+            idle += n * (experts - k) // experts  # gpt-oss's expert biases idle with their experts
     return total, idle
 
 

@@ -13,6 +13,7 @@ from pagesim.cli import app
 from pagesim.core.errors import CannotServe
 from pagesim.models import get_model
 from pagesim.sim.specs import kv_cache_capacity
+from tests.models.test_gpt_oss_llama4 import LLAMA4_VISION
 
 DATA = Path(__file__).parent / "data"
 TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
@@ -28,6 +29,10 @@ PUBLISHED = [
     ("Llama-3.3-70B-Instruct", 70.6, "meta-llama/Llama-3.3-70B-Instruct (HF page, safetensors): 70.6B params"),
     ("Llama-3.2-1B", 1.24, "meta-llama/Llama-3.2-1B (HF page, safetensors): 1.24B params"),
     ("Llama-3.2-3B-Instruct", 3.21, "meta-llama/Llama-3.2-3B-Instruct model card, model information table: 3.21B"),
+    # Llama 4: Meta's blog "The Llama 4 herd" (Apr 2025) counts the vision encoder, which pagesim
+    # does not (test_gpt_oss_llama4.py: LLAMA4_VISION, 0.872B by hand from vision_config)
+    ("Llama-4-Scout-17B-16E-Instruct", 109 - LLAMA4_VISION / BILLION, "Llama 4 blog: Scout 109B total, less vision"),
+    ("Llama-4-Maverick-17B-128E-Instruct", 400 - LLAMA4_VISION / BILLION, "Llama 4 blog: Maverick 400B, less vision"),
     ("Mistral-7B-Instruct-v0.3", 7.25, "mistralai/Mistral-7B-Instruct-v0.3 (HF page, safetensors): 7.25B params"),
     ("Mistral-Nemo-Instruct-2407", 12.2, "mistralai/Mistral-Nemo-Instruct-2407 (HF page, safetensors): 12.2B params"),
     ("Mixtral-8x22B-v0.1", 141, "mistral.ai/news/mixtral-8x22b: 141B parameters, 39B active"),
@@ -43,6 +48,9 @@ PUBLISHED = [
     ("Qwen3-235B-A22B", 235, "Qwen/Qwen3-235B-A22B model card: 235B in total, 22B activated"),
     ("DeepSeek-R1", 671, "deepseek-ai/DeepSeek-R1 model card: 671B total, 37B activated"),
     ("DeepSeek-V2", 236, "DeepSeek-V2 paper (arXiv 2405.04434), abstract: 236B total, 21B activated"),
+    # "gpt-oss-120b & gpt-oss-20b Model Card" (OpenAI, Aug 2025, arXiv 2508.10925), Table 1
+    ("gpt-oss-20b", 20.91, "gpt-oss model card Table 1: gpt-oss-20b 20.91B total (the blog: 21B)"),
+    ("gpt-oss-120b", 116.83, "gpt-oss model card Table 1: gpt-oss-120b 116.83B total (the blog: 117B)"),
     ("gemma-2-27b-it", 27.2, "google/gemma-2-27b-it (HF page, safetensors): 27.2B params"),
     # Gemma 3 technical report (arXiv 2503.19786) Table 1: the language model's embedding and
     # non-embedding parameters (the vision encoder, 417M in the 4B-27B models, is not counted)

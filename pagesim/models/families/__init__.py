@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
                                      qwen3_moe)
-from pagesim.models.families import glm4_moe, olmo2, olmoe, phimoe, smollm3
+from pagesim.models.families import glm4_moe, gpt_oss, llama4, olmo2, olmoe, phimoe, smollm3
 
 FAMILIES = {
     "opt": opt.build,
     "llama": llama.build,
+    "llama4": llama4.build,
+    "llama4_text": llama4.build,
     "mistral": mistral.build,
     "mixtral": mixtral.build,
     "qwen2": qwen2.build,
@@ -21,6 +23,7 @@ FAMILIES = {
     "gemma2": gemma.build_gemma2,
     "gemma3": gemma.build_gemma3,
     "gemma3_text": gemma.build_gemma3,
+    "gpt_oss": gpt_oss.build,
     "phi3": phi3.build,
     "glm4_moe": glm4_moe.build,
     "phimoe": phimoe.build,

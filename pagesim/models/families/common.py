@@ -25,6 +25,7 @@ class Extras:
     layer_other: int = 0              # q/k norms, MLA's latent norms, ...
     moe_layer_other: int = 0          # per MoE layer besides weights (DeepSeek-V3's router bias)
     model_other: int = 0              # once per model besides embedding, head, final norm (Phi-3.5-MoE's biases)
+    expert_bias: int = 0              # biases of one routed expert (gpt-oss): E of them in the total, k active
     tied_embeddings: bool = False
 
 
@@ -72,6 +73,8 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
     """The spec of a llama-shaped model, with num_params (and, for MoE, num_active_params)
     counted from its shapes and `extras`."""
     h, n_heads, kv_heads, head_dim = heads or attention_heads(f)
+    if quant is not None and quant.experts_only and moe is None:
+        raise f.error("quantization_config", f"is {quant.method}, which quantizes MoE experts only: this model has none")
     layers, vocab, max_len = f.int("num_hidden_layers"), f.int("vocab_size"), f.int("max_position_embeddings")
     spec = ModelSpec(name, layers, h, n_heads, kv_heads, head_dim, ffn_size, vocab, 1, max_len,
                      SERVING_DTYPE_BYTES, architecture="llama", moe=moe, mla=mla, sliding_window=window,
@@ -79,6 +82,7 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
     per_layer = extras.norms_per_layer * h + extras.layer_bias + extras.layer_other
     moe_other = spec.moe.num_moe_layers * extras.moe_layer_other if moe else 0
     outside = layers * per_layer + moe_other + vocab * h * (1 if extras.tied_embeddings else 2) + h + extras.model_other
-    total = spec.linear_params_total + outside
-    active = spec.linear_params + outside if moe else None
+    bias = moe.num_moe_layers * extras.expert_bias if moe else 0  # one routed expert's biases, all MoE layers
+    total = spec.linear_params_total + outside + (bias * moe.num_experts if moe else 0)
+    active = spec.linear_params + outside + bias * moe.experts_per_token if moe else None
     return replace(spec, num_params=total, num_active_params=active)

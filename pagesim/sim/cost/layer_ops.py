@@ -28,8 +28,11 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
   `topk_softmax` (router logits in fp32 -> top-k ids and weights), `moe_align_block_size` (the
   routed rows sorted by expert and padded to BLOCK_SIZE_M) and `moe_sum` (each token's k expert
   outputs summed); priced as elementwise kernels by the bytes they move (`moe_routing_bytes`).
-- Weights of a quantized model's linear layers (not the router) take `ModelSpec.weight_element_bytes`;
-  W8A8 FP8 GEMMs are flagged `fp8` (priced at the GPU's FP8 rate where it has one).
+- Weights of a quantized model's linear layers (not the router) take `ModelSpec.weight_element_bytes`,
+  the routed experts `ModelSpec.expert_weight_element_bytes` (they differ where only the experts are
+  quantized: gpt-oss's MXFP4, 0.53125 bytes a weight, the rest bf16); W8A8 FP8 GEMMs are flagged
+  `fp8` (priced at the GPU's FP8 rate where it has one). MXFP4 experts compute at the bf16 rate
+  (weight-only: vLLM's Hopper kernels dequantize the 4-bit blocks in the GEMM's prologue).
 """
 
 from __future__ import annotations
@@ -243,8 +246,9 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
         gemms += [Gemm("moe_shared_up", tokens, h, 2 * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
                   Gemm("moe_shared_down", tokens, moe.shared_expert_ffn_size // tp, h, weight_bytes=wb, fp8=fp8)]
     up, down = FUSED_MOE_OPS
-    gemms += [Gemm(up, rows, h, 2 * width, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded),
-              Gemm(down, rows, width, h, count=touched, weight_bytes=wb, fp8=fp8, padded_m=padded)]
+    ewb = model.expert_weight_element_bytes
+    gemms += [Gemm(up, rows, h, 2 * width, count=touched, weight_bytes=ewb, fp8=fp8, padded_m=padded),
+              Gemm(down, rows, width, h, count=touched, weight_bytes=ewb, fp8=fp8, padded_m=padded)]
     exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
     return gemms, exchange, ranks
 

@@ -224,7 +224,8 @@ class RooflineCostModel(CostModel):
         routed = tokens * ranks
         split = self.ep if self.ep > 1 else self.tp  # experts over EP, or each expert over TP
         compute = 2 * routed * moe.experts_per_token * m.expert_params / split / self._lin_flops
-        weights = moe.expected_experts_touched(routed) * m.expert_params * m.weight_element_bytes / split / self._hbm
+        weights = (moe.expected_experts_touched(routed) * m.expert_params * m.expert_weight_element_bytes
+                   / split / self._hbm)
         exchange = 0.0
         if ranks > 1:  # all-gather before, reduce-scatter after: each moves (ranks-1)/ranks of the buffer
             ic = self.gpu.collective_bandwidth * self.constants.interconnect_efficiency
