@@ -62,6 +62,8 @@ def gpt_oss_by_hand(layers, experts, top_k=4):
 
 @pytest.mark.parametrize("name,layers,experts,active_b,checkpoint_gib", [
     # gpt-oss model card (arXiv 2508.10925) Table 1: active 3.61B / 5.13B, checkpoint 12.8 / 60.8 GiB
+    # (as recalled: the card could not be re-read in this sandbox; the counts by hand below agree
+    # with these figures to the last digit given)
     ("gpt-oss-20b", 24, 32, 3.61, 12.8),
     ("gpt-oss-120b", 36, 128, 5.13, 60.8),
 ])
