@@ -16,24 +16,22 @@ from typing import NamedTuple, Sequence
 
 import simpy
 
-from pagesim.core import SchedulerOutput, ServingConfig, StepResult
+from pagesim.core import SchedulerOutput, StepResult
 from pagesim.core.decode_runs import DecodePlan, DecodeRun, advance_decode, plan_decode
 from pagesim.core.errors import SchedulerStalled
-from pagesim import inputs
-from pagesim.inputs import check_fields
 from pagesim.metrics import MetricsRecorder
 from pagesim.metrics.step_log import StepStarts
 from pagesim.sim import beam_model
-from pagesim.sim.cost import DEFAULT_COST_MODEL, CostModel, make_cost_model
-from pagesim.sim.cost.engine import DEFAULT_ENGINE
+from pagesim.sim.cost import CostModel, make_cost_model
 from pagesim.sim.pool import size_pool
 from pagesim.sim.releases import Releases, delay_to
+from pagesim.sim.replay_config import ReplayConfig, shared_workload, with_policy_presets  # noqa: F401 (re-exported)
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
 from pagesim.sim.presets import vllm_v1_limits
-from pagesim.sim.specs import DEFAULT_SWAP_GIB, get_model, with_kv_cache_dtype
+from pagesim.sim.specs import get_model, with_kv_cache_dtype
 from pagesim.workload.feeds import Feed, Outcome
 from pagesim.workload.sessions import make_feed, session_labels
-from pagesim.workload.requests import WorkloadConfig, time_origin
+from pagesim.workload.requests import time_origin
 from pagesim.workload.trace import Trace
 
 SIM_TOKEN = 0  # token id the simulator appends; ids do not matter to any decision it makes
@@ -41,62 +39,6 @@ SIM_STEP = StepResult(default_token=SIM_TOKEN)  # one token per sequence; n samp
 MAX_DECODE_RUN = 4096  # steps taken at most in one go (bounds the per-run lists)
 DELIVERY_SLACK_S = 1e-12  # async output: a step begun this close after a token's time delivers it at its end
 EP_COST_MODELS = ("calibrated", "roofline")  # the cost models that take expert parallelism (ep=)
-
-
-@dataclass
-class ReplayConfig(ServingConfig, WorkloadConfig):
-    """The serving system (ServingConfig: policy, block size, limits, preemption, ...), the
-    workload it replays (WorkloadConfig: arrivals, overrides, warm-up) and the hardware whose
-    costs the simulator models."""
-
-    model: str = "opt-13b"
-    gpu: str = "a100-40gb"
-    tp: int = 1
-    ep: int = 1  # expert parallelism: a MoE's experts split over this many GPUs (ep / tp data-parallel ranks)
-    kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: "auto" (the model's dtype) or "fp8" (1 byte)
-    swap_space_gib: float = DEFAULT_SWAP_GIB  # host memory per GPU for swapped blocks
-    gpu_memory_utilization: float | None = None  # default: the paper's (see specs)
-    num_gpu_blocks: int | None = None  # override the pool size
-    beam_ancestry: str | None = None  # measured beam ancestry (default: beam_model.DEFAULT_PATH)
-    cost_model: str = DEFAULT_COST_MODEL
-    engine: str = DEFAULT_ENGINE  # how the engine runs the kernels (calibrated cost model): pagesim.sim.cost.engine
-    profile: str | None = None
-    force_profile: bool = False  # use a profile measured on another model or GPU anyway (--force)
-    waste_interval_s: float | None = None  # sample the KV waste breakdown this often
-    # A client that gives up: a request not finished this long after its arrival is aborted
-    # (its KV freed, as a server does when the client disconnects) and counted as failed.
-    client_timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        # the CLI's flags obey the same rules (pagesim.inputs), so an API caller and a cluster file's
-        # group meet the same limits; checked first, so a "16" for block_size is said as such
-        flag = lambda f: "--" + _FLAG_NAMES.get(f, f).replace("_", "-")  # noqa: E731
-        check_fields(self, _FIELD_RULES, name=flag)
-        for name, kinds in _FIELD_TYPES.items():
-            value = getattr(self, name)
-            if not isinstance(value, kinds):
-                what = "true or false" if kinds == (bool,) else "a name" if len(kinds) == 1 else "a path"
-                raise ValueError(f"{flag(name)} must be {what}, got {value!r}")
-        super().__post_init__()
-        limit = None if self.max_model_len is None else get_model(self.model).max_model_len
-        if limit is not None and self.max_model_len > limit:  # vLLM refuses it too (its "derived max_model_len")
-            raise ValueError(f"--max-model-len {self.max_model_len} is greater than {self.model}'s maximum length, "
-                             f"{limit} tokens (its max_position_embeddings)")
-
-
-_FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blocks": inputs.BLOCKS,
-                "rate": inputs.RATE, "burstiness": inputs.BURSTINESS, "num_requests": inputs.NUM_REQUESTS,
-                "duration": inputs.POSITIVE_SECONDS, "warmup_s": inputs.SECONDS, "n": inputs.SAMPLES,
-                "beam_width": inputs.SAMPLES, "seed": inputs.SEED, "block_size": inputs.BLOCK_SIZE,
-                "max_num_seqs": inputs.SEQS, "max_num_batched_tokens": inputs.TOKENS,
-                "waste_interval_s": inputs.POSITIVE_SECONDS, "ep": inputs.TP, "max_model_len": inputs.TOKENS,
-                "gpu_memory_utilization": inputs.NumberRule(lo=0, lo_open=True, hi=1),
-                "client_timeout_s": inputs.POSITIVE_SECONDS, "concurrency": inputs.NUM_REQUESTS}
-_FIELD_TYPES = {"model": (str,), "gpu": (str,), "kv_cache_dtype": (str,), "cost_model": (str,), "engine": (str,),
-                "profile": (str, type(None)), "beam_ancestry": (str, type(None)), "chunked_prefill": (bool,),
-                "prefix_caching": (bool,), "force_profile": (bool,)}
-_FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_interval_s": "waste_interval",
-               "force_profile": "force"}
 
 
 @dataclass
@@ -470,19 +412,6 @@ class Replay:
         if self.metrics.waste:
             extra["waste_mean_share"] = _mean_shares(self.metrics.waste, cfg.warmup_s)
         return self.metrics.summary(**extra)
-
-
-def shared_workload(cfg: ReplayConfig, trace: Trace) -> tuple[list, list[str], set[int]]:
-    """The run's requests, the notes on building them, and the beam widths among them."""
-    requests, notes = cfg.requests(trace)
-    return requests, notes, {r.sampling.beam_width for r in requests if r.sampling.use_beam_search}
-
-
-def with_policy_presets(options: dict) -> dict:
-    """ReplayConfig fields with the named system's presets filled in where `options` does not set
-    them (policy_preset)."""
-    preset = policy_preset(options.get("policy", ServingConfig.policy), options.get("gpu", ReplayConfig.gpu))
-    return {**preset, **{k: v for k, v in options.items() if v is not None or k not in preset}}
 
 
 class _TakenRun(NamedTuple):
