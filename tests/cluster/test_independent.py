@@ -35,6 +35,8 @@ CASES = {
     "two groups": (SHAREGPT, [("a", dict(rate=10.0, num_requests=300), 2),
                               ("b", dict(rate=10.0, num_requests=300, engine="vllm-0.15", **H100), 1)],
                    "round-robin", 0.0),
+    # more replicas than requests: two replicas never get one
+    "idle replicas": (SHAREGPT, [("g", dict(rate=4.0, num_requests=3), 5)], "round-robin", 0.0),
 }
 
 
