@@ -66,7 +66,7 @@ from pagesim.cluster.routers import Gauges, LoadBoard, RoutedRequest, make_route
 from pagesim.cluster.spec import ClusterSpec
 from pagesim.core import SamplingParams
 from pagesim.sim.engine import Replay, shared_workload
-from pagesim.sim.releases import Releases, delay_to
+from pagesim.sim.releases import Releases, event_at
 from pagesim.workload.feeds import RequestFeed
 from pagesim.workload.requests import time_origin
 from pagesim.workload.sessions import has_sessions, make_feed, session_labels
@@ -340,7 +340,7 @@ class Cluster:
             return
         self._order += 1
         heapq.heappush(replica.feed.pending, (at, self._order, request))
-        timer = env.timeout(delay_to(env.now, at))
+        timer = event_at(env, at)
         timer.callbacks.append(lambda _event, r=replica: r.sim.submit(r.feed.pop()))
 
     # -- ends -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from operator import eq
 
 import simpy
 
-from pagesim.sim.releases import delay_to
+from pagesim.sim.releases import event_at
 
 _CLUSTER = None  # the cluster whose replicas a forked worker replays (set before the workers start)
 
@@ -122,7 +122,7 @@ def _enter(env: simpy.Environment, sim, feed):
     while pending:
         at = pending[0][0]
         if at > env.now:
-            yield env.timeout(delay_to(env.now, at))
+            yield event_at(env, at)
         sim.submit(feed.pop())
     sim.wake()  # (its feed ran dry: an idle engine sees that it is done)
 

@@ -24,7 +24,7 @@ from pagesim.metrics.step_log import StepStarts
 from pagesim.sim import beam_model
 from pagesim.sim.cost import CostModel, make_cost_model
 from pagesim.sim.pool import size_pool
-from pagesim.sim.releases import Releases, delay_to
+from pagesim.sim.releases import Releases
 from pagesim.sim.replay_config import ReplayConfig, shared_workload, with_policy_presets  # noqa: F401 (re-exported)
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
 from pagesim.sim.presets import vllm_v1_limits
@@ -322,7 +322,7 @@ class Replay:
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan)
-        delay = delay_to(now, end)
+        delay = _delay_to(now, end)
         # no single delay lands exactly there (rounding ties): time the steps one by one
         delays = (delay,) if now + delay == end else durations
         # (tuple.__new__: a named tuple's own __new__ is a Python call)
@@ -434,6 +434,19 @@ def _outcome(group) -> Outcome:
     first = seqs[0] if len(seqs) == 1 else min(seqs, key=lambda seq: seq.seq_id)
     return Outcome(group.reject_reason, first.num_output_tokens,
                    first.output_token_ids if first.has_token_ids else None)
+
+
+def _delay_to(now: float, target: float) -> float:
+    """A delay d with now + d == target exactly in floating point where one exists, so that a run
+    of steps ends at the very instant successive per-step timeouts would have reached. Callers
+    check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past
+    the target (ties to even), and none exists."""
+    delay = target - now
+    while now + delay < target:
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > target:
+        delay = math.nextafter(delay, -math.inf)
+    return delay
 
 
 def _mean_shares(rows: list[tuple], since: float) -> dict:

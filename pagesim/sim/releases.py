@@ -4,8 +4,10 @@ arrivals process and the cluster's router process."""
 from __future__ import annotations
 
 import math
+from heapq import heappush
 
 import simpy
+from simpy.events import NORMAL
 
 from pagesim.workload.feeds import Feed
 
@@ -30,12 +32,10 @@ class Releases:
                     yield self._woken
                     continue
                 if released + host_s > env.now:
-                    yield self._woken | env.timeout(released + host_s - env.now)
+                    yield self._woken | event_at(env, released + host_s)
                     continue
             elif released + host_s > env.now:
-                # exactly then (then due: no second look at the clock), so the clock reads the same
-                # whatever waited before (a replica's own arrivals, or a router's for many replicas)
-                yield env.timeout(delay_to(env.now, released + host_s))
+                yield event_at(env, released + host_s)  # (then due: no second look at the clock)
             return True
         return False
 
@@ -47,14 +47,14 @@ class Releases:
             woken.succeed()
 
 
-def delay_to(now: float, target: float) -> float:
-    """A delay d with now + d == target exactly in floating point where one exists: a run of steps
-    then ends at the very instant successive per-step timeouts would have reached, and a request
-    enters at its own time whatever the clock read before. Callers that need exactness check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past
-    the target (ties to even), and none exists."""
-    delay = target - now
-    while now + delay < target:
-        delay = math.nextafter(delay, math.inf)
-    while now + delay > target:
-        delay = math.nextafter(delay, -math.inf)
-    return delay
+def event_at(env: simpy.Environment, t: float) -> simpy.Event:
+    """An event that fires at exactly t (now, if t has passed). A timeout fires at now + delay,
+    which floating point cannot always make equal to t (see pagesim.sim.engine._delay_to), so two
+    clocks reaching t by different paths (a replica's own arrivals, a router's releases for many
+    replicas) would read differently by an ulp. This event is put on the environment's queue at t
+    itself, as Environment.schedule puts a timeout at now + delay (simpy 4's queue entries:
+    time, priority, id, event; tests/sim/test_releases.py checks it)."""
+    event = simpy.Event(env)
+    event._ok, event._value = True, None  # (triggered, as a timeout is from the start)
+    heappush(env._queue, (max(t, env.now), NORMAL, next(env._eid), event))
+    return event
