@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pagesim.core.errors import CannotServe
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.policies import uses_paged_blocks
 from pagesim.sim.specs import kv_bytes_per_token_per_gpu, kv_cache_capacity
@@ -26,6 +27,10 @@ class PoolSize:
 
 def size_pool(cfg, model) -> PoolSize:
     """The pools of a run of cfg (a ReplayConfig whose batched-token budget is resolved) on model."""
+    if model.linear_attn is not None:
+        raise CannotServe(f"{model.name}: replaying models with linear-attention (state) layers is not supported yet: "
+                          "the core keeps their state blocks, but the pool sizing (state bytes per sequence, vLLM's "
+                          "raised attention block size) and the step cost of those layers are not modelled")
     kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
 
     def memory_capacity():
