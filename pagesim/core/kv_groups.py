@@ -43,6 +43,10 @@ class KVGroupSpec:
             raise ValueError(f"sliding_window must be positive, got {self.sliding_window}")
 
 
+# The smallest block FlashAttention's paged kernels take (vLLM's FlashAttentionBackend:
+# MultipleOf(16)): the grain vLLM raises a hybrid model's attention block size by.
+STATE_KERNEL_BLOCK_ALIGNMENT = 16
+
 NULL_BLOCK = -1  # a block-table entry whose block was freed (outside a sliding window): vLLM's null block
 
 
@@ -157,6 +161,25 @@ class KVLayout:
         """Bytes of one pool block; layer_bytes_per_token is one token's KV in one layer (on one
         GPU). One page size serves every table, so with kinds of different sizes pass the largest."""
         return block_size * self.layers_per_block * layer_bytes_per_token
+
+    @property
+    def has_state(self) -> bool:
+        return any(t.is_state for t in self.tables)
+
+    def state_block_size(self, block_size: int, layer_bytes_per_token: int, state_bytes_per_layer: int,
+                         kernel_alignment: int = STATE_KERNEL_BLOCK_ALIGNMENT) -> int:
+        """The block size a layout with state tables is served at: one page size serves every
+        table, so an attention page (block_size tokens of one layer) must hold a state page (one
+        sequence's state in one layer). vLLM (HybridAttentionMambaModelConfig /
+        Platform._align_hybrid_block_size, mamba_cache_mode "none") takes the alignment grain
+        g = max(the attention kernel's smallest block, 16 for FlashAttention; the user's block size)
+        and serves g x ceil(state page / (g x attention bytes of one token in one layer)) tokens a
+        block; the state page is then padded to the attention page. Without state tables, or with
+        no per-token bytes: block_size."""
+        if not self.has_state or layer_bytes_per_token <= 0:
+            return block_size
+        grain = max(kernel_alignment, block_size)
+        return grain * _cdiv(state_bytes_per_layer, grain * layer_bytes_per_token)
 
     def num_blocks(self, pool_bytes: int, block_size: int, layer_bytes_per_token: int) -> int:
         """Pool blocks that pool_bytes of KV memory hold."""
