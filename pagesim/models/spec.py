@@ -414,8 +414,9 @@ class ModelSpec:
     @property
     def attention_flops_per_pair(self) -> int:
         """FLOPs of one (query, key) pair over all layers, QK^T and PV, 2 FLOPs per MAC each, as
-        a dense attention computes them (MLA prefill: q/k heads of qk_head_dim, v of v_head_dim)."""
-        return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * self.num_layers
+        a dense attention computes them (MLA prefill: q/k heads of qk_head_dim, v of v_head_dim);
+        linear-attention layers have no pairs (pagesim.sim.cost.linear_attn)."""
+        return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * self.num_attention_layers
 
     @property
     def mla_decode_flops_per_pair(self) -> int:
