@@ -100,6 +100,10 @@ def _print(info: dict) -> None:
         rows.append(("experts", f"{m['experts_per_token']} of {m['num_experts']} on {m['num_moe_layers']} layers"
                      + (f", {m['num_shared_experts']} shared" if m["num_shared_experts"] else "")))
     for g in info["kv_groups"]:
+        if g["kind"] == "state":
+            rows.append((f"state bytes/sequence, {g['num_layers']} linear-attention layers",
+                         f"{info['state_bytes_per_sequence']:,} ({info['state_bytes_per_sequence_per_gpu']:,} per GPU)"))
+            continue
         kind = f"{g['kind']} (window {g['sliding_window']:,})" if g["sliding_window"] else g["kind"]
         rows.append((f"KV bytes/token, {kind} x {g['num_layers']} layers", f"{g['kv_bytes_per_token']:,}"))
     rows.append(("KV bytes/token, all layers", f"{info['kv_bytes_per_token']:,}"))

@@ -219,14 +219,14 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     rooms = kv.steps_until_new_blocks(seqs) if batch.due is None else None
     bs = kv.block_size
     if batch.forked:
-        tables = kv.num_tables  # a new block of a sequence is one per block table
+        tables = kv.num_token_tables  # a new block of a sequence is one per token table
         taking_now = batch.due[clock % bs] if rooms is None else None  # (room 0: a block at the next step)
         for i in batch.forked:
             takes = rooms[i] == 0 if rooms is not None else seqs[i] in taking_now
             if kv.blocks_needed(seqs[i], 1) > takes * tables:
                 return None  # a shared last block must be copied first
     # The longest run whose new blocks all fit: past it, some step would preempt.
-    free = kv.num_free_blocks // kv.num_tables  # (blocks a sliding window frees meanwhile are not counted on)
+    free = kv.num_free_blocks // kv.num_token_tables  # (blocks a sliding window frees meanwhile are not counted on)
     # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
     if num_seqs * (horizon // bs + 1) <= free:
         return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
@@ -408,8 +408,8 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     _decode_steps(seqs, num_steps, token_id)
     if taking:
         kv.append_blocks(taking)
-        if kv.num_tables != 1:  # a new block of a sequence is one per block table
-            opened = [n * kv.num_tables for n in opened]
+        if kv.num_token_tables != 1:  # a new block of a sequence is one per token table
+            opened = [n * kv.num_token_tables for n in opened]
     blocks_used = list(accumulate(opened, initial=used))[1:]
     finishing = num_steps >= to_finish
     # A window's frees at the last step go group by group between the finishes, as update() does

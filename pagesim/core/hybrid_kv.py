@@ -7,8 +7,13 @@ device pool of equal blocks.
   token's window (positions below num_computed - W + 1) and puts NULL_BLOCK in their place, so
   logical positions stay where they were. It holds at most ceil((W - 1) / B) + 1 blocks while
   decoding; a prefill step holds the whole chunk it writes.
-- All tables of a sequence have the same length, so a sequence opens a new block in every
-  table at once, copies on write per table, swaps and forks all of them.
+- All token tables of a sequence have the same length, so a sequence opens a new block in every
+  one at once, copies on write per table, swaps and forks all of them.
+- A state table (linear attention / Mamba layers, kind ``state``) holds one block per sequence,
+  taken with the sequence's first blocks and kept until it is freed or preempted; it is swapped
+  and forked like the others. Its block is rewritten every step, so a forked child shares it only
+  until its next step, which copies it (copy-on-write, as a shared partly filled block). Prefix
+  caching is refused with state tables (a cached state is a whole prefix's, not a block's).
 - Prefix caching keys a block by (table, chained hash): the same tokens are cached and evicted
   per table, in one LRU free queue. A hit is the longest prefix that every full table holds and,
   for each sliding window, whose last ceil((W - 1) / B) blocks every table of that window holds
@@ -47,9 +52,15 @@ class HybridKVManager(PagedKVManager):
                          kv_groups=kv_groups)
         layout: KVLayout = self.layout
         self.num_tables = layout.num_tables
+        self.num_token_tables = layout.num_token_tables
+        self._state = [t for t, g in enumerate(layout.tables) if g.is_state]
+        self._grow = [t for t, g in enumerate(layout.tables) if not g.is_state]  # the token tables
+        if self._state and enable_prefix_caching:
+            raise ValueError("prefix caching is not modelled for models with linear-attention/state layers "
+                             "(vLLM's Mamba prefix caching, mamba_cache_mode 'align'/'all', is experimental)")
         # (table index, window) of the sliding tables; the full-size tables by index
         self._sliding = [(t, g.sliding_window) for t, g in enumerate(layout.tables) if g.sliding_window is not None]
-        self._full = [t for t, g in enumerate(layout.tables) if g.sliding_window is None]
+        self._full = [t for t, g in enumerate(layout.tables) if g.sliding_window is None and not g.is_state]
         windows: dict[int, list[int]] = {}
         for t, window in self._sliding:
             windows.setdefault(window, []).append(t)
@@ -111,6 +122,9 @@ class HybridKVManager(PagedKVManager):
                     length, changed = hit, True
         hits = []
         for t, group in enumerate(self.layout.tables):
+            if group.is_state:
+                hits.append([])
+                continue
             start = max(0, length - self._window_blocks(group.sliding_window)) if group.sliding_window else 0
             hits.append([NULL_BLOCK] * start + [cached[keys[t][i]] for i in range(start, length)])
         return hits
@@ -149,12 +163,13 @@ class HybridKVManager(PagedKVManager):
         need = 0
         revived = set()  # cached blocks taken out of the free queue, however many sequences hit them
         for i, (seq, n) in enumerate(zip(group.seqs, num_new_tokens)):
+            need += len(self._state)  # (a state block of its own, even for a sibling)
             if i and shared:
-                need += self.num_tables * (_cdiv(shared * bs + n, bs) - shared)
+                need += self.num_token_tables * (_cdiv(shared * bs + n, bs) - shared)
                 continue
             hits = self._hit(seq)
             length = len(hits[0])
-            need += self.num_tables * (_cdiv(length * bs + n, bs) - length)
+            need += self.num_token_tables * (_cdiv(length * bs + n, bs) - length)
             revived.update(b for table in hits for b in table if b >= 0 and refcount[b] == 0)
         return self.device.num_free - need - len(revived) >= self.watermark_blocks
 
@@ -162,7 +177,8 @@ class HybridKVManager(PagedKVManager):
         shared = self._siblings_share(group)
         for i, (seq, n) in enumerate(zip(group.seqs, num_new_tokens)):
             if i and shared:
-                hits = [table[:shared] for table in self._tables[group.seqs[0].seq_id]]
+                hits = [[] if g.is_state else table[:shared]
+                        for g, table in zip(self.layout.tables, self._tables[group.seqs[0].seq_id])]
             else:
                 hits = self._hit(seq)
                 self._admitted_hits(seq, len(hits[0]))  # (every table's hit is as long, in blocks)
@@ -176,19 +192,23 @@ class HybridKVManager(PagedKVManager):
         tables = self._tables[seq.seq_id]
         capacity = len(tables[0]) * self.block_size
         end = seq.num_computed_tokens + num_new_tokens
-        need = self.num_tables * _cdiv(end - capacity, self.block_size) if end > capacity else 0
+        need = self.num_token_tables * _cdiv(end - capacity, self.block_size) if end > capacity else 0
+        refcount = self.device.refcount
         if seq.num_computed_tokens < capacity:  # a partly filled last block (never NULL) shared: copy it
-            refcount = self.device.refcount
-            for table in tables:
-                if refcount[table[-1]] > 1:
+            for t in self._grow:
+                if refcount[tables[t][-1]] > 1:
                     need += 1
+        for t in self._state:  # a state block is rewritten every step: shared (a fork), copy it
+            if refcount[tables[t][0]] > 1:
+                need += 1
         return need
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> None:
         tables = self._tables[seq.seq_id]
         dev = self.device
-        if seq.num_computed_tokens < len(tables[0]) * self.block_size:
-            for table in tables:
+        partly_filled = seq.num_computed_tokens < len(tables[0]) * self.block_size
+        for t, table in enumerate(tables):
+            if (partly_filled or t in self._state) and table:
                 last = table[-1]
                 if dev.refcount[last] > 1:
                     copy = dev.allocate()
@@ -197,16 +217,24 @@ class HybridKVManager(PagedKVManager):
                     self.pending_copies.append((last, copy))
         missing = self._blocks_for(seq.num_computed_tokens + num_new_tokens) - len(tables[0])
         if missing > 0:
-            blocks = dev.allocate_n(missing * self.num_tables)
-            for t, table in enumerate(tables):
-                table.extend(blocks[t * missing:(t + 1) * missing])
+            blocks = dev.allocate_n(missing * self.num_token_tables)
+            for i, t in enumerate(self._grow):
+                tables[t].extend(blocks[i * missing:(i + 1) * missing])
+        for t in self._state:  # the state, once per admission
+            if not tables[t]:
+                tables[t].append(dev.allocate())
 
     def append_block(self, seq: Sequence) -> None:
         self.append_blocks([seq])
 
     def append_blocks(self, seqs: list[Sequence]) -> None:
         # the order single steps take them in: sequence by sequence, each table in turn
-        blocks = self.device.allocate_n(len(seqs) * self.num_tables)
+        blocks = self.device.allocate_n(len(seqs) * self.num_token_tables)
+        if self._state:
+            grow, tables_of = self._grow, self._tables
+            for table, block in zip([tables_of[seq.seq_id][t] for seq in seqs for t in grow], blocks):
+                table.append(block)
+            return
         if self.num_tables == 1:  # (a window in every layer: the one table is seq.block_table)
             for seq, block in zip(seqs, blocks):
                 seq.block_table.append(block)
@@ -365,7 +393,8 @@ class HybridKVManager(PagedKVManager):
         return len(self._group_blocks(group))
 
     def can_swap_in(self, group: SequenceGroup) -> bool:
-        # one block per table and sequence for the token it appends right after coming back
+        # one block per table and sequence for the token it appends right after coming back (a
+        # state table: the copy of a state its forked siblings still share)
         need = self._unique_blocks(group) + self.num_tables * len(group.seqs)
         return self.device.num_free - need >= self.watermark_blocks
 
@@ -398,9 +427,10 @@ class HybridKVManager(PagedKVManager):
                 computed = seq.num_computed_tokens
                 for t, table in enumerate(self._tables[seq.seq_id]):
                     mine = filled[t]
+                    state = t in self._state  # (a state block is live state from admission on: counted full)
                     for i, block in enumerate(table):
                         if block >= 0:
-                            tokens = min(bs, max(0, computed - i * bs))
+                            tokens = bs if state else min(bs, max(0, computed - i * bs))
                             if tokens > mine.get(block, -1):
                                 mine[block] = tokens
         return [WasteBreakdown(token_states=sum(mine.values()), reserved=0,

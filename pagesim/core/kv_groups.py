@@ -10,13 +10,18 @@ Kinds:
   outside the window can be freed as the sequence grows.
 - ``mla``: multi-head latent attention (DeepSeek-V2/V3): one compressed latent vector per token
   per layer instead of K and V per head; kept like ``full``.
+- ``state``: linear attention / state-space layers (Qwen3-Next's Gated DeltaNet, Mamba): a
+  constant-size state per sequence instead of per-token KV (vLLM v1's MambaSpec). A sequence
+  holds exactly one block per state table from admission to finish, whatever its length; the
+  model layer makes a block at least one layer-group's state (vLLM raises the attention block
+  size until an attention page is at least a state page). A layout needs one token kind beside it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-KV_GROUP_KINDS = ("full", "sliding", "mla")
+KV_GROUP_KINDS = ("full", "sliding", "mla", "state")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,10 @@ class KVGroupSpec:
             raise ValueError(f"sliding_window must be positive, got {self.sliding_window}")
 
 
+# The smallest block FlashAttention's paged kernels take (vLLM's FlashAttentionBackend:
+# MultipleOf(16)): the grain vLLM raises a hybrid model's attention block size by.
+STATE_KERNEL_BLOCK_ALIGNMENT = 16
+
 NULL_BLOCK = -1  # a block-table entry whose block was freed (outside a sliding window): vLLM's null block
 
 
@@ -56,9 +65,17 @@ class BlockTableGroup:
     num_layers: int  # real layers, at most the layout's layers_per_block
     first_layer: int  # index of its first layer among the layers of its kind and window
 
+    @property
+    def is_state(self) -> bool:
+        """A constant-size state per sequence: one block, never grown (kind ``state``)."""
+        return self.kind == "state"
+
     def blocks_held(self, num_computed: int, block_size: int) -> int:
         """Blocks a sequence holds in this table once num_computed tokens are computed (before
-        the next one): a sliding window has freed those wholly before the next token's window."""
+        the next one): a sliding window has freed those wholly before the next token's window;
+        a state table holds its one block from admission on."""
+        if self.kind == "state":
+            return 1
         return _cdiv(num_computed, block_size) - self.blocks_skipped(num_computed, block_size)
 
     def blocks_skipped(self, num_computed: int, block_size: int) -> int:
@@ -70,6 +87,8 @@ class BlockTableGroup:
     def peak_blocks(self, length: int, chunk: int, block_size: int) -> int:
         """At most this many blocks in this table while a sequence grows to length computed tokens,
         at most chunk of them computed in one step (all of a step's tokens are written first)."""
+        if self.kind == "state":
+            return 1
         whole = _cdiv(length, block_size)
         if self.sliding_window is None:
             return whole
@@ -103,10 +122,11 @@ class KVLayout:
                 raise TypeError(f"KV groups must be KVGroupSpec, got {type(spec).__name__}")
             key = (spec.kind, spec.sliding_window)
             merged[key] = merged.get(key, 0) + spec.num_layers
-        if not merged:
-            raise ValueError("a KV layout needs at least one KV group")
-        # full-size kinds first, so that a sequence's first table (seq.block_table) covers every token
-        keys = sorted(merged, key=lambda k: k[1] is not None)
+        if not merged or all(kind == "state" for kind, _ in merged):
+            raise ValueError("a KV layout needs at least one KV group of attention layers")
+        # full-size kinds first, so that a sequence's first table (seq.block_table) covers every
+        # token; state tables last (they hold no tokens)
+        keys = sorted(merged, key=lambda k: (k[0] == "state", k[1] is not None))
         specs = tuple(KVGroupSpec(kind, merged[kind, window], window) for kind, window in keys)
         counts = [s.num_layers for s in specs]
         per_block = min(counts) if max(counts) >= 1.25 * min(counts) else max(counts)
@@ -123,6 +143,11 @@ class KVLayout:
         return sum(s.num_layers for s in self.specs)
 
     @property
+    def num_token_tables(self) -> int:
+        """Tables that take a block each time a sequence opens a new one (all but the state tables)."""
+        return sum(1 for t in self.tables if not t.is_state)
+
+    @property
     def padding_layers(self) -> int:
         """Layer slots of the pool's blocks that no layer uses (vLLM pads the same way)."""
         return self.num_tables * self.layers_per_block - self.num_layers
@@ -136,6 +161,25 @@ class KVLayout:
         """Bytes of one pool block; layer_bytes_per_token is one token's KV in one layer (on one
         GPU). One page size serves every table, so with kinds of different sizes pass the largest."""
         return block_size * self.layers_per_block * layer_bytes_per_token
+
+    @property
+    def has_state(self) -> bool:
+        return any(t.is_state for t in self.tables)
+
+    def state_block_size(self, block_size: int, layer_bytes_per_token: int, state_bytes_per_layer: int,
+                         kernel_alignment: int = STATE_KERNEL_BLOCK_ALIGNMENT) -> int:
+        """The block size a layout with state tables is served at: one page size serves every
+        table, so an attention page (block_size tokens of one layer) must hold a state page (one
+        sequence's state in one layer). vLLM (HybridAttentionMambaModelConfig /
+        Platform._align_hybrid_block_size, mamba_cache_mode "none") takes the alignment grain
+        g = max(the attention kernel's smallest block, 16 for FlashAttention; the user's block size)
+        and serves g x ceil(state page / (g x attention bytes of one token in one layer)) tokens a
+        block; the state page is then padded to the attention page. Without state tables, or with
+        no per-token bytes: block_size."""
+        if not self.has_state or layer_bytes_per_token <= 0:
+            return block_size
+        grain = max(kernel_alignment, block_size)
+        return grain * _cdiv(state_bytes_per_layer, grain * layer_bytes_per_token)
 
     def num_blocks(self, pool_bytes: int, block_size: int, layer_bytes_per_token: int) -> int:
         """Pool blocks that pool_bytes of KV memory hold."""

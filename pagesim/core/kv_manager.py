@@ -45,6 +45,9 @@ class KVCacheManager(ABC):
     prefill_chunk: int | None = None
     # Block tables per sequence (KV cache groups): a sequence's next block takes one in each.
     num_tables: int = 1
+    # Of those, the tables that take a block when a sequence opens a new one (a state table,
+    # pagesim.core.kv_groups, keeps its one block whatever the sequence's length).
+    num_token_tables: int = 1
     # A sliding window frees blocks as sequences decode (see steps_until_window_frees).
     frees_while_decoding: bool = False
     # steps_until_new_block changes only as decode steps and appended blocks change it: after a

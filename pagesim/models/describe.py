@@ -14,7 +14,7 @@ def describe_model(model: ModelSpec, tp: int = 1, ep: int = 1) -> dict:
                "kv_bytes_per_token_per_layer": model.kv_bytes_per_token_per_layer_of(g.kind),
                "kv_bytes_per_token": g.num_layers * model.kv_bytes_per_token_per_layer_of(g.kind)}
               for g in model.kv_groups]
-    return {
+    info = {
         "model": model.name,
         "num_layers": model.num_layers,
         "hidden_size": model.hidden_size,
@@ -36,3 +36,7 @@ def describe_model(model: ModelSpec, tp: int = 1, ep: int = 1) -> dict:
         "kv_bytes_per_token_per_gpu": model.kv_bytes_per_token_per_gpu(tp),
         "max_model_len": model.max_model_len,
     }
+    if model.linear_attn is not None:  # (only then: the other models' JSON stays as it was)
+        info["state_bytes_per_sequence"] = model.state_bytes_per_sequence()
+        info["state_bytes_per_sequence_per_gpu"] = model.state_bytes_per_sequence(tp)
+    return info

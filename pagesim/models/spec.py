@@ -93,6 +93,51 @@ class WeightQuant:
 
 
 @dataclass(frozen=True, slots=True)
+class LinearAttnSpec:
+    """Linear-attention layers with a constant-size state per sequence (Qwen3-Next's Gated
+    DeltaNet): in_proj_qkvz, in_proj_ba, a depthwise conv1d over q/k/v, A_log, dt_bias, a gated
+    RMSNorm of the value head size, out_proj. The state per layer is vLLM's
+    MambaStateShapeCalculator.gated_delta_net_state_shape: a conv state of (kernel - 1) x conv_dim
+    and a recurrent state of value heads x key dim x value dim, both split over TP."""
+
+    num_layers: int
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    state_dtype_bytes: int = 2  # vLLM's mamba cache dtypes "auto": the model dtype
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    def linear_params(self, hidden: int) -> int:
+        """Matmul weights of one layer: in_proj_qkvz, in_proj_ba, out_proj."""
+        return hidden * (2 * self.key_dim + 2 * self.value_dim) + hidden * 2 * self.num_value_heads \
+            + self.value_dim * hidden
+
+    @property
+    def other_params(self) -> int:
+        """One layer's non-matmul parameters: conv1d (no bias), A_log, dt_bias, the gated norm."""
+        return self.conv_dim * self.conv_kernel + 2 * self.num_value_heads + self.value_head_dim
+
+    def state_bytes_per_layer(self, tp: int = 1) -> int:
+        """One sequence's conv + recurrent state in one layer, on one GPU of tp."""
+        conv = (self.conv_kernel - 1) * self.conv_dim // tp
+        recurrent = self.num_value_heads // tp * self.key_head_dim * self.value_head_dim
+        return (conv + recurrent) * self.state_dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer (see the module docstring for the optional parts).
 
@@ -123,6 +168,8 @@ class ModelSpec:
     quant: WeightQuant | None = None
     kv_dtype_bytes: int | None = None  # None: dtype_bytes
     num_active_params: int | None = None
+    linear_attn: LinearAttnSpec | None = None  # layers with a per-sequence state instead of KV
+    attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the attention output (Qwen3-Next)
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -168,6 +215,11 @@ class ModelSpec:
         return 3 if self.gated_mlp else 2
 
     @property
+    def num_attention_layers(self) -> int:
+        """Layers with (full or sliding) attention; the rest are linear-attention layers."""
+        return self.num_layers - (self.linear_attn.num_layers if self.linear_attn else 0)
+
+    @property
     def num_dense_layers(self) -> int:
         """Layers with the dense ffn_size MLP (all of them unless MoE)."""
         return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
@@ -192,15 +244,24 @@ class ModelSpec:
         if self.mla is not None:
             return (KVGroupSpec("mla", self.num_layers),)
         groups = []
-        if self.num_layers > self.num_sliding_layers:
-            groups.append(KVGroupSpec("full", self.num_layers - self.num_sliding_layers))
+        if self.num_attention_layers > self.num_sliding_layers:
+            groups.append(KVGroupSpec("full", self.num_attention_layers - self.num_sliding_layers))
         if self.num_sliding_layers:
             groups.append(KVGroupSpec("sliding", self.num_sliding_layers, self.sliding_window))
+        if self.linear_attn:
+            groups.append(KVGroupSpec("state", self.linear_attn.num_layers))
         return tuple(groups)
+
+    def state_bytes_per_sequence(self, tp: int = 1) -> int:
+        """A sequence's linear-attention state over all such layers, on one GPU of tp (0: none)."""
+        return self.linear_attn.num_layers * self.linear_attn.state_bytes_per_layer(tp) if self.linear_attn else 0
 
     def kv_bytes_per_token_per_layer_of(self, kind: str) -> int:
         """One token's cache in one layer of `kind`: K and V of the KV heads (full, sliding), or
-        MLA's latent and rotary key. Whole model, all TP shards together."""
+        MLA's latent and rotary key. Whole model, all TP shards together. A state layer keeps no
+        per-token cache (state_bytes_per_sequence)."""
+        if kind == "state":
+            return 0
         if kind == "mla":
             if self.mla is None:
                 raise ValueError(f"{self.name} has no MLA layers")
@@ -246,7 +307,8 @@ class ModelSpec:
             q = (h * m.q_lora_rank + m.q_lora_rank * heads * m.qk_head_dim) if m.q_lora_rank else h * heads * m.qk_head_dim
             kv = h * m.latent_size + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
             return q + kv + heads * m.v_head_dim * h
-        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        gate = h * self.q_size if self.attn_output_gate else 0
+        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h + gate
 
     @property
     def dense_mlp_params(self) -> int:
@@ -272,10 +334,17 @@ class ModelSpec:
         return self.attention_linear_params_per_layer + self.dense_mlp_params
 
     @property
+    def mixer_linear_params(self) -> int:
+        """Matmul weights of every layer's token mixer: attention, or linear attention's projections."""
+        la = self.linear_attn
+        linear = la.num_layers * la.linear_params(self.hidden_size) if la else 0
+        return self.num_attention_layers * self.attention_linear_params_per_layer + linear
+
+    @property
     def linear_params(self) -> int:
         """Matmul weights one token runs through over all layers (routed experts: its top-k);
         each token costs 2 FLOPs per weight."""
-        dense = self.num_layers * self.attention_linear_params_per_layer + self.num_dense_layers * self.dense_mlp_params
+        dense = self.mixer_linear_params + self.num_dense_layers * self.dense_mlp_params
         if not self.moe:
             return dense
         return dense + self.moe.num_moe_layers * (self.moe_always_on_params
@@ -284,7 +353,7 @@ class ModelSpec:
     @property
     def linear_params_total(self) -> int:
         """Every matmul weight of the decoder layers (all experts)."""
-        dense = self.num_layers * self.attention_linear_params_per_layer + self.num_dense_layers * self.dense_mlp_params
+        dense = self.mixer_linear_params + self.num_dense_layers * self.dense_mlp_params
         if not self.moe:
             return dense
         return dense + self.moe.num_moe_layers * (self.moe_always_on_params + self.moe.num_experts * self.expert_params)
@@ -345,8 +414,9 @@ class ModelSpec:
     @property
     def attention_flops_per_pair(self) -> int:
         """FLOPs of one (query, key) pair over all layers, QK^T and PV, 2 FLOPs per MAC each, as
-        a dense attention computes them (MLA prefill: q/k heads of qk_head_dim, v of v_head_dim)."""
-        return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * self.num_layers
+        a dense attention computes them (MLA prefill: q/k heads of qk_head_dim, v of v_head_dim);
+        linear-attention layers have no pairs (pagesim.sim.cost.linear_attn)."""
+        return 2 * self.num_heads * (self.head_dim + self.v_head_dim) * self.num_attention_layers
 
     @property
     def mla_decode_flops_per_pair(self) -> int:

@@ -67,6 +67,8 @@ class Replay:
         chunked_default = vllm_v1_limits(cfg.gpu)["max_num_batched_tokens"]
         self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len, chunked_default))
         sized = size_pool(cfg, model)
+        if sized.block_size != cfg.block_size:  # linear-attention state: the block size vLLM raises it to
+            self.cfg = cfg = replace(cfg, block_size=sized.block_size)
         num_blocks, host_blocks, self.capacity, self.kv_groups = sized.num_blocks, sized.host_blocks, sized.capacity, \
             sized.kv_groups
         self.pool = cfg.pool(num_blocks, host_blocks, self.kv_groups)

@@ -4,8 +4,9 @@ than the GPU could hold (a what-if run)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from pagesim.core.errors import CannotServe
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.policies import uses_paged_blocks
 from pagesim.sim.specs import kv_bytes_per_token_per_gpu, kv_cache_capacity
@@ -22,10 +23,25 @@ class PoolSize:
     capacity: object | None  # the memory breakdown (None with a given --num-gpu-blocks)
     kv_groups: tuple | None  # the layer groups with their own block tables (None: one table)
     notes: list[str] = field(default_factory=list)
+    block_size: int | None = None  # the block size the pools are in (None: the config's)
 
 
 def size_pool(cfg, model) -> PoolSize:
-    """The pools of a run of cfg (a ReplayConfig whose batched-token budget is resolved) on model."""
+    """The pools of a run of cfg (a ReplayConfig whose batched-token budget is resolved) on model.
+    A model with linear-attention (state) layers may be served at a larger block size than
+    cfg's (PoolSize.block_size, with a note): the one vLLM raises it to (state_block_size)."""
+    notes: list[str] = []
+    if model.linear_attn is not None:
+        if not uses_paged_blocks(cfg.policy):
+            raise CannotServe(f"{model.name}: its linear-attention state is kept only by the paged (vLLM) KV managers, "
+                              f"not by {cfg.policy!r}")
+        block_size = state_block_size(cfg.block_size, model, cfg.tp)
+        if block_size != cfg.block_size:
+            notes.append(f"block size {block_size} (not {cfg.block_size}): {model.name}'s linear-attention state of "
+                         f"{model.linear_attn.state_bytes_per_layer(cfg.tp):,} bytes a layer per GPU must fit one "
+                         f"attention page, so vLLM raises the block size (HybridAttentionMambaModelConfig) and pads "
+                         "the state page to it")
+            cfg = replace(cfg, block_size=block_size)
     kwargs = {} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
 
     def memory_capacity():
@@ -38,9 +54,11 @@ def size_pool(cfg, model) -> PoolSize:
         capacity = memory_capacity()
         num_blocks = capacity.num_blocks(cfg.block_size)
         host_blocks = capacity.num_swap_blocks(cfg.block_size, cfg.swap_space_gib)
-    # A hybrid model (sliding-window layers beside full ones) keeps one block table per group over
-    # one pool of blocks that each hold a group's worth of layers (pagesim.core.kv_groups): its
-    # pool in blocks is worked out from bytes, and a sliding table frees what leaves its window.
+    # A hybrid model (sliding-window or linear-attention layers beside full ones) keeps one block
+    # table per group over one pool of blocks that each hold a group's worth of layers
+    # (pagesim.core.kv_groups): its pool in blocks is worked out from bytes, a sliding table frees
+    # what leaves its window, and a state table's block (one per sequence) holds a layer group's
+    # state, padded to the attention page (vLLM's kv_cache_utils: one page size for every group).
     layout = KVLayout.of(model.kv_groups)
     kv_groups = None if layout.is_plain or not uses_paged_blocks(cfg.policy) else model.kv_groups
     if kv_groups is not None:
@@ -52,9 +70,18 @@ def size_pool(cfg, model) -> PoolSize:
         if blocks > MAX_POOL_BLOCKS:
             raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
                              "simulator keeps track of")
-    notes = _what_if_pool(cfg, num_blocks, memory_capacity, layout, kv_groups, model) \
-        if cfg.num_gpu_blocks is not None else []
-    return PoolSize(num_blocks, host_blocks, capacity, kv_groups, notes)
+    if cfg.num_gpu_blocks is not None:
+        notes += _what_if_pool(cfg, num_blocks, memory_capacity, layout, kv_groups, model)
+    return PoolSize(num_blocks, host_blocks, capacity, kv_groups, notes, cfg.block_size)
+
+
+def state_block_size(block_size: int, model, tp: int) -> int:
+    """The block size model is served at on tp GPUs given --block-size block_size (KVLayout.state_block_size:
+    an attention page at least one layer's state page, on one GPU); block_size without state layers."""
+    if model.linear_attn is None:
+        return block_size
+    return KVLayout.of(model.kv_groups).state_block_size(block_size, _group_layer_bytes(model, tp),
+                                                        model.linear_attn.state_bytes_per_layer(tp))
 
 
 def _group_layer_bytes(model, tp: int) -> int:

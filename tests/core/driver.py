@@ -49,6 +49,12 @@ def windows_of(kv) -> list[int | None]:
     return [None] if layout is None else [t.sliding_window for t in layout.tables]
 
 
+def states_of(kv) -> list[bool]:
+    """Whether each block table is a state table (one block holding the sequence's whole state)."""
+    layout = getattr(kv, "layout", None)
+    return [False] if layout is None else [t.is_state for t in layout.tables]
+
+
 def token(request_id: int, branch: int, pos: int) -> int:
     return request_id * 1_000_000 + branch * 10_000 + pos
 
@@ -121,7 +127,13 @@ class FakeEngine:
         for seq, n in zip(out.seqs, out.num_new_tokens):
             c = seq.num_computed_tokens
             assert seq.status is SequenceStatus.RUNNING
-            for table in tables_of(self.kv, seq):  # (one, unless the model has KV cache groups)
+            for table, state in zip(tables_of(self.kv, seq), states_of(self.kv)):  # (one, unless KV groups)
+                if state:  # the state after the step's last token: one block, never shared when written
+                    assert len(table) == 1, f"seq {seq.seq_id} holds {len(table)} blocks in a state table"
+                    assert self.kv.device.refcount[table[0]] == 1, f"state block {table[0]} written while shared"
+                    if self.check_memory and n:
+                        self.mem[(DEV, table[0], 0)] = self._key(seq, c + n - 1)
+                    continue
                 assert len(table) * self.bs >= c + n, "block table too short for the step"
                 for p in range(c, c + n):
                     b = table[p // self.bs]
@@ -153,7 +165,13 @@ class FakeEngine:
             for seq in group.seqs:
                 pool = DEV if seq.status is SequenceStatus.RUNNING else HOST
                 c = seq.num_computed_tokens
-                for table, window in zip(tables_of(self.kv, seq), windows_of(self.kv)):
+                for table, window, state in zip(tables_of(self.kv, seq), windows_of(self.kv), states_of(self.kv)):
+                    if state:  # the state of the whole prefix computed (and written this step)
+                        end = c + written.get(id(seq), 0)
+                        assert len(table) == 1
+                        got = self.mem.get((pool, table[0], 0))
+                        assert end == 0 or got == self._key(seq, end - 1), f"seq {seq.seq_id}: wrong state"
+                        continue
                     # a sliding window keeps what the next token (at position c) reads
                     first = 0 if window is None else max(0, c - window + 1)
                     for p in range(first, c + written.get(id(seq), 0)):

@@ -47,6 +47,8 @@ PUBLISHED = [
     # the checkpoint, with its MTP layer (test_glm_mtp_layer_and_the_published_figures)
     ("GLM-4.5", None, "zai-org/GLM-4.5 (HF page, safetensors): 358B params (with the MTP layer)"),
     ("GLM-4.5-Air", None, "zai-org/GLM-4.5-Air model card: 106B total (see the GLM test)"),
+    # without the MTP layer (vLLM loads it only for speculative decoding); see test_qwen3_next.py
+    ("Qwen3-Next-80B-A3B-Instruct", 80, "Qwen3-Next blog (recalled) and model card (a mirror, read here): 80B total"),
 ]
 FILES = [name for name, _, _ in PUBLISHED]
 

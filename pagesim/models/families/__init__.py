@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
                                      qwen3_moe)
-from pagesim.models.families import glm4_moe, gpt_oss, llama4, olmo2, olmoe, phimoe, smollm3
+from pagesim.models.families import glm4_moe, gpt_oss, llama4, olmo2, olmoe, phimoe, qwen3_next, smollm3
 
 FAMILIES = {
     "opt": opt.build,
@@ -18,6 +18,7 @@ FAMILIES = {
     "qwen2_moe": qwen2_moe.build,
     "qwen3": qwen3.build,
     "qwen3_moe": qwen3_moe.build,
+    "qwen3_next": qwen3_next.build,
     "deepseek_v2": deepseek.build,
     "deepseek_v3": deepseek.build,
     "gemma2": gemma.build_gemma2,

@@ -69,7 +69,8 @@ def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern,
 def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extras: Extras,
                  ffn_size: int, moe: MoESpec | None = None, mla: MLASpec | None = None,
                  window: int | None = None, num_sliding: int = 0, qk_norm: bool = False,
-                 heads: tuple[int, int, int, int] | None = None) -> ModelSpec:
+                 heads: tuple[int, int, int, int] | None = None, linear_attn=None,
+                 attn_output_gate: bool = False) -> ModelSpec:
     """The spec of a llama-shaped model, with num_params (and, for MoE, num_active_params)
     counted from its shapes and `extras`."""
     h, n_heads, kv_heads, head_dim = heads or attention_heads(f)
@@ -78,7 +79,8 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
     layers, vocab, max_len = f.int("num_hidden_layers"), f.int("vocab_size"), f.int("max_position_embeddings")
     spec = ModelSpec(name, layers, h, n_heads, kv_heads, head_dim, ffn_size, vocab, 1, max_len,
                      SERVING_DTYPE_BYTES, architecture="llama", moe=moe, mla=mla, sliding_window=window,
-                     num_sliding_layers=num_sliding, qk_norm=qk_norm, quant=quant)
+                     num_sliding_layers=num_sliding, qk_norm=qk_norm, quant=quant, linear_attn=linear_attn,
+                     attn_output_gate=attn_output_gate)
     per_layer = extras.norms_per_layer * h + extras.layer_bias + extras.layer_other
     moe_other = spec.moe.num_moe_layers * extras.moe_layer_other if moe else 0
     outside = layers * per_layer + moe_other + vocab * h * (1 if extras.tied_embeddings else 2) + h + extras.model_other

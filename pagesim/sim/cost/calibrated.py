@@ -61,6 +61,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 
+from pagesim.sim.cost.linear_attn import state_work
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.layer_ops import FUSED_MOE_OPS, Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape re-exported)
 from pagesim.sim.cost.paged_blocks import block_term
@@ -298,7 +299,7 @@ class CalibratedCostModel(CostModel):
         self.calibration = cal = calibration or shipped_calibration(gpu)
         self.shape = shape = LayerShape.of(model, tp)
         d = model.dtype_bytes
-        layers = model.num_layers
+        layers = model.num_attention_layers  # (linear-attention layers: the state terms below)
         a = cal.attention
         # W8A8 FP8 GEMMs: the fitted FP16 compute term times fp16 / fp8 FLOP/s of this GPU
         self._fp8_flop_scale = gpu.fp16_flops / gpu.fp8_flops if gpu.has_fp8 else 1.0
@@ -313,7 +314,8 @@ class CalibratedCostModel(CostModel):
         ctx_layer = a.decode_s_per_kv_byte * kv_token_layer
         if model.mla is not None:  # the latent read or the heads' FLOPs over it, whichever is longer
             ctx_layer = max(ctx_layer, a.prefill_s_per_flop * (model.mla_decode_flops_per_pair // layers // tp))
-        self._dec_floor = layers * a.decode_floor_s
+        # one kernel a layer, attention or linear attention's recurrent kernel
+        self._dec_floor = model.num_layers * a.decode_floor_s
         self._dec_per_seq = layers * a.decode_s_per_seq
         self._dec_per_ctx = (layers * a.decode_s_per_kv_byte * kv_token_layer if model.mla is None and not sliding
                              else full * ctx_layer)
@@ -321,11 +323,24 @@ class CalibratedCostModel(CostModel):
         # decode attention away from block 16 (pagesim/sim/cost/paged_blocks.py), where its source applies
         self._block_term = block_term(gpu)
         self._dec_by_block: dict[int, tuple[float, float, float]] = {}
-        self._pre_floor = layers * a.prefill_floor_s
+        self._pre_floor = model.num_layers * a.prefill_floor_s
         self._pre_per_pair = full * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_window_pair = sliding * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_token = layers * a.prefill_s_per_token_byte * shape.attention_token_bytes
         self._allreduce_bytes_per_token = model.hidden_size * d
+        # linear-attention layers' recurrent kernel (pagesim/sim/cost/linear_attn.py), not measured:
+        # priced through the attention kernels' fitted slopes, the measured kernels most alike (a
+        # head-parallel kernel streaming per-sequence cache from HBM; tensor-core chunks in prefill):
+        # every byte at the decode KV read's seconds a byte (a bandwidth: 2.6 TB/s on the H100; the
+        # prefill per-token byte term also carries the attention kernel's other per-token work),
+        # prefill's FLOPs at prefill attention's seconds a FLOP, added as that line adds its terms
+        # (docs/calibration.md, "Linear attention")
+        work = state_work(model, tp)
+        self._state = work is not None
+        self._state_dec_per_seq = a.decode_s_per_kv_byte * work.decode_bytes_per_seq if work else 0.0
+        self._state_pre_per_token = (a.prefill_s_per_flop * work.prefill_flops_per_token
+                                     + a.decode_s_per_kv_byte * work.prefill_bytes_per_token) if work else 0.0
+        self._state_pre_per_seq = a.decode_s_per_kv_byte * work.prefill_bytes_per_seq if work else 0.0
         self._token_cache: dict[int, float] = {}
         self._seq_cache: dict[int, float] = {}
         # swap and copy-on-write moves are not measured: the roofline's terms
@@ -342,7 +357,7 @@ class CalibratedCostModel(CostModel):
             layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale) for g in group.gemms]
                         + [cal.operator_seconds(op, s, tokens) for op in ELEMENTWISE_OPERATORS])
             layer += (RESIDUAL_ADDS_PER_LAYER - 1) * cal.operator_seconds("add", s, tokens)
-            layer += sum(cal.routing_seconds(b) for b in group.routing_bytes)
+            layer += sum(cal.routing_seconds(b) for b in group.routing_bytes + group.mixer_bytes)
             seconds = layer + allreduce
             if group.ep_exchange_bytes:  # expert parallelism: all-gather + reduce-scatter over the ranks
                 seconds += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
@@ -393,7 +408,9 @@ class CalibratedCostModel(CostModel):
                 busy += cal.operator_seconds(op, s, tokens) - floor
                 floors += floor
                 kernels += 1
-            for nbytes in group.routing_bytes:  # a MoE layer's routing kernels (layer_ops.moe_routing_bytes)
+            # a MoE layer's routing kernels (layer_ops.moe_routing_bytes), a linear-attention layer's
+            # conv and gated norm: elementwise kernels on the residual add's line
+            for nbytes in group.routing_bytes + group.mixer_bytes:
                 line = cal.elementwise[ROUTING_KIND]
                 busy += line.slope * nbytes
                 floors += line.floor_s
@@ -433,6 +450,9 @@ class CalibratedCostModel(CostModel):
                   + shape.num_prefill_tokens * self._pre_per_token)
             if self._window:  # sliding layers: each new token attends to at most the window
                 t += min(shape.prefill_attn_pairs, shape.num_prefill_tokens * self._window) * self._pre_per_window_pair
+        if self._state:  # linear attention's recurrent kernel (not paged: no block term)
+            t += (shape.num_prefill_tokens * self._state_pre_per_token + shape.num_prefill_seqs * self._state_pre_per_seq
+                  + n_dec * self._state_dec_per_seq)
         if shape.num_swap_blocks or shape.num_copy_blocks:
             t += self._block_moves(shape)
         if n_dec:

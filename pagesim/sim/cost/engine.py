@@ -226,6 +226,11 @@ class EngineCostModel(CostModel):
         self._cache: dict[tuple[int, bool], tuple[float, float, float, float]] = {}
         self._seq_cache: dict[int, tuple[float, float]] = {}
         self._moves = kern._block_moves
+        # linear-attention layers' recurrent kernel (CalibratedCostModel): decode with the attention
+        # busy time (the same GPU-time scale), prefill with the other busy time
+        self._state = kern._state
+        self._state_dec_per_seq = kern._state_dec_per_seq
+        self._state_pre_per_token, self._state_pre_per_seq = kern._state_pre_per_token, kern._state_pre_per_seq
         self._per_ctx = self.theta[1] * self._dec_busy_per_ctx  # the one term a decode run changes
         self._per_window_ctx = self.theta[1] * self._dec_busy_per_window_ctx
 
@@ -289,6 +294,9 @@ class EngineCostModel(CostModel):
             busy += shape.prefill_attn_pairs * self._pre_busy_per_pair + n_pre * self._pre_busy_per_token
             if self._window and n_pre:
                 busy += min(shape.prefill_attn_pairs, n_pre * self._window) * self._pre_busy_per_window_pair
+            if self._state:
+                attn += n_dec * self._state_dec_per_seq
+                busy += n_pre * self._state_pre_per_token + shape.num_prefill_seqs * self._state_pre_per_seq
         if shape.num_swap_blocks or shape.num_copy_blocks:
             fixed += self._moves(shape)
         return StepFeatures((busy, attn, kernels, ar_calls, 1.0 if seqs else 0.0, float(seqs)), fixed)

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 from pagesim.models import ModelSpec
+from pagesim.sim.cost.linear_attn import linear_attn_elementwise_bytes
 
 # BLOCK_SIZE_M of vLLM's fused_moe kernel by the tokens M entering it: (M up to, BLOCK_SIZE_M),
 # 128 above. The tuned H100 configuration of Mixtral-8x7B at TP 2 (vLLM
@@ -147,8 +148,8 @@ class LayerShape:
     def gemm_dims(self, op: str) -> tuple[int, int]:
         """(K, N) of a dense layer's GEMM on one GPU."""
         h = self.hidden_size
-        if op == "attn_pre_proj":
-            return h, self.q_per_gpu + 2 * self.kv_per_gpu
+        if op == "attn_pre_proj":  # (a gated attention's q_proj also gives the output gate: twice as wide)
+            return h, (2 if self.model.attn_output_gate else 1) * self.q_per_gpu + 2 * self.kv_per_gpu
         if op == "attn_post_proj":
             return self.q_per_gpu, h
         if op == "mlp_up_proj":
@@ -197,6 +198,7 @@ class LayerGroup:
     ep_exchange_bytes: float = 0.0
     ep_ranks: int = 1
     routing_bytes: tuple[float, ...] = ()  # per routing kernel of a MoE layer (moe_routing_bytes)
+    mixer_bytes: tuple[float, ...] = ()  # per elementwise kernel of a linear-attention layer (conv, gated norm)
 
 
 def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
@@ -268,21 +270,45 @@ def moe_routing_bytes(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[
     return float(topk), float(align), float(moe_sum)
 
 
+def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
+    """A Gated DeltaNet layer's GEMMs (Qwen3-Next): in_proj_qkvz (q, k, v and the gate z),
+    in_proj_ba (beta and the decay's a, one each a value head) and out_proj, split over TP."""
+    la, h = model.linear_attn, model.hidden_size
+    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    return [Gemm("la_in_proj_qkvz", tokens, h, (2 * la.key_dim + 2 * la.value_dim) // tp, weight_bytes=wb, fp8=fp8),
+            Gemm("la_in_proj_ba", tokens, h, 2 * la.num_value_heads // tp, weight_bytes=wb, fp8=fp8),
+            Gemm("la_out_proj", tokens, la.value_dim // tp, h, weight_bytes=wb, fp8=fp8)]
+
+
 def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:
-    """The model's layers in groups of one shape, with their GEMMs for a step of `tokens` tokens."""
+    """The model's layers in groups of one shape, with their GEMMs for a step of `tokens` tokens.
+    A model with linear-attention layers splits each MLP kind's layers into attention and linear
+    ones (in proportion where it has both dense and MoE layers: which is which is not kept)."""
     base = LayerShape.of(model, tp)
     attention = attention_gemms(model, tokens, tp, base)
     wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
-    groups = []
+    kinds = []  # (layers, MLP GEMMs, shape, EP exchange, EP ranks, routing bytes)
     if model.num_dense_layers:
         mlp = [Gemm(op, tokens, *base.gemm_dims(op), weight_bytes=wb, fp8=fp8) for op in ("mlp_up_proj", "mlp_down_proj")]
-        groups.append(LayerGroup(model.num_dense_layers, tuple(attention + mlp), base))
+        kinds.append((model.num_dense_layers, mlp, base, 0.0, 1, ()))
     if model.moe is not None:
         gemms, exchange, ranks = moe_gemms(model, tokens, tp, ep)
         moe = model.moe
         # the activation runs over each token's k experts (and the shared ones), split over TP
         shape = LayerShape(model, tp, base.rotary, mlp_width=moe.experts_per_token * moe.expert_ffn_size
                            + moe.shared_expert_ffn_size)
-        groups.append(LayerGroup(moe.num_moe_layers, tuple(attention + gemms), shape, exchange, ranks,
-                                 moe_routing_bytes(model, tokens, tp, ep)))
+        kinds.append((moe.num_moe_layers, gemms, shape, exchange, ranks, moe_routing_bytes(model, tokens, tp, ep)))
+    la = model.linear_attn
+    linear_left = la.num_layers if la else 0
+    groups = []
+    for i, (n, mlp, shape, exchange, ranks, routing) in enumerate(kinds):
+        linear = linear_left if i == len(kinds) - 1 else round(n * linear_left / model.num_layers)
+        linear = min(n, linear)
+        linear_left -= linear
+        if n > linear:
+            groups.append(LayerGroup(n - linear, tuple(attention + mlp), shape, exchange, ranks, routing))
+        if linear:  # no rotary kernel; the conv and the gated norm instead
+            groups.append(LayerGroup(linear, tuple(linear_attn_gemms(model, tokens, tp) + mlp),
+                                     LayerShape(model, tp, False, shape.mlp_width), exchange, ranks, routing,
+                                     linear_attn_elementwise_bytes(model, tp, tokens)))
     return tuple(groups)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.layer_ops import check_parallelism
+from pagesim.sim.cost.linear_attn import linear_attn_elementwise_bytes, state_work
 from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
@@ -116,7 +117,21 @@ class RooflineCostModel(CostModel):
             elem_bytes = d * sum(n * (c.elementwise_hidden_passes * model.hidden_size + ffn_passes * width // tp)
                                  for n, width in ((model.num_dense_layers, model.ffn_size),
                                                   (model.moe.num_moe_layers, moe_width)))
+        if model.linear_attn is not None:  # a linear-attention layer's conv and gated norm
+            elem_bytes += model.linear_attn.num_layers * sum(linear_attn_elementwise_bytes(model, tp, 1))
         self._elementwise_s_per_token = elem_bytes / hbm
+        # Linear-attention layers' recurrent kernel (pagesim/sim/cost/linear_attn.py): decode reads
+        # and writes each sequence's state once a layer (memory-bound: at the HBM efficiency of the
+        # other streamed reads, weights and activations; the state is one dense tensor a sequence,
+        # not gathered block by block as paged KV is); prefill's chunked kernel is linear in tokens,
+        # its FLOPs at the attention kernels' rate, against its bytes
+        work = state_work(model, tp)
+        self._state = work is not None
+        self._state_dec_s_per_seq = max(work.decode_bytes_per_seq / hbm, work.decode_flops_per_seq / attn_flops) \
+            if work else 0.0
+        self._state_pre_flop_s_per_token = work.prefill_flops_per_token / attn_flops if work else 0.0
+        self._state_pre_byte_s_per_token = work.prefill_bytes_per_token / hbm if work else 0.0
+        self._state_pre_byte_s_per_seq = work.prefill_bytes_per_seq / hbm if work else 0.0
         # Prompt attention: FLOPs per causal pair vs writing and reading each new token's KV once.
         self._prefill_attn_s_per_pair = model.attention_flops_per_pair / tp / attn_flops
         self._prefill_kv_s_per_token = 2 * kv_token / kv_bw
@@ -177,6 +192,10 @@ class RooflineCostModel(CostModel):
                 a += min(shape.prefill_attn_pairs, shape.num_prefill_tokens * self._window) * self._window_pair_s
             b = shape.num_prefill_tokens * self._prefill_kv_s_per_token
             t += a if a > b else b
+            if self._state:
+                t += self._state_prefill(shape)
+        if self._state and n_dec:  # (where _decode_base adds it)
+            t += n_dec * self._state_dec_s_per_seq
         if n_dec:
             if shape.block_size == 16 or self._block_term is None:
                 t += shape.decode_context_tokens * self._decode_attn_s_per_ctx
@@ -266,7 +285,23 @@ class RooflineCostModel(CostModel):
         t += self._allreduce_fixed_s
         lm = n_dec * self._lm_s_per_seq
         t += lm if lm > self._lm_weight_s else self._lm_weight_s
+        if self._state:
+            t += n_dec * self._state_dec_s_per_seq
         return t
+
+    def _state_prefill(self, shape: BatchShape) -> float:
+        """The chunked gated delta rule over a step's prompt tokens: max(compute, bytes)."""
+        compute = shape.num_prefill_tokens * self._state_pre_flop_s_per_token
+        nbytes = (shape.num_prefill_tokens * self._state_pre_byte_s_per_token
+                  + shape.num_prefill_seqs * self._state_pre_byte_s_per_seq)
+        return compute if compute > nbytes else nbytes
+
+    def state_seconds(self, shape: BatchShape) -> float:
+        """The linear-attention layers' recurrent kernel in a step (0 without such layers)."""
+        if not self._state:
+            return 0.0
+        return (self._state_prefill(shape) if shape.num_prefill_tokens else 0.0) \
+            + shape.num_decode_seqs * self._state_dec_s_per_seq
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
         """The same sum as `iteration_time`, part by part (slow path, for reports and tests)."""
@@ -284,6 +319,7 @@ class RooflineCostModel(CostModel):
                                      shape.num_prefill_tokens * self._prefill_kv_s_per_token)
             if shape.num_prefill_tokens else 0.0,
             "decode_attention": self._decode_attention(shape) if shape.num_decode_seqs else 0.0,
+            **({"linear_attention": self.state_seconds(shape)} if self._state else {}),
             "swap": shape.num_swap_blocks * self._swap_copies_per_block * (
                 self._swap_latency_s + shape.block_size * self._swap_s_per_token_copy),
             "copy": (self._cow_launch_s + shape.num_copy_blocks * shape.block_size
