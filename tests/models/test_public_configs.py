@@ -64,7 +64,7 @@ PUBLISHED = [
 
 
 def test_every_data_file_is_checked():
-    from test_public_families import FILES  # the families checked in test_public_families.py
+    from tests.models.test_public_families import FILES  # the families checked there
 
     assert sorted(p.stem for p in DATA.glob("*.json")) == sorted([name for name, _, _ in PUBLISHED] + FILES)
 

@@ -12,21 +12,12 @@ longrope short_factor / long_factor lists are left out: they move positions, not
 """
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from pagesim.cli import app
-from pagesim.models import get_model
-
-DATA = Path(__file__).parent / "data"
-TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
-BILLION = 1e9
-
-
-def model(name):
-    return get_model(str(DATA / f"{name}.json"))
+from tests.models.test_public_configs import BILLION, DATA, TRACE, model
 
 
 # (file, published total in billions, source). Totals must agree within 0.5 %. A source marked
