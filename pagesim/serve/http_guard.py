@@ -55,7 +55,9 @@ async def http_error(request, exc: HTTPException) -> JSONResponse:
         message = f"no route {request.method} {request.url.path}; this server has /v1/completions, " \
                   "/v1/chat/completions, /v1/models, /health and /metrics"
     elif exc.status_code == 405:
-        message = f"{request.method} is not allowed on {request.url.path} (allowed: {(exc.headers or {}).get('Allow', '?')})"
+        # (sorted: starlette joins a route's methods from a set, whose order moves from run to run)
+        allowed = ", ".join(sorted(m.strip() for m in (exc.headers or {}).get("Allow", "?").split(",")))
+        message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed})"
     else:
         message = str(exc.detail)
     kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
