@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from pagesim.core.errors import CannotServe
 from pagesim.core.kv_groups import KVGroupSpec
+from pagesim.models.mamba2 import Mamba2Spec
 
 ARCHITECTURES = ("opt", "llama")
 KV_CACHE_DTYPES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2}
@@ -130,6 +131,16 @@ class LinearAttnSpec:
         """One layer's non-matmul parameters: conv1d (no bias), A_log, dt_bias, the gated norm."""
         return self.conv_dim * self.conv_kernel + 2 * self.num_value_heads + self.value_head_dim
 
+    def conv_dim_per_gpu(self, tp: int) -> int:
+        return self.conv_dim // tp
+
+    def gemm_widths(self, hidden: int, tp: int) -> list[tuple[str, int, int]]:
+        """(op, k, n) of one layer's GEMMs on one GPU of tp: in_proj_qkvz (q, k, v and the gate z),
+        in_proj_ba (beta and the decay's a, one each a value head), out_proj."""
+        return [("la_in_proj_qkvz", hidden, (2 * self.key_dim + 2 * self.value_dim) // tp),
+                ("la_in_proj_ba", hidden, 2 * self.num_value_heads // tp),
+                ("la_out_proj", self.value_dim // tp, hidden)]
+
     def state_bytes_per_layer(self, tp: int = 1) -> int:
         """One sequence's conv + recurrent state in one layer, on one GPU of tp."""
         conv = (self.conv_kernel - 1) * self.conv_dim // tp
@@ -168,7 +179,7 @@ class ModelSpec:
     quant: WeightQuant | None = None
     kv_dtype_bytes: int | None = None  # None: dtype_bytes
     num_active_params: int | None = None
-    linear_attn: LinearAttnSpec | None = None  # layers with a per-sequence state instead of KV
+    linear_attn: LinearAttnSpec | Mamba2Spec | None = None  # layers with a per-sequence state instead of KV
     attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the attention output (Qwen3-Next)
 
     def __post_init__(self) -> None:

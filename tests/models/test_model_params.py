@@ -96,6 +96,15 @@ TINY_CONFIGS = {
     "olmo2": dict(TINY),
     "gemma": dict(TINY, head_dim=32),
     "granite": dict(TINY, tie_word_embeddings=True, attention_bias=True),
+    # Mamba2 mixers (2 groups, 4 heads of 32 = 2 x 64) beside attention, routed experts + shared MLP; and dense
+    # (transformers 5 builds a Mamba layer only for "linear_attention"; the family reads both spellings)
+    "granitemoehybrid": dict(TINY, layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                "linear_attention"], mamba_n_heads=4,
+                             mamba_d_head=32, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4, num_local_experts=4,
+                             num_experts_per_tok=2, shared_intermediate_size=48, tie_word_embeddings=True),
+    "granitemoehybrid-dense": dict(TINY, layer_types=["full_attention"] + ["linear_attention"] * 3, mamba_n_heads=8,
+                                   mamba_d_head="auto", mamba_d_state=16, mamba_n_groups=1, num_local_experts=0,
+                                   shared_intermediate_size=80, attention_bias=True),
     "smollm3": dict(TINY, pad_token_id=0),
     "opt": dict(hidden_size=64, ffn_dim=96, num_hidden_layers=3, num_attention_heads=4, vocab_size=256,
                 max_position_embeddings=512, word_embed_proj_dim=64),

@@ -40,6 +40,8 @@ PUBLISHED = [
     ("GLM-4.5-Air", None, "zai-org/GLM-4.5-Air model card: 106B total (see the GLM test)"),
     # without the MTP layer (vLLM loads it only for speculative decoding); see test_qwen3_next.py
     ("Qwen3-Next-80B-A3B-Instruct", 80, "Qwen3-Next blog (recalled) and model card (a mirror, read here): 80B total"),
+    # published to one digit only ("7B"): 6.94 B is checked by hand and to that digit in test_granitemoehybrid.py
+    ("granite-4.0-h-tiny", None, "ibm-granite/granite-4.0-h-tiny model card (a copy, read here): 7B parameters"),
 ]
 FILES = [name for name, _, _ in PUBLISHED]
 
