@@ -271,13 +271,11 @@ def moe_routing_bytes(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[
 
 
 def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
-    """A Gated DeltaNet layer's GEMMs (Qwen3-Next): in_proj_qkvz (q, k, v and the gate z),
-    in_proj_ba (beta and the decay's a, one each a value head) and out_proj, split over TP."""
+    """A linear-attention layer's GEMMs, split over TP (the spec's gemm_widths): a Gated DeltaNet's
+    in_proj_qkvz, in_proj_ba and out_proj (Qwen3-Next), or a Mamba2 mixer's in_proj and out_proj."""
     la, h = model.linear_attn, model.hidden_size
     wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
-    return [Gemm("la_in_proj_qkvz", tokens, h, (2 * la.key_dim + 2 * la.value_dim) // tp, weight_bytes=wb, fp8=fp8),
-            Gemm("la_in_proj_ba", tokens, h, 2 * la.num_value_heads // tp, weight_bytes=wb, fp8=fp8),
-            Gemm("la_out_proj", tokens, la.value_dim // tp, h, weight_bytes=wb, fp8=fp8)]
+    return [Gemm(op, tokens, k, n, weight_bytes=wb, fp8=fp8) for op, k, n in la.gemm_widths(h, tp)]
 
 
 def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:

@@ -18,6 +18,17 @@ the gated norm elementwise kernels). What is here is the recurrent kernel over t
   chunk_fwd_h, read by chunk_fwd_o) once every C tokens; each sequence's state read and written once.
 
 The heads are the value heads split over TP (vLLM repeats q and k to the value heads).
+
+Mamba2 layers (pagesim.models.mamba2: Granite 4.0-H) take the same terms with their own kernel:
+- Decode (vLLM's selective_state_update): each layer reads and writes the state once (conv state
+  and the SSM state of H x P x N), h <- exp(dt A) h + dt x B^T and y = h C: 5 FLOPs a state element.
+- Prefill (the SSD chunked scan: Dao and Gu, "Transformers are SSMs", ICML 2024, section 6; vLLM's
+  vllm/model_executor/layers/mamba/ops/ssd_combined.py, chunks of Q = mamba_chunk_size tokens):
+  per token, C B^T within the chunk per group (2 Q N), its masked product with x per head (2 Q P),
+  the chunk state B^T x and the state's output C h per head (2 P N each): G 2QN + H (2QP + 4PN),
+  the causal mask's idle half of the tiles counted (the kernels compute whole tiles). Bytes: x, y,
+  B, C and dt a token, the chunk states (H P N, written and read) once every Q tokens, and each
+  sequence's state read and written once.
 """
 
 from __future__ import annotations
@@ -25,9 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pagesim.models import ModelSpec
+from pagesim.models.mamba2 import Mamba2Spec
 
 CHUNK = 64  # tokens a chunk of the chunked gated delta rule (fla's chunk_size / BT)
 DECODE_FLOPS_PER_STATE_ELEMENT = 7  # S <- g S (1), S^T k (2), S += k delta^T (2), S^T q (2)
+MAMBA2_DECODE_FLOPS_PER_STATE_ELEMENT = 5  # h <- exp(dt A) h + (dt x) B^T (3), y = h C (2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +60,36 @@ def state_work(model: ModelSpec, tp: int) -> StateWork | None:
     la = model.linear_attn
     if la is None:
         return None
-    n, d = la.num_layers, la.state_dtype_bytes
-    heads, dk, dv = la.num_value_heads // tp, la.key_head_dim, la.value_head_dim
-    state = la.state_bytes_per_layer(tp)
-    io = (heads * (2 * dk + 2 * dv) + 2 * heads) * model.dtype_bytes  # q, k, v, o; g, beta
-    chunk_states = 2 * heads * dk * dv * d / CHUNK
+    n, state = la.num_layers, la.state_bytes_per_layer(tp)
+    # per layer: decode FLOPs a sequence, prefill FLOPs a token, prefill bytes a token
+    kernel = _mamba2 if isinstance(la, Mamba2Spec) else _gated_delta
+    flops_dec, flops_pre, bytes_pre = kernel(la, tp, model.dtype_bytes)
     return StateWork(
         num_layers=n,
         decode_bytes_per_seq=float(n * 2 * state),
-        decode_flops_per_seq=float(n * heads * DECODE_FLOPS_PER_STATE_ELEMENT * dk * dv),
-        prefill_flops_per_token=float(n * heads * (6 * dk * dv + 2 * CHUNK * (3 * dk + 2 * dv))),
-        prefill_bytes_per_token=float(n * (io + chunk_states)),
+        decode_flops_per_seq=float(n * flops_dec),
+        prefill_flops_per_token=float(n * flops_pre),
+        prefill_bytes_per_token=float(n * bytes_pre),
         prefill_bytes_per_seq=float(n * 2 * state))
+
+
+def _gated_delta(la, tp: int, act: int) -> tuple[int, int, float]:
+    d = la.state_dtype_bytes
+    heads, dk, dv = la.num_value_heads // tp, la.key_head_dim, la.value_head_dim
+    io = (heads * (2 * dk + 2 * dv) + 2 * heads) * act  # q, k, v, o; g, beta
+    chunk_states = 2 * heads * dk * dv * d / CHUNK
+    return (heads * DECODE_FLOPS_PER_STATE_ELEMENT * dk * dv, heads * (6 * dk * dv + 2 * CHUNK * (3 * dk + 2 * dv)),
+            io + chunk_states)
+
+
+def _mamba2(la: Mamba2Spec, tp: int, act: int) -> tuple[int, int, float]:
+    """A Mamba2 layer: decode is selective_state_update (h <- exp(dt A) h + dt x B^T: 3 FLOPs a
+    state element; y = h C: 2), prefill the SSD chunked scan (module docstring)."""
+    heads, p, ns, q, g = la.num_heads // tp, la.head_dim, la.state_size, la.chunk_size, la.groups_per_gpu(tp)
+    prefill = g * 2 * q * ns + heads * (2 * q * p + 4 * p * ns)
+    io = (2 * heads * p + 2 * g * ns + heads) * act  # x and y; B and C; dt
+    chunk_states = 2 * heads * p * ns * la.state_dtype_bytes / q
+    return heads * MAMBA2_DECODE_FLOPS_PER_STATE_ELEMENT * p * ns, prefill, io + chunk_states
 
 
 def linear_attn_elementwise_bytes(model: ModelSpec, tp: int, tokens: float) -> tuple[float, float]:
@@ -66,4 +97,4 @@ def linear_attn_elementwise_bytes(model: ModelSpec, tp: int, tokens: float) -> t
     GPU: the causal depthwise conv1d (q, k, v channels read and written; its conv state is in the
     state's bytes) and the gated RMSNorm (the output and the gate z read, the result written)."""
     la, d = model.linear_attn, model.dtype_bytes
-    return (2.0 * tokens * la.conv_dim // tp * d, 3.0 * tokens * la.value_dim // tp * d)
+    return (2.0 * tokens * la.conv_dim_per_gpu(tp) * d, 3.0 * tokens * la.value_dim // tp * d)
