@@ -18,9 +18,9 @@ from pagesim.sim.cost.layer_ops import layer_groups
 from pagesim.sim.cost.linear_attn import state_work
 from pagesim.sim.cost.roofline import RooflineCostModel
 
+from tests.sim.test_state_cost import H100_BW, H100_FP16  # (the H100 datasheet figures)
+
 CONFIG = Path(__file__).parents[1] / "models" / "data" / "granite-4.0-h-tiny.json"
-H100_BW = 3350e9  # bytes/s (datasheet)
-H100_FP16 = 989.5e12
 
 
 @pytest.fixture(scope="module")
