@@ -79,6 +79,9 @@ def serve(
         fail(str(e))
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console, tokenizer=True)
+    if max_model_len is not None and max_model_len > lm.max_model_len:  # (vLLM refuses it too)
+        fail(f"--max-model-len {max_model_len} is greater than {model}'s maximum length, {lm.max_model_len} tokens "
+             "(its max_position_embeddings)")
     check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks, uses_paged_blocks(policy.value))
     import torch
 

@@ -86,6 +86,9 @@ CASES = [
     # serve and bench, and the calibrated model's check
     ("serve --model random:llama-tiny --block-size 0", "'--block-size'"),
     ("serve --model random:llama-tiny --log-level loud", "--log-level must be"),
+    # (a request past the positions got a 500 from an IndexError in the engine step)
+    ("serve --model random:opt-tiny --port 0 --max-model-len 5000",
+     "--max-model-len 5000 is greater than random:opt-tiny's maximum length, 256 tokens"),
     (f"bench {ALPACA} --endpoint notaurl", "'--endpoint'"),
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --rate inf", "'--rate'"),
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --max-concurrency 0", "'--max-concurrency'"),
