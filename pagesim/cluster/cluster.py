@@ -60,7 +60,7 @@ from dataclasses import dataclass, replace
 
 import simpy
 
-from pagesim.cluster.independent import order_ties
+from pagesim.cluster.independent import in_clock_order
 from pagesim.cluster.links import LinkQueue, make_link, moved_bytes_per_token
 from pagesim.cluster.routers import Gauges, LoadBoard, RoutedRequest, make_router, prefix_keys
 from pagesim.cluster.spec import ClusterSpec
@@ -261,7 +261,7 @@ class Cluster:
         """The ClusterResult, once the run has ended."""
         from pagesim.cluster.results import ClusterResult
 
-        order_ties(self)
+        in_clock_order(self, self.records, self.record_time, self.record_replica, self.record_decode)
         self.end_time = self.env.now
         return ClusterResult(self, [r.sim.finish() for r in self.replicas])
 

@@ -9,7 +9,7 @@ another. So the cluster routes every request first (Cluster.place: the same rout
 entry times as on one clock), then replays each replica alone, with its own memory hot in the
 CPU's caches (interleaving 16 replicas' objects made every call slower: reports/bench_cluster.md)
 and, where several CPUs are free, in forked worker processes. The records are merged in the order
-the one clock keeps them: by when each request left, ties by replica (order_ties), so
+the one clock keeps them: by when each request left, ties by replica (in_clock_order), so
 the outputs are the same bytes either way (tests/cluster/test_independent.py).
 """
 
@@ -19,8 +19,6 @@ import heapq
 import multiprocessing
 import os
 from array import array
-from itertools import compress, islice
-from operator import eq
 
 import simpy
 
@@ -127,37 +125,25 @@ def _enter(env: simpy.Environment, sim, feed):
     sim.wake()  # (its feed ran dry: an idle engine sees that it is done)
 
 
-def order_ties(cluster) -> None:
-    """A run on one clock: requests that left at one instant on different replicas are kept by
-    replica: the clock's own order among them is its event queue's, this one what a run of
-    independent replicas gives (_merge)."""
-    times, replicas = cluster.record_time, cluster.record_replica
-    # (a scan in C: ties are rare, most runs have none)
-    tied = list(compress(range(1, len(times)), map(eq, islice(times, 1, None), times)))
-    order, k = None, 0
-    while k < len(tied):
-        start = end = tied[k] - 1  # [start, end]: one instant
-        while k < len(tied) and tied[k] == end + 1:
-            end, k = end + 1, k + 1
-        if any(replicas[i] > replicas[i + 1] for i in range(start, end)):
-            order = order or list(range(len(times)))
-            order[start:end + 1] = sorted(order[start:end + 1], key=replicas.__getitem__)
-    if order is not None:
-        cluster.records = [cluster.records[i] for i in order]
-        for name in ("record_replica", "record_decode", "record_time"):
-            column = getattr(cluster, name)
-            setattr(cluster, name, array(column.typecode, (column[i] for i in order)))
+def in_clock_order(cluster, records: list, times: array, replicas: array, decodes: array) -> None:
+    """Set the cluster's records (with their replica, decode replica and leaving time columns) in
+    the one clock's order: by when each left, ties by replica, a replica's own order kept (a stable
+    sort). A run on one clock gives them by time already, so only its ties move (its event queue
+    ordered those); a run apart gives them replica by replica, and this merges them."""
+    import numpy as np
+
+    order = np.lexsort((np.frombuffer(replicas, dtype=np.int32), np.frombuffer(times, dtype=np.float64)))
+    cluster.records = [records[i] for i in order.tolist()]
+    for name, column, dtype in (("record_replica", replicas, np.int32), ("record_decode", decodes, np.int32),
+                                ("record_time", times, np.float64)):
+        setattr(cluster, name, array(column.typecode, np.frombuffer(column, dtype=dtype)[order].tobytes()))
 
 
 def _merge(cluster, results: list, left: list) -> None:
-    """The cluster's records in the one clock's order: by when each left, ties by replica."""
-    import numpy as np
-
-    times = np.concatenate([np.frombuffer(t, dtype=np.float64) for t in left]) if left else np.empty(0)
-    replicas = np.repeat(np.arange(len(left), dtype=np.int32), [len(t) for t in left])
-    order = np.lexsort((replicas, times))  # (stable: a replica's own order where both tie)
+    """The replicas' records, replica after replica, put in the one clock's order."""
     records = [record for result in results for record in result.metrics.requests]
-    cluster.records = [records[i] for i in order.tolist()]
-    cluster.record_replica = array("i", replicas[order].tobytes())
-    cluster.record_decode = array("i", [-1]) * len(records)
-    cluster.record_time = array("d", times[order].tobytes())
+    times, replicas = array("d"), array("i")
+    for index, replica_times in enumerate(left):
+        times.extend(replica_times)
+        replicas.extend([index] * len(replica_times))
+    in_clock_order(cluster, records, times, replicas, array("i", [-1]) * len(records))
