@@ -93,6 +93,8 @@ def _print(info: dict) -> None:
     q = info["weight_quantization"]
     rows = [("parameters, total", f"{info['params_total'] / 1e9:,.3f} B"),
             ("parameters, active per token", f"{info['params_active'] / 1e9:,.3f} B"),
+            *([("parameters, vision tower + projector", f"{info['params_vision'] / 1e9:,.3f} B")]
+              if info["params_vision"] else []),
             ("weight bytes", f"{info['weight_bytes'] / 1e9:,.2f} GB" + (f" ({q['method']}, {q['bits']}-bit{' experts' if q.get('experts_only') else ''})" if q else "")),
             ("weight bytes per GPU", f"{info['weight_bytes_per_gpu'] / 1e9:,.2f} GB")]
     if info["moe"]:

@@ -110,11 +110,15 @@ MODERN_CONFIGS: dict[str, dict] = {
     "gemma-2-9b": {"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
                    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
                    "max_position_embeddings": 8192, "sliding_window": 4096},
-    # google/gemma-3-27b-it config.json, its text_config (5 of 6 layers a 1024-token window)
+    # google/gemma-3-27b-it config.json, its text_config (5 of 6 layers a 1024-token window) and
+    # vision_config (the SigLIP tower of the 4B-27B models, as gemma-3-12b-it's)
     "gemma-3-27b": {"model_type": "gemma3", "text_config": {
         "model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62,
         "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "sliding_window": 1024,
-        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}},
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+                          "num_hidden_layers": 27, "num_attention_heads": 16, "patch_size": 14, "image_size": 896,
+                          "vision_use_head": False}},
     # microsoft/Phi-3-mini-4k-instruct config.json (model card: 3.8B); a 2047-token window
     "phi-3-mini": {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,

@@ -5,6 +5,7 @@ Every error is one line naming the file and the field (ModelConfigError)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pagesim.inputs import InputValueError, read_json
@@ -96,9 +97,11 @@ def load_model_config(path: str | Path) -> ModelSpec:
 
 def model_from_config(config: dict, name: str, where: str = "config.json") -> ModelSpec:
     """ModelSpec from the fields of a config.json; num_params is the exact count its shapes imply
-    (embeddings, every layer's weights and biases, norms; an untied LM head counted apart)."""
+    (embeddings, every layer's weights and biases, norms; an untied LM head counted apart; the
+    vision tower and projector of a multimodal config, pagesim.models.vision)."""
     from pagesim.models.families import FAMILIES
     from pagesim.models.quant import weight_quant
+    from pagesim.models.vision import vision_params
 
     text = config.get("text_config")
     # Gemma 3 (and other multimodal configs) nest the language model's fields under text_config;
@@ -109,4 +112,6 @@ def model_from_config(config: dict, name: str, where: str = "config.json") -> Mo
     build = FAMILIES.get(model_type)
     if build is None:
         raise ModelConfigError(f"{where}: field 'model_type' is {model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
-    return build(fields, name, weight_quant(fields))
+    spec = build(fields, name, weight_quant(fields))
+    vision = vision_params(config, where, spec.hidden_size)  # the tower vLLM loads beside the language model
+    return replace(spec, num_params=spec.num_params + vision, num_vision_params=vision) if vision else spec

@@ -20,6 +20,7 @@ def describe_model(model: ModelSpec, tp: int = 1, ep: int = 1) -> dict:
         "hidden_size": model.hidden_size,
         "params_total": model.params_total,
         "params_active": model.params_active,
+        "params_vision": model.num_vision_params,  # vision tower + projector, within params_total (0: text only)
         "params_embedding": model.vocab_size * model.hidden_size,
         "weight_bytes": model.weight_bytes,
         "weight_quantization": asdict(model.quant) if model.quant else None,

@@ -17,6 +17,8 @@ optional and off by default, so a dense spec counts exactly as before:
 - ``quant``: weight-only or W8A8 quantization of the decoder's linear layers (fp8, int4 AWQ/GPTQ),
   or of the routed experts only (``experts_only``: gpt-oss's MXFP4).
 - ``kv_dtype_bytes``: the KV cache's element size (``--kv-cache-dtype fp8``: 1).
+- ``num_vision_params``: a multimodal checkpoint's vision tower and projector (pagesim.models.vision),
+  within ``num_params`` and the weight bytes (serving dtype, never quantized), not active per token.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ class ModelSpec:
     num_active_params: int | None = None
     linear_attn: LinearAttnSpec | Mamba2Spec | None = None  # layers with a per-sequence state instead of KV
     attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the attention output (Qwen3-Next)
+    num_vision_params: int = 0  # vision tower + projector (pagesim.models.vision): in num_params, never active
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -241,8 +244,9 @@ class ModelSpec:
 
     @property
     def params_active(self) -> int:
-        """Parameters one token runs through (embedding row and LM head included, as model cards count)."""
-        return self.num_params if self.num_active_params is None else self.num_active_params
+        """Parameters one text token runs through (embedding row and LM head included, as model
+        cards count; not the vision tower)."""
+        return self.num_params - self.num_vision_params if self.num_active_params is None else self.num_active_params
 
     # -- KV cache --------------------------------------------------------------------------
     @property

@@ -160,13 +160,14 @@ def test_llama4_counts_by_hand(name, experts, moe_layers, published_total):
     m = model(name)
     total, active = llama4_by_hand(experts, moe_layers)
     assert LLAMA4_VISION == 871_932_416  # = transformers' Llama4VisionModel + projector on this vision_config
-    assert (m.params_total, m.params_active) == (total, active)
+    # the vision encoder and projector vLLM loads count in the total and the weights, not per token
+    assert (m.params_total, m.params_active, m.num_vision_params) == (total + LLAMA4_VISION, active, LLAMA4_VISION)
     assert (m.moe.num_moe_layers, m.moe.num_experts, m.moe.experts_per_token) == (moe_layers, experts, 1)
     assert (m.moe.shared_expert_ffn_size, m.moe.expert_ffn_size, m.ffn_size) == (8192, 8192, 16384)
-    # the published totals count the vision encoder (pagesim serves the language model only)
-    assert (total + LLAMA4_VISION) / published_total == pytest.approx(1, abs=0.005)
+    # the published totals count the vision encoder, as pagesim does
+    assert m.params_total / published_total == pytest.approx(1, abs=0.005)
     assert active / 17e9 == pytest.approx(1, abs=0.025)       # the 17B active, embedding included
-    assert m.weight_bytes == total * 2 and m.quant is None
+    assert m.weight_bytes == (total + LLAMA4_VISION) * 2 and m.quant is None
 
 
 @pytest.mark.parametrize("name", ["Llama-4-Scout-17B-16E-Instruct", "Llama-4-Maverick-17B-128E-Instruct"])
@@ -208,21 +209,25 @@ def test_replay_serves_them(name, gpu, tp, extra):
 
 
 def test_bf16_maverick_does_not_fit_eight_h100s():
-    # 400.7B bf16 weights: 100.2 GB a GPU at TP 8, more than an H100 holds (Meta serves the FP8
-    # checkpoint on one H100 host); eight H200s hold them
+    # 401.6B bf16 weights (vision tower included, sharded over TP as vLLM's default
+    # mm_encoder_tp_mode "weights" does): 100.4 GB a GPU at TP 8, more than an H100 holds (Meta
+    # serves the FP8 checkpoint on one H100 host); eight H200s hold them
     m = model("Llama-4-Maverick-17B-128E-Instruct")
-    assert m.weight_bytes_per_gpu(8) == -(-llama4_by_hand(128, 24)[0] * 2 // 8) > 80e9
+    assert m.weight_bytes_per_gpu(8) == -(-(llama4_by_hand(128, 24)[0] + LLAMA4_VISION) * 2 // 8) > 80e9
     with pytest.raises(CannotServe, match="split the model over more GPUs"):
         kv_cache_capacity(m, "h100-80gb", tp=8, max_num_batched_tokens=8192)
 
 
 @pytest.mark.parametrize("name,total,weights", [
     ("gpt-oss-20b", gpt_oss_by_hand(24, 32)[0], "13.76 GB (mxfp4, 4-bit experts)"),
-    ("Llama-4-Scout-17B-16E-Instruct", llama4_by_hand(16, 48)[0], "215.54 GB"),
+    # (107,769,861,120 + 871,932,416 vision) x 2 bytes
+    ("Llama-4-Scout-17B-16E-Instruct", llama4_by_hand(16, 48)[0] + LLAMA4_VISION, "217.28 GB"),
 ])
 def test_inspect_shows_them(name, total, weights):
     result = CliRunner().invoke(app, ["model", "inspect", str(DATA / f"{name}.json"), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["params_total"] == total
+    info = json.loads(result.output)
+    assert info["params_total"] == total
+    assert info["params_vision"] == (LLAMA4_VISION if name.startswith("Llama-4") else 0)
     table = CliRunner().invoke(app, ["model", "inspect", str(DATA / f"{name}.json")])
     assert table.exit_code == 0 and weights in table.output, table.output

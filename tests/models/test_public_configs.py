@@ -13,7 +13,6 @@ from pagesim.cli import app
 from pagesim.core.errors import CannotServe
 from pagesim.models import get_model
 from pagesim.sim.specs import kv_cache_capacity
-from tests.models.test_gpt_oss_llama4 import LLAMA4_VISION
 
 DATA = Path(__file__).parent / "data"
 TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
@@ -29,10 +28,10 @@ PUBLISHED = [
     ("Llama-3.3-70B-Instruct", 70.6, "meta-llama/Llama-3.3-70B-Instruct (HF page, safetensors): 70.6B params"),
     ("Llama-3.2-1B", 1.24, "meta-llama/Llama-3.2-1B (HF page, safetensors): 1.24B params"),
     ("Llama-3.2-3B-Instruct", 3.21, "meta-llama/Llama-3.2-3B-Instruct model card, model information table: 3.21B"),
-    # Llama 4: Meta's blog "The Llama 4 herd" (Apr 2025) counts the vision encoder, which pagesim
-    # does not (test_gpt_oss_llama4.py: LLAMA4_VISION, 0.872B by hand from vision_config)
-    ("Llama-4-Scout-17B-16E-Instruct", 109 - LLAMA4_VISION / BILLION, "Llama 4 blog: Scout 109B total, less vision"),
-    ("Llama-4-Maverick-17B-128E-Instruct", 400 - LLAMA4_VISION / BILLION, "Llama 4 blog: Maverick 400B, less vision"),
+    # Llama 4: Meta's blog "The Llama 4 herd" (Apr 2025) and the model cards count the vision
+    # encoder, as pagesim does (test_gpt_oss_llama4.py: LLAMA4_VISION, 0.872B by hand from vision_config)
+    ("Llama-4-Scout-17B-16E-Instruct", 109, "Llama 4 blog / model card: Scout 109B total (vision included)"),
+    ("Llama-4-Maverick-17B-128E-Instruct", 400, "Llama 4 blog / model card: Maverick 400B total (vision included)"),
     ("Mistral-7B-Instruct-v0.3", 7.25, "mistralai/Mistral-7B-Instruct-v0.3 (HF page, safetensors): 7.25B params"),
     ("Mistral-Nemo-Instruct-2407", 12.2, "mistralai/Mistral-Nemo-Instruct-2407 (HF page, safetensors): 12.2B params"),
     ("Mixtral-8x22B-v0.1", 141, "mistral.ai/news/mixtral-8x22b: 141B parameters, 39B active"),
@@ -52,10 +51,12 @@ PUBLISHED = [
     ("gpt-oss-20b", 20.91, "gpt-oss model card Table 1: gpt-oss-20b 20.91B total (the blog: 21B)"),
     ("gpt-oss-120b", 116.83, "gpt-oss model card Table 1: gpt-oss-120b 116.83B total (the blog: 117B)"),
     ("gemma-2-27b-it", 27.2, "google/gemma-2-27b-it (HF page, safetensors): 27.2B params"),
-    # Gemma 3 technical report (arXiv 2503.19786) Table 1: the language model's embedding and
-    # non-embedding parameters (the vision encoder, 417M in the 4B-27B models, is not counted)
+    # Gemma 3 technical report (arXiv 2503.19786) Table 1: vision encoder, embedding and
+    # non-embedding parameters (the 1B model is text only); google/gemma-3-12b-it's HF page: 12.2B
+    # params (recalled)
     ("gemma-3-1b-it", 0.302 + 0.698, "Gemma 3 report Table 1: 1B: 302M embedding + 698M non-embedding"),
-    ("gemma-3-12b-it", 1.012 + 10.759, "Gemma 3 report Table 1: 12B: 1,012M embedding + 10,759M non-embedding"),
+    ("gemma-3-12b-it", 0.417 + 1.012 + 10.759,
+     "Gemma 3 report Table 1: 12B: 417M vision encoder + 1,012M embedding + 10,759M non-embedding"),
     ("Phi-3-medium-4k-instruct", 14.0, "microsoft/Phi-3-medium-4k-instruct model card: 14B parameters"),
     ("Phi-3.5-mini-instruct", 3.82, "microsoft/Phi-3.5-mini-instruct (HF page, safetensors): 3.82B params"),
     ("Meta-Llama-3.1-8B-Instruct-FP8", 8.03, "meta-llama/Llama-3.1-8B model card (HF page): 8.03B params"),

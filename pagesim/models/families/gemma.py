@@ -10,7 +10,8 @@ MLP), tied embeddings, and interleaved sliding-window and global layers.
 Gemma 2: layer i slides when i is even (HF Gemma2DecoderLayer: `not bool(layer_idx % 2)`).
 Gemma 3: layer i slides unless (i + 1) % sliding_window_pattern == 0 (5 local : 1 global), with
 per-head q/k RMSNorms. Gemma 3's multimodal configs nest these fields under `text_config` (read
-by pagesim.models.config); the vision tower is not counted. Where a Gemma 3 text config omits a
+by pagesim.models.config); their SigLIP vision tower and projector (`vision_config`) are counted
+by pagesim.models.vision. Where a Gemma 3 text config omits a
 field, transformers' Gemma3TextConfig default applies (listed in GEMMA3_TEXT_DEFAULTS).
 """
 

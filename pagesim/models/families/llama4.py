@@ -1,8 +1,8 @@
 """Llama 4 (meta-llama/Llama-4-Scout-17B-16E, Llama-4-Maverick-17B-128E): the language model of
 `Llama4ForConditionalGeneration`, whose config nests it under `text_config` (model_type
 llama4_text; read by pagesim.models.config, as Gemma 3's). The vision encoder and projector
-(`vision_config`, ~0.87 B parameters in both released models) are not counted or served: pagesim
-describes the text model, as for Gemma 3.
+(`vision_config`, 0.87 B parameters in both released models) are counted by
+pagesim.models.vision: vLLM loads them, so they take weight memory; image requests are not modelled.
 
 Attention: GQA of `num_attention_heads` / `num_key_value_heads` heads of `head_dim`, no biases.
 Layers that use RoPE (`no_rope_layers[i] == 1`; by default all but every 4th) attend within
