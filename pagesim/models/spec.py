@@ -17,6 +17,10 @@ optional and off by default, so a dense spec counts exactly as before:
 - ``quant``: weight-only or W8A8 quantization of the decoder's linear layers (fp8, int4 AWQ/GPTQ),
   or of the routed experts only (``experts_only``: gpt-oss's MXFP4).
 - ``kv_dtype_bytes``: the KV cache's element size (``--kv-cache-dtype fp8``: 1).
+- ``num_mlp_only_layers``: layers that are one block each (Nemotron-H): that many an MLP alone
+  (dense, or MoE on ``moe.num_moe_layers`` of them), every other layer a token mixer alone
+  (attention or linear attention), without an MLP. 0: every layer a mixer and an MLP.
+- ``ungated_mlp``: the MLP is up -> activation -> down, two matrices (Nemotron-H's squared ReLU).
 """
 
 from __future__ import annotations
@@ -181,6 +185,8 @@ class ModelSpec:
     num_active_params: int | None = None
     linear_attn: LinearAttnSpec | Mamba2Spec | None = None  # layers with a per-sequence state instead of KV
     attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the attention output (Qwen3-Next)
+    num_mlp_only_layers: int = 0  # one-block layers (Nemotron-H): this many MLPs alone, the rest mixers alone
+    ungated_mlp: bool = False  # llama-shaped, but an MLP of up and down only (relu2)
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -197,8 +203,14 @@ class ModelSpec:
             raise ValueError(f"{self.name}: num_sliding_layers must be in 0..num_layers")
         if self.mla is not None and self.num_sliding_layers:
             raise ValueError(f"{self.name}: MLA with sliding-window layers is not modelled")
-        if self.moe is not None and not 0 < self.moe.num_moe_layers <= self.num_layers:
-            raise ValueError(f"{self.name}: moe.num_moe_layers must be in 1..num_layers")
+        if not 0 <= self.num_mlp_only_layers < self.num_layers:
+            raise ValueError(f"{self.name}: num_mlp_only_layers must be in 0..num_layers - 1")
+        if self.moe is not None and not 0 < self.moe.num_moe_layers <= self.num_mlp_layers:
+            raise ValueError(f"{self.name}: moe.num_moe_layers must be in 1..num_mlp_layers")
+        if self.linear_attn is not None and self.linear_attn.num_layers >= self.num_mixer_layers:
+            raise ValueError(f"{self.name}: linear-attention layers must leave at least one attention layer")
+        if self.moe is not None and (self.ungated_mlp or self.num_mlp_only_layers):
+            raise ValueError(f"{self.name}: MoE with ungated MLPs or one-block layers is not modelled")
         if self.quant is not None and self.quant.experts_only and self.moe is None:
             raise ValueError(f"{self.name}: {self.quant.method} quantizes MoE experts only; the model has none")
 
@@ -219,21 +231,37 @@ class ModelSpec:
 
     @property
     def gated_mlp(self) -> bool:
-        return self.architecture == "llama"
+        return self.architecture == "llama" and not self.ungated_mlp
 
     @property
     def mlp_matrices(self) -> int:
         return 3 if self.gated_mlp else 2
 
     @property
+    def num_mixer_layers(self) -> int:
+        """Layers with a token mixer, attention or linear attention (all but one-block MLP layers)."""
+        return self.num_layers - self.num_mlp_only_layers
+
+    @property
+    def num_mlp_layers(self) -> int:
+        """Layers with an MLP, dense or MoE (all of them unless the layers are one block each)."""
+        return self.num_mlp_only_layers or self.num_layers
+
+    @property
+    def num_blocks(self) -> int:
+        """Residual blocks (a norm, a mixer or an MLP ending in a row-parallel projection: one TP
+        all-reduce, a residual add): two a layer, one a layer where layers are one block each."""
+        return self.num_mixer_layers + self.num_mlp_layers
+
+    @property
     def num_attention_layers(self) -> int:
-        """Layers with (full or sliding) attention; the rest are linear-attention layers."""
-        return self.num_layers - (self.linear_attn.num_layers if self.linear_attn else 0)
+        """Layers with (full or sliding) attention; the other mixers are linear-attention layers."""
+        return self.num_mixer_layers - (self.linear_attn.num_layers if self.linear_attn else 0)
 
     @property
     def num_dense_layers(self) -> int:
-        """Layers with the dense ffn_size MLP (all of them unless MoE)."""
-        return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
+        """Layers with the dense ffn_size MLP (all MLP layers unless MoE)."""
+        return self.num_mlp_layers - (self.moe.num_moe_layers if self.moe else 0)
 
     @property
     def params_total(self) -> int:
