@@ -40,4 +40,6 @@ def describe_model(model: ModelSpec, tp: int = 1, ep: int = 1) -> dict:
     if model.linear_attn is not None:  # (only then: the other models' JSON stays as it was)
         info["state_bytes_per_sequence"] = model.state_bytes_per_sequence()
         info["state_bytes_per_sequence_per_gpu"] = model.state_bytes_per_sequence(tp)
+    if model.num_mlp_only_layers:  # one block a layer (Nemotron-H): the layers that are an MLP alone
+        info["num_mlp_only_layers"] = model.num_mlp_only_layers
     return info

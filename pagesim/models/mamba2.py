@@ -13,7 +13,9 @@ The state per layer is vLLM's MambaStateShapeCalculator.mamba2_state_shape
 where G is first raised to TP when TP does not divide it (extra_groups_for_head_shards: the groups
 are replicated so each shard of heads has its own), and an SSM state of H / TP x P x N. Both in
 the model dtype by default (MambaStateDtypeCalculator._mamba_state_dtype: mamba_cache_dtype and
-mamba_ssm_cache_dtype "auto"; --mamba-ssm-cache-dtype float32 would double the SSM part)."""
+mamba_ssm_cache_dtype "auto"; --mamba-ssm-cache-dtype float32 would double the SSM part).
+`ssm_state_dtype_bytes` is the SSM part's where it differs: Nemotron-H's is float32 unless its
+config says otherwise (vLLM's NemotronHForCausalLMConfig hook, pagesim.models.families.nemotron_h)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,11 @@ class Mamba2Spec:
     chunk_size: int = 256     # the SSD scan's chunk (config mamba_chunk_size / chunk_size)
     conv_bias: bool = True
     state_dtype_bytes: int = 2  # vLLM's mamba cache dtypes "auto": the model dtype
+    ssm_state_dtype_bytes: int | None = None  # the SSM state's (--mamba-ssm-cache-dtype); None: state_dtype_bytes
+
+    @property
+    def ssm_dtype_bytes(self) -> int:
+        return self.state_dtype_bytes if self.ssm_state_dtype_bytes is None else self.ssm_state_dtype_bytes
 
     @property
     def intermediate(self) -> int:
@@ -72,4 +79,4 @@ class Mamba2Spec:
         """One sequence's conv + SSM state in one layer, on one GPU of tp."""
         conv = (self.conv_kernel - 1) * self.conv_dim_per_gpu(tp)
         ssm = self.num_heads // tp * self.head_dim * self.state_size
-        return (conv + ssm) * self.state_dtype_bytes
+        return conv * self.state_dtype_bytes + ssm * self.ssm_dtype_bytes

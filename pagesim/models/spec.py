@@ -19,6 +19,10 @@ optional and off by default, so a dense spec counts exactly as before:
 - ``kv_dtype_bytes``: the KV cache's element size (``--kv-cache-dtype fp8``: 1).
 - ``num_vision_params``: a multimodal checkpoint's vision tower and projector (pagesim.models.vision),
   within ``num_params`` and the weight bytes (serving dtype, never quantized), not active per token.
+- ``num_mlp_only_layers``: layers that are one block each (Nemotron-H): that many an MLP alone
+  (dense, or MoE on ``moe.num_moe_layers`` of them), every other layer a token mixer alone
+  (attention or linear attention), without an MLP. 0: every layer a mixer and an MLP.
+- ``ungated_mlp``: the MLP is up -> activation -> down, two matrices (Nemotron-H's squared ReLU).
 """
 
 from __future__ import annotations
@@ -184,6 +188,8 @@ class ModelSpec:
     linear_attn: LinearAttnSpec | Mamba2Spec | None = None  # layers with a per-sequence state instead of KV
     attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the attention output (Qwen3-Next)
     num_vision_params: int = 0  # vision tower + projector (pagesim.models.vision): in num_params, never active
+    num_mlp_only_layers: int = 0  # one-block layers (Nemotron-H): this many MLPs alone, the rest mixers alone
+    ungated_mlp: bool = False  # llama-shaped, but an MLP of up and down only (relu2)
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -200,8 +206,14 @@ class ModelSpec:
             raise ValueError(f"{self.name}: num_sliding_layers must be in 0..num_layers")
         if self.mla is not None and self.num_sliding_layers:
             raise ValueError(f"{self.name}: MLA with sliding-window layers is not modelled")
-        if self.moe is not None and not 0 < self.moe.num_moe_layers <= self.num_layers:
-            raise ValueError(f"{self.name}: moe.num_moe_layers must be in 1..num_layers")
+        if not 0 <= self.num_mlp_only_layers < self.num_layers:
+            raise ValueError(f"{self.name}: num_mlp_only_layers must be in 0..num_layers - 1")
+        if self.moe is not None and not 0 < self.moe.num_moe_layers <= self.num_mlp_layers:
+            raise ValueError(f"{self.name}: moe.num_moe_layers must be in 1..num_mlp_layers")
+        if self.linear_attn is not None and self.linear_attn.num_layers >= self.num_mixer_layers:
+            raise ValueError(f"{self.name}: linear-attention layers must leave at least one attention layer")
+        if self.moe is not None and (self.ungated_mlp or self.num_mlp_only_layers):
+            raise ValueError(f"{self.name}: MoE with ungated MLPs or one-block layers is not modelled")
         if self.quant is not None and self.quant.experts_only and self.moe is None:
             raise ValueError(f"{self.name}: {self.quant.method} quantizes MoE experts only; the model has none")
 
@@ -222,21 +234,37 @@ class ModelSpec:
 
     @property
     def gated_mlp(self) -> bool:
-        return self.architecture == "llama"
+        return self.architecture == "llama" and not self.ungated_mlp
 
     @property
     def mlp_matrices(self) -> int:
         return 3 if self.gated_mlp else 2
 
     @property
+    def num_mixer_layers(self) -> int:
+        """Layers with a token mixer, attention or linear attention (all but one-block MLP layers)."""
+        return self.num_layers - self.num_mlp_only_layers
+
+    @property
+    def num_mlp_layers(self) -> int:
+        """Layers with an MLP, dense or MoE (all of them unless the layers are one block each)."""
+        return self.num_mlp_only_layers or self.num_layers
+
+    @property
+    def num_blocks(self) -> int:
+        """Residual blocks (a norm, a mixer or an MLP ending in a row-parallel projection: one TP
+        all-reduce, a residual add): two a layer, one a layer where layers are one block each."""
+        return self.num_mixer_layers + self.num_mlp_layers
+
+    @property
     def num_attention_layers(self) -> int:
-        """Layers with (full or sliding) attention; the rest are linear-attention layers."""
-        return self.num_layers - (self.linear_attn.num_layers if self.linear_attn else 0)
+        """Layers with (full or sliding) attention; the other mixers are linear-attention layers."""
+        return self.num_mixer_layers - (self.linear_attn.num_layers if self.linear_attn else 0)
 
     @property
     def num_dense_layers(self) -> int:
-        """Layers with the dense ffn_size MLP (all of them unless MoE)."""
-        return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
+        """Layers with the dense ffn_size MLP (all MLP layers unless MoE)."""
+        return self.num_mlp_layers - (self.moe.num_moe_layers if self.moe else 0)
 
     @property
     def params_total(self) -> int:

@@ -105,6 +105,11 @@ TINY_CONFIGS = {
     "granitemoehybrid-dense": dict(TINY, layer_types=["full_attention"] + ["linear_attention"] * 3, mamba_n_heads=8,
                                    mamba_d_head="auto", mamba_d_state=16, mamba_n_groups=1, num_local_experts=0,
                                    shared_intermediate_size=80, attention_bias=True),
+    # one block a layer: Mamba2 (2 groups, 4 heads of 32), attention, relu2 MLP (no gate); biases on attention and MLP
+    "nemotron_h": dict(TINY, head_dim=16, layers_block_type=["linear_attention", "mlp", "full_attention", "mlp",
+                                                             "linear_attention"], mamba_num_heads=4,
+                       mamba_head_dim=32, ssm_state_size=16, n_groups=2, conv_kernel=4, attention_bias=True,
+                       mlp_bias=True),
     "smollm3": dict(TINY, pad_token_id=0),
     "opt": dict(hidden_size=64, ffn_dim=96, num_hidden_layers=3, num_attention_heads=4, vocab_size=256,
                 max_position_embeddings=512, word_embed_proj_dim=64),

@@ -42,6 +42,9 @@ PUBLISHED = [
     ("Qwen3-Next-80B-A3B-Instruct", 80, "Qwen3-Next blog (recalled) and model card (a mirror, read here): 80B total"),
     # published to one digit only ("7B"): 6.94 B is checked by hand and to that digit in test_granitemoehybrid.py
     ("granite-4.0-h-tiny", None, "ibm-granite/granite-4.0-h-tiny model card (a copy, read here): 7B parameters"),
+    # by hand in test_nemotron_h.py
+    ("NVIDIA-Nemotron-Nano-9B-v2", 8.89, "nvidia/NVIDIA-Nemotron-Nano-9B-v2 (HF page, safetensors): 8.89B params (recalled)"),
+    ("Nemotron-H-8B-Base-8K", 8.1, "nvidia/Nemotron-H-8B-Base-8K (HF page, safetensors): 8.1B params (recalled)"),
 ]
 FILES = [name for name, _, _ in PUBLISHED]
 

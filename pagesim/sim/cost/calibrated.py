@@ -63,7 +63,7 @@ from importlib import resources
 
 from pagesim.sim.cost.linear_attn import state_work
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
-from pagesim.sim.cost.layer_ops import FUSED_MOE_OPS, Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape re-exported)
+from pagesim.sim.cost.layer_ops import ELEMENTWISE_OPERATORS, FUSED_MOE_OPS, Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape, ELEMENTWISE_OPERATORS re-exported)
 from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
@@ -71,13 +71,11 @@ from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_p
 CALIBRATION_FORMAT = "pagesim-calibration/1"
 # Operators of one layer, in the measurement files' names; `add` is one residual add.
 GEMM_OPERATORS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-ELEMENTWISE_OPERATORS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 LAYER_OPERATORS = GEMM_OPERATORS + ELEMENTWISE_OPERATORS
 STEP_OPERATORS = ("emb",)  # once per step, not per layer
 # Kernel kind of each elementwise operator (the two norms share one fit).
 ELEMENTWISE_KIND = {"input_layernorm": "norm", "post_attention_layernorm": "norm", "attn_rope": "rope",
                     "mlp_act": "act", "add": "add", "emb": "emb"}
-RESIDUAL_ADDS_PER_LAYER = 2  # after attention and after the MLP
 ROUTING_KIND = "add"  # the elementwise line that prices a MoE layer's routing kernels
 # Measured GPUs and what the others are scaled from.
 MEASURED_GPUS = ("a100-80gb", "h100-80gb", "a40-48gb")
@@ -314,8 +312,8 @@ class CalibratedCostModel(CostModel):
         ctx_layer = a.decode_s_per_kv_byte * kv_token_layer
         if model.mla is not None:  # the latent read or the heads' FLOPs over it, whichever is longer
             ctx_layer = max(ctx_layer, a.prefill_s_per_flop * (model.mla_decode_flops_per_pair // layers // tp))
-        # one kernel a layer, attention or linear attention's recurrent kernel
-        self._dec_floor = model.num_layers * a.decode_floor_s
+        # one kernel a mixer layer, attention or linear attention's recurrent kernel
+        self._dec_floor = model.num_mixer_layers * a.decode_floor_s
         self._dec_per_seq = layers * a.decode_s_per_seq
         self._dec_per_ctx = (layers * a.decode_s_per_kv_byte * kv_token_layer if model.mla is None and not sliding
                              else full * ctx_layer)
@@ -323,7 +321,7 @@ class CalibratedCostModel(CostModel):
         # decode attention away from block 16 (pagesim/sim/cost/paged_blocks.py), where its source applies
         self._block_term = block_term(gpu)
         self._dec_by_block: dict[int, tuple[float, float, float]] = {}
-        self._pre_floor = model.num_layers * a.prefill_floor_s
+        self._pre_floor = model.num_mixer_layers * a.prefill_floor_s
         self._pre_per_pair = full * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_window_pair = sliding * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_token = layers * a.prefill_s_per_token_byte * shape.attention_token_bytes
@@ -350,15 +348,16 @@ class CalibratedCostModel(CostModel):
         """(layers, seconds of one of them) per group of equal layers (layer_ops.layer_groups):
         GEMMs, elementwise kernels and the TP all-reduces (and a MoE layer's EP exchange)."""
         cal, d = self.calibration, self.model.dtype_bytes
-        allreduce = 2 * cal.all_reduce_seconds(self.tp, tokens * self._allreduce_bytes_per_token)
+        allreduce = cal.all_reduce_seconds(self.tp, tokens * self._allreduce_bytes_per_token)
         out = []
         for group in layer_groups(self.model, tokens, self.tp, self.ep):
             s = group.shape
+            ops, adds = s.elementwise_operators
             layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale) for g in group.gemms]
-                        + [cal.operator_seconds(op, s, tokens) for op in ELEMENTWISE_OPERATORS])
-            layer += (RESIDUAL_ADDS_PER_LAYER - 1) * cal.operator_seconds("add", s, tokens)
+                        + [cal.operator_seconds(op, s, tokens) for op in ops])
+            layer += adds * cal.operator_seconds("add", s, tokens)
             layer += sum(cal.routing_seconds(b) for b in group.routing_bytes + group.mixer_bytes)
-            seconds = layer + allreduce
+            seconds = layer + s.blocks * allreduce  # one all-reduce a block
             if group.ep_exchange_bytes:  # expert parallelism: all-gather + reduce-scatter over the ranks
                 seconds += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
             out.append((group.num_layers, seconds))
@@ -401,7 +400,8 @@ class CalibratedCostModel(CostModel):
                     busy += seconds
                 floors += floor
                 kernels += 1
-            for op in ELEMENTWISE_OPERATORS + ("add",) * (RESIDUAL_ADDS_PER_LAYER - 1):
+            ops, adds = s.elementwise_operators
+            for op in ops + ("add",) * adds:
                 floor = cal.operator_floor(op, s)
                 if op == "attn_rope" and not s.rotary:
                     continue

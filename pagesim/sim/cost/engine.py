@@ -201,7 +201,8 @@ class EngineCostModel(CostModel):
         self.capture = self.engine.capture_sizes(max_num_seqs) if self.engine.cuda_graphs else []
         self.max_graph = self.capture[-1] if self.capture else 0
         m = self.model
-        self.layers = m.num_layers
+        self.layers = m.num_mixer_layers  # one attention (or recurrent) kernel each
+        self.blocks = m.num_blocks  # one TP all-reduce each
         # attention, per step: floors (one kernel per layer) and busy parts, from the calibrated factors
         self._dec_floor = kern._dec_floor
         self._pre_floor = kern._pre_floor
@@ -257,7 +258,7 @@ class EngineCostModel(CostModel):
         ar_calls = 0.0
         if self.tp > 1:
             nbytes = tokens * self._ar_bytes_per_token
-            calls = 2 * self.layers
+            calls = self.blocks
             if self._custom_allreduce and nbytes <= self.engine.custom_allreduce_max_bytes:
                 ar_calls = calls * self._ar_group_factor
                 fixed += calls * nbytes * self._ar_s_per_byte

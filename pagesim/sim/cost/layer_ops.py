@@ -43,6 +43,11 @@ from dataclasses import dataclass
 from pagesim.models import ModelSpec
 from pagesim.sim.cost.linear_attn import linear_attn_elementwise_bytes
 
+# The elementwise kernels of a layer of both blocks, as the measurement files name them, and its
+# residual adds (after attention and after the MLP)
+ELEMENTWISE_OPERATORS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+RESIDUAL_ADDS_PER_LAYER = 2
+
 # BLOCK_SIZE_M of vLLM's fused_moe kernel by the tokens M entering it: (M up to, BLOCK_SIZE_M),
 # 128 above. The tuned H100 configuration of Mixtral-8x7B at TP 2 (vLLM
 # model_executor/layers/fused_moe/configs/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json:
@@ -103,12 +108,16 @@ def expected_padded_rows(trials: float, p: float, block: int) -> float:
 class LayerShape:
     """What the operator terms need: a model's layer, split over `tp` GPUs, and whether it has a
     rotary kernel (the llama family; OPT has learned positions). `mlp_width` overrides the MLP
-    width the elementwise activation sees (a MoE layer: the experts a token runs through)."""
+    width the elementwise activation sees (a MoE layer: the experts a token runs through).
+    `mixer` / `mlp`: which blocks the layer has (both, but one in a model whose layers are one
+    block each: Nemotron-H); each block has its norm, residual add and TP all-reduce."""
 
     model: ModelSpec
     tp: int = 1
     rotary: bool = True
     mlp_width: int | None = None
+    mixer: bool = True
+    mlp: bool = True
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int) -> "LayerShape":
@@ -117,6 +126,19 @@ class LayerShape:
     @property
     def hidden_size(self) -> int:
         return self.model.hidden_size
+
+    @property
+    def blocks(self) -> int:
+        return int(self.mixer) + int(self.mlp)
+
+    @property
+    def elementwise_operators(self) -> tuple[tuple[str, ...], int]:
+        """(the layer's elementwise kernels in the measurement files' order, further residual adds):
+        both blocks run all five and a second add; a one-block layer its norm, its rotary kernel
+        (an attention mixer) or activation (an MLP), and its add."""
+        if self.mixer and self.mlp:
+            return ELEMENTWISE_OPERATORS, RESIDUAL_ADDS_PER_LAYER - 1
+        return ("input_layernorm", "attn_rope" if self.mixer else "mlp_act", "add"), 0
 
     @property
     def ffn_size(self) -> int:
@@ -281,10 +303,13 @@ def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
 def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:
     """The model's layers in groups of one shape, with their GEMMs for a step of `tokens` tokens.
     A model with linear-attention layers splits each MLP kind's layers into attention and linear
-    ones (in proportion where it has both dense and MoE layers: which is which is not kept)."""
+    ones (in proportion where it has both dense and MoE layers: which is which is not kept).
+    One-block layers (Nemotron-H) are attention, linear-attention and MLP layers apart."""
     base = LayerShape.of(model, tp)
     attention = attention_gemms(model, tokens, tp, base)
     wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    if model.num_mlp_only_layers:
+        return _one_block_groups(model, tokens, tp, base, attention, wb, fp8)
     kinds = []  # (layers, MLP GEMMs, shape, EP exchange, EP ranks, routing bytes)
     if model.num_dense_layers:
         mlp = [Gemm(op, tokens, *base.gemm_dims(op), weight_bytes=wb, fp8=fp8) for op in ("mlp_up_proj", "mlp_down_proj")]
@@ -309,4 +334,19 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
             groups.append(LayerGroup(linear, tuple(linear_attn_gemms(model, tokens, tp) + mlp),
                                      LayerShape(model, tp, False, shape.mlp_width), exchange, ranks, routing,
                                      linear_attn_elementwise_bytes(model, tp, tokens)))
+    return tuple(groups)
+
+
+def _one_block_groups(model: ModelSpec, tokens: int, tp: int, base: LayerShape, attention: list[Gemm],
+                      wb: float, fp8: bool) -> tuple[LayerGroup, ...]:
+    """Layers of one block each: attention alone, a linear-attention mixer alone (its conv and
+    gated norm), a dense MLP alone (its up and down GEMMs: gate and up where the MLP is gated)."""
+    groups = [LayerGroup(model.num_attention_layers, tuple(attention), LayerShape(model, tp, base.rotary, mlp=False))]
+    if model.linear_attn is not None:
+        groups.append(LayerGroup(model.linear_attn.num_layers, tuple(linear_attn_gemms(model, tokens, tp)),
+                                 LayerShape(model, tp, False, mlp=False), mixer_bytes=linear_attn_elementwise_bytes(
+                                     model, tp, tokens)))
+    mlp = LayerShape(model, tp, False, mixer=False)
+    groups.append(LayerGroup(model.num_dense_layers, tuple(Gemm(op, tokens, *mlp.gemm_dims(op), weight_bytes=wb, fp8=fp8)
+                                                           for op in ("mlp_up_proj", "mlp_down_proj")), mlp))
     return tuple(groups)

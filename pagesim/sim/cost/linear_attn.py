@@ -88,7 +88,7 @@ def _mamba2(la: Mamba2Spec, tp: int, act: int) -> tuple[int, int, float]:
     heads, p, ns, q, g = la.num_heads // tp, la.head_dim, la.state_size, la.chunk_size, la.groups_per_gpu(tp)
     prefill = g * 2 * q * ns + heads * (2 * q * p + 4 * p * ns)
     io = (2 * heads * p + 2 * g * ns + heads) * act  # x and y; B and C; dt
-    chunk_states = 2 * heads * p * ns * la.state_dtype_bytes / q
+    chunk_states = 2 * heads * p * ns * la.ssm_dtype_bytes / q
     return heads * MAMBA2_DECODE_FLOPS_PER_STATE_ELEMENT * p * ns, prefill, io + chunk_states
 
 

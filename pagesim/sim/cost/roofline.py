@@ -109,7 +109,10 @@ class RooflineCostModel(CostModel):
         self._lm_weight_s = model.lm_head_params * d / tp / hbm
         # Elementwise traffic per token (hidden is replicated over TP, the MLP is split).
         ffn_passes = c.elementwise_ffn_passes + (1 if model.gated_mlp else 0)
-        if model.moe is None:
+        if model.num_mlp_only_layers:  # one-block layers: hidden passes a block, the activation a dense MLP
+            elem_bytes = d * (model.num_blocks * c.elementwise_hidden_passes * model.hidden_size // 2
+                              + model.num_dense_layers * ffn_passes * model.ffn_size // tp)
+        elif model.moe is None:
             elem_bytes = model.num_layers * d * (c.elementwise_hidden_passes * model.hidden_size
                                                  + ffn_passes * model.ffn_size // tp)
         else:  # a MoE layer's activation runs over each token's k experts and the shared ones
@@ -156,8 +159,8 @@ class RooflineCostModel(CostModel):
         if tp > 1:
             ring = 2 * (tp - 1) / tp
             ic = gpu.collective_bandwidth * c.interconnect_efficiency
-            self._allreduce_s_per_token = 2 * model.num_layers * ring * model.hidden_size * d / ic
-            self._allreduce_fixed_s = 2 * model.num_layers * self._collective_latency_s
+            self._allreduce_s_per_token = model.num_blocks * ring * model.hidden_size * d / ic
+            self._allreduce_fixed_s = model.num_blocks * self._collective_latency_s
         else:
             self._allreduce_s_per_token = 0.0
             self._allreduce_fixed_s = 0.0
