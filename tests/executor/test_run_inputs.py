@@ -68,9 +68,13 @@ def test_token_ids_outside_the_vocabulary(tmp_path):
                     "vocabulary of 128 tokens (was the trace tokenized for another model?)")
 
 
-def test_lengths_past_a_learned_position_table():
+def test_lengths_past_a_learned_position_table(tmp_path):
     line = one_error(run([ALPACA, "--model", "random:opt-tiny", "--max-model-len", "512"]))
     assert "--max-model-len 512 exceeds random:opt-tiny's table of 256 learned positions" in line
+    config = tmp_path / "c.toml"
+    config.write_text("max_model_len = 512\n")  # from a --config file: the file and its key
+    line = one_error(run([ALPACA, "--model", "random:opt-tiny", "--config", str(config)]))
+    assert line == f"error: {config}: max_model_len: 512 exceeds random:opt-tiny's table of 256 learned positions"
 
 
 def test_bad_model_sources(tmp_path):
