@@ -19,6 +19,7 @@ import json
 import math
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from pathlib import Path
@@ -207,22 +208,52 @@ def _reject_constant(name: str) -> Any:
 
 class JsonConstant:
     """What json.loads(parse_constant=JsonConstant) reads for NaN, Infinity or -Infinity (not JSON,
-    and no number pagesim takes), so a loader can say where it stands (first_constant)."""
+    and no number pagesim takes), and json.loads(parse_int=JsonConstant.integer) for an integer of
+    more digits than Python converts (sys.get_int_max_str_digits(), 4,300 by default), so a loader
+    can say where it stands (first_constant) instead of json's message without a place."""
 
-    __slots__ = ("name",)
+    __slots__ = ("problem",)
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, problem: str | None = None):
+        self.problem = problem or f"{name} is not a JSON number"
+
+    @classmethod
+    def integer(cls, text: str) -> "int | JsonConstant":
+        """A parse_int hook: the integer, or where int() refuses it, a JsonConstant saying why."""
+        try:
+            return int(text)
+        except ValueError:
+            digits = len(text.lstrip("-"))
+            return cls(text, f"an integer of {digits:,} digits, more than the {sys.get_int_max_str_digits():,} "
+                             "Python reads as a number")
+
+
+def loads_marking_long_ints(text: str, **hooks) -> tuple[Any, bool]:
+    """(json.loads(text, **hooks), False); where an integer has more digits than Python converts
+    (json's ValueError then names no place), the text read again with each such integer a
+    JsonConstant for first_constant to find: (that document, True). JSONDecodeError passes."""
+    try:
+        return json.loads(text, **hooks), False
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise
+        return json.loads(text, parse_int=JsonConstant.integer, **hooks), True
+
+
+def json_path(keys: tuple) -> str:
+    """Keys and indices as a field's name: ('hash_ids', 3) -> 'hash_ids[3]', ('a', 'b') -> 'a.b'."""
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
 
 
 def first_constant(doc: Any) -> tuple[tuple, str] | None:
-    """The keys and indices leading to doc's first JsonConstant, and its name (None: doc has none).
-    Walked without recursion (a document is MAX_JSON_DEPTH deep at most: see json_depth_problem)."""
+    """The keys and indices leading to doc's first JsonConstant, and its problem (None: doc has
+    none). Walked without recursion (a document is MAX_JSON_DEPTH deep at most: see
+    json_depth_problem)."""
     stack: list[tuple[tuple, Any]] = [((), doc)]
     while stack:
         path, value = stack.pop()
         if isinstance(value, JsonConstant):
-            return path, value.name
+            return path, value.problem
         if isinstance(value, (dict, list)):
             items = value.items() if isinstance(value, dict) else enumerate(value)
             stack.extend(reversed([(path + (key,), child) for key, child in items]))

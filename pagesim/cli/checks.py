@@ -38,7 +38,10 @@ class InputError(Exception):
 
 
 def fail(message: str) -> NoReturn:
-    raise InputError(message)
+    """Stop with one line; a problem with a value the --config file set names the file and its key."""
+    from pagesim.cli.config_file import said_of_the_file
+
+    raise InputError(said_of_the_file(message))
 
 
 # -- declarative parameter types ---------------------------------------------------------------

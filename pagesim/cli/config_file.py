@@ -27,6 +27,7 @@ import typer
 from pagesim.cli.checks import fail
 
 EXTRA = "pagesim.config_extra"  # ctx.meta key: {name: value} of the file's keys that have no flag
+SOURCE = "pagesim.config_source"  # ctx.meta key: (the file, {option or extra key's name: the file's key})
 SKIPPED = ("config", "help")  # options a config file cannot set
 FLAG_PREFIX = re.compile(r"^--[\w-]+:? ")  # a config field's problem said as a flag's ("--allocator: ...")
 
@@ -178,6 +179,29 @@ def apply_config(ctx: typer.Context, path: Path, extra_keys: ExtraKeys | None = 
         defaults[param.name] = value
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     ctx.meta[EXTRA] = extra
+    ctx.meta[SOURCE] = (path, set_by)
+
+
+def said_of_the_file(message: str) -> str:
+    """`message` as the --config file's problem (`FILE: KEY: ...`, as a bad value in the file is
+    said) where it begins with a flag the running command's file set and its command line did not
+    (`--max-model-len 4096 is greater than ...`, found once the run starts); else unchanged."""
+    import importlib
+
+    # the running command's context, from wherever this typer takes click (as checks.ClickException)
+    click_globals = importlib.import_module(typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
+    ctx = click_globals.get_current_context(silent=True)
+    flag = FLAG_PREFIX.match(message)
+    if ctx is None or flag is None or SOURCE not in ctx.meta:
+        return message
+    path, set_by = ctx.meta[SOURCE]
+    opt = flag.group().strip().rstrip(":")
+    param = next((p for p in ctx.command.params if opt in getattr(p, "opts", ())), None)
+    name = param.name if param is not None else opt.lstrip("-").replace("-", "_")  # (or a key without a flag)
+    source = ctx.get_parameter_source(name) if param is not None else None
+    if name not in set_by or (param is not None and getattr(source, "name", None) != "DEFAULT_MAP"):
+        return message
+    return f"{path}: {set_by[name]}: {message[flag.end():]}"
 
 
 def config_option(extra_keys: ExtraKeys | None = None, aliases: dict[str, str] | None = None,

@@ -13,6 +13,7 @@ from pagesim.cli.checks import COUNT, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Numb
 from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
 from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption
 from pagesim.core.policies import uses_paged_blocks
+from pagesim.models.max_len import check_max_model_len
 from pagesim.serve.limits import HttpLimits
 
 
@@ -79,9 +80,10 @@ def serve(
         fail(str(e))
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console, tokenizer=True)
-    if max_model_len is not None and max_model_len > lm.max_model_len:  # (vLLM refuses it too)
-        fail(f"--max-model-len {max_model_len} is greater than {model}'s maximum length, {lm.max_model_len} tokens "
-             "(its max_position_embeddings)")
+    try:  # vLLM refuses it too, unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+        check_max_model_len(max_model_len, lm.max_model_len, model)
+    except ValueError as e:
+        fail(str(e))
     check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks, uses_paged_blocks(policy.value))
     import torch
 

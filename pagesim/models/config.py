@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pagesim.inputs import InputValueError, read_json
+from pagesim.models.max_len import RopeScalingError, derived_max_len
 from pagesim.models.spec import ModelSpec
 
 SERVING_DTYPE_BYTES = 2  # fp16/bf16 serving, as the paper; a config's torch_dtype is not used
@@ -22,8 +23,8 @@ class ModelConfigError(ValueError):
 class ConfigFields:
     """Typed reads of a config.json's fields, each failing with the file and the field."""
 
-    def __init__(self, config: dict, where: str) -> None:
-        self.config, self.where = config, where
+    def __init__(self, config: dict, where: str, model_type: str | None = None) -> None:
+        self.config, self.where, self.model_type = config, where, model_type
 
     def error(self, key: str, problem: str) -> ModelConfigError:
         return ModelConfigError(f"{self.where}: field {key!r} {problem}")
@@ -62,6 +63,14 @@ class ConfigFields:
         if not isinstance(value, bool):
             raise self.error(key, f"must be true or false, got {value!r}")
         return value
+
+    def max_len(self) -> int:
+        """The longest sequence the model serves: max_position_embeddings as vLLM scales it by
+        rope_scaling (pagesim.models.max_len)."""
+        try:
+            return derived_max_len(self.int("max_position_embeddings"), self.get("rope_scaling"), self.model_type)
+        except RopeScalingError as e:
+            raise self.error("rope_scaling", e.problem) from None
 
     def int_list(self, key: str) -> list[int]:
         value = self.config.get(key) or []
@@ -107,8 +116,8 @@ def model_from_config(config: dict, name: str, where: str = "config.json") -> Mo
     # Gemma 3 (and other multimodal configs) nest the language model's fields under text_config;
     # the quantization_config stays at the top level.
     fields = ConfigFields({**text, "quantization_config": config.get("quantization_config")}
-                          if isinstance(text, dict) else config, where)
-    model_type = config.get("model_type")
+                          if isinstance(text, dict) else config, where, config.get("model_type"))
+    model_type = fields.model_type
     build = FAMILIES.get(model_type)
     if build is None:
         raise ModelConfigError(f"{where}: field 'model_type' is {model_type!r}; supported: {', '.join(sorted(FAMILIES))}")

@@ -174,7 +174,7 @@ class ModelSpec:
     ffn_size: int
     vocab_size: int
     num_params: int
-    max_model_len: int
+    max_model_len: int  # the longest sequence, as vLLM derives it from config.json (pagesim.models.max_len)
     dtype_bytes: int = 2
     architecture: str = "opt"
     moe: MoESpec | None = None

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pagesim import inputs
 from pagesim.core import ServingConfig
 from pagesim.inputs import check_fields
+from pagesim.models.max_len import check_max_model_len
 from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.sim.cost.engine import DEFAULT_ENGINE
 from pagesim.sim.presets import policy_preset
@@ -52,10 +53,8 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
                 what = "true or false" if kinds == (bool,) else "a name" if len(kinds) == 1 else "a path"
                 raise ValueError(f"{flag(name)} must be {what}, got {value!r}")
         super().__post_init__()
-        limit = None if self.max_model_len is None else get_model(self.model).max_model_len
-        if limit is not None and self.max_model_len > limit:  # vLLM refuses it too (its "derived max_model_len")
-            raise ValueError(f"--max-model-len {self.max_model_len} is greater than {self.model}'s maximum length, "
-                             f"{limit} tokens (its max_position_embeddings)")
+        if self.max_model_len is not None:  # vLLM refuses it too (its "derived max_model_len")
+            check_max_model_len(self.max_model_len, get_model(self.model).max_model_len, self.model)
 
 
 _FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blocks": inputs.BLOCKS,

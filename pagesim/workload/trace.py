@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pagesim.inputs import (MAX_JSON_DEPTH, TRACE_SECONDS, InputValueError, JsonConstant, first_constant,
-                            json_depth_problem, regular_file)
+                            json_depth_problem, json_path, loads_marking_long_ints, regular_file)
 
 FORMAT = "pagesim-trace/1"
 # The small traces of the common cases, shipped in the wheel (in a checkout, links to traces/):
@@ -381,30 +381,29 @@ def _object_pairs(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def _constant_error(found: tuple[tuple, str], where: str | None) -> TraceError:
-    """NaN or Infinity (json accepts them; they are not JSON, nor a length or a time), named by its
-    request and field (a path below the field: 'prompt_token_ids[3]'), or its top-level key."""
-    keys, name = found
+    """NaN or Infinity (json accepts them; they are not JSON, nor a length or a time), or an integer
+    of more digits than Python converts, named by its request and field (a path below the field:
+    'prompt_token_ids[3]'), or its top-level key."""
+    keys, problem = found
     index = keys[1] if len(keys) > 1 and keys[0] == "requests" and isinstance(keys[1], int) else None
     below = keys[2:] if index is not None else keys
-    field_name = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in below).lstrip(".")
-    return TraceError(where, f"{name} is not a JSON number", index=index, field=field_name or None)
+    return TraceError(where, problem, index=index, field=json_path(below) or None)
 
 
 def parse_trace(text: str, path: str | os.PathLike | None = None) -> Trace:
     """Parse and validate trace text; `path` is only used in error messages."""
     where = None if path is None else str(path)
     try:
-        doc = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=JsonConstant)
+        doc, long_int = loads_marking_long_ints(text, object_pairs_hook=_object_pairs, parse_constant=JsonConstant)
     except json.JSONDecodeError as exc:
         raise TraceError(where, f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno) from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise TraceError(where, f"invalid JSON: {exc}") from None
     except RecursionError:
         raise TraceError(where, f"invalid JSON: nested more than {MAX_JSON_DEPTH} levels deep") from None
     too_deep = json_depth_problem(doc)  # walked without recursion, before anything recursive reads it
     if too_deep:
         raise TraceError(where, too_deep)
-    found = first_constant(doc) if "NaN" in text or "Infinity" in text else None  # walked only where one may be
+    # walked only where one may be
+    found = first_constant(doc) if long_int or "NaN" in text or "Infinity" in text else None
     if found:
         raise _constant_error(found, where)
     if not isinstance(doc, dict):

@@ -93,6 +93,22 @@ def test_a_bad_key_or_value_is_one_line_naming_the_file_and_the_key(tmp_path, te
     assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path}/") and says in lines[0], lines
 
 
+LONGER = ("4096 is greater than opt-13b's maximum length, 2048 tokens (max_position_embeddings with rope_scaling, as "
+          "vLLM derives it); set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 to allow it anyway")
+
+
+@pytest.mark.parametrize("key", ["max_model_len", "max-model-len", "--max-model-len"])
+@pytest.mark.parametrize("more", [[], ["--replicas", "2"], ["--concurrency", "2,4"]])  # one run, a cluster, a sweep
+def test_a_length_from_the_file_that_the_model_refuses_names_the_file_and_the_key(tmp_path, key, more):
+    """(found once the run starts, against the model's length, it named --max-model-len: a flag never given)"""
+    config = write(tmp_path / "c.yaml", f"{key}: 4096\nnum_requests: 4\n")
+    result = replay("--config", config, *more)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and lines == [f"error: {config}: {key}: {LONGER}"], result.output
+    typed = replay("--config", config, "--max-model-len", 4096, *more)  # the command line's own value names its flag
+    assert typed.exit_code == 2 and f"error: --max-model-len {LONGER}" in typed.output, typed.output
+
+
 def test_bad_toml_and_json_and_missing_files_are_one_line(tmp_path):
     for name, text, says in [("c.toml", "rate = = 1\n", "not TOML"), ("c.json", "{nope", "not JSON"),
                              ("c.json", '{"rate": NaN}', "not JSON"),

@@ -68,9 +68,13 @@ def test_token_ids_outside_the_vocabulary(tmp_path):
                     "vocabulary of 128 tokens (was the trace tokenized for another model?)")
 
 
-def test_lengths_past_a_learned_position_table():
+def test_lengths_past_a_learned_position_table(tmp_path):
     line = one_error(run([ALPACA, "--model", "random:opt-tiny", "--max-model-len", "512"]))
     assert "--max-model-len 512 exceeds random:opt-tiny's table of 256 learned positions" in line
+    config = tmp_path / "c.toml"
+    config.write_text("max_model_len = 512\n")  # from a --config file: the file and its key
+    line = one_error(run([ALPACA, "--model", "random:opt-tiny", "--config", str(config)]))
+    assert line == f"error: {config}: max_model_len: 512 exceeds random:opt-tiny's table of 256 learned positions"
 
 
 def test_bad_model_sources(tmp_path):
@@ -137,3 +141,24 @@ def test_a_kv_pool_bigger_than_memory_is_refused_before_allocation():
     line = one_error(run([ALPACA, *TINY, "--block-size", "1024", "--num-gpu-blocks", str(15 * 10**6)]))
     assert f"{blocks:,} blocks of 1024 tokens need {gib:,.1f} GiB of KV cache" in line
     assert "'--num-gpu-blocks'" in one_error(run([ALPACA, *TINY, "--num-gpu-blocks", str(10**9)]))  # past the bound
+
+
+@pytest.mark.parametrize("rope, expected", [
+    (None, 256),  # the tiny model's 256 positions
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}, 512),  # 128 x 4, not 256 x 4
+    ({"rope_type": "linear", "factor": 2.0}, 512),  # 256 x 2
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 64}, 256),  # already the long length
+])
+def test_the_executors_length_is_the_one_vllm_derives(tmp_path, rope, expected):
+    """serve's --max-model-len is judged against it (it was max_position_embeddings, unscaled)."""
+    config = loader.tiny_config("qwen3-tiny").to_dict()
+    config.update(rope_scaling=rope, rope_parameters=rope and {**rope, "rope_theta": 10000.0})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert loader.load_model(f"random:{path}").max_model_len == expected
+    result = CliRunner().invoke(app, ["serve", "--model", f"random:{path}", "--port", "0",
+                                      "--max-model-len", str(expected + 1)])
+    assert result.exit_code == 2
+    assert f"--max-model-len {expected + 1} is greater than random:{path}'s maximum length, {expected} tokens" \
+        in " ".join(result.output.split())

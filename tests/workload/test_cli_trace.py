@@ -44,6 +44,18 @@ def test_a_nan_in_a_trace_is_one_line_naming_the_file_the_request_and_the_field(
     assert lines[0] == f"error: {bad}: request 1: field 'output_len': NaN is not a JSON number"
 
 
+def test_an_integer_too_long_for_python_in_a_trace_is_one_line_naming_the_request_and_the_field(tmp_path):
+    bad = tmp_path / "long.json"
+    bad.write_text('{"format": "pagesim-trace/1", "metadata": {}, "requests": [{"prompt_len": 3, "output_len": 4},\n'
+                   '{"prompt_len": 3, "output_len": %s}]}' % ("7" * 4400))
+    for command in (["trace", "inspect", str(bad)], ["replay", str(bad)]):
+        result = CliRunner().invoke(app, command, env={"COLUMNS": "200"})
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0] == (f"error: {bad}: request 1: field 'output_len': an integer of 4,400 digits, more than the "
+                            "4,300 Python reads as a number")
+
+
 def test_imports_stay_light():
     code = "import sys, pagesim, pagesim.workload, pagesim.cli; print(sorted(m for m in ('torch', 'transformers', 'matplotlib', 'pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

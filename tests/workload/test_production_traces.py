@@ -123,6 +123,9 @@ MOONCAKE_BAD = [  # (the file's records, the bad line, its field, words of the m
     ([GOOD0, {"timestamp": "soon", "input_length": 10, "output_length": 5, "hash_ids": [1]}], 2, "timestamp",
      "milliseconds"),
     ([GOOD0, "{not json"], 2, None, "invalid JSON"),
+    # (json's ValueError for an integer past Python's 4,300 digits escaped as an internal error)
+    ([GOOD0, '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [%s]}' % ("8" * 4301)], 2,
+     "hash_ids[0]", "an integer of 4,301 digits, more than the 4,300 Python reads as a number"),
 ]
 
 

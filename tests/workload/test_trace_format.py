@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pagesim.workload.trace import FORMAT, Trace, TraceError, TraceRequest, dumps_trace, load_trace, save_trace
+from pagesim.workload.trace import (FORMAT, Trace, TraceError, TraceRequest, dumps_trace, load_trace, parse_trace,
+                                    save_trace)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,6 +62,36 @@ def test_nan_and_infinity_name_the_request_and_the_field(tmp_path, metadata, rec
     prefix = f"{path}: " + (f"request {index}: " if index is not None else "") + (f"field '{field}': " if field else "")
     err = expect_error(path, index, field, message)
     assert str(err) == prefix + message and (err.index, err.field) == (index, field)
+
+
+LONG = "9" * 4301  # one digit more than Python's int() reads from text (sys.get_int_max_str_digits(): 4300)
+
+
+@pytest.mark.parametrize("metadata, record, index, field, message", [
+    ("{}", '{"prompt_len":%s,"output_len":4}' % LONG, 1, "prompt_len",
+     "an integer of 4,301 digits, more than the 4,300 Python reads as a number"),
+    ("{}", '{"prompt_len":2,"output_len":4,"prompt_token_ids":[5,-%s]}' % ("1" * 5000), 1, "prompt_token_ids[1]",
+     "an integer of 5,000 digits, more than the 4,300 Python reads as a number"),
+    ('{"seed": %s}' % LONG, '{"prompt_len":3,"output_len":4}', None, "metadata.seed",
+     "an integer of 4,301 digits, more than the 4,300 Python reads as a number"),
+])
+def test_an_integer_too_long_for_python_names_the_request_and_the_field(tmp_path, metadata, record, index, field,
+                                                                        message):
+    """json.loads refuses an integer of more than 4,300 digits with a ValueError that names no
+    place; the message named the file only ("invalid JSON: Exceeds the limit ...")."""
+    path = tmp_path / "long.json"
+    path.write_text('{"format": "pagesim-trace/1", "metadata": %s, "requests": [\n'
+                    '{"prompt_len":3,"output_len":4,"arrival_time":1},\n%s]}' % (metadata, record))
+    prefix = f"{path}: " + (f"request {index}: " if index is not None else "") + f"field '{field}': "
+    err = expect_error(path, index, field, message)
+    assert str(err) == prefix + message
+
+
+def test_an_integer_of_4300_digits_is_still_read():
+    """(the limit itself is read as a number, as json reads it)"""
+    text = ('{"format": "pagesim-trace/1", "metadata": {}, "requests": [{"prompt_len":%s,"output_len":4}]}'
+            % ("9" * 4300))
+    assert parse_trace(text).requests[0].prompt_len == 10**4300 - 1
 
 
 @pytest.mark.parametrize("field", ["prompt_len", "output_len"])

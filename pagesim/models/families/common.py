@@ -76,7 +76,7 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
     h, n_heads, kv_heads, head_dim = heads or attention_heads(f)
     if quant is not None and quant.experts_only and moe is None:
         raise f.error("quantization_config", f"is {quant.method}, which quantizes MoE experts only: this model has none")
-    layers, vocab, max_len = f.int("num_hidden_layers"), f.int("vocab_size"), f.int("max_position_embeddings")
+    layers, vocab, max_len = f.int("num_hidden_layers"), f.int("vocab_size"), f.max_len()
     spec = ModelSpec(name, layers, h, n_heads, kv_heads, head_dim, ffn_size, vocab, 1, max_len,
                      SERVING_DTYPE_BYTES, architecture="llama", moe=moe, mla=mla, sliding_window=window,
                      num_sliding_layers=num_sliding, qk_norm=qk_norm, quant=quant, linear_attn=linear_attn,

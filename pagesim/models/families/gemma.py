@@ -35,17 +35,18 @@ def build_gemma(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelS
 
 def build_gemma2(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
     heads = attention_heads(f)
-    window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.int("max_position_embeddings"),
+    window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.max_len(),
                                      lambda i: i % 2 == 0, window_optional=False)
     return llama_shaped(f, name, quant, extras=Extras(norms_per_layer=4, tied_embeddings=f.bool("tie_word_embeddings", True)),
                         ffn_size=f.int("intermediate_size"), window=window, num_sliding=sliding, heads=heads)
 
 
 def build_gemma3(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
-    f = ConfigFields({**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in f.config.items() if v is not None}}, f.where)
+    given = {k: v for k, v in f.config.items() if v is not None}
+    f = ConfigFields({**GEMMA3_TEXT_DEFAULTS, **given}, f.where, f.model_type)
     heads = attention_heads(f)
     pattern = f.int("sliding_window_pattern")
-    window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.int("max_position_embeddings"),
+    window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.max_len(),
                                      lambda i: (i + 1) % pattern != 0, window_optional=False)
     extras = Extras(norms_per_layer=4, layer_other=2 * heads[3], tied_embeddings=f.bool("tie_word_embeddings", True))
     return llama_shaped(f, name, quant, extras=extras, ffn_size=f.int("intermediate_size"), window=window,

@@ -38,7 +38,7 @@ def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
         raise f.error(key, f"{top_k} is more than 'num_local_experts' {experts}")
     ffn = f.int("intermediate_size")
     # no layer_types (a hand-written config): transformers' GptOssConfig default, even layers slide
-    window, sliding = sliding_layers(f, layers, f.int("max_position_embeddings"), lambda i: i % 2 == 0,
+    window, sliding = sliding_layers(f, layers, f.max_len(), lambda i: i % 2 == 0,
                                      window_optional=False)
     bias = (heads * head_dim + 2 * kv_heads * head_dim + h) if f.bool("attention_bias", True) else 0
     extras = Extras(layer_bias=bias, layer_other=heads,  # the sinks: one scalar per query head

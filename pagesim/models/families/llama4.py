@@ -77,7 +77,7 @@ def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
     expert_ffn = f.int("intermediate_size")
     moe = MoESpec(experts, top_k, expert_ffn, moe_layers(f, layers), num_shared_experts=1,
                   shared_expert_ffn_size=expert_ffn)
-    window, chunked = chunked_layers(f, layers, f.int("max_position_embeddings"))
+    window, chunked = chunked_layers(f, layers, f.max_len())
     return llama_shaped(f, name, quant, extras=Extras(tied_embeddings=f.bool("tie_word_embeddings", False)),
                         ffn_size=f.int("intermediate_size_mlp"), moe=moe, window=window, num_sliding=chunked,
                         heads=heads)

@@ -15,7 +15,7 @@ from pagesim.models.spec import ModelSpec, WeightQuant
 
 def every_layer_slides(f: ConfigFields) -> tuple[int | None, int]:
     """Mistral, Mixtral and Phi-3: a window, where the config sets one, applies to every layer."""
-    return sliding_layers(f, f.int("num_hidden_layers"), f.int("max_position_embeddings"), lambda i: True)
+    return sliding_layers(f, f.int("num_hidden_layers"), f.max_len(), lambda i: True)
 
 
 def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:

@@ -17,6 +17,6 @@ def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
     qkv = 3 * h
     layer = (h * qkv + qkv) + (h * h + h) + (h * ffn + ffn) + (ffn * h + h) + 4 * h  # biases, 2 LayerNorms
     final_norm = 2 * h if f.bool("do_layer_norm_before", True) else 0
-    params = layers * layer + vocab * h + (max_len + 2) * h + final_norm
-    return ModelSpec(name, layers, h, heads, heads, h // heads, ffn, vocab, params, max_len, SERVING_DTYPE_BYTES,
+    params = layers * layer + vocab * h + (max_len + 2) * h + final_norm  # the learned positions' table
+    return ModelSpec(name, layers, h, heads, heads, h // heads, ffn, vocab, params, f.max_len(), SERVING_DTYPE_BYTES,
                      architecture="opt", quant=quant)

@@ -11,7 +11,7 @@ from pagesim.models.spec import ModelSpec, WeightQuant
 
 def qwen_sliding(f: ConfigFields) -> tuple[int | None, int]:
     on, first = f.bool("use_sliding_window", False), f.count("max_window_layers", 0)
-    return sliding_layers(f, f.int("num_hidden_layers"), f.int("max_position_embeddings"),
+    return sliding_layers(f, f.int("num_hidden_layers"), f.max_len(),
                           lambda i: on and i >= first)
 
 

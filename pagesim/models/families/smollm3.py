@@ -14,7 +14,7 @@ def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
     h, heads, kv_heads, head_dim = heads_ = attention_heads(f)
     check_rope_scaling(f)
     slides = f.bool("use_sliding_window", False)
-    window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.int("max_position_embeddings"),
+    window, sliding = sliding_layers(f, f.int("num_hidden_layers"), f.max_len(),
                                      lambda i: slides)
     bias = (heads * head_dim + 2 * kv_heads * head_dim + h) if f.bool("attention_bias", False) else 0
     bias += (2 * f.int("intermediate_size") + h) if f.bool("mlp_bias", False) else 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pagesim.inputs import first_constant, json_path, loads_marking_long_ints
 from pagesim.workload.builders.common import _require, sha256_of
 from pagesim.workload.builders.timeline import (Shaping, SourceError, SourceRecord, check_order,
                                                 shape, shaped_trace)
@@ -29,9 +30,12 @@ def _is_int(value) -> bool:
 
 def _record(path: Path, line: int, text: str) -> SourceRecord:
     try:
-        obj = json.loads(text)
+        obj, long_int = loads_marking_long_ints(text)
     except json.JSONDecodeError as exc:
         raise SourceError(path, line, None, f"invalid JSON ({exc.msg})") from None
+    if long_int:  # an integer of more digits than Python converts
+        keys, problem = first_constant(obj)
+        raise SourceError(path, line, json_path(keys) or None, problem)
     if not isinstance(obj, dict):
         raise SourceError(path, line, None, f"must be a JSON object, got {type(obj).__name__}")
     for name in MOONCAKE_FIELDS:
