@@ -19,15 +19,23 @@
   experts: vLLM's Mxfp4Config quantizes FusedMoE layers and leaves every other linear layer
   unquantized, which is what the released ``modules_to_not_convert`` (self_attn, router,
   embed_tokens, lm_head) say too. Weight-only on Hopper (the GEMMs compute in bf16).
+- ``fbgemm_fp8`` (Meta's FP8 releases: Llama-3.1-405B-Instruct-FP8, Llama-4-Maverick-FP8): FP8
+  weights with one fp32 scale per output row (under 0.03 % of a weight at 4,096 inputs: left out)
+  and FP8 activations quantized per token as they come (W8A8). What stays in the serving dtype is
+  what ``modules_to_not_convert`` lists (vLLM's FBGEMMFp8Config skips those layers): the
+  attention of every layer, the shared experts of every MoE layer, the MLPs of some layers (the
+  Llama 3.1 paper, section 6.2: not the self-attention, not the first and last layers).
 Only the decoder's linear layers are quantized (ModelSpec.quantized_params says which).
 """
 
 from __future__ import annotations
 
+import re
+
 from pagesim.models.config import ConfigFields, ModelConfigError
 from pagesim.models.spec import WeightQuant
 
-QUANT_METHODS = ("fp8", "awq", "gptq", "compressed-tensors", "mxfp4")
+QUANT_METHODS = ("fp8", "awq", "gptq", "compressed-tensors", "mxfp4", "fbgemm_fp8")
 MXFP4_BLOCK = 32     # FP4 values per shared E8M0 scale byte
 SCALE_BYTES = 2      # fp16 group scales (AWQ, GPTQ)
 FP8_SCALE_BYTES = 4  # fp32 block scales (weight_scale_inv)
@@ -68,8 +76,45 @@ def weight_quant(fields: ConfigFields) -> WeightQuant | None:
         return compressed_tensors(q, qf)
     if method == "mxfp4":
         return WeightQuant("mxfp4", 4, MXFP4_BLOCK, 0.5 + 1 / MXFP4_BLOCK, experts_only=True)
+    if method == "fbgemm_fp8":
+        mixers, shared, mlps = kept_modules(q.get("modules_to_not_convert") or [], qf)
+        return WeightQuant("fbgemm_fp8", 8, None, 1.0, fp8_compute=True, kept_mixer_layers=mixers,
+                           kept_shared_layers=shared, kept_mlp_layers=mlps)
     raise qf.error("quant_method", f"is {q.get('quant_method')!r}, an unknown quantization method; "
                    f"supported: {', '.join(QUANT_METHODS)}")
+
+
+# a module name inside a decoder layer: "[...]layers.<i>.<part>"
+LAYER_MODULE = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)$")
+MIXER_PARTS = ("self_attn", "attn", "attention", "mixer", "linear_attn")
+
+
+def kept_modules(names, qf: ConfigFields) -> tuple[int, int, int]:
+    """The decoder layers whose token mixer, shared experts and dense MLP a `modules_to_not_convert`
+    list keeps unquantized (a count of each; the model builder checks that mixers and shared
+    experts are kept in all layers or none). Modules outside the decoder layers (lm_head,
+    embeddings, a vision tower), routers and norms are unquantized anyway; routed experts kept
+    unquantized are refused (not modelled)."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise qf.error("modules_to_not_convert", f"must be a list of module names, got {names!r}")
+    mixers, shared, mlps = set(), set(), set()
+    for name in names:
+        found = LAYER_MODULE.search(name)
+        if found is None or any(tower in name for tower in ("vision", "visual", "multi_modal")):
+            continue  # (not a decoder layer: an image encoder's layers are never quantized here)
+        layer, part = int(found.group(1)), found.group(2)
+        head, tail = part.split(".")[0], part.split(".")[-1]
+        if "shared_expert" in part:
+            shared.add(layer)
+        elif "router" in part or tail == "gate" or head.endswith("layernorm") or head.endswith("norm"):
+            continue
+        elif head in MIXER_PARTS:
+            mixers.add(layer)
+        elif ".experts" in f".{part}":
+            raise qf.error("modules_to_not_convert", f"keeps routed experts unquantized ({name}): not modelled")
+        elif head in ("mlp", "feed_forward", "block_sparse_moe"):
+            mlps.add(layer)
+    return len(mixers), len(shared), len(mlps)
 
 
 def compressed_tensors(q: dict, qf: ConfigFields) -> WeightQuant:

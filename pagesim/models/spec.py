@@ -89,14 +89,21 @@ class WeightQuant:
     zero points) of group quantization; `fp8_compute`: activations are quantized too (W8A8), so
     the GEMMs can run at an FP8 tensor-core rate where the GPU has one. `experts_only`: only the
     routed experts' weights are quantized (vLLM's Mxfp4Config quantizes FusedMoE layers only);
-    attention, dense MLPs, shared experts and the router stay in the serving dtype."""
+    attention, dense MLPs, shared experts and the router stay in the serving dtype. A checkpoint
+    that lists modules it left unquantized (`modules_to_not_convert`: Meta's FP8 releases) keeps
+    the token mixers or the shared experts of every layer (`kept_mixer_layers`,
+    `kept_shared_layers`: all or none) or the dense MLPs of some (`kept_mlp_layers`) in the serving
+    dtype."""
 
-    method: str              # "fp8", "awq", "gptq", "compressed-tensors", "mxfp4"
+    method: str              # "fp8", "awq", "gptq", "compressed-tensors", "mxfp4", "fbgemm_fp8"
     bits: int
     group_size: int | None   # weights per scale (None: per tensor or per channel)
     bytes_per_weight: float
     fp8_compute: bool = False
     experts_only: bool = False
+    kept_mixer_layers: int = 0
+    kept_shared_layers: int = 0
+    kept_mlp_layers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,10 +415,14 @@ class ModelSpec:
         (`experts_only`); embeddings, LM head, norms and biases stay in the serving dtype."""
         if self.quant is None:
             return 0
-        if self.quant.experts_only:
+        q = self.quant
+        if q.experts_only:
             return self.moe.num_moe_layers * self.moe.num_experts * self.expert_params
         router = self.moe.num_moe_layers * self.hidden_size * self.moe.num_experts if self.moe else 0
-        return self.linear_params_total - router
+        kept = (self.mixer_linear_params if q.kept_mixer_layers else 0) + q.kept_mlp_layers * self.dense_mlp_params
+        if q.kept_shared_layers and self.moe:
+            kept += self.moe.num_moe_layers * (self.moe_always_on_params - self.hidden_size * self.moe.num_experts)
+        return self.linear_params_total - router - kept
 
     @property
     def weight_bytes(self) -> int:
@@ -438,10 +449,26 @@ class ModelSpec:
 
     @property
     def weight_element_bytes(self) -> float:
-        """Bytes per weight of the linear layers other than the routed experts (attention, dense
-        MLP, shared experts): the quantized size, or the serving dtype when unquantized or when
-        only the experts are quantized (MXFP4)."""
+        """Bytes per weight of the quantized linear layers other than the routed experts: the
+        quantized size, or the serving dtype when unquantized or when only the experts are
+        quantized (MXFP4). Attention, dense MLPs and shared experts each take theirs from
+        part_weights (some checkpoints keep some of them unquantized)."""
         return self.quant.bytes_per_weight if self.quant and not self.quant.experts_only else self.dtype_bytes
+
+    def part_weights(self, part: str) -> tuple[float, bool]:
+        """(bytes per weight, W8A8 FP8 GEMM) of one part of the layers: "mixer" (attention or
+        linear attention projections), "mlp" (dense MLPs: the mean over the layers, where some keep
+        theirs in the serving dtype, so their bytes add up exactly), "shared" (shared experts)."""
+        q = self.quant
+        if q is None or q.experts_only:
+            return float(self.dtype_bytes), False
+        if (part == "mixer" and q.kept_mixer_layers) or (part == "shared" and q.kept_shared_layers):
+            return float(self.dtype_bytes), False
+        if part == "mlp" and q.kept_mlp_layers:
+            n = self.num_dense_layers
+            return ((n - q.kept_mlp_layers) * q.bytes_per_weight + q.kept_mlp_layers * self.dtype_bytes) / n, \
+                q.fp8_compute
+        return q.bytes_per_weight, q.fp8_compute
 
     @property
     def expert_weight_element_bytes(self) -> float:

@@ -66,6 +66,19 @@ def sliding_layers(f: ConfigFields, layers: int, max_len: int, default_pattern,
     return window, count
 
 
+def check_kept_layers(f: ConfigFields, quant, mixers: int, moe_layers: int, dense_layers: int) -> None:
+    """A checkpoint's unquantized modules (WeightQuant.kept_*), as far as they are modelled: the
+    token mixers or the shared experts of every layer or of none; dense MLPs of some layers."""
+    for kept, total, what in ((quant.kept_mixer_layers, mixers, "attention"),
+                              (quant.kept_shared_layers, moe_layers, "shared experts")):
+        if kept and kept != total:
+            raise f.error("quantization_config", f"modules_to_not_convert keeps the {what} of {kept} of {total} "
+                          "layers unquantized: only all or none is modelled")
+    if quant.kept_mlp_layers > dense_layers:
+        raise f.error("quantization_config", f"modules_to_not_convert keeps the dense MLPs of {quant.kept_mlp_layers} "
+                      f"layers unquantized; the model has {dense_layers}")
+
+
 def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extras: Extras,
                  ffn_size: int, moe: MoESpec | None = None, mla: MLASpec | None = None,
                  window: int | None = None, num_sliding: int = 0, qk_norm: bool = False,
@@ -77,6 +90,9 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
     if quant is not None and quant.experts_only and moe is None:
         raise f.error("quantization_config", f"is {quant.method}, which quantizes MoE experts only: this model has none")
     layers, vocab, max_len = f.int("num_hidden_layers"), f.int("vocab_size"), f.max_len()
+    if quant is not None:
+        moe_layers = moe.num_moe_layers if moe else 0
+        check_kept_layers(f, quant, layers - mlp_only_layers, moe_layers, (mlp_only_layers or layers) - moe_layers)
     spec = ModelSpec(name, layers, h, n_heads, kv_heads, head_dim, ffn_size, vocab, 1, max_len,
                      SERVING_DTYPE_BYTES, architecture="llama", moe=moe, mla=mla, sliding_window=window,
                      num_sliding_layers=num_sliding, qk_norm=qk_norm, quant=quant, linear_attn=linear_attn,

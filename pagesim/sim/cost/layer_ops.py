@@ -28,8 +28,9 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
   `topk_softmax` (router logits in fp32 -> top-k ids and weights), `moe_align_block_size` (the
   routed rows sorted by expert and padded to BLOCK_SIZE_M) and `moe_sum` (each token's k expert
   outputs summed); priced as elementwise kernels by the bytes they move (`moe_routing_bytes`).
-- Weights of a quantized model's linear layers (not the router) take `ModelSpec.weight_element_bytes`,
-  the routed experts `ModelSpec.expert_weight_element_bytes` (they differ where only the experts are
+- Weights of a quantized model's linear layers (not the router) take `ModelSpec.part_weights` of
+  their part (a checkpoint may keep its attention unquantized, say), the routed experts
+  `ModelSpec.expert_weight_element_bytes` (they differ where only the experts are
   quantized: gpt-oss's MXFP4, 0.53125 bytes a weight, the rest bf16); W8A8 FP8 GEMMs are flagged
   `fp8` (priced at the GPU's FP8 rate where it has one). MXFP4 experts compute at the bf16 rate
   (weight-only: vLLM's Hopper kernels dequantize the 4-bit blocks in the GEMM's prologue).
@@ -237,7 +238,7 @@ def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
 
 
 def attention_gemms(model: ModelSpec, tokens: int, tp: int, shape: LayerShape) -> list[Gemm]:
-    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    wb, fp8 = model.part_weights("mixer")
     if model.mla is None:
         return [Gemm(op, tokens, *shape.gemm_dims(op), weight_bytes=wb, fp8=fp8)
                 for op in ("attn_pre_proj", "attn_post_proj")]
@@ -254,7 +255,7 @@ def attention_gemms(model: ModelSpec, tokens: int, tp: int, shape: LayerShape) -
 def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gemm], float, int]:
     """A MoE layer's GEMMs, the bytes one GPU sends for the EP exchange, and the EP ranks."""
     moe, h, d = model.moe, model.hidden_size, model.dtype_bytes
-    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    wb, fp8 = model.part_weights("shared")
     ranks = ep // tp if ep > 1 else 1              # data-parallel ranks feeding the experts
     routed = tokens * ranks                        # tokens the experts see
     width = moe.expert_ffn_size if ep > 1 else moe.expert_ffn_size // tp  # EP keeps experts whole
@@ -270,9 +271,9 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
         gemms += [Gemm("moe_shared_up", tokens, h, 2 * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
                   Gemm("moe_shared_down", tokens, moe.shared_expert_ffn_size // tp, h, weight_bytes=wb, fp8=fp8)]
     up, down = FUSED_MOE_OPS
-    ewb = model.expert_weight_element_bytes
-    gemms += [Gemm(up, rows, h, 2 * width, count=touched, weight_bytes=ewb, fp8=fp8, padded_m=padded),
-              Gemm(down, rows, width, h, count=touched, weight_bytes=ewb, fp8=fp8, padded_m=padded)]
+    ewb, efp8 = model.expert_weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    gemms += [Gemm(up, rows, h, 2 * width, count=touched, weight_bytes=ewb, fp8=efp8, padded_m=padded),
+              Gemm(down, rows, width, h, count=touched, weight_bytes=ewb, fp8=efp8, padded_m=padded)]
     exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
     return gemms, exchange, ranks
 
@@ -296,7 +297,7 @@ def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
     """A linear-attention layer's GEMMs, split over TP (the spec's gemm_widths): a Gated DeltaNet's
     in_proj_qkvz, in_proj_ba and out_proj (Qwen3-Next), or a Mamba2 mixer's in_proj and out_proj."""
     la, h = model.linear_attn, model.hidden_size
-    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    wb, fp8 = model.part_weights("mixer")
     return [Gemm(op, tokens, k, n, weight_bytes=wb, fp8=fp8) for op, k, n in la.gemm_widths(h, tp)]
 
 
@@ -307,7 +308,7 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
     One-block layers (Nemotron-H) are attention, linear-attention and MLP layers apart."""
     base = LayerShape.of(model, tp)
     attention = attention_gemms(model, tokens, tp, base)
-    wb, fp8 = model.weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
+    wb, fp8 = model.part_weights("mlp")
     if model.num_mlp_only_layers:
         return _one_block_groups(model, tokens, tp, base, attention, wb, fp8)
     kinds = []  # (layers, MLP GEMMs, shape, EP exchange, EP ranks, routing bytes)

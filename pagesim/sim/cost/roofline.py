@@ -96,12 +96,17 @@ class RooflineCostModel(CostModel):
         # FP8 weights compute at the FP8 rate where the GPU has one; quantized weights are smaller.
         fp8 = model.quant is not None and model.quant.fp8_compute and gpu.has_fp8
         lin_flops = gpu.fp8_flops * c.matmul_efficiency if fp8 else flops
-        wb = model.weight_element_bytes
-        # a MoE's routed experts are priced per step by the experts the step touches (_moe_terms)
-        dense_params = model.linear_params - (model.moe.num_moe_layers * model.moe.experts_per_token
-                                              * model.expert_params if model.moe else 0)
-        self._linear_s_per_token = 2 * dense_params / tp / lin_flops
-        self._linear_weight_s = dense_params * wb / tp / hbm
+        # a MoE's routed experts are priced per step by the experts the step touches (_moe_terms);
+        # the other linear layers part by part (a checkpoint may keep its attention unquantized)
+        always_on = model.moe.num_moe_layers * model.moe_always_on_params if model.moe else 0
+        parts = {}  # (bytes a weight, FP8 GEMM) -> weights
+        for part, params in (("mixer", model.mixer_linear_params),
+                             ("mlp", model.num_dense_layers * model.dense_mlp_params), ("shared", always_on)):
+            key = model.part_weights(part)
+            parts[key] = parts.get(key, 0) + params
+        self._linear_s_per_token = sum(2 * params / tp / (lin_flops if part_fp8 and gpu.has_fp8 else flops)
+                                       for (_, part_fp8), params in parts.items())
+        self._linear_weight_s = sum(params * wb / tp / hbm for (wb, _), params in parts.items())
         self._moe_cache: dict[int, tuple[float, float, float]] | None = {} if model.moe else None
         self._lin_flops, self._hbm = lin_flops, hbm
         # LM head (vocab split over TP).
