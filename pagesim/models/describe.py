@@ -42,4 +42,6 @@ def describe_model(model: ModelSpec, tp: int = 1, ep: int = 1) -> dict:
         info["state_bytes_per_sequence_per_gpu"] = model.state_bytes_per_sequence(tp)
     if model.num_mlp_only_layers:  # one block a layer (Nemotron-H): the layers that are an MLP alone
         info["num_mlp_only_layers"] = model.num_mlp_only_layers
+    if model.num_parallel_mixer_layers:  # attention and a Mamba mixer side by side (Falcon-H1)
+        info["num_parallel_mixer_layers"] = model.num_parallel_mixer_layers
     return info

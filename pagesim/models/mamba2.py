@@ -1,5 +1,5 @@
 """Mamba2 (SSD) mixer layers with a constant-size state per sequence (Granite 4.0-H's
-GraniteMoeHybrid; also Nemotron-H, Bamba, Falcon-H1). Held in ModelSpec.linear_attn beside
+GraniteMoeHybrid; Nemotron-H; Falcon-H1, beside attention in every layer). Held in ModelSpec.linear_attn beside
 LinearAttnSpec (Gated DeltaNet): both give num_layers, state_bytes_per_layer, conv_dim_per_gpu,
 value_dim (the gated norm's width), linear_params, other_params and gemm_widths, which the pool
 sizing, the KV groups and the step cost read (pagesim/sim/cost/linear_attn.py has the kernels).
@@ -34,6 +34,7 @@ class Mamba2Spec:
     conv_bias: bool = True
     state_dtype_bytes: int = 2  # vLLM's mamba cache dtypes "auto": the model dtype
     ssm_state_dtype_bytes: int | None = None  # the SSM state's (--mamba-ssm-cache-dtype); None: state_dtype_bytes
+    norm_weight: bool = True  # the gated RMSNorm's weight (Falcon-H1's mamba_rms_norm false: y x silu(z), no weight)
 
     @property
     def ssm_dtype_bytes(self) -> int:
@@ -68,7 +69,7 @@ class Mamba2Spec:
     def other_params(self) -> int:
         """One layer's non-matmul parameters: conv1d (and its bias), A_log, D, dt_bias, the gated norm."""
         return self.conv_dim * (self.conv_kernel + (1 if self.conv_bias else 0)) + 3 * self.num_heads \
-            + self.intermediate
+            + (self.intermediate if self.norm_weight else 0)
 
     def gemm_widths(self, hidden: int, tp: int) -> list[tuple[str, int, int]]:
         """(op, k, n) of one layer's GEMMs on one GPU of tp."""

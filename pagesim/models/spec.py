@@ -23,6 +23,9 @@ optional and off by default, so a dense spec counts exactly as before:
   (dense, or MoE on ``moe.num_moe_layers`` of them), every other layer a token mixer alone
   (attention or linear attention), without an MLP. 0: every layer a mixer and an MLP.
 - ``ungated_mlp``: the MLP is up -> activation -> down, two matrices (Nemotron-H's squared ReLU).
+- ``num_parallel_mixer_layers``: layers whose token mixer is attention AND linear attention side by
+  side on the same input, their outputs summed (Falcon-H1: every layer). Each such layer counts
+  among the attention layers and among ``linear_attn.num_layers``; it keeps paged KV and a state.
 """
 
 from __future__ import annotations
@@ -197,6 +200,7 @@ class ModelSpec:
     num_vision_params: int = 0  # vision tower + projector (pagesim.models.vision): in num_params, never active
     num_mlp_only_layers: int = 0  # one-block layers (Nemotron-H): this many MLPs alone, the rest mixers alone
     ungated_mlp: bool = False  # llama-shaped, but an MLP of up and down only (relu2)
+    num_parallel_mixer_layers: int = 0  # layers with attention and linear attention in parallel (Falcon-H1)
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -217,7 +221,9 @@ class ModelSpec:
             raise ValueError(f"{self.name}: num_mlp_only_layers must be in 0..num_layers - 1")
         if self.moe is not None and not 0 < self.moe.num_moe_layers <= self.num_mlp_layers:
             raise ValueError(f"{self.name}: moe.num_moe_layers must be in 1..num_mlp_layers")
-        if self.linear_attn is not None and self.linear_attn.num_layers >= self.num_mixer_layers:
+        if not 0 <= self.num_parallel_mixer_layers <= (self.linear_attn.num_layers if self.linear_attn else 0):
+            raise ValueError(f"{self.name}: num_parallel_mixer_layers must be in 0..linear_attn.num_layers")
+        if self.linear_attn is not None and self.num_attention_layers < 1:
             raise ValueError(f"{self.name}: linear-attention layers must leave at least one attention layer")
         if self.moe is not None and (self.ungated_mlp or self.num_mlp_only_layers):
             raise ValueError(f"{self.name}: MoE with ungated MLPs or one-block layers is not modelled")
@@ -264,9 +270,22 @@ class ModelSpec:
         return self.num_mixer_layers + self.num_mlp_layers
 
     @property
+    def num_tp_all_reduces(self) -> int:
+        """TP all-reduces a forward pass: one a block, and one more a parallel-mixer layer (its
+        attention and its linear attention end in a row-parallel projection each)."""
+        return self.num_blocks + self.num_parallel_mixer_layers
+
+    @property
     def num_attention_layers(self) -> int:
-        """Layers with (full or sliding) attention; the other mixers are linear-attention layers."""
-        return self.num_mixer_layers - (self.linear_attn.num_layers if self.linear_attn else 0)
+        """Layers with (full or sliding) attention; the other mixers are linear-attention layers
+        (parallel-mixer layers have both)."""
+        linear = self.linear_attn.num_layers if self.linear_attn else 0
+        return self.num_mixer_layers - linear + self.num_parallel_mixer_layers
+
+    @property
+    def num_mixer_kernels(self) -> int:
+        """Attention and recurrent kernels a forward pass runs: one a mixer layer, two a parallel-mixer layer."""
+        return self.num_mixer_layers + self.num_parallel_mixer_layers
 
     @property
     def num_dense_layers(self) -> int:

@@ -110,6 +110,12 @@ TINY_CONFIGS = {
                                                              "linear_attention"], mamba_num_heads=4,
                        mamba_head_dim=32, ssm_state_size=16, n_groups=2, conv_kernel=4, attention_bias=True,
                        mlp_bias=True),
+    # attention and a Mamba2 mixer in every layer (2 groups, 4 heads of 24 = mamba_d_ssm 96, not expand x hidden);
+    # with mamba_rms_norm the gated norm has its weight; mamba_d_ssm null: expand x hidden, d_head "auto"
+    "falcon_h1": dict(TINY, head_dim=16, mamba_d_ssm=96, mamba_n_heads=4, mamba_d_head=24, mamba_n_groups=2,
+                      mamba_d_state=16, mamba_d_conv=4, mamba_rms_norm=False, ssm_multipliers=[1.0, 2.0, 3.0, 4.0, 5.0]),
+    "falcon_h1-rmsnorm": dict(TINY, mamba_d_ssm=None, mamba_expand=2, mamba_n_heads=8, mamba_d_head="auto",
+                              mamba_n_groups=1, mamba_d_state=16, mamba_rms_norm=True, tie_word_embeddings=True),
     "smollm3": dict(TINY, pad_token_id=0),
     "opt": dict(hidden_size=64, ffn_dim=96, num_hidden_layers=3, num_attention_heads=4, vocab_size=256,
                 max_position_embeddings=512, word_embed_proj_dim=64),

@@ -45,6 +45,9 @@ PUBLISHED = [
     # by hand in test_nemotron_h.py
     ("NVIDIA-Nemotron-Nano-9B-v2", 8.89, "nvidia/NVIDIA-Nemotron-Nano-9B-v2 (HF page, safetensors): 8.89B params (recalled)"),
     ("Nemotron-H-8B-Base-8K", 8.1, "nvidia/Nemotron-H-8B-Base-8K (HF page, safetensors): 8.1B params (recalled)"),
+    # by hand in test_falcon_h1.py
+    ("Falcon-H1-7B-Instruct", 7.59, "tiiuae/Falcon-H1-7B-Instruct (HF page, safetensors): 7.59B params (recalled)"),
+    ("Falcon-H1-34B-Instruct", 33.6, "tiiuae/Falcon-H1-34B-Instruct (HF page, safetensors): 33.6B params (recalled)"),
 ]
 FILES = [name for name, _, _ in PUBLISHED]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
                                      qwen3_moe)
 from pagesim.models.families import glm4_moe, gpt_oss, granitemoehybrid, llama4, olmo2, olmoe, phimoe, qwen3_next
-from pagesim.models.families import nemotron_h, smollm3
+from pagesim.models.families import falcon_h1, nemotron_h, smollm3
 
 FAMILIES = {
     "opt": opt.build,
@@ -36,6 +36,7 @@ FAMILIES = {
     "granite": llama.build,
     "granitemoehybrid": granitemoehybrid.build,
     "nemotron_h": nemotron_h.build,
+    "falcon_h1": falcon_h1.build,
     "smollm3": smollm3.build,
     "mistral3": mistral.build_mistral3,
 }

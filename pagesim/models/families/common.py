@@ -83,7 +83,8 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
                  ffn_size: int, moe: MoESpec | None = None, mla: MLASpec | None = None,
                  window: int | None = None, num_sliding: int = 0, qk_norm: bool = False,
                  heads: tuple[int, int, int, int] | None = None, linear_attn=None,
-                 attn_output_gate: bool = False, mlp_only_layers: int = 0, ungated_mlp: bool = False) -> ModelSpec:
+                 attn_output_gate: bool = False, mlp_only_layers: int = 0, ungated_mlp: bool = False,
+                 parallel_mixer_layers: int = 0) -> ModelSpec:
     """The spec of a llama-shaped model, with num_params (and, for MoE, num_active_params)
     counted from its shapes and `extras`."""
     h, n_heads, kv_heads, head_dim = heads or attention_heads(f)
@@ -97,7 +98,7 @@ def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extra
                      SERVING_DTYPE_BYTES, architecture="llama", moe=moe, mla=mla, sliding_window=window,
                      num_sliding_layers=num_sliding, qk_norm=qk_norm, quant=quant, linear_attn=linear_attn,
                      attn_output_gate=attn_output_gate, num_mlp_only_layers=mlp_only_layers,
-                     ungated_mlp=ungated_mlp)
+                     ungated_mlp=ungated_mlp, num_parallel_mixer_layers=parallel_mixer_layers)
     per_layer = extras.norms_per_layer * h + extras.layer_bias + extras.layer_other
     moe_other = spec.moe.num_moe_layers * extras.moe_layer_other if moe else 0
     outside = layers * per_layer + moe_other + vocab * h * (1 if extras.tied_embeddings else 2) + h + extras.model_other

@@ -312,8 +312,8 @@ class CalibratedCostModel(CostModel):
         ctx_layer = a.decode_s_per_kv_byte * kv_token_layer
         if model.mla is not None:  # the latent read or the heads' FLOPs over it, whichever is longer
             ctx_layer = max(ctx_layer, a.prefill_s_per_flop * (model.mla_decode_flops_per_pair // layers // tp))
-        # one kernel a mixer layer, attention or linear attention's recurrent kernel
-        self._dec_floor = model.num_mixer_layers * a.decode_floor_s
+        # one kernel a mixer layer, attention or linear attention's recurrent kernel (both in a parallel-mixer layer)
+        self._dec_floor = model.num_mixer_kernels * a.decode_floor_s
         self._dec_per_seq = layers * a.decode_s_per_seq
         self._dec_per_ctx = (layers * a.decode_s_per_kv_byte * kv_token_layer if model.mla is None and not sliding
                              else full * ctx_layer)
@@ -321,7 +321,7 @@ class CalibratedCostModel(CostModel):
         # decode attention away from block 16 (pagesim/sim/cost/paged_blocks.py), where its source applies
         self._block_term = block_term(gpu)
         self._dec_by_block: dict[int, tuple[float, float, float]] = {}
-        self._pre_floor = model.num_mixer_layers * a.prefill_floor_s
+        self._pre_floor = model.num_mixer_kernels * a.prefill_floor_s
         self._pre_per_pair = full * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_window_pair = sliding * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_token = layers * a.prefill_s_per_token_byte * shape.attention_token_bytes
@@ -357,7 +357,7 @@ class CalibratedCostModel(CostModel):
                         + [cal.operator_seconds(op, s, tokens) for op in ops])
             layer += adds * cal.operator_seconds("add", s, tokens)
             layer += sum(cal.routing_seconds(b) for b in group.routing_bytes + group.mixer_bytes)
-            seconds = layer + s.blocks * allreduce  # one all-reduce a block
+            seconds = layer + s.all_reduces * allreduce  # one all-reduce a block (a parallel mixer: two)
             if group.ep_exchange_bytes:  # expert parallelism: all-gather + reduce-scatter over the ranks
                 seconds += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
             out.append((group.num_layers, seconds))

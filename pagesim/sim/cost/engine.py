@@ -201,8 +201,8 @@ class EngineCostModel(CostModel):
         self.capture = self.engine.capture_sizes(max_num_seqs) if self.engine.cuda_graphs else []
         self.max_graph = self.capture[-1] if self.capture else 0
         m = self.model
-        self.layers = m.num_mixer_layers  # one attention (or recurrent) kernel each
-        self.blocks = m.num_blocks  # one TP all-reduce each
+        self.layers = m.num_mixer_kernels  # attention and recurrent kernels (two in a parallel-mixer layer)
+        self.blocks = m.num_tp_all_reduces  # one TP all-reduce a block (and a parallel mixer's second)
         # attention, per step: floors (one kernel per layer) and busy parts, from the calibrated factors
         self._dec_floor = kern._dec_floor
         self._pre_floor = kern._pre_floor

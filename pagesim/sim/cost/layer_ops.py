@@ -111,7 +111,9 @@ class LayerShape:
     rotary kernel (the llama family; OPT has learned positions). `mlp_width` overrides the MLP
     width the elementwise activation sees (a MoE layer: the experts a token runs through).
     `mixer` / `mlp`: which blocks the layer has (both, but one in a model whose layers are one
-    block each: Nemotron-H); each block has its norm, residual add and TP all-reduce."""
+    block each: Nemotron-H); each block has its norm, residual add and TP all-reduce. `parallel_mixers`:
+    the mixer block runs attention and linear attention side by side (Falcon-H1), one TP all-reduce
+    each (both end in a row-parallel projection) before their outputs are summed."""
 
     model: ModelSpec
     tp: int = 1
@@ -119,6 +121,7 @@ class LayerShape:
     mlp_width: int | None = None
     mixer: bool = True
     mlp: bool = True
+    parallel_mixers: bool = False
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int) -> "LayerShape":
@@ -131,6 +134,10 @@ class LayerShape:
     @property
     def blocks(self) -> int:
         return int(self.mixer) + int(self.mlp)
+
+    @property
+    def all_reduces(self) -> int:
+        return self.blocks + int(self.parallel_mixers)
 
     @property
     def elementwise_operators(self) -> tuple[tuple[str, ...], int]:
@@ -304,7 +311,8 @@ def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
 def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:
     """The model's layers in groups of one shape, with their GEMMs for a step of `tokens` tokens.
     A model with linear-attention layers splits each MLP kind's layers into attention and linear
-    ones (in proportion where it has both dense and MoE layers: which is which is not kept).
+    ones (in proportion where it has both dense and MoE layers: which is which is not kept), and
+    parallel-mixer layers (Falcon-H1: attention and linear attention side by side) apart likewise.
     One-block layers (Nemotron-H) are attention, linear-attention and MLP layers apart."""
     base = LayerShape.of(model, tp)
     attention = attention_gemms(model, tokens, tp, base)
@@ -323,18 +331,26 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
                            + moe.shared_expert_ffn_size)
         kinds.append((moe.num_moe_layers, gemms, shape, exchange, ranks, moe_routing_bytes(model, tokens, tp, ep)))
     la = model.linear_attn
-    linear_left = la.num_layers if la else 0
+    parallel_left = model.num_parallel_mixer_layers
+    linear_left = (la.num_layers if la else 0) - parallel_left
     groups = []
     for i, (n, mlp, shape, exchange, ranks, routing) in enumerate(kinds):
-        linear = linear_left if i == len(kinds) - 1 else round(n * linear_left / model.num_layers)
-        linear = min(n, linear)
+        last = i == len(kinds) - 1
+        parallel = min(n, parallel_left if last else round(n * parallel_left / model.num_layers))
+        parallel_left -= parallel
+        linear = linear_left if last else round(n * linear_left / model.num_layers)
+        linear = min(n - parallel, linear)
         linear_left -= linear
-        if n > linear:
-            groups.append(LayerGroup(n - linear, tuple(attention + mlp), shape, exchange, ranks, routing))
+        if n > linear + parallel:
+            groups.append(LayerGroup(n - linear - parallel, tuple(attention + mlp), shape, exchange, ranks, routing))
         if linear:  # no rotary kernel; the conv and the gated norm instead
             groups.append(LayerGroup(linear, tuple(linear_attn_gemms(model, tokens, tp) + mlp),
                                      LayerShape(model, tp, False, shape.mlp_width), exchange, ranks, routing,
                                      linear_attn_elementwise_bytes(model, tp, tokens)))
+        if parallel:  # both mixers' GEMMs, the rotary kernel, the conv and the gated norm
+            groups.append(LayerGroup(parallel, tuple(attention + linear_attn_gemms(model, tokens, tp) + mlp),
+                                     LayerShape(model, tp, base.rotary, shape.mlp_width, parallel_mixers=True),
+                                     exchange, ranks, routing, linear_attn_elementwise_bytes(model, tp, tokens)))
     return tuple(groups)
 
 

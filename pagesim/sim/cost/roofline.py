@@ -164,8 +164,8 @@ class RooflineCostModel(CostModel):
         if tp > 1:
             ring = 2 * (tp - 1) / tp
             ic = gpu.collective_bandwidth * c.interconnect_efficiency
-            self._allreduce_s_per_token = model.num_blocks * ring * model.hidden_size * d / ic
-            self._allreduce_fixed_s = model.num_blocks * self._collective_latency_s
+            self._allreduce_s_per_token = model.num_tp_all_reduces * ring * model.hidden_size * d / ic
+            self._allreduce_fixed_s = model.num_tp_all_reduces * self._collective_latency_s
         else:
             self._allreduce_s_per_token = 0.0
             self._allreduce_fixed_s = 0.0
