@@ -7,6 +7,7 @@ from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, o
                                      qwen3_moe)
 from pagesim.models.families import glm4_moe, gpt_oss, granitemoehybrid, llama4, olmo2, olmoe, phimoe, qwen3_next
 from pagesim.models.families import nemotron_h, smollm3
+from pagesim.models.families import qwen_vl
 
 FAMILIES = {
     "opt": opt.build,
@@ -38,4 +39,7 @@ FAMILIES = {
     "nemotron_h": nemotron_h.build,
     "smollm3": smollm3.build,
     "mistral3": mistral.build_mistral3,
+    "qwen2_5_vl": qwen_vl.build_qwen2_5_vl,
+    "qwen3_vl": qwen_vl.build_qwen3_vl,
+    "qwen3_vl_moe": qwen_vl.build_qwen3_vl_moe,
 }
