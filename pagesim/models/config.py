@@ -114,9 +114,13 @@ def model_from_config(config: dict, name: str, where: str = "config.json") -> Mo
 
     text = config.get("text_config")
     # Gemma 3 (and other multimodal configs) nest the language model's fields under text_config;
-    # the quantization_config stays at the top level.
-    fields = ConfigFields({**text, "quantization_config": config.get("quantization_config")}
-                          if isinstance(text, dict) else config, where, config.get("model_type"))
+    # the quantization_config stays at the top level, and so may tie_word_embeddings: the composite
+    # model ties as its own config says (transformers 5; Qwen3-VL's text configs default to true
+    # where the released checkpoints say false at the top level), text_config's where it is silent.
+    if isinstance(text, dict):
+        tie = config.get("tie_word_embeddings", text.get("tie_word_embeddings"))
+        text = {**text, "quantization_config": config.get("quantization_config"), "tie_word_embeddings": tie}
+    fields = ConfigFields(text if isinstance(text, dict) else config, where, config.get("model_type"))
     model_type = fields.model_type
     build = FAMILIES.get(model_type)
     if build is None:

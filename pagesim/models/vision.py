@@ -18,6 +18,16 @@ weights` shards the tower's linear layers over TP like the language model's (doc
   post LayerNorms, the same encoder layers (biases everywhere), the pixel-shuffle adapter MLP
   (fc1 intermediate_size -> projector_input_dim, fc2 -> projector_output_dim, biases when
   multi_modal_projector_bias), and the projector (vision_output_dim -> text hidden, no bias).
+- Qwen2.5-VL (`qwen2_5_vl`, Qwen2_5_VisionTransformerPretrainedModel): a Conv3d patch embedding
+  without bias (in_chans x temporal_patch_size x patch_size^2 -> hidden), `depth` blocks (two
+  RMSNorms, a fused qkv and an output projection with biases, a gated SiLU MLP: gate, up, down with
+  biases; window attention changes no shape), and the PatchMerger: an RMSNorm of the vision width,
+  then an MLP over spatial_merge_size^2 merged patches (m -> m, m -> out_hidden_size, biases).
+- Qwen3-VL (`qwen3_vl`, `qwen3_vl_moe`, Qwen3VLVisionModel): a Conv3d patch embedding with bias,
+  `num_position_embeddings` learned positions, `depth` blocks shaped as the ViT layer above (two
+  LayerNorms, fc1 / fc2 with biases), the merger (a LayerNorm of the vision width, the same MLP)
+  and one more merger per `deepstack_visual_indexes` entry, whose LayerNorm is over the merged
+  width m. The merger's output width must be the language model's hidden size.
 """
 
 from __future__ import annotations
@@ -56,7 +66,42 @@ def llama4_vision_params(v: ConfigFields, text_hidden: int) -> int:
     return embed + layers + adapter + v.int("vision_output_dim") * text_hidden
 
 
-TOWERS = {"gemma3": siglip_gemma3_params, "llama4": llama4_vision_params}
+def _merged(v: ConfigFields, text_hidden: int) -> tuple[int, int]:
+    """(merged width: vision hidden x spatial_merge_size^2, the merger MLP's weights and biases)."""
+    out = v.int("out_hidden_size", text_hidden)
+    if out != text_hidden:
+        raise v.error("out_hidden_size", f"is {out}, the language model's hidden_size is {text_hidden}")
+    merged = v.int("hidden_size") * v.int("spatial_merge_size", 2) ** 2
+    return merged, merged * merged + merged + merged * out + out
+
+
+def _patch_kernel(v: ConfigFields) -> int:
+    """Weights of the Conv3d patch embedding's kernel per output channel."""
+    channels = v.int("in_channels", None) or v.int("in_chans", 3)
+    return channels * v.int("temporal_patch_size", 2) * v.int("patch_size") ** 2
+
+
+def qwen2_5_vl_params(v: ConfigFields, text_hidden: int) -> int:
+    d, ffn = v.int("hidden_size"), v.int("intermediate_size")
+    block = 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + 2 * (d * ffn + ffn) + (ffn * d + d)
+    _, merger = _merged(v, text_hidden)
+    return _patch_kernel(v) * d + v.int("depth") * block + d + merger
+
+
+def qwen3_vl_params(v: ConfigFields, text_hidden: int) -> int:
+    d, ffn, depth = v.int("hidden_size"), v.int("intermediate_size"), v.int("depth")
+    if not isinstance(v.get("deepstack_visual_indexes"), list):
+        raise v.error("deepstack_visual_indexes", "must be a list of block indices (missing or not a list)")
+    deepstack = v.int_list("deepstack_visual_indexes")
+    if any(not 0 <= i < depth for i in deepstack) or len(set(deepstack)) != len(deepstack):
+        raise v.error("deepstack_visual_indexes", f"must list distinct blocks in 0..{depth - 1}, got {deepstack}")
+    merged, merger = _merged(v, text_hidden)
+    embed = _patch_kernel(v) * d + d + v.int("num_position_embeddings") * d
+    return embed + depth * encoder_layer_params(d, ffn) + 2 * d + merger + len(deepstack) * (2 * merged + merger)
+
+
+TOWERS = {"gemma3": siglip_gemma3_params, "llama4": llama4_vision_params, "qwen2_5_vl": qwen2_5_vl_params,
+          "qwen3_vl": qwen3_vl_params, "qwen3_vl_moe": qwen3_vl_params}
 
 
 def vision_params(config: dict, where: str, text_hidden: int) -> int:

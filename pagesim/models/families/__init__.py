@@ -8,6 +8,7 @@ from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, o
 from pagesim.models.families import glm4_moe, gpt_oss, granitemoehybrid, llama4, olmo2, olmoe, phimoe, qwen3_next
 from pagesim.models.families import falcon_h1, nemotron_h, smollm3
 from pagesim.models.families import cohere2, ernie4_5_moe, exaone4, minimax_m2, seed_oss
+from pagesim.models.families import qwen_vl
 
 FAMILIES = {
     "opt": opt.build,
@@ -45,4 +46,5 @@ FAMILIES = {
     "exaone4": exaone4.build,
     "cohere2": cohere2.build,
     "seed_oss": seed_oss.build,
+    "qwen3_vl": qwen_vl.build_qwen3_vl,
 }
