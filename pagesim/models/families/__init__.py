@@ -46,5 +46,7 @@ FAMILIES = {
     "exaone4": exaone4.build,
     "cohere2": cohere2.build,
     "seed_oss": seed_oss.build,
+    "qwen2_5_vl": qwen_vl.build_qwen2_5_vl,
     "qwen3_vl": qwen_vl.build_qwen3_vl,
+    "qwen3_vl_moe": qwen_vl.build_qwen3_vl_moe,
 }
