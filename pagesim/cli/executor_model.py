@@ -59,6 +59,21 @@ def load_executor_model(spec: str, device: str, dtype: str | None, console, one_
             fail(f"--model {spec}: {e}")
 
 
+def check_length(lm, max_model_len: int | None, model: str) -> None:
+    """--max-model-len against the model: past a learned position table (OPT) refused outright (the
+    table ends there); past a rotary model's length refused as vLLM refuses it, unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (pagesim.models.max_len)."""
+    from pagesim.models.max_len import check_max_model_len
+
+    table = getattr(lm.model, "position_limit", None)
+    if max_model_len is not None and table is not None and max_model_len > table:
+        fail(f"--max-model-len {max_model_len} exceeds {model}'s table of {table} learned positions")
+    try:
+        check_max_model_len(max_model_len, lm.max_model_len, model)
+    except ValueError as e:
+        fail(str(e))
+
+
 def check_cache_fits(lm, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, paged: bool = False) -> None:
     """Refuse KV pools larger than the memory free for them, before allocating (a typo in
     --num-gpu-blocks would otherwise take the machine's memory, or fail deep inside torch).

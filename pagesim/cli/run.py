@@ -13,7 +13,7 @@ from pagesim.cli.checks import (BLOCKS, BLOCK_SIZE, BURSTINESS, NUM_REQUESTS, PO
                                 check_workload, fail, load_trace_file, progress_bar, warn)
 from pagesim.cli.config_file import config_option, given_options_line, run_options
 from pagesim.cli.executor_model import (GC_DURING_STEPS_OPTION, PIN_CPU_OPTION, WARMUP_STEPS_OPTION, check_cache_fits,
-                                        dtype_name, load_executor_model, noise_settings)
+                                        check_length, dtype_name, load_executor_model, noise_settings)
 from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, WORKLOAD, Policy, Preemption, emit_results
 from pagesim.core.policies import uses_paged_blocks
 
@@ -108,10 +108,8 @@ def run(
 
 
 def check_model_fits_trace(lm, trace, path: Path, model: str, max_model_len: int | None) -> None:
-    """Token ids the model has embeddings for, and a length within its position table."""
-    limit = getattr(lm.model, "position_limit", None)
-    if max_model_len is not None and limit is not None and max_model_len > limit:
-        fail(f"--max-model-len {max_model_len} exceeds {model}'s table of {limit} learned positions")
+    """Token ids the model has embeddings for, and a length the model serves (check_length)."""
+    check_length(lm, max_model_len, model)
     for index, record in enumerate(trace.requests):
         ids = record.prompt_token_ids
         if ids and not 0 <= min(ids) <= max(ids) < lm.vocab_size:

@@ -10,10 +10,9 @@ import typer
 
 from pagesim.cli import app
 from pagesim.cli.checks import COUNT, NON_NEGATIVE, POSITIVE, POSITIVE_INT, Number, fail
-from pagesim.cli.executor_model import check_cache_fits, dtype_name, load_executor_model
+from pagesim.cli.executor_model import check_cache_fits, check_length, dtype_name, load_executor_model
 from pagesim.cli.replay import BATCHED_TOKENS_HELP, DEFAULTS, Policy, Preemption
 from pagesim.core.policies import uses_paged_blocks
-from pagesim.models.max_len import check_max_model_len
 from pagesim.serve.limits import HttpLimits
 
 
@@ -80,10 +79,7 @@ def serve(
         fail(str(e))
     console = Console(stderr=True)
     lm = load_executor_model(model, device, dtype, console, tokenizer=True)
-    try:  # vLLM refuses it too, unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
-        check_max_model_len(max_model_len, lm.max_model_len, model)
-    except ValueError as e:
-        fail(str(e))
+    check_length(lm, max_model_len, model)
     check_cache_fits(lm, block_size, num_gpu_blocks, num_cpu_blocks, uses_paged_blocks(policy.value))
     import torch
 

@@ -77,6 +77,17 @@ def test_lengths_past_a_learned_position_table(tmp_path):
     assert line == f"error: {config}: max_model_len: 512 exceeds random:opt-tiny's table of 256 learned positions"
 
 
+def test_lengths_past_a_rotary_models_positions(monkeypatch):
+    # llama-tiny: 256 positions, no rope_scaling. vLLM refuses more unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    monkeypatch.delenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", raising=False)
+    args = [ALPACA, "--model", "random:llama-tiny", "--rate", "1000", "--num-requests", "2", "--max-model-len", "512"]
+    line = one_error(run(args))
+    assert "--max-model-len 512 is greater than random:llama-tiny's maximum length, 256 tokens" in line
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in line
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    assert run(args + ["--json"]).exit_code == 0
+
+
 def test_bad_model_sources(tmp_path):
     garbage = tmp_path / "garbage"
     garbage.mkdir()
