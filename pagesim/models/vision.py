@@ -28,6 +28,13 @@ weights` shards the tower's linear layers over TP like the language model's (doc
   LayerNorms, fc1 / fc2 with biases), the merger (a LayerNorm of the vision width, the same MLP)
   and one more merger per `deepstack_visual_indexes` entry, whose LayerNorm is over the merged
   width m. The merger's output width must be the language model's hidden size.
+- Mistral Small 3.1 / 3.2 (`mistral3`, PixtralVisionModel + Mistral3MultiModalProjector): a patch
+  Conv2d without bias, an RMSNorm (ln_pre), `num_hidden_layers` blocks (two RMSNorms, q, k, v, o of
+  hidden x hidden and a gated MLP: gate, up, down, no biases; 2D rotary positions, no weights, no
+  post norm); the projector: an RMSNorm of the vision width, the patch merger (one linear, no bias,
+  over spatial_merge_size^2 patches back to the vision width), linear_1 (vision -> text hidden) and
+  linear_2 (text -> text hidden), biases when `multimodal_projector_bias`. `spatial_merge_size`,
+  `multimodal_projector_bias` and `vision_feature_layer` sit at the top level of config.json.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ def _tower_shape(v: ConfigFields) -> tuple[int, int, int, int]:
     return hidden, v.int("intermediate_size"), (image // patch) ** 2, v.int("num_channels", 3) * patch * patch
 
 
-def siglip_gemma3_params(v: ConfigFields, text_hidden: int) -> int:
+def siglip_gemma3_params(v: ConfigFields, text_hidden: int, top: ConfigFields) -> int:
     if v.bool("vision_use_head", False):
         raise v.error("vision_use_head", "is true: a SigLIP pooling head is not modelled (Gemma 3 has none)")
     d, ffn, patches, kernel = _tower_shape(v)
@@ -56,7 +63,7 @@ def siglip_gemma3_params(v: ConfigFields, text_hidden: int) -> int:
     return tower + d * text_hidden + d
 
 
-def llama4_vision_params(v: ConfigFields, text_hidden: int) -> int:
+def llama4_vision_params(v: ConfigFields, text_hidden: int, top: ConfigFields) -> int:
     d, ffn, patches, kernel = _tower_shape(v)
     embed = kernel * d + d + (patches + 1) * d + 2 * 2 * d
     p_in, p_out = v.int("projector_input_dim"), v.int("projector_output_dim")
@@ -81,14 +88,14 @@ def _patch_kernel(v: ConfigFields) -> int:
     return channels * v.int("temporal_patch_size", 2) * v.int("patch_size") ** 2
 
 
-def qwen2_5_vl_params(v: ConfigFields, text_hidden: int) -> int:
+def qwen2_5_vl_params(v: ConfigFields, text_hidden: int, top: ConfigFields) -> int:
     d, ffn = v.int("hidden_size"), v.int("intermediate_size")
     block = 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + 2 * (d * ffn + ffn) + (ffn * d + d)
     _, merger = _merged(v, text_hidden)
     return _patch_kernel(v) * d + v.int("depth") * block + d + merger
 
 
-def qwen3_vl_params(v: ConfigFields, text_hidden: int) -> int:
+def qwen3_vl_params(v: ConfigFields, text_hidden: int, top: ConfigFields) -> int:
     d, ffn, depth = v.int("hidden_size"), v.int("intermediate_size"), v.int("depth")
     if not isinstance(v.get("deepstack_visual_indexes"), list):
         raise v.error("deepstack_visual_indexes", "must be a list of block indices (missing or not a list)")
@@ -100,8 +107,25 @@ def qwen3_vl_params(v: ConfigFields, text_hidden: int) -> int:
     return embed + depth * encoder_layer_params(d, ffn) + 2 * d + merger + len(deepstack) * (2 * merged + merger)
 
 
+def pixtral_mistral3_params(v: ConfigFields, text_hidden: int, top: ConfigFields) -> int:
+    layer = top.get("vision_feature_layer", -1)
+    if layer != -1:  # vLLM builds the layers up to the one read, transformers all; a list widens linear_1
+        raise top.error("vision_feature_layer", f"is {layer!r}: only the last layer (-1, as released) is modelled")
+    if v.get("model_type", "pixtral") != "pixtral":
+        raise v.error("model_type", f"is {v.get('model_type')!r}: a mistral3 vision tower is 'pixtral'")
+    d, ffn, heads = v.int("hidden_size"), v.int("intermediate_size"), v.int("num_attention_heads")
+    if d % heads:
+        raise v.error("hidden_size", f"{d} is not a multiple of 'num_attention_heads' {heads}")
+    patch = v.int("num_channels", 3) * v.int("patch_size") ** 2 * d
+    block = 2 * d + 4 * d * d + 3 * d * ffn
+    merge = top.int("spatial_merge_size", 2)
+    bias = 2 * text_hidden if top.bool("multimodal_projector_bias", False) else 0
+    projector = d + d * merge ** 2 * d + d * text_hidden + text_hidden * text_hidden + bias
+    return patch + d + v.int("num_hidden_layers") * block + projector
+
+
 TOWERS = {"gemma3": siglip_gemma3_params, "llama4": llama4_vision_params, "qwen2_5_vl": qwen2_5_vl_params,
-          "qwen3_vl": qwen3_vl_params, "qwen3_vl_moe": qwen3_vl_params}
+          "qwen3_vl": qwen3_vl_params, "qwen3_vl_moe": qwen3_vl_params, "mistral3": pixtral_mistral3_params}
 
 
 def vision_params(config: dict, where: str, text_hidden: int) -> int:
@@ -113,4 +137,4 @@ def vision_params(config: dict, where: str, text_hidden: int) -> int:
         return 0
     if not isinstance(vision, dict):
         raise ConfigFields(config, where).error("vision_config", "must be an object")
-    return count(ConfigFields(vision, f"{where} (vision_config)"), text_hidden)
+    return count(ConfigFields(vision, f"{where} (vision_config)"), text_hidden, ConfigFields(config, where))

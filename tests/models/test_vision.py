@@ -1,7 +1,9 @@
 """The vision towers of multimodal checkpoints (pagesim.models.vision): Gemma 3's SigLIP encoder
 and projector counted by hand from gemma-3-12b-it's vision_config (tests/models/data), compared
-with the Gemma 3 report; what they do to the weights and the KV pool. Llama 4's tower is counted
-by hand in test_gpt_oss_llama4.py (LLAMA4_VISION)."""
+with the Gemma 3 report; Mistral Small 3.1's Pixtral tower and projector by hand, against the
+published total and against transformers' modules; what they do to the weights and the KV pool.
+Llama 4's tower is counted by hand in test_gpt_oss_llama4.py (LLAMA4_VISION), the Qwen towers in
+test_qwen_vl.py."""
 
 import json
 from pathlib import Path
@@ -64,7 +66,8 @@ def test_gemma3_27b_catalog_counts_its_tower():
 
 
 @pytest.mark.parametrize("name,tp", [("gemma-3-12b-it", 1), ("gemma-3-12b-it", 2),
-                                     ("Llama-4-Scout-17B-16E-Instruct", 4)])
+                                     ("Llama-4-Scout-17B-16E-Instruct", 4),
+                                     ("Mistral-Small-3.1-24B-Instruct-2503", 2)])
 def test_the_tower_comes_out_of_the_kv_pool(tmp_path, name, tp):
     # vLLM's default --mm-encoder-tp-mode weights shards the tower over TP as the language model:
     # the pool of each GPU is smaller by the tower's bf16 bytes / tp (the one rounding aside)
@@ -105,3 +108,69 @@ def test_inspect_reports_the_tower():
     assert "vision tower + projector" in table.output and "0.421 B" in table.output
     text_only = CliRunner().invoke(app, ["model", "inspect", str(DATA / "gemma-3-1b-it.json"), "--json"])
     assert json.loads(text_only.output)["params_vision"] == 0
+
+
+# Mistral-Small-3.1-24B-Instruct-2503 vision_config (Pixtral): hidden 1024, MLP 4096, 24 layers,
+# 14 x 14 patches of 3 channels; spatial_merge_size 2, no projector biases; text hidden 5120
+P, PFFN, TEXT = 1024, 4096, 5120
+PIXTRAL_BLOCK = 2 * P + 4 * P * P + 3 * P * PFFN       # 2 RMSNorms; q k v o and gate up down, no biases
+PIXTRAL = 3 * 14 * 14 * P + P + 24 * PIXTRAL_BLOCK     # patch Conv2d (no bias), ln_pre; no post norm
+MISTRAL3_PROJECTOR = P + (4 * P) * P + P * TEXT + TEXT * TEXT  # norm, patch merger, linear_1, linear_2
+
+
+def test_pixtral_tower_by_hand():
+    assert PIXTRAL_BLOCK == 16_779_264 and PIXTRAL == 403_305_472 and MISTRAL3_PROJECTOR == 35_652_608
+    m = get_model(str(DATA / "Mistral-Small-3.1-24B-Instruct-2503.json"))
+    assert m.num_vision_params == PIXTRAL + MISTRAL3_PROJECTOR == 438_958_080  # the "0.44B" of the docs
+    # mistralai/Mistral-Small-3.1-24B-Instruct-2503 (HF page, safetensors): 24.0B params (recalled)
+    assert m.params_total == 24_011_361_280 and m.params_total / 24.0e9 == pytest.approx(1, abs=0.005)
+    assert m.params_active == m.params_total - m.num_vision_params
+
+
+def mistral_small():
+    return json.loads((DATA / "Mistral-Small-3.1-24B-Instruct-2503.json").read_text())
+
+
+def test_pixtral_projector_fields(tmp_path):
+    base = get_model(str(DATA / "Mistral-Small-3.1-24B-Instruct-2503.json")).num_vision_params
+    biased = get_model(str(write(tmp_path, {**mistral_small(), "multimodal_projector_bias": True}, "bias")))
+    assert biased.num_vision_params - base == 2 * TEXT  # linear_1's and linear_2's biases
+    merge3 = get_model(str(write(tmp_path, {**mistral_small(), "spatial_merge_size": 3}, "merge3")))
+    assert merge3.num_vision_params - base == (9 - 4) * P * P  # the merger reads 3 x 3 patches
+
+
+@pytest.mark.parametrize("top,vision,field,words", [
+    ({"vision_feature_layer": -2}, {}, "vision_feature_layer", "only the last layer"),
+    ({"vision_feature_layer": [-1, -2]}, {}, "vision_feature_layer", "only the last layer"),
+    ({}, {"model_type": "siglip_vision_model"}, "model_type", "'pixtral'"),
+    ({}, {"num_attention_heads": 24}, "hidden_size", "not a multiple"),
+    ({}, {"num_hidden_layers": None}, "num_hidden_layers", "missing"),
+    ({"spatial_merge_size": 0}, {}, "spatial_merge_size", "positive integer"),
+])
+def test_malformed_pixtral_config_is_one_line(tmp_path, refused_in_one_line, top, vision, field, words):
+    config = mistral_small()
+    config = {**config, **top, "vision_config": {**config["vision_config"], **vision}}
+    refused_in_one_line(write(tmp_path, config, "bad"), field, words)
+
+
+@pytest.mark.parametrize("merge,bias", [(2, False), (3, True)])
+def test_pixtral_counts_equal_transformers_parameters(merge, bias):
+    # an independent count of every tensor: transformers' own modules on the meta device
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from pagesim.models import model_from_config
+
+    text = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=512)
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, patch_size=4,
+                  image_size=64)
+    config = transformers.AutoConfig.for_model("mistral3", text_config=text, vision_config=vision,
+                                               spatial_merge_size=merge, multimodal_projector_bias=bias)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForImageTextToText.from_config(config)
+    fields = config.to_dict()
+    fields.pop("quantization_config", None)
+    spec = model_from_config(fields, "tiny-mistral3")
+    assert spec.params_total == sum(p.numel() for p in hf.parameters())  # tied weights once
+    towers = (hf.model.vision_tower, hf.model.multi_modal_projector)
+    assert spec.num_vision_params == sum(p.numel() for t in towers for p in t.parameters())

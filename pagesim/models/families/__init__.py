@@ -9,6 +9,7 @@ from pagesim.models.families import glm4_moe, gpt_oss, granitemoehybrid, llama4,
 from pagesim.models.families import falcon_h1, nemotron_h, smollm3
 from pagesim.models.families import cohere2, ernie4_5_moe, exaone4, minimax_m2, seed_oss
 from pagesim.models.families import qwen_vl
+from pagesim.models.families import hunyuan
 
 FAMILIES = {
     "opt": opt.build,
@@ -49,4 +50,6 @@ FAMILIES = {
     "qwen2_5_vl": qwen_vl.build_qwen2_5_vl,
     "qwen3_vl": qwen_vl.build_qwen3_vl,
     "qwen3_vl_moe": qwen_vl.build_qwen3_vl_moe,
+    "hunyuan_v1_dense": hunyuan.build_dense,
+    "hunyuan_v1_moe": hunyuan.build_moe,
 }

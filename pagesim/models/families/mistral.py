@@ -2,9 +2,9 @@
 every layer (`sliding_window`), later versions have `sliding_window: null` (full attention).
 
 Mistral Small 3.1 / 3.2 (`mistral3`, Mistral3ForConditionalGeneration): a Mistral language model
-under `text_config` (read by pagesim.models.config) and a Pixtral vision tower with its projector,
-which are not counted: pagesim replays text requests, and their weights (0.44 B of Mistral Small
-3.1's 24.0 B) and image tokens are outside what it models."""
+under `text_config` (read by pagesim.models.config) and a Pixtral vision tower with its projector
+(`vision_config`, 0.44 B of Mistral Small 3.1's 24.0 B), counted as weight memory by
+pagesim.models.vision; image tokens are outside what pagesim models."""
 
 from __future__ import annotations
 
