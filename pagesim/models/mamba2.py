@@ -41,6 +41,11 @@ class Mamba2Spec:
         return self.state_dtype_bytes if self.ssm_state_dtype_bytes is None else self.ssm_state_dtype_bytes
 
     @property
+    def inner_all_reduce_width(self) -> int:
+        """No TP all-reduce modelled inside the layer besides its block's (ModelSpec.mixer_all_reduces)."""
+        return 0
+
+    @property
     def intermediate(self) -> int:
         return self.num_heads * self.head_dim
 

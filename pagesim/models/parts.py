@@ -93,6 +93,11 @@ class LinearAttnSpec:
     state_dtype_bytes: int = 2  # vLLM's mamba cache dtypes "auto": the model dtype
 
     @property
+    def inner_all_reduce_width(self) -> int:
+        """No TP all-reduce modelled inside the layer besides its block's (ModelSpec.mixer_all_reduces)."""
+        return 0
+
+    @property
     def key_dim(self) -> int:
         return self.num_key_heads * self.key_head_dim
 

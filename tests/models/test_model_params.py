@@ -110,6 +110,13 @@ TINY_CONFIGS = {
                                                              "linear_attention"], mamba_num_heads=4,
                        mamba_head_dim=32, ssm_state_size=16, n_groups=2, conv_kernel=4, attention_bias=True,
                        mlp_bias=True),
+    # Mamba v1 mixers (Jamba): attention on layers 1 and 3, routed experts on 0 and 2, dt_rank "auto" (ceil(64 / 16));
+    # and with one expert (every MLP dense), no conv bias, an explicit dt_rank, tied embeddings
+    "jamba": dict(TINY, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,
+                  num_experts=4, num_experts_per_tok=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2),
+    "jamba-dense": dict(TINY, attn_layer_period=4, attn_layer_offset=3, num_experts=1, mamba_d_state=8,
+                        mamba_d_conv=3, mamba_expand=3, mamba_conv_bias=False, mamba_dt_rank=6,
+                        tie_word_embeddings=True),
     # attention and a Mamba2 mixer in every layer (2 groups, 4 heads of 24 = mamba_d_ssm 96, not expand x hidden);
     # with mamba_rms_norm the gated norm has its weight; mamba_d_ssm null: expand x hidden, d_head "auto"
     "falcon_h1": dict(TINY, head_dim=16, mamba_d_ssm=96, mamba_n_heads=4, mamba_d_head=24, mamba_n_groups=2,

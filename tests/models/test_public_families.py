@@ -49,6 +49,8 @@ PUBLISHED = [
     # by hand in test_falcon_h1.py
     ("Falcon-H1-7B-Instruct", 7.59, "tiiuae/Falcon-H1-7B-Instruct (HF page, safetensors): 7.59B params (recalled)"),
     ("Falcon-H1-34B-Instruct", 33.6, "tiiuae/Falcon-H1-34B-Instruct (HF page, safetensors): 33.6B params (recalled)"),
+    ("AI21-Jamba-Mini-1.6", 51.6, "ai21labs/AI21-Jamba-Mini-1.6 (HF page, safetensors): 51.6B params (recalled)"),
+    ("AI21-Jamba-Large-1.6", 398, "ai21labs/AI21-Jamba-Large-1.6 model card: 398B total, 94B active (recalled)"),
 ]
 FILES = [name for name, _, _ in PUBLISHED]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3,
                                      qwen3_moe)
 from pagesim.models.families import glm4_moe, gpt_oss, granitemoehybrid, llama4, olmo2, olmoe, phimoe, qwen3_next
-from pagesim.models.families import falcon_h1, nemotron_h, smollm3
+from pagesim.models.families import falcon_h1, jamba, nemotron_h, smollm3
 from pagesim.models.families import cohere2, ernie4_5_moe, exaone4, minimax_m2, seed_oss
 from pagesim.models.families import qwen_vl
 from pagesim.models.families import hunyuan
@@ -40,6 +40,7 @@ FAMILIES = {
     "granitemoehybrid": granitemoehybrid.build,
     "nemotron_h": nemotron_h.build,
     "falcon_h1": falcon_h1.build,
+    "jamba": jamba.build,
     "smollm3": smollm3.build,
     "mistral3": mistral.build_mistral3,
     "minimax_m2": minimax_m2.build,

@@ -264,6 +264,14 @@ class EngineCostModel(CostModel):
                 fixed += calls * nbytes * self._ar_s_per_byte
             else:  # NCCL, as measured
                 fixed += calls * kern.calibration.all_reduce_seconds(self.tp, nbytes)
+            count, width = self.model.mixer_all_reduces  # Mamba v1's x_proj: one more a Mamba layer, narrower
+            if count:
+                nbytes = tokens * width * self.model.dtype_bytes
+                if self._custom_allreduce and nbytes <= self.engine.custom_allreduce_max_bytes:
+                    ar_calls += count * self._ar_group_factor
+                    fixed += count * nbytes * self._ar_s_per_byte
+                else:
+                    fixed += count * kern.calibration.all_reduce_seconds(self.tp, nbytes)
         self._cache[key] = hit = (busy, float(kernels), fixed, ar_calls)
         return hit
 

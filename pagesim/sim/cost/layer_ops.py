@@ -229,6 +229,7 @@ class LayerGroup:
     ep_ranks: int = 1
     routing_bytes: tuple[float, ...] = ()  # per routing kernel of a MoE layer (moe_routing_bytes)
     mixer_bytes: tuple[float, ...] = ()  # per elementwise kernel of a linear-attention layer (conv, gated norm)
+    mixer_all_reduce_bytes: tuple[float, ...] = ()  # per TP all-reduce inside a Mamba v1 layer (x_proj), tp > 1
 
 
 def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
@@ -308,6 +309,13 @@ def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
     return [Gemm(op, tokens, k, n, weight_bytes=wb, fp8=fp8) for op, k, n in la.gemm_widths(h, tp)]
 
 
+def mixer_all_reduce_bytes(model: ModelSpec, tokens: int, tp: int) -> tuple[float, ...]:
+    """Bytes of each TP all-reduce inside one linear-attention layer for `tokens` tokens (Mamba v1's
+    x_proj, row-parallel in vLLM: ModelSpec.mixer_all_reduces); none at tp 1 or for other mixers."""
+    count, width = model.mixer_all_reduces
+    return (float(tokens * width * model.dtype_bytes),) if count and tp > 1 else ()
+
+
 def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:
     """The model's layers in groups of one shape, with their GEMMs for a step of `tokens` tokens.
     A model with linear-attention layers splits each MLP kind's layers into attention and linear
@@ -346,7 +354,8 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
         if linear:  # no rotary kernel; the conv and the gated norm instead
             groups.append(LayerGroup(linear, tuple(linear_attn_gemms(model, tokens, tp) + mlp),
                                      LayerShape(model, tp, False, shape.mlp_width), exchange, ranks, routing,
-                                     linear_attn_elementwise_bytes(model, tp, tokens)))
+                                     linear_attn_elementwise_bytes(model, tp, tokens),
+                                     mixer_all_reduce_bytes(model, tokens, tp)))
         if parallel:  # both mixers' GEMMs, the rotary kernel, the conv and the gated norm
             groups.append(LayerGroup(parallel, tuple(attention + linear_attn_gemms(model, tokens, tp) + mlp),
                                      LayerShape(model, tp, base.rotary, shape.mlp_width, parallel_mixers=True),

@@ -29,6 +29,15 @@ Mamba2 layers (pagesim.models.mamba2: Granite 4.0-H) take the same terms with th
   the causal mask's idle half of the tiles counted (the kernels compute whole tiles). Bytes: x, y,
   B, C and dt a token, the chunk states (H P N, written and read) once every Q tokens, and each
   sequence's state read and written once.
+
+Mamba v1 layers (pagesim.models.mamba1: Jamba) likewise, a roofline where nothing is measured:
+- Decode (vLLM's selective_state_update): each layer reads and writes the state once (the conv
+  state and the SSM state of I x N), per state element dA = exp(dt A) (2), h <- dA h + (dt x) B
+  (3) and y = h C (2): 7 FLOPs, the exp per element (A is I x N, not one a head as in Mamba2).
+- Prefill (vLLM's selective_scan_fn, the selective scan of Gu and Dao, "Mamba", 2023, section 3.3):
+  a scan along the tokens, the same 7 FLOPs a state element a token (CUDA cores, no tensor-core
+  chunks): linear in tokens. Bytes: x, the gate z, dt (after dt_proj) and y (I / TP each), B and
+  C (N each) a token; no chunk states go to HBM; each sequence's state read and written once.
 """
 
 from __future__ import annotations
@@ -36,11 +45,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pagesim.models import ModelSpec
+from pagesim.models.mamba1 import Mamba1Spec
 from pagesim.models.mamba2 import Mamba2Spec
 
 CHUNK = 64  # tokens a chunk of the chunked gated delta rule (fla's chunk_size / BT)
 DECODE_FLOPS_PER_STATE_ELEMENT = 7  # S <- g S (1), S^T k (2), S += k delta^T (2), S^T q (2)
 MAMBA2_DECODE_FLOPS_PER_STATE_ELEMENT = 5  # h <- exp(dt A) h + (dt x) B^T (3), y = h C (2)
+MAMBA1_FLOPS_PER_STATE_ELEMENT = 7  # dA = exp(dt A) (2), h <- dA h + (dt x) B (3), y = h C (2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +73,7 @@ def state_work(model: ModelSpec, tp: int) -> StateWork | None:
         return None
     n, state = la.num_layers, la.state_bytes_per_layer(tp)
     # per layer: decode FLOPs a sequence, prefill FLOPs a token, prefill bytes a token
-    kernel = _mamba2 if isinstance(la, Mamba2Spec) else _gated_delta
+    kernel = _mamba2 if isinstance(la, Mamba2Spec) else _mamba1 if isinstance(la, Mamba1Spec) else _gated_delta
     flops_dec, flops_pre, bytes_pre = kernel(la, tp, model.dtype_bytes)
     return StateWork(
         num_layers=n,
@@ -92,9 +103,20 @@ def _mamba2(la: Mamba2Spec, tp: int, act: int) -> tuple[int, int, float]:
     return heads * MAMBA2_DECODE_FLOPS_PER_STATE_ELEMENT * p * ns, prefill, io + chunk_states
 
 
-def linear_attn_elementwise_bytes(model: ModelSpec, tp: int, tokens: float) -> tuple[float, float]:
+def _mamba1(la: Mamba1Spec, tp: int, act: int) -> tuple[int, int, float]:
+    """A Mamba v1 layer: decode is selective_state_update, prefill selective_scan_fn, 7 FLOPs a
+    state element each (module docstring)."""
+    inner = la.intermediate // tp
+    flops = MAMBA1_FLOPS_PER_STATE_ELEMENT * inner * la.state_size
+    return flops, flops, float((4 * inner + 2 * la.state_size) * act)  # x, z, dt, y; B, C
+
+
+def linear_attn_elementwise_bytes(model: ModelSpec, tp: int, tokens: float) -> tuple[float, ...]:
     """Bytes of one linear-attention layer's two elementwise kernels for `tokens` tokens on one
     GPU: the causal depthwise conv1d (q, k, v channels read and written; its conv state is in the
-    state's bytes) and the gated RMSNorm (the output and the gate z read, the result written)."""
+    state's bytes) and the gated RMSNorm (the output and the gate z read, the result written).
+    A Mamba v1 layer: its conv and its dt, B and C RMSNorms (Mamba1Spec.elementwise_bytes)."""
     la, d = model.linear_attn, model.dtype_bytes
+    if isinstance(la, Mamba1Spec):
+        return la.elementwise_bytes(tp, tokens, d)
     return (2.0 * tokens * la.conv_dim_per_gpu(tp) * d, 3.0 * tokens * la.value_dim // tp * d)
