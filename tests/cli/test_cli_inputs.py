@@ -87,8 +87,10 @@ CASES = [
     ("serve --model random:llama-tiny --block-size 0", "'--block-size'"),
     ("serve --model random:llama-tiny --log-level loud", "--log-level must be"),
     # (a request past the positions got a 500 from an IndexError in the engine step)
-    ("serve --model random:opt-tiny --port 0 --max-model-len 5000",
-     "--max-model-len 5000 is greater than random:opt-tiny's maximum length, 256 tokens"),
+    ("serve --model random:llama-tiny --port 0 --max-model-len 5000",
+     "--max-model-len 5000 is greater than random:llama-tiny's maximum length, 256 tokens"),
+    ("serve --model random:opt-tiny --port 0 --max-model-len 5000",  # (a learned table: no env var lifts it)
+     "--max-model-len 5000 exceeds random:opt-tiny's table of 256 learned positions"),
     (f"bench {ALPACA} --endpoint notaurl", "'--endpoint'"),
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --rate inf", "'--rate'"),
     (f"bench {ALPACA} --endpoint http://127.0.0.1:9 --max-concurrency 0", "'--max-concurrency'"),

@@ -97,7 +97,7 @@ def test_run_is_recreated_from_its_summary_config(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     first = CliRunner().invoke(app, ["run", "traces/alpaca.json", "--model", "random:llama-tiny", "--num-requests", "5",
-                                     "--rate", "500", "--max-model-len", "512", "--seed", "3", "--out", str(tmp_path / "A")])
+                                     "--rate", "500", "--max-model-len", "256", "--seed", "3", "--out", str(tmp_path / "A")])
     assert first.exit_code == 0, first.output
     a = json.loads((tmp_path / "A" / "summary.json").read_text())
     assert a["config"]["seed"] == 3 and a["config"]["model"] == "random:llama-tiny" and a["config"]["rate"] == 500

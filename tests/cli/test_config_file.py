@@ -203,10 +203,10 @@ def test_run_stores_and_prints_its_reproduce_line(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.chdir(ROOT)
     args = ["run", "traces/alpaca.json", "--model", "random:llama-tiny", "--num-requests", "4", "--rate", "1000",
-            "--max-model-len", "512"]
+            "--max-model-len", "256"]
     first = CliRunner().invoke(app, args + ["--out", str(tmp_path / "A")])
     assert first.exit_code == 0, first.output
     line = ("pagesim run traces/alpaca.json --model random:llama-tiny --rate 1000.0 --num-requests 4 "
-            "--max-model-len 512 --out NEW_FOLDER")  # every option given, in the command's order
+            "--max-model-len 256 --out NEW_FOLDER")  # every option given, in the command's order
     assert f"reproduce with: {line}" in first.output
     assert json.loads((tmp_path / "A" / "summary.json").read_text())["reproduce"] == line

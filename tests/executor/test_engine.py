@@ -97,7 +97,7 @@ def test_pagesim_run_writes_the_replay_schema(tmp_path):
 
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["run", "traces/alpaca.json", "--model", "random:llama-tiny", "--num-requests", "6",
-                                      "--rate", "1000", "--max-model-len", "512", "--out", str(out), "--json"])
+                                      "--rate", "1000", "--max-model-len", "256", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_requests"] == 6 and summary["num_finished"] + summary["num_rejected"] == 6
