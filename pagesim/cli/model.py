@@ -71,7 +71,8 @@ def inspect(
             info["gpu"] = cap.gpu
             info["kv_pool"] = {"pool_bytes_per_gpu": cap.pool_bytes_per_gpu, "weight_bytes_per_gpu": cap.weight_bytes_per_gpu,
                                "token_slots": cap.token_slots, "num_blocks_16": cap.num_blocks(16),
-                               "counting": POOL_COUNTING if spec.num_sliding_layers else "tokens held in every layer"}
+                               "counting": POOL_COUNTING if spec.num_sliding_layers else "tokens held in every layer",
+                               **max_concurrency(spec, cap, tp)}
     except KeyError as e:
         fail(e.args[0])
     except (ValueError, CannotServe) as e:
@@ -80,6 +81,20 @@ def inspect(
         sys.stdout.write(json.dumps(info, indent=2, allow_nan=False) + "\n")
         return
     _print(info)
+
+
+def max_concurrency(spec, cap, tp: int) -> dict:
+    """vLLM's "maximum concurrency for max_model_len tokens per request": the pool in the blocks
+    the model is served in (at --block-size 16, raised for a state layout as vLLM raises it), and
+    how many sequences of max_model_len tokens it holds at once, every table counted (a sliding
+    window's blocks past the window freed; a state table's one block a sequence)."""
+    from pagesim.core.kv_groups import KVLayout
+    from pagesim.sim.pool import pool_blocks, state_block_size
+
+    block_size = state_block_size(16, spec, tp)
+    blocks = pool_blocks(cap, spec, tp, block_size)
+    return {"block_size": block_size, "num_blocks": blocks,
+            "max_concurrency": KVLayout.of(spec.kv_groups).sequences_that_fit(blocks, spec.max_model_len, block_size)}
 
 
 def _print(info: dict) -> None:
@@ -116,6 +131,8 @@ def _print(info: dict) -> None:
         pool = info["kv_pool"]
         rows.append((f"KV pool on {info['tp']} x {info['gpu']}", f"{pool['token_slots']:,} tokens "
                      f"({pool['pool_bytes_per_gpu'] / 2**30:,.1f} GiB per GPU)"))
+        rows.append((f"requests of {info['max_model_len']:,} tokens at once", f"{pool['max_concurrency']:,} "
+                     f"({pool['num_blocks']:,} blocks of {pool['block_size']:,})"))
     for row in rows:
         table.add_row(*row)
     console = Console()

@@ -62,10 +62,9 @@ def size_pool(cfg, model) -> PoolSize:
     layout = KVLayout.of(model.kv_groups)
     kv_groups = None if layout.is_plain or not uses_paged_blocks(cfg.policy) else model.kv_groups
     if kv_groups is not None:
-        layer_bytes = _group_layer_bytes(model, cfg.tp)
         if cfg.num_gpu_blocks is None:
-            num_blocks = layout.num_blocks(capacity.pool_bytes_per_gpu, cfg.block_size, layer_bytes)
-        host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, layer_bytes)
+            num_blocks = pool_blocks(capacity, model, cfg.tp, cfg.block_size)
+        host_blocks = layout.num_blocks(int(cfg.swap_space_gib * 2**30), cfg.block_size, _group_layer_bytes(model, cfg.tp))
     for what, blocks in (("num_gpu_blocks", num_blocks), ("swap_space_gib", host_blocks)):
         if blocks > MAX_POOL_BLOCKS:
             raise ValueError(f"{what} gives a pool of {blocks:,} blocks, more than the {MAX_POOL_BLOCKS:,} the "
@@ -73,6 +72,16 @@ def size_pool(cfg, model) -> PoolSize:
     if cfg.num_gpu_blocks is not None:
         notes += _what_if_pool(cfg, num_blocks, memory_capacity, layout, kv_groups, model)
     return PoolSize(num_blocks, host_blocks, capacity, kv_groups, notes, cfg.block_size)
+
+
+def pool_blocks(capacity, model, tp: int, block_size: int) -> int:
+    """Device blocks of block_size tokens that a memory breakdown's KV pool (kv_cache_capacity)
+    holds for model under the paged managers: pages of a layer group where the model has several
+    block tables (KVLayout), else blocks of every layer (what size_pool gives a replay)."""
+    layout = KVLayout.of(model.kv_groups)
+    if layout.is_plain:
+        return capacity.num_blocks(block_size)
+    return layout.num_blocks(capacity.pool_bytes_per_gpu, block_size, _group_layer_bytes(model, tp))
 
 
 def state_block_size(block_size: int, model, tp: int) -> int:
@@ -97,10 +106,8 @@ def _what_if_pool(cfg, num_blocks: int, memory_capacity, layout, kv_groups, mode
         capacity = memory_capacity()
     except ValueError:  # the model does not fit the GPU at all: nothing to compare the pool with
         return []
-    if kv_groups is not None:
-        fits = layout.num_blocks(capacity.pool_bytes_per_gpu, cfg.block_size, _group_layer_bytes(model, cfg.tp))
-    else:
-        fits = capacity.num_blocks(cfg.block_size)
+    fits = pool_blocks(capacity, model, cfg.tp, cfg.block_size) if kv_groups is not None else \
+        capacity.num_blocks(cfg.block_size)
     if num_blocks <= fits:
         return []
     return [f"what-if KV pool: --num-gpu-blocks {num_blocks:,} is {num_blocks / max(fits, 1):.1f}x the {fits:,} blocks "

@@ -69,6 +69,26 @@ def test_block_size_raised_to_hold_a_state_page(spec):
     assert state_block_size(16, spec, 2) == 400
 
 
+def test_inspect_counts_the_state_pages_in_its_concurrency():
+    import json
+
+    from typer.testing import CliRunner
+
+    from pagesim.cli import app
+
+    result = CliRunner().invoke(app, ["model", "inspect", str(CONFIG), "--gpu", "h100-80gb", "--json"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    pool = info["kv_pool"]
+    # pages of 400 tokens x 4 layers x 2,048 bytes (one layer's K and V a token): 3,276,800 bytes
+    assert pool["block_size"] == 400 and pool["num_blocks"] == pool["pool_bytes_per_gpu"] // (400 * 4 * 2048)
+    # a request of max_model_len tokens: ceil(L / 400) attention pages and one page in each of the 9 state tables
+    length = info["max_model_len"]
+    assert pool["max_concurrency"] == pool["num_blocks"] // (-(-length // 400) + 9)
+    # the token count alone (pool bytes / 8,192 a token) would admit more: the state takes its pages
+    assert pool["max_concurrency"] < pool["token_slots"] // length
+
+
 def test_layer_types_refused(tmp_path):
     import json
     fields = json.loads(CONFIG.read_text())

@@ -97,3 +97,25 @@ def test_pool_is_near_the_blocks_real_vllm_allocated(run, model):
     cap = kv_cache_capacity(model, "h100-80gb", config["tensor_parallelism"], gpu_memory_utilization=0.9,
                             max_num_batched_tokens=config["max_num_batched_tokens"], max_num_seqs=config["max_num_seqs"])
     assert cap.num_blocks(config["block_size"]) == pytest.approx(config["kv_blocks_total_gpu"], rel=0.03)
+
+
+def test_requests_at_once_as_vllm_counts_them():
+    """`model inspect --gpu`'s max_concurrency: sequences of max_model_len tokens the pool holds.
+    A plain model: its blocks of 16 over ceil(L / 16) each. Gemma 2: 21 global layers hold every
+    block, 21 sliding ones (window 4,096) at most those that reach into the window."""
+    from pagesim.cli.model import max_concurrency
+
+    llama = get_model("llama-3.1-8b")
+    cap = kv_cache_capacity(llama, "h100-80gb")
+    got = max_concurrency(llama, cap, 1)
+    assert got["block_size"] == 16 and got["num_blocks"] == cap.num_blocks(16)
+    assert got["max_concurrency"] == cap.num_blocks(16) // (131072 // 16)
+
+    gemma = get_model("gemma-2-9b")
+    cap = kv_cache_capacity(gemma, "h100-80gb")
+    got = max_concurrency(gemma, cap, 1)
+    length = gemma.max_model_len  # 8,192
+    # one full table and one sliding table of 21 layers each; the sliding table keeps the blocks of
+    # the last 4,096 tokens (and the partly outside one): 8,192 / 16 - (8,192 - 4,096 + 1) // 16
+    per_sequence = length // 16 + (length // 16 - (length - 4096 + 1) // 16)
+    assert got["max_concurrency"] == got["num_blocks"] // per_sequence
