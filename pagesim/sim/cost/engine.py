@@ -257,21 +257,16 @@ class EngineCostModel(CostModel):
         kernels = count if graphed else 0
         ar_calls = 0.0
         if self.tp > 1:
-            nbytes = tokens * self._ar_bytes_per_token
-            calls = self.blocks
-            if self._custom_allreduce and nbytes <= self.engine.custom_allreduce_max_bytes:
-                ar_calls = calls * self._ar_group_factor
-                fixed += calls * nbytes * self._ar_s_per_byte
-            else:  # NCCL, as measured
-                fixed += calls * kern.calibration.all_reduce_seconds(self.tp, nbytes)
             count, width = self.model.mixer_all_reduces  # Mamba v1's x_proj: one more a Mamba layer, narrower
-            if count:
-                nbytes = tokens * width * self.model.dtype_bytes
+            for calls, nbytes in ((self.blocks, tokens * self._ar_bytes_per_token),
+                                  (count, tokens * width * self.model.dtype_bytes)):
+                if not calls:
+                    continue
                 if self._custom_allreduce and nbytes <= self.engine.custom_allreduce_max_bytes:
-                    ar_calls += count * self._ar_group_factor
-                    fixed += count * nbytes * self._ar_s_per_byte
-                else:
-                    fixed += count * kern.calibration.all_reduce_seconds(self.tp, nbytes)
+                    ar_calls += calls * self._ar_group_factor
+                    fixed += calls * nbytes * self._ar_s_per_byte
+                else:  # NCCL, as measured
+                    fixed += calls * kern.calibration.all_reduce_seconds(self.tp, nbytes)
         self._cache[key] = hit = (busy, float(kernels), fixed, ar_calls)
         return hit
 
