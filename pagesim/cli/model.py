@@ -116,6 +116,9 @@ def _print(info: dict) -> None:
         m = info["moe"]
         rows.append(("experts", f"{m['experts_per_token']} of {m['num_experts']} on {m['num_moe_layers']} layers"
                      + (f", {m['num_shared_experts']} shared" if m["num_shared_experts"] else "")))
+    if info["mla"] and info["mla"]["indexer"]:  # DeepSeek-V3.2's sparse attention
+        ix = info["mla"]["indexer"]
+        rows.append(("sparse attention", f"top {ix['topk']:,} keys, indexer {ix['num_heads']} x {ix['head_dim']}"))
     for g in info["kv_groups"]:
         if g["kind"] == "state":
             rows.append((f"state bytes/sequence, {g['num_layers']} linear-attention layers",

@@ -34,14 +34,48 @@ class MoESpec:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexerSpec:
+    """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2: `index_n_heads`,
+    `index_head_dim`, `index_topk`): per layer wq_b (q_lora_rank -> heads x head_dim), wk (hidden ->
+    head_dim), k_norm (a LayerNorm: weight and bias), weights_proj (hidden -> heads), all replicated
+    over TP; it scores every cached token with one key of head_dim and keeps the top `topk` for
+    the sparse MLA. Its key cache (vLLM DeepseekV32IndexerCache): head_dim fp8 values and one
+    fp32 scale per QUANT_BLOCK of them, per token per layer, whatever --kv-cache-dtype."""
+
+    num_heads: int
+    head_dim: int
+    topk: int
+
+    QUANT_BLOCK = 128  # vLLM Indexer.quant_block_size
+
+    def linear_params(self, hidden: int, q_lora_rank: int) -> int:
+        return q_lora_rank * self.num_heads * self.head_dim + hidden * self.head_dim + hidden * self.num_heads
+
+    @property
+    def norm_params(self) -> int:
+        return 2 * self.head_dim  # k_norm: LayerNorm weight and bias
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.head_dim + self.head_dim // self.QUANT_BLOCK * 4
+
+    @property
+    def flops_per_pair(self) -> int:
+        """q . k of every indexer head against one cached key (fp8), per layer."""
+        return 2 * self.num_heads * self.head_dim
+
+
+@dataclass(frozen=True, slots=True)
 class MLASpec:
-    """Multi-head latent attention's ranks and head sizes (DeepSeek-V2/V3 config fields)."""
+    """Multi-head latent attention's ranks and head sizes (DeepSeek-V2/V3 config fields);
+    `indexer`: DeepSeek-V3.2's sparse attention (None: dense MLA)."""
 
     q_lora_rank: int | None  # None: a plain q_proj (DeepSeek-V2-Lite)
     kv_lora_rank: int
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    indexer: IndexerSpec | None = None
 
     @property
     def qk_head_dim(self) -> int:
@@ -51,6 +85,17 @@ class MLASpec:
     def latent_size(self) -> int:
         """Elements cached per token per layer: the KV latent and the shared rotary key."""
         return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def cache_bytes(self, element_bytes: int) -> int:
+        """One token's cache in one layer. Dense MLA: the latent and rotary key at element_bytes.
+        With the indexer (vLLM's FlashMLA sparse), an fp8 cache is vLLM's fp8_ds_mla: the latent in
+        fp8 with one fp32 scale per 128 and the rotary key in bf16 (656 bytes for V3.2); plus the
+        indexer's key cache."""
+        if self.indexer is None:
+            return self.latent_size * element_bytes
+        latent = (self.kv_lora_rank + self.kv_lora_rank // 128 * 4 + 2 * self.qk_rope_head_dim if element_bytes == 1
+                  else self.latent_size * element_bytes)
+        return latent + self.indexer.cache_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ optional and off by default, so a dense spec counts exactly as before:
   width ``shared_expert_ffn_size``.
 - ``mla``: multi-head latent attention (DeepSeek-V2/V3) on every layer: queries through an
   optional low-rank ``q_lora_rank``, keys and values through a latent of ``kv_lora_rank`` plus a
-  shared rotary key of ``qk_rope_head_dim``; the cache keeps only that latent and rotary key.
+  shared rotary key of ``qk_rope_head_dim``; the cache keeps only that latent and rotary key
+  (DeepSeek-V3.2: and the sparse-attention indexer's key, ``mla.indexer``).
 - ``sliding_window`` / ``num_sliding_layers``: that many layers attend to the last W tokens only
   (Mistral v0.1: all; Gemma 2: every other; Gemma 3: five of six).
 - ``qk_norm``: per-head RMSNorm of q and k (Qwen3, Gemma 3).
@@ -220,7 +221,7 @@ class ModelSpec:
         if kind == "mla":
             if self.mla is None:
                 raise ValueError(f"{self.name} has no MLA layers")
-            return self.mla.latent_size * self.kv_element_bytes
+            return self.mla.cache_bytes(self.kv_element_bytes)
         return 2 * self.num_kv_heads * self.head_dim * self.kv_element_bytes
 
     @property
@@ -261,7 +262,8 @@ class ModelSpec:
             m, heads = self.mla, self.num_heads
             q = (h * m.q_lora_rank + m.q_lora_rank * heads * m.qk_head_dim) if m.q_lora_rank else h * heads * m.qk_head_dim
             kv = h * m.latent_size + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
-            return q + kv + heads * m.v_head_dim * h
+            indexer = m.indexer.linear_params(h, m.q_lora_rank) if m.indexer else 0  # DeepSeek-V3.2
+            return q + kv + heads * m.v_head_dim * h + indexer
         gate = h * self.q_size if self.attn_output_gate else 0
         return h * (self.q_size + 2 * self.kv_size) + self.q_size * h + gate
 
@@ -324,6 +326,8 @@ class ModelSpec:
         if q.experts_only:
             return self.moe.num_moe_layers * self.moe.num_experts * self.expert_params
         router = self.moe.num_moe_layers * self.hidden_size * self.moe.num_experts if self.moe else 0
+        if self.mla is not None and self.mla.indexer is not None:  # vLLM builds weights_proj unquantized
+            router += self.num_layers * self.hidden_size * self.mla.indexer.num_heads
         kept = (self.mixer_linear_params if q.kept_mixer_layers else 0) + q.kept_mlp_layers * self.dense_mlp_params
         if q.kept_shared_layers and self.moe:
             kept += self.moe.num_moe_layers * (self.moe_always_on_params - self.hidden_size * self.moe.num_experts)

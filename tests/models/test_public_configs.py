@@ -47,6 +47,8 @@ PUBLISHED = [
     ("Qwen3-235B-A22B", 235, "Qwen/Qwen3-235B-A22B model card: 235B in total, 22B activated"),
     ("DeepSeek-R1", 671, "deepseek-ai/DeepSeek-R1 model card: 671B total, 37B activated"),
     ("DeepSeek-V2", 236, "DeepSeek-V2 paper (arXiv 2405.04434), abstract: 236B total, 21B activated"),
+    # the indexer adds 0.85B to V3's 671.03B; the HF page's 685B (recalled) also counts the MTP module
+    ("DeepSeek-V3.2-Exp", 671, "deepseek-ai/DeepSeek-V3.2-Exp: built on V3.1-Terminus, 671B total (recalled)"),
     # "gpt-oss-120b & gpt-oss-20b Model Card" (OpenAI, Aug 2025, arXiv 2508.10925), Table 1
     ("gpt-oss-20b", 20.91, "gpt-oss model card Table 1: gpt-oss-20b 20.91B total (the blog: 21B)"),
     ("gpt-oss-120b", 116.83, "gpt-oss model card Table 1: gpt-oss-120b 116.83B total (the blog: 117B)"),

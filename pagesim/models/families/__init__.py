@@ -25,6 +25,7 @@ FAMILIES = {
     "qwen3_next": qwen3_next.build,
     "deepseek_v2": deepseek.build,
     "deepseek_v3": deepseek.build,
+    "deepseek_v32": deepseek.build,
     "gemma2": gemma.build_gemma2,
     "gemma3": gemma.build_gemma3,
     "gemma3_text": gemma.build_gemma3,

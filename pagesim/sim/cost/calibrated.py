@@ -66,6 +66,7 @@ from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_duration
 from pagesim.sim.cost.layer_ops import ELEMENTWISE_OPERATORS, FUSED_MOE_OPS, Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape, ELEMENTWISE_OPERATORS re-exported)
 from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.cost.roofline import RooflineCostModel
+from pagesim.sim.cost.sparse_attn import sparse_attn_work
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
 CALIBRATION_FORMAT = "pagesim-calibration/1"
@@ -325,6 +326,9 @@ class CalibratedCostModel(CostModel):
         self._pre_per_pair = full * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_window_pair = sliding * a.prefill_s_per_flop * flops_pair_layer
         self._pre_per_token = layers * a.prefill_s_per_token_byte * shape.attention_token_bytes
+        if sparse := sparse_attn_work(model, tp):  # DeepSeek-V3.2: the top-k tokens are the windowed terms
+            self._window, (self._dec_per_ctx, self._dec_per_window_ctx, self._pre_per_pair, self._pre_per_window_pair) \
+                = sparse.topk, sparse.terms(a.decode_s_per_kv_byte, a.prefill_s_per_flop, self._fp8_flop_scale)
         self._allreduce_bytes_per_token = model.hidden_size * d
         # linear-attention layers' recurrent kernel (pagesim/sim/cost/linear_attn.py), not measured:
         # priced through the attention kernels' fitted slopes, the measured kernels most alike (a

@@ -8,7 +8,10 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
 - MLA (DeepSeek): the attention GEMMs are q_a / q_b (or one q_proj), kv_a (hidden -> latent +
   rotary key, replicated over TP as vLLM's ReplicatedLinear), kv_b (latent -> heads x (nope + v)),
   and the output projection. In decode vLLM absorbs kv_b into the query and the output (W_UK,
-  W_UV): the same weights and FLOPs per new token, so one list serves both.
+  W_UV): the same weights and FLOPs per new token, so one list serves both. DeepSeek-V3.2's
+  lightning indexer adds wq_b (q latent -> heads x head_dim), wk (hidden -> head_dim) and
+  weights_proj (hidden -> heads, unquantized), all replicated over TP as vLLM builds them
+  (ReplicatedLinear); its scoring and the sparse attention are pagesim/sim/cost/sparse_attn.py's.
 - MoE layers: the router (hidden -> experts, replicated), the shared experts as a dense MLP split
   over TP, and the routed experts as one fused kernel (vLLM's fused_moe is one grouped-GEMM
   launch per projection, so one launch floor) over the experts the step touches. With B tokens
@@ -254,10 +257,14 @@ def attention_gemms(model: ModelSpec, tokens: int, tp: int, shape: LayerShape) -
     q = ([Gemm("mla_q_a", tokens, h, m.q_lora_rank, weight_bytes=wb, fp8=fp8),
           Gemm("mla_q_b", tokens, m.q_lora_rank, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8)]
          if m.q_lora_rank else [Gemm("mla_q", tokens, h, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8)])
-    return q + [Gemm("mla_kv_a", tokens, h, m.latent_size, weight_bytes=wb, fp8=fp8),
-                Gemm("mla_kv_b", tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim),
-                     weight_bytes=wb, fp8=fp8),
-                Gemm("attn_post_proj", tokens, heads * m.v_head_dim, h, weight_bytes=wb, fp8=fp8)]
+    ix = m.indexer
+    indexer = [Gemm("dsa_wq_b", tokens, m.q_lora_rank, ix.num_heads * ix.head_dim, weight_bytes=wb, fp8=fp8),
+               Gemm("dsa_wk", tokens, h, ix.head_dim, weight_bytes=wb, fp8=fp8),
+               Gemm("dsa_weights_proj", tokens, h, ix.num_heads, weight_bytes=model.dtype_bytes)] if ix else []
+    return q + indexer + [Gemm("mla_kv_a", tokens, h, m.latent_size, weight_bytes=wb, fp8=fp8),
+                          Gemm("mla_kv_b", tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim),
+                               weight_bytes=wb, fp8=fp8),
+                          Gemm("attn_post_proj", tokens, heads * m.v_head_dim, h, weight_bytes=wb, fp8=fp8)]
 
 
 def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gemm], float, int]:

@@ -12,6 +12,7 @@ from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_duration
 from pagesim.sim.cost.layer_ops import check_parallelism
 from pagesim.sim.cost.linear_attn import linear_attn_elementwise_bytes, state_work
 from pagesim.sim.cost.paged_blocks import block_term
+from pagesim.sim.cost.sparse_attn import sparse_attn_work
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
 
@@ -157,6 +158,10 @@ class RooflineCostModel(CostModel):
             self._window_pair_s = self._prefill_attn_s_per_pair * share
             self._decode_attn_s_per_ctx -= self._window_ctx_s
             self._prefill_attn_s_per_pair -= self._window_pair_s
+        if sparse := sparse_attn_work(model, tp):  # DeepSeek-V3.2: the top-k tokens are the windowed terms
+            self._window, (self._decode_attn_s_per_ctx, self._window_ctx_s, self._prefill_attn_s_per_pair,
+                           self._window_pair_s) = sparse.topk, sparse.terms(
+                1 / kv_bw, 1 / attn_flops, gpu.fp16_flops / gpu.fp8_flops if gpu.has_fp8 else 1.0)
         # decode attention away from block 16 (pagesim/sim/cost/paged_blocks.py), where its source applies
         self._block_term = block_term(gpu)
         self._dec_by_block: dict[int, tuple[float, float, float]] = {}
