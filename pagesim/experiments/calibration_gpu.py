@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from pagesim.sim.cost.calibrated import GEMM_OPERATORS, LAYER_OPERATORS, CalibratedCostModel, shipped_calibration  # noqa: E402
+from pagesim.sim.cost.calibrated import CalibratedCostModel, shipped_calibration  # noqa: E402
+from pagesim.sim.cost.calibration import GEMM_OPERATORS, LAYER_OPERATORS  # noqa: E402
 from pagesim.sim.cost.check import TOKEN_BUCKETS, check_rows, error_summary, predicted_layer_seconds, roofline_layer_seconds  # noqa: E402
 from pagesim.sim.cost.fit import (  # noqa: E402
     ALL_REDUCE_FILES, ATTENTION_FILE, CPU_FILE, fit_all_reduce, fit_attention, fit_cpu, fit_gpu, load_operator_rows,

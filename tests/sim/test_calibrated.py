@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from pagesim.sim.cost import BatchShape, make_cost_model
-from pagesim.sim.cost.calibrated import (
-    LAYER_OPERATORS, AttentionTerms, CalibratedCostModel, GemmCurve, Line, nearest_measured_gpu,
-    shipped_calibration,
-)
+from pagesim.sim.cost.calibrated import CalibratedCostModel, nearest_measured_gpu, shipped_calibration
+from pagesim.sim.cost.calibration import LAYER_OPERATORS, AttentionTerms, GemmCurve, Line
 from pagesim.sim.cost.fit import calibration_json, fit_attention, fit_gemm, fit_operators, fit_gpu
 from pagesim.sim.cost.measurements import AttentionRow, MeasurementError, read_operator_csv
 from pagesim.sim.specs import get_gpu

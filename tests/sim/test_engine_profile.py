@@ -7,7 +7,8 @@ import json
 import pytest
 
 from pagesim.sim.cost import BatchShape, make_cost_model
-from pagesim.sim.cost.calibrated import AttentionTerms, Calibration, CalibratedCostModel, CpuTerms, GemmCurve, Line
+from pagesim.sim.cost.calibrated import CalibratedCostModel
+from pagesim.sim.cost.calibration import AttentionTerms, Calibration, CpuTerms, GemmCurve, Line
 from pagesim.sim.cost.engine import (
     EngineCostModel, EngineParams, EngineProfile, EngineProfileError, load_engine_profile,
 )

@@ -58,170 +58,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from importlib import resources
 
 from pagesim.sim.cost.linear_attn import state_work
 from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
-from pagesim.sim.cost.layer_ops import ELEMENTWISE_OPERATORS, FUSED_MOE_OPS, Gemm, LayerShape, check_parallelism, layer_groups  # noqa: F401 (LayerShape, ELEMENTWISE_OPERATORS re-exported)
+from pagesim.sim.cost.layer_ops import FUSED_MOE_OPS, LayerShape, check_parallelism, layer_groups
 from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.cost.sparse_attn import sparse_attn_work
 from pagesim.sim.specs import GPUSpec, ModelSpec, get_gpu, get_model, kv_bytes_per_token_per_gpu
 
-CALIBRATION_FORMAT = "pagesim-calibration/1"
-# Operators of one layer, in the measurement files' names; `add` is one residual add.
-GEMM_OPERATORS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-LAYER_OPERATORS = GEMM_OPERATORS + ELEMENTWISE_OPERATORS
-STEP_OPERATORS = ("emb",)  # once per step, not per layer
-# Kernel kind of each elementwise operator (the two norms share one fit).
-ELEMENTWISE_KIND = {"input_layernorm": "norm", "post_attention_layernorm": "norm", "attn_rope": "rope",
-                    "mlp_act": "act", "add": "add", "emb": "emb"}
-ROUTING_KIND = "add"  # the elementwise line that prices a MoE layer's routing kernels
-# Measured GPUs and what the others are scaled from.
-MEASURED_GPUS = ("a100-80gb", "h100-80gb", "a40-48gb")
-
-
-# ----------------------------------------------------------------------------- coefficients
-
-@dataclass(frozen=True)
-class GemmCurve:
-    floor_s: float
-    s_per_byte: float
-    s_per_flop: float
-    sharpness: float  # p of the smooth maximum
-    tile: int = 64
-
-    def seconds(self, m: int, k: int, n: int, dtype_bytes: int = 2) -> float:
-        if m <= 0:
-            return 0.0
-        mem = (k * n + m * (k + n)) * dtype_bytes * self.s_per_byte
-        comp = 2 * (-(-m // self.tile) * self.tile) * k * n * self.s_per_flop
-        p = self.sharpness
-        return self.floor_s + (mem ** p + comp ** p) ** (1.0 / p)
-
-    def grouped_seconds(self, g: Gemm, dtype_bytes: int, flop_scale: float) -> float:
-        """`g.count` GEMMs of one shape in one launch (a fused MoE kernel): one floor, each
-        matrix's smooth maximum of its own memory and compute (over g.padded_m rows where the
-        kernel pads, layer_ops.expected_padded_rows). Weights of g.weight_bytes; the compute at
-        `flop_scale` times the FP16 time (FP8 tensor cores: fp16 / fp8 FLOP/s)."""
-        if g.m <= 0 or g.count <= 0:
-            return 0.0
-        mem = (g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes) * self.s_per_byte
-        # rows computed: the measured curve's M granularity (its tile), or more where a fused MoE
-        # kernel pads each expert's rows to its own blocks (the larger of two lower bounds)
-        rows = max(-(-g.m // self.tile) * self.tile, g.padded_m)
-        comp = 2 * rows * g.k * g.n * self.s_per_flop * flop_scale
-        p = self.sharpness
-        return self.floor_s + g.count * (mem ** p + comp ** p) ** (1.0 / p)
-
-
-@dataclass(frozen=True)
-class Line:
-    """floor + slope * x (x in bytes, sequences, ...)."""
-
-    floor_s: float
-    slope: float
-
-    def seconds(self, x: float) -> float:
-        return self.floor_s + self.slope * x
-
-
-@dataclass(frozen=True)
-class AttentionTerms:
-    decode_floor_s: float
-    decode_s_per_seq: float
-    decode_s_per_kv_byte: float
-    prefill_floor_s: float
-    prefill_s_per_flop: float
-    prefill_s_per_token_byte: float
-
-    def decode_seconds(self, seqs: int, kv_bytes_read: float) -> float:
-        return self.decode_floor_s + self.decode_s_per_seq * seqs + self.decode_s_per_kv_byte * kv_bytes_read
-
-    def prefill_seconds(self, flops: float, new_token_bytes: float) -> float:
-        return self.prefill_floor_s + self.prefill_s_per_flop * flops + self.prefill_s_per_token_byte * new_token_bytes
-
-
-@dataclass(frozen=True)
-class CpuTerms:
-    floor_s: float
-    s_per_seq: float
-    tp_floor_s: float  # extra per step when TP > 1 (workers to drive)
-
-    def seconds(self, seqs: int, tp: int) -> float:
-        return self.floor_s + self.s_per_seq * seqs + (self.tp_floor_s if tp > 1 else 0.0)
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Fitted coefficients of one GPU (see the module docstring for each term)."""
-
-    gpu: str
-    gemm: GemmCurve
-    elementwise: dict[str, Line]          # kernel kind -> line over bytes
-    attention: AttentionTerms
-    all_reduce: dict[int, Line]           # group size -> line over bytes per GPU
-    cpu: CpuTerms
-    source: dict = field(default_factory=dict)  # what it was fitted or scaled from
-
-    def operator_seconds(self, op: str, shape: LayerShape, tokens: int) -> float:
-        """Predicted median seconds of one operator of one layer (or `emb`, once per step)."""
-        if op in GEMM_OPERATORS:
-            k, n = shape.gemm_dims(op)
-            return self.gemm.seconds(tokens, k, n, shape.dtype_bytes)
-        if op == "attn_rope" and not shape.rotary:
-            return 0.0
-        return self.elementwise[ELEMENTWISE_KIND[op]].seconds(shape.elementwise_bytes(op, tokens))
-
-    def gemm_seconds(self, g: Gemm, dtype_bytes: int, fp8_flop_scale: float) -> float:
-        """One entry of a layer's GEMM list: an ordinary fp16 GEMM through the fitted curve as
-        measured; any other (experts, quantized weights, FP8) through `grouped_seconds`."""
-        if g.count == 1 and g.weight_bytes == dtype_bytes and not g.fp8:
-            return self.gemm.seconds(g.m, g.k, g.n, dtype_bytes)
-        return self.gemm.grouped_seconds(g, dtype_bytes, fp8_flop_scale if g.fp8 else 1.0)
-
-    def routing_seconds(self, nbytes: float) -> float:
-        """One of a MoE layer's routing kernels (top-k softmax, align, sum) moving `nbytes`: the
-        residual add's line, the elementwise kernel nearest in kind (a few small reads and a write)."""
-        return self.elementwise[ROUTING_KIND].seconds(nbytes)
-
-    def operator_floor(self, op: str, shape: LayerShape) -> float:
-        """The launch-and-tail floor inside operator_seconds (what a CUDA graph takes away), and
-        0 for an operator the shape does not run."""
-        if op in GEMM_OPERATORS:
-            return self.gemm.floor_s
-        if op == "attn_rope" and not shape.rotary:
-            return 0.0
-        return self.elementwise[ELEMENTWISE_KIND[op]].floor_s
-
-    def all_reduce_seconds(self, workers: int, nbytes: float) -> float:
-        if workers <= 1:
-            return 0.0
-        sizes = sorted(self.all_reduce)
-        # an unmeasured group size takes the next larger measured one (NCCL rings get slower with size)
-        size = next((s for s in sizes if s >= workers), sizes[-1])
-        return self.all_reduce[size].seconds(nbytes)
-
-    def to_json(self) -> dict:
-        return {"format": CALIBRATION_FORMAT, "gpu": self.gpu, "gemm": asdict(self.gemm),
-                "elementwise": {k: asdict(v) for k, v in self.elementwise.items()},
-                "attention": asdict(self.attention),
-                "all_reduce": {str(k): asdict(v) for k, v in sorted(self.all_reduce.items())},
-                "cpu": asdict(self.cpu), "source": self.source}
-
-    @classmethod
-    def from_json(cls, data: dict, where: str = "calibration") -> "Calibration":
-        if data.get("format") != CALIBRATION_FORMAT:
-            raise ValueError(f"{where}: field 'format' is {data.get('format')!r}, expected {CALIBRATION_FORMAT!r}")
-        try:
-            return cls(gpu=data["gpu"], gemm=GemmCurve(**data["gemm"]),
-                       elementwise={k: Line(**v) for k, v in data["elementwise"].items()},
-                       attention=AttentionTerms(**data["attention"]),
-                       all_reduce={int(k): Line(**v) for k, v in data["all_reduce"].items()},
-                       cpu=CpuTerms(**data["cpu"]), source=data.get("source", {}))
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"{where}: malformed calibration ({e})") from None
+from pagesim.sim.cost.calibration import MEASURED_GPUS, ROUTING_KIND, Calibration, Line
 
 
 def ring_all_reduce_line(gpu: GPUSpec, workers: int) -> Line:

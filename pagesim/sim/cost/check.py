@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pagesim.metrics import percentile
 from pagesim.sim.cost.base import BatchShape
-from pagesim.sim.cost.calibrated import LAYER_OPERATORS, STEP_OPERATORS, Calibration
+from pagesim.sim.cost.calibration import LAYER_OPERATORS, STEP_OPERATORS, Calibration
 from pagesim.sim.cost.measurements import OperatorRow
 from pagesim.sim.cost.roofline import RooflineCostModel
 from pagesim.sim.specs import GPUSpec

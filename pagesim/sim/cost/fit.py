@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pagesim.sim.cost.calibrated import (
-    ELEMENTWISE_KIND, ELEMENTWISE_OPERATORS, GEMM_OPERATORS, AttentionTerms, Calibration, CpuTerms, GemmCurve, Line,
-    scale_calibration,
+from pagesim.sim.cost.calibrated import scale_calibration
+from pagesim.sim.cost.calibration import (
+    ELEMENTWISE_KIND, GEMM_OPERATORS, AttentionTerms, Calibration, CpuTerms, GemmCurve, Line,
 )
+from pagesim.sim.cost.layer_ops import ELEMENTWISE_OPERATORS
 from pagesim.sim.cost.lsq import fit_relative
 from pagesim.sim.cost.measurements import (
     DATA_GPUS, AttentionRow, OperatorRow, model_name, operator_files, read_all_reduce_csv, read_attention_csv,

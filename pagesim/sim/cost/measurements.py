@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pagesim.inputs import InputValueError, NumberRule, regular_file
-from pagesim.sim.cost.calibrated import LAYER_OPERATORS, STEP_OPERATORS, LayerShape
+from pagesim.sim.cost.calibration import LAYER_OPERATORS, STEP_OPERATORS
+from pagesim.sim.cost.layer_ops import LayerShape
 from pagesim.sim.specs import ModelSpec
 
 MS = 1e-3
