@@ -55,7 +55,9 @@ def plan(
     block_size: str = typer.Option("16", help="KV block sizes to try, e.g. 8,16,32"),
     preemption: str = typer.Option(DEFAULTS.preemption, help="preemption modes to try: recompute,swap,auto"),
     max_num_seqs: str = typer.Option("256", help="max running sequences to try, e.g. 128,256"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, model max length))"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, max model length))"),
+    max_model_len: Optional[int] = typer.Option(None, parser=TOKENS, help="longest sequence (default: the model's); "
+                                                "the step's default token budget and activations follow it"),
     num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests of a probe's first run, at least"),
     max_requests: int = typer.Option(40_000, parser=NUM_REQUESTS, help="most requests a probe runs to judge steady state"),
     min_measured: int = typer.Option(1000, parser=NUM_REQUESTS, help="measured requests a pass needs, at least (fewer "
@@ -121,7 +123,7 @@ def plan(
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
                                profile=str(profile) if profile else None, seed=seed, force_profile=force,
                                kv_cache_dtype=kv_cache_dtype, max_requests_per_probe=max_requests,
-                               min_measured_requests=min_measured)
+                               min_measured_requests=min_measured, max_model_len=max_model_len)
         with_kv_cache_dtype(spec, kv_cache_dtype)  # checks the name
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         if target_rate is not None:
@@ -158,6 +160,7 @@ def plan(
              "--slo", ",".join(f"{s.name}={s.threshold:.12g}" for s in slos),
              "--gpus", ",".join(dict.fromkeys(p.gpu for p in grid)),
              "--tp", tp, "--block-size", block_size, "--preemption", preemption, "--max-num-seqs", max_num_seqs,
+             *(["--max-model-len", str(max_model_len)] if max_model_len is not None else []),
              "--max-num-batched-tokens", str(settings.batched_tokens), "--num-requests", str(num_requests),
              "--max-requests", str(max_requests), "--min-measured", str(min_measured), "--seeds", str(seeds), "--check-longer", f"{check_longer:.12g}",
              "--min-duration", f"{min_duration:.12g}",

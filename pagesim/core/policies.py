@@ -22,7 +22,8 @@ POLICIES = {
     "vllm-v1": (None, "iteration"),  # vLLM v1's scheduler: paged, with the presets of POLICY_PRESETS
 }
 # Settings a named system implies unless a run sets them itself (pagesim.sim.engine.with_policy_presets).
-# vLLM v1: chunked prefill and prefix caching on, recompute preemption (v1 has no swap). v1
+# vLLM v1: chunked prefill and prefix caching on (off for a hybrid model with state layers, as v1's
+# own default: pagesim.sim.presets.policy_preset), recompute preemption (v1 has no swap). v1
 # preempts the request it admitted last; under FCFS that is the most recent arrival, as here
 # (admission follows arrival, and a preempted request re-enters the waiting queue at its front,
 # ahead of everything newer), so the victim rule needs no change.

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass
 
 from pagesim.core.config import CHOICES, ServingConfig
-from pagesim.inputs import BLOCK_SIZE, MAX_REQUESTS, NUM_REQUESTS, SECONDS, SWAP_GIB, TP, NumberRule
+from pagesim.inputs import BLOCK_SIZE, MAX_REQUESTS, NUM_REQUESTS, SECONDS, SWAP_GIB, TOKENS, TP, NumberRule
+from pagesim.models.max_len import check_max_model_len
 from pagesim.sim.engine import ReplayConfig
 from pagesim.sim.cost import DEFAULT_COST_MODEL
 from pagesim.sim.specs import get_gpu, get_model
@@ -61,6 +62,9 @@ class RunSettings:
     # a pass counts only on at least this many measured requests (short runs flatter near the knee);
     # smaller only where realism does not matter (tests of the search's mechanics)
     min_measured_requests: int = 1000
+    # --max-model-len: the longest sequence served (None: the model's); the step's default token
+    # budget and activations follow it, so a long-context model can be planned on fewer GPUs
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_requests < 10:
@@ -70,13 +74,16 @@ class RunSettings:
         NUM_REQUESTS.check(self.min_measured_requests, "--min-measured")
         SECONDS.check(self.min_duration_s, "--min-duration")
         SWAP_GIB.check(self.swap_space_gib, "--swap-space")
+        if self.max_model_len is not None:
+            TOKENS.check(self.max_model_len, "--max-model-len")
+            check_max_model_len(self.max_model_len, get_model(self.model).max_model_len, self.model)
         if not 0 <= self.warmup_fraction < 0.9:
             raise ValueError("warmup_fraction must be in [0, 0.9)")
 
     @property
     def batched_tokens(self) -> int:
         return ServingConfig(max_num_batched_tokens=self.max_num_batched_tokens).batched_tokens(
-            get_model(self.model).max_model_len)
+            self.max_model_len or get_model(self.model).max_model_len)
 
     def requests_at(self, rate: float) -> int:
         n = max(self.num_requests, math.ceil(rate * self.min_duration_s))
@@ -95,7 +102,7 @@ class RunSettings:
             max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
             swap_space_gib=self.swap_space_gib, cost_model=self.cost_model, profile=self.profile,
             seed=self.seed if seed is None else seed, warmup_s=self.warmup_fraction * n / rate, force_profile=self.force_profile,
-            kv_cache_dtype=self.kv_cache_dtype,
+            kv_cache_dtype=self.kv_cache_dtype, max_model_len=self.max_model_len,
         )
 
 

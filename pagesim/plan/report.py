@@ -83,7 +83,8 @@ def build_blocks(plan: Plan) -> list:
             f"each run: max({st.num_requests}, rate x {st.min_duration_s:g} s) Poisson arrivals at the rate under test, "
             f"seed {st.seed} at every rate; "
             f"requests arriving in the first {st.warmup_fraction:g} of the arrival span are left out of the statistics; "
-            f"max_num_batched_tokens {st.batched_tokens}, swap space {st.swap_space_gib:g} GiB/GPU, "
+            + (f"max_model_len {st.max_model_len}, " if st.max_model_len else "")
+            + f"max_num_batched_tokens {st.batched_tokens}, swap space {st.swap_space_gib:g} GiB/GPU, "
             f"cost model `{st.cost_model}`" + (f" (profile `{st.profile}`: every GPU's step times come from this "
                                                "profile, not from the GPU named)" if st.profile else "")
             + f"; a probe is extended to more requests (one replay continued, judged on its first requests) until "

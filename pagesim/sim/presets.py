@@ -20,17 +20,34 @@ def vllm_v1_limits(gpu: str) -> dict:
     return dict(VLLM_V1_LARGE_GPU if large else VLLM_V1_SMALL_GPU)
 
 
-def policy_preset(policy: str, gpu: str) -> dict:
+def policy_preset(policy: str, gpu: str, model: str | None = None) -> dict:
     """The ReplayConfig fields a named system sets unless a run sets them itself
     (pagesim.core.policies.POLICY_PRESETS; for vllm-v1 also v1's limits for the GPU and its
-    memory utilization). Empty for a system without presets."""
+    memory utilization, and prefix caching off for a hybrid `model`: hybrid_prefix_caching_off).
+    Empty for a system without presets."""
     from pagesim.core.policies import POLICY_PRESETS
 
     preset = dict(POLICY_PRESETS.get(policy, {}))
     if policy == "vllm-v1":
         preset.update(vllm_v1_limits(gpu))
         preset["gpu_memory_utilization"] = VLLM_V1_GPU_MEMORY_UTILIZATION
+        if model is not None and hybrid_prefix_caching_off(model):
+            preset["prefix_caching"] = False
     return preset
+
+
+def hybrid_prefix_caching_off(model: str) -> bool:
+    """Whether vLLM v1 leaves prefix caching off by default for `model`: a hybrid (layers with a
+    per-sequence state: Mamba, gated DeltaNet) has it off unless --enable-prefix-caching is given
+    (EngineArgs: "Disable prefix caching default for hybrid models since the feature is still
+    experimental"; older versions disable it outright for Mamba models). False for a model that
+    does not load: its own error is said where the run builds it."""
+    from pagesim.sim.specs import get_model
+
+    try:
+        return get_model(model).linear_attn is not None
+    except (KeyError, ValueError, OSError):
+        return False
 
 
 def engine_options(cost_model: str, engine: str, max_num_seqs: int) -> dict:

@@ -81,5 +81,6 @@ def shared_workload(cfg: ReplayConfig, trace: Trace) -> tuple[list, list[str], s
 def with_policy_presets(options: dict) -> dict:
     """ReplayConfig fields with the named system's presets filled in where `options` does not set
     them (policy_preset)."""
-    preset = policy_preset(options.get("policy", ServingConfig.policy), options.get("gpu", ReplayConfig.gpu))
+    preset = policy_preset(options.get("policy", ServingConfig.policy), options.get("gpu", ReplayConfig.gpu),
+                           options.get("model", ReplayConfig.model))
     return {**preset, **{k: v for k, v in options.items() if v is not None or k not in preset}}

@@ -49,3 +49,32 @@ def test_schedule_matches_the_hand_trace():
         ([(0, 1)], [1], 3),
     ]
     assert [g.request_id for g in sched.waiting] == [1, 2]  # preempted requests wait at the front, in order
+
+
+def test_hybrid_models_leave_prefix_caching_off():
+    """vLLM v1 leaves prefix caching off by default for a hybrid (Mamba / gated DeltaNet state
+    layers; EngineArgs: "Disable prefix caching default for hybrid models"), so --policy vllm-v1
+    on one runs with it off rather than being refused for a flag the user never gave; an explicit
+    --prefix-caching on a hybrid is still refused, and a full-attention model keeps it on."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from pagesim.cli import app
+
+    root = Path(__file__).resolve().parents[2]
+    hybrid = str(root / "tests/models/data/granite-4.0-h-tiny.json")
+    cfg = ReplayConfig(**with_policy_presets({"policy": "vllm-v1", "gpu": "h100-80gb", "model": hybrid}))
+    assert (cfg.prefix_caching, cfg.chunked_prefill, cfg.preemption) == (False, True, "recompute")
+    dense = ReplayConfig(**with_policy_presets({"policy": "vllm-v1", "gpu": "h100-80gb", "model": "llama-3.1-8b"}))
+    assert dense.prefix_caching is True
+    args = ["replay", str(root / "traces/sharegpt.json"), "--model", hybrid, "--gpu", "h100-80gb",
+            "--num-requests", "20", "--policy", "vllm-v1"]
+    result = CliRunner().invoke(app, args + ["--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["completed"] == 20 and summary["config"]["prefix_caching"] is False
+    refused = CliRunner().invoke(app, args + ["--prefix-caching"])
+    assert refused.exit_code == 2
+    assert "prefix caching is not modelled for models with linear-attention/state layers" in refused.output
