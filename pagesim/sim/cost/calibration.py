@@ -17,6 +17,10 @@ STEP_OPERATORS = ("emb",)  # once per step, not per layer
 ELEMENTWISE_KIND = {"input_layernorm": "norm", "post_attention_layernorm": "norm", "attn_rope": "rope",
                     "mlp_act": "act", "add": "add", "emb": "emb"}
 ROUTING_KIND = "add"  # the elementwise line that prices a MoE layer's routing kernels
+# Rows of the token tile of vLLM's weight-only low-bit GEMMs (Marlin's 16-row blocks; Frantar et al.,
+# "MARLIN: Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models", 2024: close
+# to the ideal 4x over FP16 for batches up to 16-32, i.e. the weight read, not padded compute)
+WEIGHT_ONLY_TILE = 16
 # Measured GPUs and what the others are scaled from.
 MEASURED_GPUS = ("a100-80gb", "h100-80gb", "a40-48gb")
 
@@ -48,8 +52,12 @@ class GemmCurve:
             return 0.0
         mem = (g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes) * self.s_per_byte
         # rows computed: the measured curve's M granularity (its tile), or more where a fused MoE
-        # kernel pads each expert's rows to its own blocks (the larger of two lower bounds)
-        rows = max(-(-g.m // self.tile) * self.tile, g.padded_m)
+        # kernel pads each expert's rows to its own blocks (the larger of two lower bounds). A
+        # weight-only low-bit GEMM (4-bit AWQ / GPTQ / W4A16, MXFP4: fewer bytes a weight than the
+        # activations', computed in 16 bits) runs vLLM's mixed-input kernels (Marlin; Machete on
+        # Hopper), whose token tile is 16 rows: memory-bound at small batches, as published
+        tile = WEIGHT_ONLY_TILE if g.weight_bytes < dtype_bytes and not g.fp8 else self.tile
+        rows = max(-(-g.m // tile) * tile, g.padded_m)
         comp = 2 * rows * g.k * g.n * self.s_per_flop * flop_scale
         p = self.sharpness
         return self.floor_s + g.count * (mem ** p + comp ** p) ** (1.0 / p)
