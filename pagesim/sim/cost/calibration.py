@@ -50,17 +50,33 @@ class GemmCurve:
         `flop_scale` times the FP16 time (FP8 tensor cores: fp16 / fp8 FLOP/s)."""
         if g.m <= 0 or g.count <= 0:
             return 0.0
+        if g.weight_bytes < dtype_bytes and not g.fp8:
+            return self.floor_s + g.count * self._weight_only_seconds(g, dtype_bytes)
         mem = (g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes) * self.s_per_byte
         # rows computed: the measured curve's M granularity (its tile), or more where a fused MoE
-        # kernel pads each expert's rows to its own blocks (the larger of two lower bounds). A
-        # weight-only low-bit GEMM (4-bit AWQ / GPTQ / W4A16, MXFP4: fewer bytes a weight than the
-        # activations', computed in 16 bits) runs vLLM's mixed-input kernels (Marlin; Machete on
-        # Hopper), whose token tile is 16 rows: memory-bound at small batches, as published
-        tile = WEIGHT_ONLY_TILE if g.weight_bytes < dtype_bytes and not g.fp8 else self.tile
-        rows = max(-(-g.m // tile) * tile, g.padded_m)
+        # kernel pads each expert's rows to its own blocks (the larger of two lower bounds)
+        rows = max(-(-g.m // self.tile) * self.tile, g.padded_m)
         comp = 2 * rows * g.k * g.n * self.s_per_flop * flop_scale
         p = self.sharpness
         return self.floor_s + g.count * (mem ** p + comp ** p) ** (1.0 / p)
+
+    def _weight_only_seconds(self, g: Gemm, dtype_bytes: int) -> float:
+        """One matrix of a weight-only low-bit GEMM (4-bit AWQ / GPTQ / W4A16, MXFP4: fewer bytes a
+        weight than the activations', computed in 16 bits), less the floor. vLLM runs these with
+        mixed-input kernels (Marlin; Machete on Hopper) that tile tokens by 16 rows, so a small
+        batch is bound by the weight read: the fp16 curve's time for the shape, as measured,
+        scaled by the bytes moved (the MARLIN paper's near-4x at batches up to 16-32), or the
+        16-bit compute over rows in 16-row tiles (or a fused MoE's padding), whichever is longer.
+        (Not the curve's own smooth maximum at a 16-row tile: its byte term, fitted beside 64 /
+        128-row compute, alone would read faster than the GPU's memory.)"""
+        moved = g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes
+        fp16_moved = (g.k * g.n + g.m * (g.k + g.n)) * dtype_bytes
+        mem = fp16_moved * self.s_per_byte
+        comp = 2 * max(-(-g.m // self.tile) * self.tile, g.padded_m) * g.k * g.n * self.s_per_flop
+        p = self.sharpness
+        fp16 = (mem ** p + comp ** p) ** (1.0 / p)
+        rows = max(-(-g.m // WEIGHT_ONLY_TILE) * WEIGHT_ONLY_TILE, g.padded_m)
+        return max(fp16 * moved / fp16_moved, 2 * rows * g.k * g.n * self.s_per_flop)
 
 
 @dataclass(frozen=True)
