@@ -106,7 +106,7 @@ def kept_modules(names, qf: ConfigFields) -> tuple[int, int, int]:
         head, tail = part.split(".")[0], part.split(".")[-1]
         if "shared_expert" in part:
             shared.add(layer)
-        elif "router" in part or tail == "gate" or head.endswith("layernorm") or head.endswith("norm"):
+        elif "router" in part or tail == "gate" or head.endswith("norm"):
             continue
         elif head in MIXER_PARTS:
             mixers.add(layer)

@@ -356,14 +356,6 @@ class ModelSpec:
         experts = self.routed_expert_weight_bytes
         return -(-(self.weight_bytes - experts) // tp) + -(-experts // ep)
 
-    @property
-    def weight_element_bytes(self) -> float:
-        """Bytes per weight of the quantized linear layers other than the routed experts: the
-        quantized size, or the serving dtype when unquantized or when only the experts are
-        quantized (MXFP4). Attention, dense MLPs and shared experts each take theirs from
-        part_weights (some checkpoints keep some of them unquantized)."""
-        return self.quant.bytes_per_weight if self.quant and not self.quant.experts_only else self.dtype_bytes
-
     def part_weights(self, part: str) -> tuple[float, bool]:
         """(bytes per weight, W8A8 FP8 GEMM) of one part of the layers: "mixer" (attention or
         linear attention projections), "mlp" (dense MLPs: the mean over the layers, where some keep

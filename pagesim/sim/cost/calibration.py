@@ -38,10 +38,7 @@ class GemmCurve:
     def seconds(self, m: int, k: int, n: int, dtype_bytes: int = 2) -> float:
         if m <= 0:
             return 0.0
-        mem = (k * n + m * (k + n)) * dtype_bytes * self.s_per_byte
-        comp = 2 * (-(-m // self.tile) * self.tile) * k * n * self.s_per_flop
-        p = self.sharpness
-        return self.floor_s + (mem ** p + comp ** p) ** (1.0 / p)
+        return self.floor_s + self._busy((k * n + m * (k + n)) * dtype_bytes, _rows(m, self.tile), k, n)
 
     def grouped_seconds(self, g: Gemm, dtype_bytes: int, flop_scale: float) -> float:
         """`g.count` GEMMs of one shape in one launch (a fused MoE kernel): one floor, each
@@ -52,13 +49,11 @@ class GemmCurve:
             return 0.0
         if g.weight_bytes < dtype_bytes and not g.fp8:
             return self.floor_s + g.count * self._weight_only_seconds(g, dtype_bytes)
-        mem = (g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes) * self.s_per_byte
         # rows computed: the measured curve's M granularity (its tile), or more where a fused MoE
         # kernel pads each expert's rows to its own blocks (the larger of two lower bounds)
-        rows = max(-(-g.m // self.tile) * self.tile, g.padded_m)
-        comp = 2 * rows * g.k * g.n * self.s_per_flop * flop_scale
-        p = self.sharpness
-        return self.floor_s + g.count * (mem ** p + comp ** p) ** (1.0 / p)
+        busy = self._busy(g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes,
+                          _rows(g.m, self.tile, g.padded_m), g.k, g.n, flop_scale)
+        return self.floor_s + g.count * busy
 
     def _weight_only_seconds(self, g: Gemm, dtype_bytes: int) -> float:
         """One matrix of a weight-only low-bit GEMM (4-bit AWQ / GPTQ / W4A16, MXFP4: fewer bytes a
@@ -71,12 +66,21 @@ class GemmCurve:
         128-row compute, alone would read faster than the GPU's memory.)"""
         moved = g.k * g.n * g.weight_bytes + g.m * (g.k + g.n) * dtype_bytes
         fp16_moved = (g.k * g.n + g.m * (g.k + g.n)) * dtype_bytes
-        mem = fp16_moved * self.s_per_byte
-        comp = 2 * max(-(-g.m // self.tile) * self.tile, g.padded_m) * g.k * g.n * self.s_per_flop
+        fp16 = self._busy(fp16_moved, _rows(g.m, self.tile, g.padded_m), g.k, g.n)
+        return max(fp16 * moved / fp16_moved, 2 * _rows(g.m, WEIGHT_ONLY_TILE, g.padded_m) * g.k * g.n * self.s_per_flop)
+
+    def _busy(self, nbytes: float, rows: float, k: int, n: int, flop_scale: float = 1.0) -> float:
+        """One matrix's time less the floor: the smooth maximum of moving nbytes and computing
+        rows x k x n (at flop_scale times the FP16 time)."""
+        mem = nbytes * self.s_per_byte
+        comp = 2 * rows * k * n * self.s_per_flop * flop_scale
         p = self.sharpness
-        fp16 = (mem ** p + comp ** p) ** (1.0 / p)
-        rows = max(-(-g.m // WEIGHT_ONLY_TILE) * WEIGHT_ONLY_TILE, g.padded_m)
-        return max(fp16 * moved / fp16_moved, 2 * rows * g.k * g.n * self.s_per_flop)
+        return (mem ** p + comp ** p) ** (1.0 / p)
+
+
+def _rows(m: float, tile: int, padded: float = 0.0) -> float:
+    """Rows a kernel computes for m: m rounded up to whole tiles, or a fused MoE's padding where more."""
+    return max(-(-m // tile) * tile, padded)
 
 
 @dataclass(frozen=True)
