@@ -89,12 +89,16 @@ def max_concurrency(spec, cap, tp: int) -> dict:
     how many sequences of max_model_len tokens it holds at once, every table counted (a sliding
     window's blocks past the window freed; a state table's one block a sequence)."""
     from pagesim.core.kv_groups import KVLayout
-    from pagesim.sim.pool import pool_blocks, state_block_size
+    from pagesim.sim.pool import longest_request, pool_blocks, state_block_size
+    from pagesim.sim.specs import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     block_size = state_block_size(16, spec, tp)
     blocks = pool_blocks(cap, spec, tp, block_size)
     return {"block_size": block_size, "num_blocks": blocks,
-            "max_concurrency": KVLayout.of(spec.kv_groups).sequences_that_fit(blocks, spec.max_model_len, block_size)}
+            "max_concurrency": KVLayout.of(spec.kv_groups).sequences_that_fit(blocks, spec.max_model_len, block_size),
+            # the longest request one GPU's pool holds (vLLM refuses to start below max_model_len)
+            "max_model_len_that_fits": longest_request(spec, tp, spec.max_model_len, block_size,
+                                                       DEFAULT_MAX_NUM_BATCHED_TOKENS, cap.pool_bytes_per_gpu)}
 
 
 def _print(info: dict) -> None:
@@ -136,6 +140,9 @@ def _print(info: dict) -> None:
                      f"({pool['pool_bytes_per_gpu'] / 2**30:,.1f} GiB per GPU)"))
         rows.append((f"requests of {info['max_model_len']:,} tokens at once", f"{pool['max_concurrency']:,} "
                      f"({pool['num_blocks']:,} blocks of {pool['block_size']:,})"))
+        if pool["max_model_len_that_fits"] < info["max_model_len"]:
+            rows.append(("longest request the pool holds", f"{pool['max_model_len_that_fits']:,} tokens "
+                         "(vLLM refuses to start at a longer --max-model-len)"))
     for row in rows:
         table.add_row(*row)
     console = Console()

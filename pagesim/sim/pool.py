@@ -71,6 +71,9 @@ def size_pool(cfg, model) -> PoolSize:
                              "simulator keeps track of")
     if cfg.num_gpu_blocks is not None:
         notes += _what_if_pool(cfg, num_blocks, memory_capacity, layout, kv_groups, model)
+    elif uses_paged_blocks(cfg.policy):
+        check_one_request_fits(model, cfg.tp, cfg.max_model_len or model.max_model_len, cfg.block_size,
+                               cfg.max_num_batched_tokens, capacity, f"{cfg.tp} x {cfg.gpu}")
     return PoolSize(num_blocks, host_blocks, capacity, kv_groups, notes, cfg.block_size)
 
 
@@ -82,6 +85,61 @@ def pool_blocks(capacity, model, tp: int, block_size: int) -> int:
     if layout.is_plain:
         return capacity.num_blocks(block_size)
     return layout.num_blocks(capacity.pool_bytes_per_gpu, block_size, _group_layer_bytes(model, tp))
+
+
+def request_kv_bytes(model, tp: int, num_tokens: int, block_size: int, max_num_batched_tokens: int) -> int:
+    """The KV memory vLLM sets aside on one GPU for one request of num_tokens tokens: each layer's
+    max_memory_usage_bytes (vllm/v1/kv_cache_interface.py) summed, as check_enough_kv_cache_memory
+    sums them. A full-attention or MLA layer holds ceil(tokens / block) pages; a sliding-window layer
+    the window less one plus a step's tokens (the most a chunked prefill holds before it frees),
+    capped at the tokens, plus one page for a window that starts inside a block; a state layer one
+    page (its state padded to the attention page)."""
+    ratio = model.kv_bytes_per_token // kv_bytes_per_token_per_gpu(model, tp)  # (KV heads or none split over TP)
+    attention_page = block_size * _group_layer_bytes(model, tp)
+    total = 0
+    for group in model.kv_groups:
+        if group.kind == "state":
+            pages = group.num_layers * max(attention_page, model.linear_attn.state_bytes_per_layer(tp))
+            total += pages
+            continue
+        page = block_size * model.kv_bytes_per_token_per_layer_of(group.kind) // ratio
+        if group.kind == "sliding":
+            held = min(group.sliding_window - 1 + max_num_batched_tokens, num_tokens)
+            total += group.num_layers * (-(-held // block_size) + 1) * page
+        else:
+            total += group.num_layers * -(-num_tokens // block_size) * page
+    return total
+
+
+def longest_request(model, tp: int, max_model_len: int, block_size: int, max_num_batched_tokens: int,
+                    available: int) -> int:
+    """The longest request (at most max_model_len tokens) whose KV fits `available` bytes a GPU
+    (vLLM's estimate_max_model_len: a binary search on request_kv_bytes, which grows with the length)."""
+    low, high = 0, max_model_len
+    while low < high:
+        mid = (low + high + 1) // 2
+        if request_kv_bytes(model, tp, mid, block_size, max_num_batched_tokens) <= available:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def check_one_request_fits(model, tp: int, max_model_len: int, block_size: int, max_num_batched_tokens: int,
+                           capacity, where: str) -> None:
+    """Refuse a pool too small for one request of max_model_len tokens, as vLLM refuses to start
+    (v1: check_enough_kv_cache_memory, "To serve at least one request with the model's max seq
+    len ..."; v0: the max seq len against the tokens the cache can store), with the longest length
+    that would fit."""
+    available = capacity.pool_bytes_per_gpu
+    needed = request_kv_bytes(model, tp, max_model_len, block_size, max_num_batched_tokens)
+    if needed <= available:
+        return
+    longest = longest_request(model, tp, max_model_len, block_size, max_num_batched_tokens, available)
+    fix = f"lower --max-model-len to {longest:,} or less, or " if longest else ""
+    raise CannotServe(f"{model.name} on {where}: one request of max_model_len {max_model_len:,} tokens needs "
+                      f"{needed / 2**30:.2f} GiB of KV cache per GPU, more than the {available / 2**30:.2f} GiB pool "
+                      f"holds, so vLLM would refuse to start ({fix}raise --gpu-memory-utilization or --tp)")
 
 
 def state_block_size(block_size: int, model, tp: int) -> int:

@@ -54,3 +54,18 @@ def test_inspect_errors_are_one_line():
         result = inspect(*args)
         assert result.exit_code == 2, result.output
         assert words in result.output and result.output.strip().count("\n") == 0
+
+
+def test_inspect_says_the_longest_request_the_pool_holds():
+    # Mistral-Nemo's 1,024,000 positions at 163,840 bytes a token do not fit one H200's pool: the
+    # longest request is the tokens of the blocks it holds (vLLM v0's rule: block size x blocks)
+    from pathlib import Path
+
+    nemo = str(Path(__file__).resolve().parents[1] / "models" / "data" / "Mistral-Nemo-Instruct-2407.json")
+    pool = json.loads(inspect(nemo, "--gpu", "h200-141gb", "--json").output)["kv_pool"]
+    assert pool["max_concurrency"] == 0
+    assert pool["max_model_len_that_fits"] == 16 * (pool["pool_bytes_per_gpu"] // (16 * 163_840))
+    assert "longest request the pool holds" in inspect(nemo, "--gpu", "h200-141gb").output
+    # a model whose length fits says its own length
+    assert json.loads(inspect("llama-2-7b", "--gpu", "a100-80gb", "--json").output)["kv_pool"][
+        "max_model_len_that_fits"] == 4096
