@@ -23,7 +23,8 @@ optional and off by default, so a dense spec counts exactly as before:
 - ``num_mlp_only_layers``: layers that are one block each (Nemotron-H): that many an MLP alone
   (dense, or MoE on ``moe.num_moe_layers`` of them), every other layer a token mixer alone
   (attention or linear attention), without an MLP. 0: every layer a mixer and an MLP.
-- ``ungated_mlp``: the MLP is up -> activation -> down, two matrices (Nemotron-H's squared ReLU).
+- ``ungated_mlp``: every MLP is up -> activation -> down, two matrices (Nemotron-H's squared ReLU):
+  the dense ones, and the routed and shared experts of a MoE (Nemotron 3).
 - ``num_parallel_mixer_layers``: layers whose token mixer is attention AND linear attention side by
   side on the same input, their outputs summed (Falcon-H1: every layer). Each such layer counts
   among the attention layers and among ``linear_attn.num_layers``; it keeps paged KV and a state.
@@ -78,7 +79,7 @@ class ModelSpec:
     attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the attention output (Qwen3-Next)
     num_vision_params: int = 0  # vision tower + projector (pagesim.models.vision): in num_params, never active
     num_mlp_only_layers: int = 0  # one-block layers (Nemotron-H): this many MLPs alone, the rest mixers alone
-    ungated_mlp: bool = False  # llama-shaped, but an MLP of up and down only (relu2)
+    ungated_mlp: bool = False  # llama-shaped, but MLPs (experts too) of up and down only (relu2)
     num_parallel_mixer_layers: int = 0  # layers with attention and linear attention in parallel (Falcon-H1)
 
     def __post_init__(self) -> None:
@@ -104,8 +105,6 @@ class ModelSpec:
             raise ValueError(f"{self.name}: num_parallel_mixer_layers must be in 0..linear_attn.num_layers")
         if self.linear_attn is not None and self.num_attention_layers < 1:
             raise ValueError(f"{self.name}: linear-attention layers must leave at least one attention layer")
-        if self.moe is not None and (self.ungated_mlp or self.num_mlp_only_layers):
-            raise ValueError(f"{self.name}: MoE with ungated MLPs or one-block layers is not modelled")
         if self.quant is not None and self.quant.experts_only and self.moe is None:
             raise ValueError(f"{self.name}: {self.quant.method} quantizes MoE experts only; the model has none")
 
@@ -131,6 +130,11 @@ class ModelSpec:
     @property
     def mlp_matrices(self) -> int:
         return 3 if self.gated_mlp else 2
+
+    @property
+    def expert_matrices(self) -> int:
+        """Matrices of one (routed or shared) expert: gate, up, down; up and down where ungated."""
+        return 2 if self.ungated_mlp else 3
 
     @property
     def num_mixer_layers(self) -> int:
@@ -273,8 +277,8 @@ class ModelSpec:
 
     @property
     def expert_params(self) -> int:
-        """One routed expert's weights (gated MLP of expert_ffn_size)."""
-        return 3 * self.hidden_size * self.moe.expert_ffn_size if self.moe else 0
+        """One routed expert's weights (an MLP of expert_ffn_size, gated unless ungated_mlp)."""
+        return self.expert_matrices * self.hidden_size * self.moe.expert_ffn_size if self.moe else 0
 
     @property
     def moe_always_on_params(self) -> int:
@@ -283,7 +287,8 @@ class ModelSpec:
         if not self.moe:
             return 0
         m, h = self.moe, self.hidden_size
-        return h * m.num_experts + 3 * h * m.shared_expert_ffn_size + (h if m.shared_expert_gate else 0)
+        shared = self.expert_matrices * h * m.shared_expert_ffn_size
+        return h * m.num_experts + shared + (h if m.shared_expert_gate else 0)
 
     @property
     def linear_params_per_layer(self) -> int:

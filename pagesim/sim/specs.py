@@ -215,10 +215,11 @@ def profile_activation_bytes(model: ModelSpec, tp: int = 1,
     # OPT: fc1 output and its activation; llama: gate, up and act(gate) * up.
     mlp = t * model.mlp_matrices * model.ffn_size // tp * d
     if model.moe is not None:
-        # vLLM's fused MoE keeps, per routed (token, expert) pair, the gate+up output, the
-        # activation and the down output (its intermediate caches 1-3), experts split over TP
+        # vLLM's fused MoE keeps, per routed (token, expert) pair, the gate+up output (up alone
+        # where ungated), the activation and the down output (its intermediate caches 1-3),
+        # experts split over TP
         k, ffe = model.moe.experts_per_token, model.moe.expert_ffn_size
-        mlp = max(mlp, t * k * (3 * ffe // tp + model.hidden_size) * d)
+        mlp = max(mlp, t * k * (model.expert_matrices * ffe // tp + model.hidden_size) * d)
     logits = seqs * model.vocab_size * (d + 4 * LOGITS_FP32_COPIES)
     return residual + max(attn, mlp, logits)
 

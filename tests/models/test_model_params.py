@@ -110,6 +110,13 @@ TINY_CONFIGS = {
                                                              "linear_attention"], mamba_num_heads=4,
                        mamba_head_dim=32, ssm_state_size=16, n_groups=2, conv_kernel=4, attention_bias=True,
                        mlp_bias=True),
+    # Nemotron 3: 'E' layers beside '-' ones: 8 ungated relu2 experts (up and down), top 2 of 2 groups, one
+    # shared expert of 48, the router's score-correction bias (a buffer in transformers, in the checkpoint)
+    "nemotron_h-moe": dict(TINY, head_dim=16, layers_block_type=["linear_attention", "moe", "full_attention", "mlp",
+                                                                 "moe", "linear_attention", "moe"],
+                           mamba_num_heads=4, mamba_head_dim=32, ssm_state_size=16, n_groups=2, n_routed_experts=8,
+                           num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
+                           n_shared_experts=1, n_group=2, topk_group=1),
     # Mamba v1 mixers (Jamba): attention on layers 1 and 3, routed experts on 0 and 2, dt_rank "auto" (ceil(64 / 16));
     # and with one expert (every MLP dense), no conv bias, an explicit dt_rank, tied embeddings
     "jamba": dict(TINY, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,
@@ -143,8 +150,9 @@ def routed_expert_numel(model, top_k_of):
     through: the (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
     total = idle = 0
     for name, module in model.named_modules():
-        # (GraniteMoE: block_sparse_moe; Llama 4: feed_forward)
-        if name.endswith((".mlp.experts", ".block_sparse_moe.experts", ".feed_forward.experts")):
+        # (GraniteMoE: block_sparse_moe; Llama 4: feed_forward; Nemotron 3: mixer)
+        if name.endswith((".mlp.experts", ".block_sparse_moe.experts", ".feed_forward.experts",
+                          ".mixer.experts")):
             n = sum(p.numel() for p in module.parameters())
             experts, k = top_k_of
             total += sum(p.numel() for key, p in module.named_parameters() if not key.endswith("bias"))  # matmuls
@@ -160,7 +168,7 @@ def test_counts_equal_transformers_parameters(key):
     fields.pop("quantization_config", None)
     spec = model_from_config(fields, key)
     hf_total = sum(p.numel() for p in model.parameters())  # tied weights once
-    if model_type == "glm4_moe":  # its router keeps the score-correction bias as a buffer; the checkpoint stores it
+    if model_type in ("glm4_moe", "nemotron_h"):  # the router's score-correction bias: a buffer, in the checkpoint
         hf_total += sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
     assert spec.params_total == hf_total
     if spec.moe is not None:

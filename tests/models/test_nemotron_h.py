@@ -103,7 +103,8 @@ def test_state_tables_and_block_size_by_hand():
     (dict(num_hidden_layers=55), "hybrid_override_pattern", "has 56 layers, 'num_hidden_layers' is 55"),
     (dict(hybrid_override_pattern="M-M*X" + "-" * 51), "hybrid_override_pattern", "unknown layer characters ['X']"),
     (dict(hybrid_override_pattern="M-" * 28), "hybrid_override_pattern", "no attention layer"),
-    (dict(hybrid_override_pattern="ME*-" * 14), "hybrid_override_pattern", "MoE layers"),
+    # 'E' layers (Nemotron 3, tests/models/test_nemotron3.py) need the MoE fields this config lacks
+    (dict(hybrid_override_pattern="ME*-" * 14), "n_routed_experts", "is missing: the MoE layers ('E') need it"),
     (dict(hybrid_override_pattern=None), "hybrid_override_pattern", "is missing"),
     (dict(mamba_ssm_cache_dtype="int8"), "mamba_ssm_cache_dtype", "must be one of"),
 ])

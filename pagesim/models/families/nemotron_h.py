@@ -1,6 +1,6 @@
-"""NVIDIA Nemotron-H (`nemotron_h`: Nemotron-H-4B/8B/47B/56B, Nemotron-Nano-9B/12B-v2). Each layer
-is ONE block, a norm then one of (`hybrid_override_pattern`, a character a layer; transformers 5
-writes the list `layers_block_type` instead):
+"""NVIDIA Nemotron-H (`nemotron_h`: Nemotron-H-4B/8B/47B/56B, Nemotron-Nano-9B/12B-v2) and Nemotron 3
+(Nano-30B-A3B). Each layer is ONE block, a norm then one of (`hybrid_override_pattern`, a character
+a layer; transformers 5 writes the list `layers_block_type` instead):
 
 - 'M': a Mamba2 mixer (pagesim.models.mamba2: `mamba_num_heads` of `mamba_head_dim`, the inner
   width is their product, not `expand` x hidden; `n_groups` groups of `ssm_state_size`,
@@ -9,7 +9,11 @@ writes the list `layers_block_type` instead):
   first releases); no biases whatever `attention_bias` says (transformers builds q, k, v, o with
   bias=False);
 - '-': an MLP alone, up -> `mlp_hidden_act` (relu2: squared ReLU) -> down, no gate (`mlp_bias`);
-- 'E': routed experts (Nemotron 3): not modelled, refused.
+- 'E' (Nemotron 3): a MoE alone (pagesim.models.families.nemotron_moe): `n_routed_experts` routed
+  experts of `moe_intermediate_size`, top `num_experts_per_tok`, ungated relu2 like the '-' MLP;
+  shared experts of `n_shared_experts` x `moe_shared_expert_intermediate_size`; a sigmoid router
+  with a score-correction bias. Latent MoE (`moe_latent_size`, Nemotron 3 Super) and `mlp_bias`
+  with 'E' layers are refused.
 
 Untied LM head by default, a final norm. vLLM keeps the Mamba SSM state in float32 unless the
 config's `mamba_ssm_cache_dtype` says otherwise (NemotronHForCausalLMConfig: "Only float32 is
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 from pagesim.models.config import ConfigFields
 from pagesim.models.families.common import Extras, attention_heads, llama_shaped
+from pagesim.models.families.nemotron_moe import moe_layers
 from pagesim.models.mamba2 import Mamba2Spec
 from pagesim.models.spec import ModelSpec, WeightQuant
 
@@ -39,7 +44,8 @@ def layer_pattern(f: ConfigFields) -> tuple[str, str]:
     if pattern is None:
         key, types = "layers_block_type", f.str_list("layers_block_type")
         if types is None:
-            raise f.error("hybrid_override_pattern", "is missing (one character a layer: M Mamba2, * attention, - MLP)")
+            raise f.error("hybrid_override_pattern",
+                          "is missing (one character a layer: M Mamba2, * attention, - MLP, E MoE)")
         unknown = set(types) - set(BLOCK_TYPES)
         if unknown:
             raise f.error(key, f"has unknown layer kinds {sorted(unknown)}")
@@ -52,12 +58,10 @@ def layer_pattern(f: ConfigFields) -> tuple[str, str]:
     layers = f.int("num_hidden_layers", len(pattern))
     if len(pattern) != layers:
         raise f.error(key, f"has {len(pattern)} layers, 'num_hidden_layers' is {layers}")
-    if MOE in pattern:
-        raise f.error(key, "has MoE layers ('E', Nemotron 3): not modelled")
     if ATTENTION not in pattern:
         raise f.error(key, "has no attention layer (a state-only model is not modelled)")
-    if MLP not in pattern:
-        raise f.error(key, "has no MLP layer")
+    if MLP not in pattern and MOE not in pattern:
+        raise f.error(key, "has no MLP or MoE layer")
     return pattern, key
 
 
@@ -81,12 +85,16 @@ def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
                            "head_dim": f.get("head_dim", f.get("attention_head_dim"))}, f.where)
     heads = attention_heads(fields)
     h = heads[0]
-    ffn = fields.int("intermediate_size")
+    moe = moe_layers(fields, pattern.count(MOE))
+    # a model of MoE layers only (Nemotron 3 Nano) has no use for intermediate_size
+    ffn = fields.int("intermediate_size") if MLP in pattern else fields.int("intermediate_size", moe.expert_ffn_size)
     mamba = mamba2(fields, pattern.count(MAMBA))
     # the MLPs' up and down biases; the Mamba mixers' conv, A_log, D, dt_bias, norm
     mlp_bias = ffn + h if fields.bool("mlp_bias", False) else 0
     other = pattern.count(MLP) * mlp_bias + (mamba.num_layers * mamba.other_params if mamba else 0)
     return llama_shaped(fields, name, quant, extras=Extras(norms_per_layer=1, model_other=other,
+                                                           # the router's e_score_correction_bias
+                                                           moe_layer_other=moe.num_experts if moe else 0,
                                                            tied_embeddings=fields.bool("tie_word_embeddings", False)),
-                        ffn_size=ffn, heads=heads, linear_attn=mamba, mlp_only_layers=pattern.count(MLP),
-                        ungated_mlp=True)
+                        ffn_size=ffn, heads=heads, linear_attn=mamba, moe=moe,
+                        mlp_only_layers=pattern.count(MLP) + pattern.count(MOE), ungated_mlp=True)

@@ -42,7 +42,7 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pagesim.models import ModelSpec
 from pagesim.sim.cost.linear_attn import linear_attn_elementwise_bytes
@@ -282,12 +282,13 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
               if touched else 0.0)
     router_n = moe.num_experts + (1 if moe.shared_expert_gate else 0)
     gemms = [Gemm("moe_router", tokens, h, router_n, weight_bytes=d)]
+    up_n = model.expert_matrices - 1  # the up projection's outputs a width: gate and up, or up alone (relu2)
     if moe.shared_expert_ffn_size:
-        gemms += [Gemm("moe_shared_up", tokens, h, 2 * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
+        gemms += [Gemm("moe_shared_up", tokens, h, up_n * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
                   Gemm("moe_shared_down", tokens, moe.shared_expert_ffn_size // tp, h, weight_bytes=wb, fp8=fp8)]
     up, down = FUSED_MOE_OPS
     ewb, efp8 = model.expert_weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
-    gemms += [Gemm(up, rows, h, 2 * width, count=touched, weight_bytes=ewb, fp8=efp8, padded_m=padded),
+    gemms += [Gemm(up, rows, h, up_n * width, count=touched, weight_bytes=ewb, fp8=efp8, padded_m=padded),
               Gemm(down, rows, width, h, count=touched, weight_bytes=ewb, fp8=efp8, padded_m=padded)]
     exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
     return gemms, exchange, ranks
@@ -328,23 +329,12 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
     A model with linear-attention layers splits each MLP kind's layers into attention and linear
     ones (in proportion where it has both dense and MoE layers: which is which is not kept), and
     parallel-mixer layers (Falcon-H1: attention and linear attention side by side) apart likewise.
-    One-block layers (Nemotron-H) are attention, linear-attention and MLP layers apart."""
+    One-block layers (Nemotron-H) are attention, linear-attention, dense MLP and MoE layers apart."""
     base = LayerShape.of(model, tp)
     attention = attention_gemms(model, tokens, tp, base)
-    wb, fp8 = model.part_weights("mlp")
+    kinds = mlp_kinds(model, tokens, tp, ep, base)
     if model.num_mlp_only_layers:
-        return _one_block_groups(model, tokens, tp, base, attention, wb, fp8)
-    kinds = []  # (layers, MLP GEMMs, shape, EP exchange, EP ranks, routing bytes)
-    if model.num_dense_layers:
-        mlp = [Gemm(op, tokens, *base.gemm_dims(op), weight_bytes=wb, fp8=fp8) for op in ("mlp_up_proj", "mlp_down_proj")]
-        kinds.append((model.num_dense_layers, mlp, base, 0.0, 1, ()))
-    if model.moe is not None:
-        gemms, exchange, ranks = moe_gemms(model, tokens, tp, ep)
-        moe = model.moe
-        # the activation runs over each token's k experts (and the shared ones), split over TP
-        shape = LayerShape(model, tp, base.rotary, mlp_width=moe.experts_per_token * moe.expert_ffn_size
-                           + moe.shared_expert_ffn_size)
-        kinds.append((moe.num_moe_layers, gemms, shape, exchange, ranks, moe_routing_bytes(model, tokens, tp, ep)))
+        return _one_block_groups(model, tokens, tp, base, attention, kinds)
     la = model.linear_attn
     parallel_left = model.num_parallel_mixer_layers
     linear_left = (la.num_layers if la else 0) - parallel_left
@@ -370,16 +360,35 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
     return tuple(groups)
 
 
+def mlp_kinds(model: ModelSpec, tokens: int, tp: int, ep: int, base: LayerShape) -> list[tuple]:
+    """The model's MLP blocks by kind, (layers, GEMMs, shape, EP exchange, EP ranks, routing bytes):
+    the dense MLP layers, then the MoE layers."""
+    kinds = []
+    if model.num_dense_layers:
+        wb, fp8 = model.part_weights("mlp")
+        mlp = [Gemm(op, tokens, *base.gemm_dims(op), weight_bytes=wb, fp8=fp8)
+               for op in ("mlp_up_proj", "mlp_down_proj")]
+        kinds.append((model.num_dense_layers, mlp, base, 0.0, 1, ()))
+    if model.moe is not None:
+        gemms, exchange, ranks = moe_gemms(model, tokens, tp, ep)
+        moe = model.moe
+        # the activation runs over each token's k experts (and the shared ones), split over TP
+        shape = LayerShape(model, tp, base.rotary, mlp_width=moe.experts_per_token * moe.expert_ffn_size
+                           + moe.shared_expert_ffn_size)
+        kinds.append((moe.num_moe_layers, gemms, shape, exchange, ranks, moe_routing_bytes(model, tokens, tp, ep)))
+    return kinds
+
+
 def _one_block_groups(model: ModelSpec, tokens: int, tp: int, base: LayerShape, attention: list[Gemm],
-                      wb: float, fp8: bool) -> tuple[LayerGroup, ...]:
+                      kinds: list[tuple]) -> tuple[LayerGroup, ...]:
     """Layers of one block each: attention alone, a linear-attention mixer alone (its conv and
-    gated norm), a dense MLP alone (its up and down GEMMs: gate and up where the MLP is gated)."""
+    gated norm), an MLP alone: dense (its up and down GEMMs: gate and up where the MLP is gated)
+    or MoE (router, shared and routed experts, the routing kernels; Nemotron 3's 'E' layers)."""
     groups = [LayerGroup(model.num_attention_layers, tuple(attention), LayerShape(model, tp, base.rotary, mlp=False))]
     if model.linear_attn is not None:
         groups.append(LayerGroup(model.linear_attn.num_layers, tuple(linear_attn_gemms(model, tokens, tp)),
                                  LayerShape(model, tp, False, mlp=False), mixer_bytes=linear_attn_elementwise_bytes(
                                      model, tp, tokens)))
-    mlp = LayerShape(model, tp, False, mixer=False)
-    groups.append(LayerGroup(model.num_dense_layers, tuple(Gemm(op, tokens, *mlp.gemm_dims(op), weight_bytes=wb, fp8=fp8)
-                                                           for op in ("mlp_up_proj", "mlp_down_proj")), mlp))
+    for n, mlp, shape, exchange, ranks, routing in kinds:  # no rotary kernel, no mixer
+        groups.append(LayerGroup(n, tuple(mlp), replace(shape, rotary=False, mixer=False), exchange, ranks, routing))
     return tuple(groups)

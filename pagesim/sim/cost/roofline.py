@@ -115,17 +115,20 @@ class RooflineCostModel(CostModel):
         self._lm_weight_s = model.lm_head_params * d / tp / hbm
         # Elementwise traffic per token (hidden is replicated over TP, the MLP is split).
         ffn_passes = c.elementwise_ffn_passes + (1 if model.gated_mlp else 0)
-        if model.num_mlp_only_layers:  # one-block layers: hidden passes a block, the activation a dense MLP
+        # (layers, activation width) of each MLP kind: dense; MoE over each token's k experts and the shared ones
+        mlps = [(model.num_dense_layers, model.ffn_size)]
+        if model.moe is not None:
+            mlps.append((model.moe.num_moe_layers,
+                         model.moe.experts_per_token * model.moe.expert_ffn_size + model.moe.shared_expert_ffn_size))
+        if model.num_mlp_only_layers:  # one-block layers: hidden passes a block, the activation an MLP layer
             elem_bytes = d * (model.num_blocks * c.elementwise_hidden_passes * model.hidden_size // 2
-                              + model.num_dense_layers * ffn_passes * model.ffn_size // tp)
+                              + sum(n * ffn_passes * width // tp for n, width in mlps))
         elif model.moe is None:
             elem_bytes = model.num_layers * d * (c.elementwise_hidden_passes * model.hidden_size
                                                  + ffn_passes * model.ffn_size // tp)
-        else:  # a MoE layer's activation runs over each token's k experts and the shared ones
-            moe_width = model.moe.experts_per_token * model.moe.expert_ffn_size + model.moe.shared_expert_ffn_size
+        else:
             elem_bytes = d * sum(n * (c.elementwise_hidden_passes * model.hidden_size + ffn_passes * width // tp)
-                                 for n, width in ((model.num_dense_layers, model.ffn_size),
-                                                  (model.moe.num_moe_layers, moe_width)))
+                                 for n, width in mlps)
         if model.linear_attn is not None:  # a linear-attention layer's conv and gated norm
             elem_bytes += model.linear_attn.num_layers * sum(linear_attn_elementwise_bytes(model, tp, 1))
         self._elementwise_s_per_token = elem_bytes / hbm
