@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from pagesim.core.errors import CannotServe
 from pagesim.core.kv_groups import KVGroupSpec
+from pagesim.models.lightning import LightningAttnSpec
 from pagesim.models.mamba1 import Mamba1Spec
 from pagesim.models.mamba2 import Mamba2Spec
 from pagesim.models.parts import LinearAttnSpec, MLASpec, MoESpec, WeightQuant  # noqa: F401 (re-exported)
@@ -75,7 +76,7 @@ class ModelSpec:
     quant: WeightQuant | None = None
     kv_dtype_bytes: int | None = None  # None: dtype_bytes
     num_active_params: int | None = None
-    linear_attn: LinearAttnSpec | Mamba2Spec | Mamba1Spec | None = None  # layers with a per-sequence state, no KV
+    linear_attn: LinearAttnSpec | Mamba2Spec | Mamba1Spec | LightningAttnSpec | None = None  # per-sequence state, no KV
     attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on the attention output (Qwen3-Next)
     num_vision_params: int = 0  # vision tower + projector (pagesim.models.vision): in num_params, never active
     num_mlp_only_layers: int = 0  # one-block layers (Nemotron-H): this many MLPs alone, the rest mixers alone
@@ -162,7 +163,8 @@ class ModelSpec:
     def mixer_all_reduces(self) -> tuple[int, int]:
         """(TP all-reduces a forward pass, elements a token each) inside the linear-attention layers,
         besides the blocks' num_tp_all_reduces of the hidden size: Mamba v1's x_proj output (vLLM
-        builds x_proj row-parallel: one a Mamba layer, Jamba). (0, 0) for every other model."""
+        builds x_proj row-parallel: one a Mamba layer, Jamba); lightning attention's norm variance
+        (one a layer, MiniMax-Text-01). (0, 0) for every other model."""
         width = self.linear_attn.inner_all_reduce_width if self.linear_attn else 0
         return (self.linear_attn.num_layers, width) if width else (0, 0)
 

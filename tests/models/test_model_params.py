@@ -131,6 +131,10 @@ TINY_CONFIGS = {
     "falcon_h1-rmsnorm": dict(TINY, mamba_d_ssm=None, mamba_expand=2, mamba_n_heads=8, mamba_d_head="auto",
                               mamba_n_groups=1, mamba_d_state=16, mamba_rms_norm=True, tie_word_embeddings=True),
     "smollm3": dict(TINY, pad_token_id=0),
+    # lightning attention (qkv_proj, output_gate, out_proj, a norm of 4 heads x 24, not hidden 64) on layers 0, 2, 3;
+    # softmax GQA on layer 1; a MoE of 4 experts top 2 on every layer (MiniMax-Text-01 / M1 in the HF format)
+    "minimax": dict(TINY, head_dim=24, layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                    "linear_attention"], num_local_experts=4, num_experts_per_tok=2),
     "opt": dict(hidden_size=64, ffn_dim=96, num_hidden_layers=3, num_attention_heads=4, vocab_size=256,
                 max_position_embeddings=512, word_embed_proj_dim=64),
 }

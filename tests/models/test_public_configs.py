@@ -70,11 +70,13 @@ def test_every_data_file_is_checked():
     from tests.models.test_modern_families import FILES as MODERN  # the families checked there
     from tests.models.test_public_families import FILES
     from tests.models.test_hunyuan import FILES as HUNYUAN_FILES
+    from tests.models.test_minimax import FILES as MINIMAX_FILES
     from tests.models.test_qwen_vl import FILES as QWEN_VL_FILES
     from tests.models.test_nemotron3 import FILES as NEMOTRON3_FILES
 
     assert sorted(p.stem for p in DATA.glob("*.json")) == sorted([name for name, _, _ in PUBLISHED] + FILES + MODERN
-                                                                  + QWEN_VL_FILES + HUNYUAN_FILES + NEMOTRON3_FILES)
+                                                                  + QWEN_VL_FILES + HUNYUAN_FILES + MINIMAX_FILES
+                                                                  + NEMOTRON3_FILES)
 
 
 @pytest.mark.parametrize("name,published,source", PUBLISHED)

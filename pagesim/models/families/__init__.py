@@ -7,7 +7,7 @@ from pagesim.models.families import (deepseek, gemma, llama, mistral, mixtral, o
                                      qwen3_moe)
 from pagesim.models.families import glm4_moe, gpt_oss, granitemoehybrid, llama4, olmo2, olmoe, phimoe, qwen3_next
 from pagesim.models.families import falcon_h1, jamba, nemotron_h, smollm3
-from pagesim.models.families import cohere2, ernie4_5_moe, exaone4, minimax_m2, seed_oss
+from pagesim.models.families import cohere2, ernie4_5_moe, exaone4, minimax, minimax_m2, seed_oss
 from pagesim.models.families import qwen_vl
 from pagesim.models.families import hunyuan
 
@@ -44,6 +44,8 @@ FAMILIES = {
     "jamba": jamba.build,
     "smollm3": smollm3.build,
     "mistral3": mistral.build_mistral3,
+    "minimax": minimax.build,
+    "minimax_m1": minimax.build,
     "minimax_m2": minimax_m2.build,
     "ernie4_5_moe": ernie4_5_moe.build,
     "exaone4": exaone4.build,

@@ -1,5 +1,6 @@
 """MiniMax-M2 / M2.1 (MiniMaxAI, `minimax_m2`): GQA softmax attention on every layer
-(`attn_type_list` all 1; MiniMax-Text-01's lightning-attention layers, 0, are refused), and on
+(`attn_type_list` all 1; lightning-attention layers, 0, are refused: vLLM's minimax_m2.py has none;
+MiniMax-Text-01 / M1 are pagesim.models.families.minimax, whose field checks this family shares), and on
 every layer a MoE of `num_local_experts` routed experts of `intermediate_size` (top
 `num_experts_per_tok`), no shared expert (`shared_intermediate_size` 0), a sigmoid router with a
 per-expert score-correction bias (`use_routing_bias`).
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from pagesim.models.config import ConfigFields
 from pagesim.models.families.common import Extras, attention_heads, llama_shaped
-from pagesim.models.families.olmoe import every_layer_moe
+from pagesim.models.families.minimax import LIGHTNING, attention_kinds, check_rotary_dim, minimax_moe
 from pagesim.models.spec import ModelSpec, WeightQuant
 
 QK_NORM_TYPES = ("per_layer", "per_head")
@@ -34,25 +35,17 @@ def qk_norm_params(f: ConfigFields, heads: tuple[int, int, int, int]) -> int:
 
 
 def check_attention_layers(f: ConfigFields, layers: int) -> None:
-    kinds = f.get("attn_type_list")
-    if kinds is None:
-        return
-    if not isinstance(kinds, list) or len(kinds) != layers:
-        raise f.error("attn_type_list", f"must list one kind for each of the {layers} layers, got {kinds!r}")
-    if any(k != 1 for k in kinds):
-        raise f.error("attn_type_list", "has layers other than 1 (softmax attention): MiniMax-Text-01's lightning "
-                      "attention is not modelled")
+    field, kinds = attention_kinds(f, layers)
+    if LIGHTNING in kinds:
+        raise f.error(field, "has lightning-attention layers (0): MiniMax-M2 has softmax attention only (vLLM's "
+                      "minimax_m2.py); MiniMax-Text-01 / M1 configs are the `minimax` family")
 
 
 def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
     heads = attention_heads(f)
     check_attention_layers(f, f.int("num_hidden_layers"))
-    if f.count("shared_intermediate_size"):
-        raise f.error("shared_intermediate_size", "is not 0: a MiniMax shared expert is not modelled")
-    rotary = f.int("rotary_dim", heads[3])
-    if rotary > heads[3]:
-        raise f.error("rotary_dim", f"{rotary} is more than 'head_dim' {heads[3]}")
-    moe = every_layer_moe(f, "num_local_experts")
+    check_rotary_dim(f, heads[3])
+    moe = minimax_moe(f)
     extras = Extras(layer_other=qk_norm_params(f, heads),
                     moe_layer_other=moe.num_experts if f.bool("use_routing_bias", True) else 0,
                     tied_embeddings=f.bool("tie_word_embeddings", False))

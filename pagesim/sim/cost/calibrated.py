@@ -210,7 +210,7 @@ class CalibratedCostModel(CostModel):
             layer += adds * cal.operator_seconds("add", s, tokens)
             layer += sum(cal.routing_seconds(b) for b in group.routing_bytes + group.mixer_bytes)
             seconds = layer + s.all_reduces * allreduce  # one all-reduce a block (a parallel mixer: two)
-            seconds += sum(cal.all_reduce_seconds(self.tp, b) for b in group.mixer_all_reduce_bytes)  # Mamba v1
+            seconds += sum(cal.all_reduce_seconds(self.tp, b) for b in group.mixer_all_reduce_bytes)  # Mamba v1, lightning
             if group.ep_exchange_bytes:  # expert parallelism: all-gather + reduce-scatter over the ranks
                 seconds += cal.all_reduce_seconds(group.ep_ranks, group.ep_exchange_bytes)
             out.append((group.num_layers, seconds))

@@ -257,7 +257,7 @@ class EngineCostModel(CostModel):
         kernels = count if graphed else 0
         ar_calls = 0.0
         if self.tp > 1:
-            count, width = self.model.mixer_all_reduces  # Mamba v1's x_proj: one more a Mamba layer, narrower
+            count, width = self.model.mixer_all_reduces  # Mamba v1's x_proj, a lightning norm: one more a layer
             for calls, nbytes in ((self.blocks, tokens * self._ar_bytes_per_token),
                                   (count, tokens * width * self.model.dtype_bytes)):
                 if not calls:

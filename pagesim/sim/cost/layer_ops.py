@@ -232,7 +232,7 @@ class LayerGroup:
     ep_ranks: int = 1
     routing_bytes: tuple[float, ...] = ()  # per routing kernel of a MoE layer (moe_routing_bytes)
     mixer_bytes: tuple[float, ...] = ()  # per elementwise kernel of a linear-attention layer (conv, gated norm)
-    mixer_all_reduce_bytes: tuple[float, ...] = ()  # per TP all-reduce inside a Mamba v1 layer (x_proj), tp > 1
+    mixer_all_reduce_bytes: tuple[float, ...] = ()  # per TP all-reduce inside a layer (Mamba v1's x_proj), tp > 1
 
 
 def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
@@ -319,7 +319,8 @@ def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
 
 def mixer_all_reduce_bytes(model: ModelSpec, tokens: int, tp: int) -> tuple[float, ...]:
     """Bytes of each TP all-reduce inside one linear-attention layer for `tokens` tokens (Mamba v1's
-    x_proj, row-parallel in vLLM: ModelSpec.mixer_all_reduces); none at tp 1 or for other mixers."""
+    x_proj, row-parallel in vLLM; lightning attention's norm variance: ModelSpec.mixer_all_reduces); none
+    at tp 1 or for other mixers."""
     count, width = model.mixer_all_reduces
     return (float(tokens * width * model.dtype_bytes),) if count and tp > 1 else ()
 

@@ -30,6 +30,20 @@ Mamba2 layers (pagesim.models.mamba2: Granite 4.0-H) take the same terms with th
   B, C and dt a token, the chunk states (H P N, written and read) once every Q tokens, and each
   sequence's state read and written once.
 
+Lightning attention layers (pagesim.models.lightning: MiniMax-Text-01 / M1), a roofline too:
+- Decode (vLLM's _linear_attn_decode_kernel, vllm/model_executor/layers/lightning_attn.py): each
+  layer reads and writes each sequence's state once (H / TP heads of d x d), and per state element
+  computes k v^T (1), adds the decayed old state (2) and q S, multiply and sum (2): 5 FLOPs.
+- Prefill (vLLM's lightning_attention, blocks of B = 256 tokens, sub-blocks of c = 32 in the
+  diagonal kernel): per token and head, the diagonal blocks' q k^T and its product with v over the
+  causal sub-blocks, (B + c) / 2 keys on average, 4 d a key; the block states k^T v and the
+  off-diagonal q S, 2 d^2 each: 2 d (B + c) + 4 d^2 FLOPs. Bytes, all fp32 as vLLM casts them: q,
+  k and v read twice (diagonal and block-state kernels), the output written once and read and
+  written again (off-diagonal kernel); the block states (d x d fp32) written, read and written by
+  the reduction, read by the off-diagonal kernel's 4 sub-blocks and copied out by the concatenation
+  (9 passes every B tokens); each sequence's state read and written once (the clone of it before
+  the kernel left out).
+
 Mamba v1 layers (pagesim.models.mamba1: Jamba) likewise, a roofline where nothing is measured:
 - Decode (vLLM's selective_state_update): each layer reads and writes the state once (the conv
   state and the SSM state of I x N), per state element dA = exp(dt A) (2), h <- dA h + (dt x) B
@@ -45,6 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pagesim.models import ModelSpec
+from pagesim.models.lightning import FP32, LightningAttnSpec
 from pagesim.models.mamba1 import Mamba1Spec
 from pagesim.models.mamba2 import Mamba2Spec
 
@@ -52,6 +67,10 @@ CHUNK = 64  # tokens a chunk of the chunked gated delta rule (fla's chunk_size /
 DECODE_FLOPS_PER_STATE_ELEMENT = 7  # S <- g S (1), S^T k (2), S += k delta^T (2), S^T q (2)
 MAMBA2_DECODE_FLOPS_PER_STATE_ELEMENT = 5  # h <- exp(dt A) h + (dt x) B^T (3), y = h C (2)
 MAMBA1_FLOPS_PER_STATE_ELEMENT = 7  # dA = exp(dt A) (2), h <- dA h + (dt x) B (3), y = h C (2)
+LIGHTNING_DECODE_FLOPS_PER_STATE_ELEMENT = 5  # k v^T (1), + ratio S (2), q S and its sum (2)
+LIGHTNING_BLOCK, LIGHTNING_SUB_BLOCK = 256, 32  # vLLM lightning_attention's BLOCK and the diagonal kernel's CBLOCK
+LIGHTNING_IO_PASSES = 9  # q, k, v twice each; the output written, then read and written (a head dim each, fp32)
+LIGHTNING_BLOCK_STATE_PASSES = 9  # written; reduced (read, written); read by 4 sub-blocks; copied (read, written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +92,8 @@ def state_work(model: ModelSpec, tp: int) -> StateWork | None:
         return None
     n, state = la.num_layers, la.state_bytes_per_layer(tp)
     # per layer: decode FLOPs a sequence, prefill FLOPs a token, prefill bytes a token
-    kernel = _mamba2 if isinstance(la, Mamba2Spec) else _mamba1 if isinstance(la, Mamba1Spec) else _gated_delta
+    kernel = _mamba2 if isinstance(la, Mamba2Spec) else _mamba1 if isinstance(la, Mamba1Spec) \
+        else _lightning if isinstance(la, LightningAttnSpec) else _gated_delta
     flops_dec, flops_pre, bytes_pre = kernel(la, tp, model.dtype_bytes)
     return StateWork(
         num_layers=n,
@@ -111,12 +131,23 @@ def _mamba1(la: Mamba1Spec, tp: int, act: int) -> tuple[int, int, float]:
     return flops, flops, float((4 * inner + 2 * la.state_size) * act)  # x, z, dt, y; B, C
 
 
+def _lightning(la: LightningAttnSpec, tp: int, act: int) -> tuple[int, int, float]:
+    """A lightning attention layer: decode is _linear_attn_decode_kernel, prefill the blocked
+    lightning_attention (module docstring)."""
+    heads, d = la.num_heads // tp, la.head_dim
+    prefill = heads * (2 * d * (LIGHTNING_BLOCK + LIGHTNING_SUB_BLOCK) + 4 * d * d)
+    io = heads * LIGHTNING_IO_PASSES * d * FP32
+    block_states = heads * LIGHTNING_BLOCK_STATE_PASSES * d * d * FP32 / LIGHTNING_BLOCK
+    return heads * LIGHTNING_DECODE_FLOPS_PER_STATE_ELEMENT * d * d, prefill, io + block_states
+
+
 def linear_attn_elementwise_bytes(model: ModelSpec, tp: int, tokens: float) -> tuple[float, ...]:
     """Bytes of one linear-attention layer's two elementwise kernels for `tokens` tokens on one
     GPU: the causal depthwise conv1d (q, k, v channels read and written; its conv state is in the
     state's bytes) and the gated RMSNorm (the output and the gate z read, the result written).
-    A Mamba v1 layer: its conv and its dt, B and C RMSNorms (Mamba1Spec.elementwise_bytes)."""
+    A Mamba v1 layer: its conv and its dt, B and C RMSNorms (Mamba1Spec.elementwise_bytes); a
+    lightning attention layer its casts, SiLU, copies, norm and gate (LightningAttnSpec.elementwise_bytes)."""
     la, d = model.linear_attn, model.dtype_bytes
-    if isinstance(la, Mamba1Spec):
+    if isinstance(la, (Mamba1Spec, LightningAttnSpec)):
         return la.elementwise_bytes(tp, tokens, d)
     return (2.0 * tokens * la.conv_dim_per_gpu(tp) * d, 3.0 * tokens * la.value_dim // tp * d)

@@ -174,7 +174,7 @@ class RooflineCostModel(CostModel):
             ic = gpu.collective_bandwidth * c.interconnect_efficiency
             self._allreduce_s_per_token = model.num_tp_all_reduces * ring * model.hidden_size * d / ic
             self._allreduce_fixed_s = model.num_tp_all_reduces * self._collective_latency_s
-            count, width = model.mixer_all_reduces  # Mamba v1's x_proj, row-parallel: one a Mamba layer
+            count, width = model.mixer_all_reduces  # Mamba v1's x_proj, a lightning norm's variance: one a layer
             if count:
                 self._allreduce_s_per_token += count * ring * width * d / ic
                 self._allreduce_fixed_s += count * self._collective_latency_s
