@@ -70,9 +70,10 @@ def replay(
     prefix_caching: bool = typer.Option(DEFAULTS.prefix_caching, "--prefix-caching/--no-prefix-caching",
                                         "--enable-prefix-caching",
                                         help="automatic prefix caching"),
-    chunked_prefill: bool = typer.Option(DEFAULTS.chunked_prefill, "--chunked-prefill/--no-chunked-prefill",
-                                         "--enable-chunked-prefill",
-                                         help="split prompts to fill the token budget"),
+    chunked_prefill: Optional[bool] = typer.Option(None, "--chunked-prefill/--no-chunked-prefill",
+                                                   "--enable-chunked-prefill",
+                                                   help="split prompts to fill the token budget (default: as vLLM, "
+                                                   "on for vllm-v1 and for a model longer than 32K tokens)"),
     n: Optional[int] = typer.Option(None, parser=SAMPLES, help="parallel samples for every request"),
     beam_width: Optional[int] = typer.Option(None, parser=SAMPLES, help="beam search of this width for every request "
                                              "(simulated beam ancestry: pagesim/sim/beam_model.py)"),

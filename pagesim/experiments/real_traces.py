@@ -36,7 +36,8 @@ from pagesim.workload.trace import Trace, load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ("azure_code", "azure_conv", "mooncake_conversation", "mooncake_synthetic")
-SETUP = dict(model="llama-3.1-8b", gpu="h100-80gb", block_size=16)
+# whole prompts with caching off and on alike (the v0 default would chunk the off runs only)
+SETUP = dict(model="llama-3.1-8b", gpu="h100-80gb", block_size=16, chunked_prefill=False)
 POOL_FACTORS = (1, 4, 16)  # x the GPU's pool; plus an unbounded pool
 LOAD_STRETCH = {"mooncake_conversation": 4.0, "mooncake_synthetic": 8.0}  # arrival times x this
 # Qin et al., "Mooncake: Trading More Storage for Less Computation", FAST 2025, Table 2 (Workload

@@ -27,7 +27,7 @@ from pagesim.sim.pool import size_pool
 from pagesim.sim.releases import Releases
 from pagesim.sim.replay_config import ReplayConfig, shared_workload, with_policy_presets  # noqa: F401 (re-exported)
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
-from pagesim.sim.presets import vllm_v1_limits
+from pagesim.sim.presets import default_chunked_prefill, vllm_v1_limits
 from pagesim.sim.specs import get_model, with_kv_cache_dtype
 from pagesim.workload.feeds import Feed, Outcome
 from pagesim.workload.sessions import make_feed, session_labels
@@ -61,6 +61,11 @@ class Replay:
         cluster for all of its replicas (each would otherwise build its own copy of the workload)."""
         model = with_kv_cache_dtype(get_model(cfg.model), cfg.kv_cache_dtype)
         self.max_model_len = cfg.max_model_len or model.max_model_len
+        long_context_chunks = False
+        if cfg.chunked_prefill is None:
+            cfg = replace(cfg, chunked_prefill=default_chunked_prefill(cfg.policy, model, self.max_model_len,
+                                                                       cfg.prefix_caching))
+            long_context_chunks = cfg.chunked_prefill and cfg.policy != "vllm-v1"
         # the budget the run uses, as the summary reports it
         # (with chunked prefill and no budget given: vLLM v1's for the GPU; a budget of the max
         # length, 131,072 for Llama 3.1, would chunk nothing and size activations for such a step)
@@ -85,6 +90,10 @@ class Replay:
         self.requests, self.notes, widths = shared_workload(cfg, trace) if requests is None else requests
         self.notes = list(self.notes)
         self.notes += sized.notes
+        if long_context_chunks:
+            self.notes.append(f"chunked prefill on (steps of {cfg.max_num_batched_tokens:,} tokens): max_model_len "
+                              f"{self.max_model_len:,} is over 32K, where vLLM turns it on unless told "
+                              "--no-chunked-prefill")
         origin = time_origin(self.requests, cfg.rate)
         if feed is None:
             feed = make_feed(trace, self.requests, cfg.concurrency, origin, sessions_at_rate=cfg.rate is not None)

@@ -36,6 +36,22 @@ def policy_preset(policy: str, gpu: str, model: str | None = None) -> dict:
     return preset
 
 
+LONG_CONTEXT_TOKENS = 32 * 1024  # vLLM's "long context": chunked prefill by default above it
+
+
+def default_chunked_prefill(policy: str, model, max_model_len: int, prefix_caching: bool) -> bool:
+    """Chunked prefill where a run leaves it unset, as vLLM decides it: v1 always chunks (its
+    preset says so); v0's scheduler (`paged`) chunks a model longer than 32K tokens, unless it has
+    a sliding window, layers with a per-sequence state, or prefix caching on (EngineArgs of vLLM
+    0.5-0.6: "Chunked prefill is enabled by default for models with max_model_len > 32K", to keep
+    the memory profiling step from sizing activations for a whole-length prompt); the reservation
+    baselines never. model: its ModelSpec; max_model_len: the run's."""
+    if policy == "vllm-v1":
+        return True
+    return (policy == "paged" and max_model_len > LONG_CONTEXT_TOKENS and not model.num_sliding_layers
+            and model.linear_attn is None and not prefix_caching)
+
+
 def hybrid_prefix_caching_off(model: str) -> bool:
     """Whether vLLM v1 leaves prefix caching off by default for `model`: a hybrid (layers with a
     per-sequence state: Mamba, gated DeltaNet) has it off unless --enable-prefix-caching is given

@@ -26,6 +26,9 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
 
     model: str = "opt-13b"
     gpu: str = "a100-40gb"
+    # None: the system's default (pagesim.sim.presets.default_chunked_prefill: vLLM chunks a prompt
+    # of a model longer than 32K tokens), settled when the run is built
+    chunked_prefill: bool | None = None
     tp: int = 1
     ep: int = 1  # expert parallelism: a MoE's experts split over this many GPUs (ep / tp data-parallel ranks)
     kv_cache_dtype: str = "auto"  # vLLM's --kv-cache-dtype: "auto" (the model's dtype) or "fp8" (1 byte)
@@ -50,7 +53,7 @@ class ReplayConfig(ServingConfig, WorkloadConfig):
         for name, kinds in _FIELD_TYPES.items():
             value = getattr(self, name)
             if not isinstance(value, kinds):
-                what = "true or false" if kinds == (bool,) else "a name" if len(kinds) == 1 else "a path"
+                what = "true or false" if bool in kinds else "a name" if len(kinds) == 1 else "a path"
                 raise ValueError(f"{flag(name)} must be {what}, got {value!r}")
         super().__post_init__()
         if self.max_model_len is not None:  # vLLM refuses it too (its "derived max_model_len")
@@ -66,7 +69,8 @@ _FIELD_RULES = {"tp": inputs.TP, "swap_space_gib": inputs.SWAP_GIB, "num_gpu_blo
                 "gpu_memory_utilization": inputs.NumberRule(lo=0, lo_open=True, hi=1),
                 "client_timeout_s": inputs.POSITIVE_SECONDS, "concurrency": inputs.NUM_REQUESTS}
 _FIELD_TYPES = {"model": (str,), "gpu": (str,), "kv_cache_dtype": (str,), "cost_model": (str,), "engine": (str,),
-                "profile": (str, type(None)), "beam_ancestry": (str, type(None)), "chunked_prefill": (bool,),
+                "profile": (str, type(None)), "beam_ancestry": (str, type(None)),
+                "chunked_prefill": (bool, type(None)),
                 "prefix_caching": (bool,), "force_profile": (bool,)}
 _FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_interval_s": "waste_interval",
                "force_profile": "force"}

@@ -47,6 +47,9 @@ def session_reuse(trace: Trace, cache_blocks: Sequence[int | None] = (None,), **
     for a what-if). options: ReplayConfig fields (model, gpu, rate, ...); num_requests defaults to
     the trace's length (no cycling). Only finished requests count in the TTFT statistics."""
     options.setdefault("num_requests", len(trace))
+    # the same steps with caching off and on (vLLM v0 chunks a long-context model only without
+    # caching: default_chunked_prefill), so the two differ by the cache alone
+    options.setdefault("chunked_prefill", False)
     runs = [_run(trace, ReplayConfig(**options, prefix_caching=False))]
     for blocks in cache_blocks:
         extra = {} if blocks is None else {"num_gpu_blocks": blocks}

@@ -80,7 +80,7 @@ def test_block_size_and_pool_on_eight_h200_by_hand(spec):
     # TP 1: 4,096 against 2,097,152: 512 again
     assert state_block_size(16, spec, 8) == 16 * -(-262_144 // (16 * 512)) == 512
     assert state_block_size(16, spec, 1) == 512
-    cfg = ReplayConfig(model=str(CONFIG), gpu="h200-141gb", tp=8, max_num_batched_tokens=8192)
+    cfg = ReplayConfig(model=str(CONFIG), gpu="h200-141gb", tp=8, max_num_batched_tokens=8192, max_model_len=1_000_000)
     sized = size_pool(cfg, spec)
     assert sized.block_size == 512 and any("block size 512 (not 16)" in n for n in sized.notes)
     usable = int(0.95 * 141 * GiB)
@@ -112,8 +112,13 @@ def test_inspect_counts_the_state_pages():
 def test_replay_fifty_requests_on_eight_h200():
     # vLLM v1's defaults (chunked prefill, 8,192-token steps): without them the profiling step
     # would be the 10,240,000-token max length, which leaves no pool (as in vLLM)
-    result = CliRunner().invoke(app, ["replay", str(TRACE), "--model", str(CONFIG), "--gpu", "h200-141gb", "--tp", "8",
-                                      "--num-requests", "50", "--policy", "vllm-v1", "--json"])
+    # and at M1's 1,000,000-token context: its 10,240,000 positions need 48.85 GiB of KV a GPU
+    # for one request, more than the pool, so vLLM would refuse to start (as pagesim does)
+    args = ["replay", str(TRACE), "--model", str(CONFIG), "--gpu", "h200-141gb", "--tp", "8",
+            "--num-requests", "50", "--policy", "vllm-v1", "--json"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "vLLM would refuse to start" in refused.output, refused.output
+    result = CliRunner().invoke(app, [*args, "--max-model-len", "1000000"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["completed"] == 50 and out["failed"] == 0

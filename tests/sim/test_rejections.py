@@ -9,6 +9,7 @@ import math
 import pytest
 
 from pagesim.core import CoreError
+from pagesim.core.errors import CannotServe
 from pagesim.plan.run import simulate
 from pagesim.sim.cost import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig
@@ -43,7 +44,6 @@ def test_last_request_rejected_while_the_engine_is_idle(rate):
 @pytest.mark.parametrize("changes, reason", [
     ({"num_gpu_blocks": 0}, "the pool has 0 usable"),
     ({"max_num_seqs": 0}, "exceed max_num_seqs 0"),
-    ({"block_size": 100_000}, "the pool has 0 usable"),  # a block bigger than the whole KV memory
     ({"n": 1000, "max_num_seqs": 256}, "1000 sequences exceed max_num_seqs 256"),
 ])
 @pytest.mark.parametrize("policy", ["paged", "orca-oracle"])
@@ -52,6 +52,17 @@ def test_every_request_rejected_ends_normally(changes, reason, policy):
     assert set(accounted(result).values()) == {"rejected"}
     assert result.summary["num_steps"] == 0
     assert all(reason in r or "do not fit in an empty pool" in r for r in result.summary["reject_reasons"])
+
+
+def test_a_block_bigger_than_the_kv_memory():
+    # the paged system (vLLM) refuses to start: not one request of max_model_len fits; a reservation
+    # baseline starts and rejects every request, each with its reason
+    with pytest.raises(CannotServe, match="vLLM would refuse to start"):
+        replay(SMALL, policy="paged", block_size=100_000)
+    result = replay(SMALL, policy="orca-oracle", block_size=100_000)
+    assert set(accounted(result).values()) == {"rejected"} and result.summary["num_steps"] == 0
+    assert all("the pool has 0 usable" in r or "do not fit in an empty pool" in r
+               for r in result.summary["reject_reasons"])
 
 
 def test_a_pool_that_fits_some_requests_rejects_exactly_the_others():
