@@ -50,12 +50,16 @@ No policy here gets near the fixed max fleet's attainment: each waits out a 60 s
 cool-down before its next step, and the Azure hours' bursts are shorter than that (the figures:
 the arrival rate swings within a minute or two). A replica that has just started is also the one
 with the fewest requests outstanding, so the next scale-down lets it go again (the ups / downs
-column: up and down alternate). On azure_code (long prompts, short outputs) the queue metric
-reads `waiting` (vLLM's num_requests_waiting), which stays low while requests are admitted into
-a large running batch whose chunked prefills make TTFT grow: the load shows in the running batch
-(mean batched requests) rather than in the queue, so a queue policy under-scales there; a policy
-on TTFT or on running requests would see it (not built: AutoscalePolicy's metrics are queue and
-kv). The 30 s cool-down follows the bursts better than 120 s, at more GPU-hours."""
+column: up and down alternate). Llama-3.1-8B is longer than 32K tokens, so each replica chunks
+prompts in 2,048-token steps (vLLM's default, a note in each replica's summary): its pool is the
+one a 2,048-token profiling step leaves, and a prefill chunk rides in the decode steps, which is
+what sets the TPOT tail. On azure_code (long prompts, short outputs) the queue metric reads
+`waiting` (vLLM's num_requests_waiting), which stays low while requests are admitted into a large
+running batch whose chunked prefills make TTFT grow: the load shows in the running batch (mean
+batched requests) rather than in the queue, so a queue policy under-scales there, and the KV
+metric, with short outputs in a large pool, may never cross its threshold at all; a policy on TTFT
+or on running requests would see it (not built: AutoscalePolicy's metrics are queue and kv). The
+second and the last rows differ only in the cool-down (120 s against 30 s)."""
 
 
 def attainment(requests) -> float:

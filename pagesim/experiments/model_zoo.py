@@ -39,10 +39,13 @@ ZOO = [
 
 def run(model: str, kv_dtype: str, num_requests: int, rate: float) -> dict:
     spec = with_kv_cache_dtype(get_model(model), kv_dtype)
-    cap = kv_cache_capacity(spec, GPU)
     sim = prepare_replay(str(TRACE), keep_steps=False, model=model, gpu=GPU, kv_cache_dtype=kv_dtype,
                          num_requests=num_requests, rate=rate, seed=0)
-    return {"spec": spec, "cap": cap, "summary": finish_replay(sim, str(TRACE)).summary}
+    # the pool of the run's own step budget (whole prompts, or chunks: default_chunked_prefill)
+    cap = kv_cache_capacity(spec, GPU, max_num_batched_tokens=sim.cfg.max_num_batched_tokens,
+                            max_num_seqs=sim.cfg.max_num_seqs)
+    return {"spec": spec, "cap": cap, "chunked": sim.cfg.chunked_prefill,
+            "summary": finish_replay(sim, str(TRACE)).summary}
 
 
 def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -> None:
@@ -53,8 +56,11 @@ def write_report(rows: list[tuple], out: Path, num_requests: int, rate: float) -
         f"default engine profile `{DEFAULT_ENGINE}`; "
         f"{num_requests} ShareGPT requests from `traces/sharegpt.json`, Poisson at {rate:g} req/s, which saturates "
         "every model here, so throughput is each setup's capacity). Parameters are counted from each model's "
-        "config.json (`pagesim model inspect NAME`); the KV pool is sized as every pagesim replay sizes it "
-        "(0.95 of memory less weights, profiling activations and a runtime reserve).",
+        "config.json (`pagesim model inspect NAME`); the KV pool is the replay's own (0.95 of memory less weights, "
+        "the activations of its profiling step and a runtime reserve). As vLLM does by default, a model longer than "
+        "32K tokens without sliding windows takes prompts in chunks of the GPU's step budget (8,192 tokens here: "
+        f"{', '.join(sorted({m for _, m, _, _, r in rows if r['chunked']}))}); the others take whole prompts, in "
+        "steps as long as the model's length.",
         "",
         "| kind | model | params total / active (B) | weights (GB) | KV bytes / token | KV pool (tokens) "
         "| output tok/s | mean batched requests | mean TPOT (ms) |",
