@@ -13,6 +13,7 @@ from pagesim.models.max_len import RopeScalingError, derived_max_len
 from pagesim.models.spec import ModelSpec
 
 SERVING_DTYPE_BYTES = 2  # fp16/bf16 serving, as the paper; a config's torch_dtype is not used
+HF_QUANT_CONFIG = "hf_quant_config.json"  # ModelOpt's quantization file beside config.json
 _MISSING = object()
 
 
@@ -98,10 +99,20 @@ def load_model_config(path: str | Path) -> ModelSpec:
         raise ModelConfigError(str(e)) from None
     if not isinstance(config, dict):
         raise ModelConfigError(f"{p}: expected a JSON object at the top level")
+    where = str(p)
+    quant_file = p.parent / HF_QUANT_CONFIG
+    if p.name == "config.json" and config.get("quantization_config") is None and quant_file.exists():
+        # ModelOpt before 0.31 wrote its quantization beside config.json; vLLM reads it as the
+        # quantization_config (transformers_utils/config.py)
+        try:
+            config = {**config, "quantization_config": read_json(quant_file, "quantization file")}
+        except InputValueError as e:
+            raise ModelConfigError(str(e)) from None
+        where = f"{p} (quantization_config from {quant_file})"
     # a config.json is named by its folder (the HF repo's name); any other file by its own name
     folder = p.parent.name if p.name == "config.json" else ""
     name = str(config.get("_name_or_path") or folder or p.stem).rstrip("/").rsplit("/", 1)[-1].lower()
-    return model_from_config(config, name, str(p))
+    return model_from_config(config, name, where)
 
 
 def model_from_config(config: dict, name: str, where: str = "config.json") -> ModelSpec:
@@ -109,7 +120,7 @@ def model_from_config(config: dict, name: str, where: str = "config.json") -> Mo
     (embeddings, every layer's weights and biases, norms; an untied LM head counted apart; the
     vision tower and projector of a multimodal config, pagesim.models.vision)."""
     from pagesim.models.families import FAMILIES
-    from pagesim.models.quant import weight_quant
+    from pagesim.models.quant import kv_cache_bytes, weight_quant
     from pagesim.models.vision import vision_params
 
     text = config.get("text_config")
@@ -126,5 +137,7 @@ def model_from_config(config: dict, name: str, where: str = "config.json") -> Mo
     if build is None:
         raise ModelConfigError(f"{where}: field 'model_type' is {model_type!r}; supported: {', '.join(sorted(FAMILIES))}")
     spec = build(fields, name, weight_quant(fields))
+    if kv := kv_cache_bytes(fields):  # a ModelOpt checkpoint's FP8 KV cache (--kv-cache-dtype auto)
+        spec = replace(spec, kv_dtype_bytes=kv)
     vision = vision_params(config, where, spec.hidden_size)  # the tower vLLM loads beside the language model
     return replace(spec, num_params=spec.num_params + vision, num_vision_params=vision) if vision else spec

@@ -108,9 +108,11 @@ class WeightQuant:
     that lists modules it left unquantized (`modules_to_not_convert`: Meta's FP8 releases) keeps
     the token mixers or the shared experts of every layer (`kept_mixer_layers`,
     `kept_shared_layers`: all or none) or the dense MLPs of some (`kept_mlp_layers`) in the serving
-    dtype."""
+    dtype. `fp4_compute`: activations are quantized to 4-bit floats too (W4A4 NVFP4), so the GEMMs
+    run at an FP4 tensor-core rate where the GPU has one and weight-only elsewhere (vLLM's Marlin
+    FP4 fallback)."""
 
-    method: str              # "fp8", "awq", "gptq", "compressed-tensors", "mxfp4", "fbgemm_fp8"
+    method: str              # "fp8", "awq", "gptq", "compressed-tensors", "mxfp4", "fbgemm_fp8", "modelopt"
     bits: int
     group_size: int | None   # weights per scale (None: per tensor or per channel)
     bytes_per_weight: float
@@ -119,6 +121,7 @@ class WeightQuant:
     kept_mixer_layers: int = 0
     kept_shared_layers: int = 0
     kept_mlp_layers: int = 0
+    fp4_compute: bool = False
 
 
 @dataclass(frozen=True, slots=True)

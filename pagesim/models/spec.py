@@ -15,8 +15,8 @@ optional and off by default, so a dense spec counts exactly as before:
 - ``sliding_window`` / ``num_sliding_layers``: that many layers attend to the last W tokens only
   (Mistral v0.1: all; Gemma 2: every other; Gemma 3: five of six).
 - ``qk_norm``: per-head RMSNorm of q and k (Qwen3, Gemma 3).
-- ``quant``: weight-only or W8A8 quantization of the decoder's linear layers (fp8, int4 AWQ/GPTQ),
-  or of the routed experts only (``experts_only``: gpt-oss's MXFP4).
+- ``quant``: weight-only, W8A8 or W4A4 quantization of the decoder's linear layers (fp8, int4
+  AWQ/GPTQ, NVFP4), or of the routed experts only (``experts_only``: gpt-oss's MXFP4).
 - ``kv_dtype_bytes``: the KV cache's element size (``--kv-cache-dtype fp8``: 1).
 - ``num_vision_params``: a multimodal checkpoint's vision tower and projector (pagesim.models.vision),
   within ``num_params`` and the weight bytes (serving dtype, never quantized), not active per token.
@@ -363,20 +363,21 @@ class ModelSpec:
         experts = self.routed_expert_weight_bytes
         return -(-(self.weight_bytes - experts) // tp) + -(-experts // ep)
 
-    def part_weights(self, part: str) -> tuple[float, bool]:
-        """(bytes per weight, W8A8 FP8 GEMM) of one part of the layers: "mixer" (attention or
-        linear attention projections), "mlp" (dense MLPs: the mean over the layers, where some keep
-        theirs in the serving dtype, so their bytes add up exactly), "shared" (shared experts)."""
+    def part_weights(self, part: str) -> tuple[float, bool, bool]:
+        """(bytes per weight, W8A8 FP8 GEMM, W4A4 FP4 GEMM) of one part of the layers: "mixer"
+        (attention or linear attention projections), "mlp" (dense MLPs: the mean over the layers,
+        where some keep theirs in the serving dtype, so their bytes add up exactly), "shared"
+        (shared experts)."""
         q = self.quant
         if q is None or q.experts_only:
-            return float(self.dtype_bytes), False
+            return float(self.dtype_bytes), False, False
         if (part == "mixer" and q.kept_mixer_layers) or (part == "shared" and q.kept_shared_layers):
-            return float(self.dtype_bytes), False
+            return float(self.dtype_bytes), False, False
         if part == "mlp" and q.kept_mlp_layers:
             n = self.num_dense_layers
             return ((n - q.kept_mlp_layers) * q.bytes_per_weight + q.kept_mlp_layers * self.dtype_bytes) / n, \
-                q.fp8_compute
-        return q.bytes_per_weight, q.fp8_compute
+                q.fp8_compute, q.fp4_compute
+        return q.bytes_per_weight, q.fp8_compute, q.fp4_compute
 
     @property
     def expert_weight_element_bytes(self) -> float:
@@ -407,7 +408,8 @@ class ModelSpec:
 
 
 def with_kv_cache_dtype(model: ModelSpec, kv_cache_dtype: str | None) -> ModelSpec:
-    """The spec with vLLM's --kv-cache-dtype applied ("auto": the model's dtype; "fp8": 1 byte)."""
+    """The spec with vLLM's --kv-cache-dtype applied ("auto": the checkpoint's, i.e. the model's
+    dtype, or fp8 where a ModelOpt checkpoint's kv_cache_quant_algo says so; "fp8": 1 byte)."""
     key = (kv_cache_dtype or "auto").lower()
     if key not in KV_CACHE_DTYPES:
         raise ValueError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")

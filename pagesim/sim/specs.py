@@ -70,6 +70,8 @@ class GPUSpec:
     ``interconnect_bandwidth`` and ``pcie_bandwidth`` are per direction, per GPU; a GPU without
     NVLink has its PCIe bandwidth as interconnect. ``fp8_flops``: FP8 tensor-core peak, 0 where
     the GPU has no FP8 tensor cores (Ampere): FP8 weights then compute at the FP16 rate.
+    ``fp4_flops``: FP4 (NVFP4) tensor-core peak, 0 where the GPU has none (everything before
+    Blackwell): NVFP4 weights then run weight-only, as vLLM's Marlin FP4 fallback does.
     """
 
     name: str
@@ -80,6 +82,7 @@ class GPUSpec:
     pcie_bandwidth: float
     fp8_flops: float = 0.0
     link: Interconnect = NVLINK
+    fp4_flops: float = 0.0
 
     @property
     def collective_bandwidth(self) -> float:
@@ -98,6 +101,10 @@ class GPUSpec:
     @property
     def has_fp8(self) -> bool:
         return self.fp8_flops > 0
+
+    @property
+    def has_fp4(self) -> bool:
+        return self.fp4_flops > 0
 
 
 GPUS: dict[str, GPUSpec] = {
@@ -127,13 +134,14 @@ GPUS: dict[str, GPUSpec] = {
     # NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet: 96 GB GDDR7 with ECC, 1,597 GB/s
     # (the Workstation Edition clocks its memory to 1,792 GB/s; the shared real runs' own
     # description, LLMServingSim's RTXPRO6000 config, gives 1,597); FP4 tensor 4 PFLOPS with
-    # sparsity. Dense FP16/BF16 (FP32 accumulate) 503.8 and FP8 1,007.6 TFLOPS are half and a
-    # quarter of the FP4 dense rate, as tabulated by third-party spec databases from NVIDIA's RTX
-    # Blackwell architecture whitepaper: less certain than the memory figures. No NVLink; PCIe
-    # Gen5 x16 128 GB/s bidirectional -> 64 per direction. Collectives: host-staged (PCIE_HOST_STAGED,
-    # the measured machine's own description).
+    # sparsity, so 2,015.2 TFLOPS dense (the 4,030.4 sparse that third-party spec databases
+    # tabulate from NVIDIA's RTX Blackwell architecture whitepaper, halved). Dense FP16/BF16 (FP32
+    # accumulate) 503.8 and FP8 1,007.6 TFLOPS are a quarter and a half of that FP4 dense rate, from
+    # the same tables: less certain than the memory figures. No NVLink; PCIe Gen5 x16 128 GB/s
+    # bidirectional -> 64 per direction. Collectives: host-staged (PCIE_HOST_STAGED, the measured
+    # machine's own description).
     "rtx-pro-6000-96gb": GPUSpec("rtx-pro-6000-96gb", 96 * GiB, 1597 * GB, 503.8 * TB, 64 * GB, 64 * GB, 1007.6 * TB,
-                                 PCIE_HOST_STAGED),
+                                 PCIE_HOST_STAGED, fp4_flops=2015.2 * TB),
     # NVIDIA Ada GPU architecture whitepaper, appendix (GeForce RTX 4090): 24 GB GDDR6X,
     # 1,008 GB/s; FP16/BF16 tensor with FP32 accumulate (what bf16 GEMMs use) 165.2 TFLOPS dense
     # (GeForce runs FP32 accumulation at half the FP16-accumulate 330.3); FP8 with FP32

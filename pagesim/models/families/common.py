@@ -72,11 +72,11 @@ def check_kept_layers(f: ConfigFields, quant, mixers: int, moe_layers: int, dens
     for kept, total, what in ((quant.kept_mixer_layers, mixers, "attention"),
                               (quant.kept_shared_layers, moe_layers, "shared experts")):
         if kept and kept != total:
-            raise f.error("quantization_config", f"modules_to_not_convert keeps the {what} of {kept} of {total} "
-                          "layers unquantized: only all or none is modelled")
+            raise f.error("quantization_config", f"its list of unquantized modules keeps the {what} of {kept} "
+                          f"of {total} layers unquantized: only all or none is modelled")
     if quant.kept_mlp_layers > dense_layers:
-        raise f.error("quantization_config", f"modules_to_not_convert keeps the dense MLPs of {quant.kept_mlp_layers} "
-                      f"layers unquantized; the model has {dense_layers}")
+        raise f.error("quantization_config", f"its list of unquantized modules keeps the dense MLPs of "
+                      f"{quant.kept_mlp_layers} layers unquantized; the model has {dense_layers}")
 
 
 def llama_shaped(f: ConfigFields, name: str, quant: WeightQuant | None, *, extras: Extras,

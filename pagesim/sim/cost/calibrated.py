@@ -150,6 +150,8 @@ class CalibratedCostModel(CostModel):
         a = cal.attention
         # W8A8 FP8 GEMMs: the fitted FP16 compute term times fp16 / fp8 FLOP/s of this GPU
         self._fp8_flop_scale = gpu.fp16_flops / gpu.fp8_flops if gpu.has_fp8 else 1.0
+        # W4A4 NVFP4 GEMMs likewise at fp16 / fp4 FLOP/s; 0 without FP4 tensor cores (weight-only)
+        self._fp4_flop_scale = gpu.fp16_flops / gpu.fp4_flops if gpu.has_fp4 else 0.0
         kv_token_layer = kv_bytes_per_token_per_gpu(model, tp) // layers  # this GPU's K+V (or latent) of one token
         # FLOPs of one (query, key) pair in one layer on this GPU, prefill (MHA with the model's
         # q/k and v head sizes) and decode (MLA: in the latent space)
@@ -205,7 +207,7 @@ class CalibratedCostModel(CostModel):
         for group in layer_groups(self.model, tokens, self.tp, self.ep):
             s = group.shape
             ops, adds = s.elementwise_operators
-            layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale) for g in group.gemms]
+            layer = sum([cal.gemm_seconds(g, d, self._fp8_flop_scale, self._fp4_flop_scale) for g in group.gemms]
                         + [cal.operator_seconds(op, s, tokens) for op in ops])
             layer += adds * cal.operator_seconds("add", s, tokens)
             layer += sum(cal.routing_seconds(b) for b in group.routing_bytes + group.mixer_bytes)
@@ -246,7 +248,7 @@ class CalibratedCostModel(CostModel):
             kernels = 0
             for g in group.gemms:
                 floor = cal.gemm.floor_s
-                seconds = cal.gemm_seconds(g, d, self._fp8_flop_scale) - floor
+                seconds = cal.gemm_seconds(g, d, self._fp8_flop_scale, self._fp4_flop_scale) - floor
                 if g.op in FUSED_MOE_OPS:
                     experts += seconds
                 else:

@@ -40,14 +40,15 @@ class GemmCurve:
             return 0.0
         return self.floor_s + self._busy((k * n + m * (k + n)) * dtype_bytes, _rows(m, self.tile), k, n)
 
-    def grouped_seconds(self, g: Gemm, dtype_bytes: int, flop_scale: float) -> float:
+    def grouped_seconds(self, g: Gemm, dtype_bytes: int, flop_scale: float, fp4_cores: bool = False) -> float:
         """`g.count` GEMMs of one shape in one launch (a fused MoE kernel): one floor, each
         matrix's smooth maximum of its own memory and compute (over g.padded_m rows where the
         kernel pads, layer_ops.expected_padded_rows). Weights of g.weight_bytes; the compute at
-        `flop_scale` times the FP16 time (FP8 tensor cores: fp16 / fp8 FLOP/s)."""
+        `flop_scale` times the FP16 time (FP8 tensor cores: fp16 / fp8 FLOP/s; FP4 ones, with
+        `fp4_cores`: fp16 / fp4). Low-bit weights with 16-bit activations: weight-only."""
         if g.m <= 0 or g.count <= 0:
             return 0.0
-        if g.weight_bytes < dtype_bytes and not g.fp8:
+        if g.weight_bytes < dtype_bytes and not (g.fp8 or fp4_cores):
             return self.floor_s + g.count * self._weight_only_seconds(g, dtype_bytes)
         # rows computed: the measured curve's M granularity (its tile), or more where a fused MoE
         # kernel pads each expert's rows to its own blocks (the larger of two lower bounds)
@@ -141,11 +142,15 @@ class Calibration:
             return 0.0
         return self.elementwise[ELEMENTWISE_KIND[op]].seconds(shape.elementwise_bytes(op, tokens))
 
-    def gemm_seconds(self, g: Gemm, dtype_bytes: int, fp8_flop_scale: float) -> float:
+    def gemm_seconds(self, g: Gemm, dtype_bytes: int, fp8_flop_scale: float, fp4_flop_scale: float = 0.0) -> float:
         """One entry of a layer's GEMM list: an ordinary fp16 GEMM through the fitted curve as
-        measured; any other (experts, quantized weights, FP8) through `grouped_seconds`."""
+        measured; any other (experts, quantized weights, FP8) through `grouped_seconds`. A W4A4
+        NVFP4 GEMM runs on FP4 tensor cores at `fp4_flop_scale` (fp16 / fp4 FLOP/s) where the GPU
+        has them (> 0), and weight-only otherwise (vLLM's Marlin FP4 fallback)."""
         if g.count == 1 and g.weight_bytes == dtype_bytes and not g.fp8:
             return self.gemm.seconds(g.m, g.k, g.n, dtype_bytes)
+        if g.fp4 and fp4_flop_scale > 0:
+            return self.gemm.grouped_seconds(g, dtype_bytes, fp4_flop_scale, fp4_cores=True)
         return self.gemm.grouped_seconds(g, dtype_bytes, fp8_flop_scale if g.fp8 else 1.0)
 
     def routing_seconds(self, nbytes: float) -> float:

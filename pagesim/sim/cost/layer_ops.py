@@ -35,7 +35,8 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
   their part (a checkpoint may keep its attention unquantized, say), the routed experts
   `ModelSpec.expert_weight_element_bytes` (they differ where only the experts are
   quantized: gpt-oss's MXFP4, 0.53125 bytes a weight, the rest bf16); W8A8 FP8 GEMMs are flagged
-  `fp8` (priced at the GPU's FP8 rate where it has one). MXFP4 experts compute at the bf16 rate
+  `fp8` (priced at the GPU's FP8 rate where it has one), W4A4 NVFP4 ones `fp4` (the FP4 rate where
+  the GPU has one, weight-only elsewhere). MXFP4 experts compute at the bf16 rate
   (weight-only: vLLM's Hopper kernels dequantize the 4-bit blocks in the GEMM's prologue).
 """
 
@@ -217,6 +218,7 @@ class Gemm:
     count: float = 1          # matrices (touched experts); 1 for an ordinary GEMM
     weight_bytes: float = 2   # bytes per weight element
     fp8: bool = False         # W8A8: FP8 tensor cores where the GPU has them
+    fp4: bool = False         # W4A4 NVFP4: FP4 tensor cores where the GPU has them, else weight-only
     padded_m: float = 0.0     # rows computed per matrix, padding included (fused MoE); 0: m to the GEMM tile
 
 
@@ -249,28 +251,28 @@ def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
 
 
 def attention_gemms(model: ModelSpec, tokens: int, tp: int, shape: LayerShape) -> list[Gemm]:
-    wb, fp8 = model.part_weights("mixer")
+    wb, fp8, fp4 = model.part_weights("mixer")
     if model.mla is None:
-        return [Gemm(op, tokens, *shape.gemm_dims(op), weight_bytes=wb, fp8=fp8)
+        return [Gemm(op, tokens, *shape.gemm_dims(op), weight_bytes=wb, fp8=fp8, fp4=fp4)
                 for op in ("attn_pre_proj", "attn_post_proj")]
     m, h, heads = model.mla, model.hidden_size, model.num_heads // tp
-    q = ([Gemm("mla_q_a", tokens, h, m.q_lora_rank, weight_bytes=wb, fp8=fp8),
-          Gemm("mla_q_b", tokens, m.q_lora_rank, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8)]
-         if m.q_lora_rank else [Gemm("mla_q", tokens, h, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8)])
+    q = ([Gemm("mla_q_a", tokens, h, m.q_lora_rank, weight_bytes=wb, fp8=fp8, fp4=fp4),
+          Gemm("mla_q_b", tokens, m.q_lora_rank, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8, fp4=fp4)]
+         if m.q_lora_rank else [Gemm("mla_q", tokens, h, heads * m.qk_head_dim, weight_bytes=wb, fp8=fp8, fp4=fp4)])
     ix = m.indexer
-    indexer = [Gemm("dsa_wq_b", tokens, m.q_lora_rank, ix.num_heads * ix.head_dim, weight_bytes=wb, fp8=fp8),
-               Gemm("dsa_wk", tokens, h, ix.head_dim, weight_bytes=wb, fp8=fp8),
+    indexer = [Gemm("dsa_wq_b", tokens, m.q_lora_rank, ix.num_heads * ix.head_dim, weight_bytes=wb, fp8=fp8, fp4=fp4),
+               Gemm("dsa_wk", tokens, h, ix.head_dim, weight_bytes=wb, fp8=fp8, fp4=fp4),
                Gemm("dsa_weights_proj", tokens, h, ix.num_heads, weight_bytes=model.dtype_bytes)] if ix else []
-    return q + indexer + [Gemm("mla_kv_a", tokens, h, m.latent_size, weight_bytes=wb, fp8=fp8),
+    return q + indexer + [Gemm("mla_kv_a", tokens, h, m.latent_size, weight_bytes=wb, fp8=fp8, fp4=fp4),
                           Gemm("mla_kv_b", tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim),
-                               weight_bytes=wb, fp8=fp8),
-                          Gemm("attn_post_proj", tokens, heads * m.v_head_dim, h, weight_bytes=wb, fp8=fp8)]
+                               weight_bytes=wb, fp8=fp8, fp4=fp4),
+                          Gemm("attn_post_proj", tokens, heads * m.v_head_dim, h, weight_bytes=wb, fp8=fp8, fp4=fp4)]
 
 
 def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gemm], float, int]:
     """A MoE layer's GEMMs, the bytes one GPU sends for the EP exchange, and the EP ranks."""
     moe, h, d = model.moe, model.hidden_size, model.dtype_bytes
-    wb, fp8 = model.part_weights("shared")
+    wb, fp8, fp4 = model.part_weights("shared")
     ranks = ep // tp if ep > 1 else 1              # data-parallel ranks feeding the experts
     routed = tokens * ranks                        # tokens the experts see
     width = moe.expert_ffn_size if ep > 1 else moe.expert_ffn_size // tp  # EP keeps experts whole
@@ -284,12 +286,14 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
     gemms = [Gemm("moe_router", tokens, h, router_n, weight_bytes=d)]
     up_n = model.expert_matrices - 1  # the up projection's outputs a width: gate and up, or up alone (relu2)
     if moe.shared_expert_ffn_size:
-        gemms += [Gemm("moe_shared_up", tokens, h, up_n * moe.shared_expert_ffn_size // tp, weight_bytes=wb, fp8=fp8),
-                  Gemm("moe_shared_down", tokens, moe.shared_expert_ffn_size // tp, h, weight_bytes=wb, fp8=fp8)]
+        width_s = moe.shared_expert_ffn_size // tp
+        gemms += [Gemm("moe_shared_up", tokens, h, up_n * width_s, weight_bytes=wb, fp8=fp8, fp4=fp4),
+                  Gemm("moe_shared_down", tokens, width_s, h, weight_bytes=wb, fp8=fp8, fp4=fp4)]
     up, down = FUSED_MOE_OPS
-    ewb, efp8 = model.expert_weight_element_bytes, bool(model.quant and model.quant.fp8_compute)
-    gemms += [Gemm(up, rows, h, up_n * width, count=touched, weight_bytes=ewb, fp8=efp8, padded_m=padded),
-              Gemm(down, rows, width, h, count=touched, weight_bytes=ewb, fp8=efp8, padded_m=padded)]
+    q = model.quant
+    ewb, efp8, efp4 = model.expert_weight_element_bytes, bool(q and q.fp8_compute), bool(q and q.fp4_compute)
+    gemms += [Gemm(up, rows, h, up_n * width, count=touched, weight_bytes=ewb, fp8=efp8, fp4=efp4, padded_m=padded),
+              Gemm(down, rows, width, h, count=touched, weight_bytes=ewb, fp8=efp8, fp4=efp4, padded_m=padded)]
     exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
     return gemms, exchange, ranks
 
@@ -313,8 +317,8 @@ def linear_attn_gemms(model: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
     """A linear-attention layer's GEMMs, split over TP (the spec's gemm_widths): a Gated DeltaNet's
     in_proj_qkvz, in_proj_ba and out_proj (Qwen3-Next), or a Mamba2 mixer's in_proj and out_proj."""
     la, h = model.linear_attn, model.hidden_size
-    wb, fp8 = model.part_weights("mixer")
-    return [Gemm(op, tokens, k, n, weight_bytes=wb, fp8=fp8) for op, k, n in la.gemm_widths(h, tp)]
+    wb, fp8, fp4 = model.part_weights("mixer")
+    return [Gemm(op, tokens, k, n, weight_bytes=wb, fp8=fp8, fp4=fp4) for op, k, n in la.gemm_widths(h, tp)]
 
 
 def mixer_all_reduce_bytes(model: ModelSpec, tokens: int, tp: int) -> tuple[float, ...]:
@@ -366,8 +370,8 @@ def mlp_kinds(model: ModelSpec, tokens: int, tp: int, ep: int, base: LayerShape)
     the dense MLP layers, then the MoE layers."""
     kinds = []
     if model.num_dense_layers:
-        wb, fp8 = model.part_weights("mlp")
-        mlp = [Gemm(op, tokens, *base.gemm_dims(op), weight_bytes=wb, fp8=fp8)
+        wb, fp8, fp4 = model.part_weights("mlp")
+        mlp = [Gemm(op, tokens, *base.gemm_dims(op), weight_bytes=wb, fp8=fp8, fp4=fp4)
                for op in ("mlp_up_proj", "mlp_down_proj")]
         kinds.append((model.num_dense_layers, mlp, base, 0.0, 1, ()))
     if model.moe is not None:

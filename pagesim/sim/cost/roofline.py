@@ -94,20 +94,25 @@ class RooflineCostModel(CostModel):
         kv_token = kv_bytes_per_token_per_gpu(model, tp)  # this GPU's share of one token's KV
 
         # Linear layers: compute grows with tokens, the weight read is paid once per step. W8A8
-        # FP8 weights compute at the FP8 rate where the GPU has one; quantized weights are smaller.
-        fp8 = model.quant is not None and model.quant.fp8_compute and gpu.has_fp8
-        lin_flops = gpu.fp8_flops * c.matmul_efficiency if fp8 else flops
+        # FP8 (W4A4 FP4) weights compute at the FP8 (FP4) rate where the GPU has one; quantized
+        # weights are smaller.
+        def rate(fp8: bool, fp4: bool) -> float:
+            low = gpu.fp4_flops if fp4 and gpu.has_fp4 else gpu.fp8_flops if fp8 and gpu.has_fp8 else 0.0
+            return low * c.matmul_efficiency if low else flops
+
+        q = model.quant
+        lin_flops = rate(bool(q and q.fp8_compute), bool(q and q.fp4_compute))
         # a MoE's routed experts are priced per step by the experts the step touches (_moe_terms);
         # the other linear layers part by part (a checkpoint may keep its attention unquantized)
         always_on = model.moe.num_moe_layers * model.moe_always_on_params if model.moe else 0
-        parts = {}  # (bytes a weight, FP8 GEMM) -> weights
+        parts = {}  # (bytes a weight, FP8 GEMM, FP4 GEMM) -> weights
         for part, params in (("mixer", model.mixer_linear_params),
                              ("mlp", model.num_dense_layers * model.dense_mlp_params), ("shared", always_on)):
             key = model.part_weights(part)
             parts[key] = parts.get(key, 0) + params
-        self._linear_s_per_token = sum(2 * params / tp / (lin_flops if part_fp8 and gpu.has_fp8 else flops)
-                                       for (_, part_fp8), params in parts.items())
-        self._linear_weight_s = sum(params * wb / tp / hbm for (wb, _), params in parts.items())
+        self._linear_s_per_token = sum(2 * params / tp / rate(part_fp8, part_fp4)
+                                       for (_, part_fp8, part_fp4), params in parts.items())
+        self._linear_weight_s = sum(params * wb / tp / hbm for (wb, _, _), params in parts.items())
         self._moe_cache: dict[int, tuple[float, float, float]] | None = {} if model.moe else None
         self._lin_flops, self._hbm = lin_flops, hbm
         # LM head (vocab split over TP).
