@@ -23,7 +23,6 @@ import argparse
 import os
 import platform
 import random
-import sys
 import time
 from pathlib import Path
 

@@ -18,7 +18,6 @@ The machine may be shared (2 cores here): the report records the load average.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform

@@ -27,7 +27,6 @@ import numpy as np
 
 from pagesim.sim.cost.base import BatchShape
 from pagesim.sim.cost.engine import FEATURES, EngineCostModel, EngineParams, EngineProfile
-from pagesim.sim.cost.lsq import nnls
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace
 

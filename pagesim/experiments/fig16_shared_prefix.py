@@ -21,7 +21,7 @@ from pagesim.experiments.fig12_latency_vs_rate import THRESHOLDS
 from pagesim.experiments.fig14_parallel_beam import (RESOLUTION, CaseTask, batch_facts, by_setting, finish_sharing_figure,
                                              plot_curves, ratio, run_cases, search_note, sharing_parser, smoke_max_rate,
                                              window)
-from pagesim.experiments.figures import (Row, named_trace, outputs, pyplot, save_figure, sharing_ratio_band, start_figure)
+from pagesim.experiments.figures import (Row, named_trace, pyplot, save_figure, sharing_ratio_band, start_figure)
 from pagesim.experiments.paper import FIG16_CASES, FIG16_SETUP, FIG16_SOURCE, POLICY_LABELS, Setup
 
 STEM = "fig16_shared_prefix"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pagesim.inputs import MAX_SIM_SECONDS, MAX_TRACE_SECONDS
-from pagesim.realruns.fields import RealRunError, Record, find_model_config
+from pagesim.realruns.fields import Record, find_model_config
 from pagesim.realruns.types import RealRequest, RealRun, ServerConfig, Stage
 
 FORMAT = "vllm-bench"

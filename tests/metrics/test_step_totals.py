@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pagesim.sim.engine import Replay, ReplayConfig
-from pagesim.workload.trace import Trace, load_trace
+from pagesim.workload.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAREGPT = load_trace(ROOT / "traces" / "sharegpt.json")

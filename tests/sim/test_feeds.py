@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from pagesim.core import Request, SamplingParams
+from pagesim.core import Request
 from pagesim.sim.cost import ConstantCostModel
 from pagesim.sim.engine import Replay, ReplayConfig, shared_workload
 from pagesim.workload.trace import Trace, TraceRequest

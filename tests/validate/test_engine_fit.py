@@ -9,7 +9,7 @@ import pytest
 
 from pagesim.engine_fit import PARAMS, FitRun, MeasuredRequest, fit_engine, replay_with, stage_rows
 from pagesim.sim.cost.engine import EngineParams, load_engine_profile
-from pagesim.sim.engine import Replay, ReplayConfig, with_policy_presets
+from pagesim.sim.engine import ReplayConfig, with_policy_presets
 from pagesim.validate import fit_errors
 from pagesim.workload.trace import Trace, TraceRequest
 
