@@ -55,7 +55,11 @@ def plan(
     block_size: str = typer.Option("16", help="KV block sizes to try, e.g. 8,16,32"),
     preemption: str = typer.Option(DEFAULTS.preemption, help="preemption modes to try: recompute,swap,auto"),
     max_num_seqs: str = typer.Option("256", help="max running sequences to try, e.g. 128,256"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, max model length))"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, parser=TOKENS, help="tokens per step (default: max(2560, "
+                                                         "max model length); with chunked prefill the GPU's: 2048 or 8192)"),
+    chunked_prefill: Optional[bool] = typer.Option(None, "--chunked-prefill/--no-chunked-prefill",
+                                                   help="split prompts to fill the step budget (default: as vLLM, on "
+                                                   "for a model longer than 32K tokens)"),
     max_model_len: Optional[int] = typer.Option(None, parser=TOKENS, help="longest sequence (default: the model's); "
                                                 "the step's default token budget and activations follow it"),
     num_requests: int = typer.Option(WORKLOAD.num_requests, parser=NUM_REQUESTS, help="requests of a probe's first run, at least"),
@@ -123,7 +127,8 @@ def plan(
         settings = RunSettings(model, num_requests, min_duration, warmup_fraction, max_num_batched_tokens, cost_model=cost_model,
                                profile=str(profile) if profile else None, seed=seed, force_profile=force,
                                kv_cache_dtype=kv_cache_dtype, max_requests_per_probe=max_requests,
-                               min_measured_requests=min_measured, max_model_len=max_model_len)
+                               min_measured_requests=min_measured, max_model_len=max_model_len,
+                               chunked_prefill=chunked_prefill)
         with_kv_cache_dtype(spec, kv_cache_dtype)  # checks the name
         search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
         if target_rate is not None:
@@ -161,7 +166,11 @@ def plan(
              "--gpus", ",".join(dict.fromkeys(p.gpu for p in grid)),
              "--tp", tp, "--block-size", block_size, "--preemption", preemption, "--max-num-seqs", max_num_seqs,
              *(["--max-model-len", str(max_model_len)] if max_model_len is not None else []),
-             "--max-num-batched-tokens", str(settings.batched_tokens), "--num-requests", str(num_requests),
+             "--chunked-prefill" if settings.chunked else "--no-chunked-prefill",
+             # (a chunk budget left to its default is each GPU's own: then no one number to write)
+             *(["--max-num-batched-tokens", str(settings.batched_tokens_on(grid[0].gpu))]
+               if max_num_batched_tokens is not None or not settings.chunked else []),
+             "--num-requests", str(num_requests),
              "--max-requests", str(max_requests), "--min-measured", str(min_measured), "--seeds", str(seeds), "--check-longer", f"{check_longer:.12g}",
              "--min-duration", f"{min_duration:.12g}",
              "--warmup-fraction", f"{warmup_fraction:.12g}", "--tolerance", f"{tolerance:.12g}",

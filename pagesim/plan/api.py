@@ -22,7 +22,8 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
          gpus: str | Sequence[str] = ("a100-40gb", "a100-80gb", "h100-80gb", "h200"),
          tp: int | Sequence[int] = 1, block_size: int | Sequence[int] = 16,
          preemption: str | Sequence[str] = SERVING_DEFAULTS.preemption, max_num_seqs: int | Sequence[int] = 256,
-         max_num_batched_tokens: int | None = None, max_model_len: int | None = None, num_requests: int = WORKLOAD_DEFAULTS.num_requests,
+         max_num_batched_tokens: int | None = None, max_model_len: int | None = None,
+         chunked_prefill: bool | None = None, num_requests: int = WORKLOAD_DEFAULTS.num_requests,
          max_requests: int = 40_000, min_measured: int = 1000, seeds: int = 3, check_longer: float = 10.0, min_duration: float = 60.0,
          warmup_fraction: float = 0.2, tolerance: float = 0.02, start_rate: float = 1.0, min_rate: float = 0.01,
          min_headroom: float = 0.0, prices: str | os.PathLike | None = None, cost_model: str = "calibrated",
@@ -45,7 +46,8 @@ def plan(*, model: str, trace: TraceLike, target_rate: float, slo: str | Sequenc
     settings = RunSettings(get_model(model).name, num_requests, min_duration, warmup_fraction, max_num_batched_tokens,
                            cost_model=cost_model, profile=str(profile) if profile else None, seed=seed,
                            force_profile=force, max_requests_per_probe=max_requests,
-                           min_measured_requests=min_measured, max_model_len=max_model_len)
+                           min_measured_requests=min_measured, max_model_len=max_model_len,
+                           chunked_prefill=chunked_prefill)
     search = SearchSettings(start_rate=start_rate, tolerance=tolerance, min_rate=min_rate)
     trace_path = str(trace) if not isinstance(trace, Trace) else str(trace.metadata.get("name") or "in-memory trace")
     result = make_plan(model=settings.model, trace=loaded, trace_path=trace_path,

@@ -11,6 +11,7 @@ from pagesim.inputs import BLOCK_SIZE, MAX_REQUESTS, NUM_REQUESTS, SECONDS, SWAP
 from pagesim.models.max_len import check_max_model_len
 from pagesim.sim.engine import ReplayConfig
 from pagesim.sim.cost import DEFAULT_COST_MODEL
+from pagesim.sim.presets import default_chunked_prefill, vllm_v1_limits
 from pagesim.sim.specs import get_gpu, get_model
 from pagesim.workload.requests import WORKLOAD_DEFAULTS
 
@@ -65,6 +66,9 @@ class RunSettings:
     # --max-model-len: the longest sequence served (None: the model's); the step's default token
     # budget and activations follow it, so a long-context model can be planned on fewer GPUs
     max_model_len: int | None = None
+    # chunked prefill (None: vLLM's default, on for a model longer than 32K tokens: the runs take
+    # the GPU's chunk budget then, unless max_num_batched_tokens is given)
+    chunked_prefill: bool | None = None
 
     def __post_init__(self) -> None:
         if self.num_requests < 10:
@@ -81,9 +85,19 @@ class RunSettings:
             raise ValueError("warmup_fraction must be in [0, 0.9)")
 
     @property
-    def batched_tokens(self) -> int:
-        return ServingConfig(max_num_batched_tokens=self.max_num_batched_tokens).batched_tokens(
-            self.max_model_len or get_model(self.model).max_model_len)
+    def chunked(self) -> bool:
+        """Chunked prefill as the runs take it (default_chunked_prefill where not given)."""
+        if self.chunked_prefill is not None:
+            return self.chunked_prefill
+        model = get_model(self.model)
+        return default_chunked_prefill("paged", model, self.max_model_len or model.max_model_len, False)
+
+    def batched_tokens_on(self, gpu: str) -> int:
+        """The runs' step budget on `gpu`: the one given, the GPU's chunk budget where the runs
+        chunk, else the whole longest prompt (ServingConfig.batched_tokens, as a replay takes it)."""
+        return ServingConfig(max_num_batched_tokens=self.max_num_batched_tokens, chunked_prefill=self.chunked) \
+            .batched_tokens(self.max_model_len or get_model(self.model).max_model_len,
+                            vllm_v1_limits(gpu)["max_num_batched_tokens"])
 
     def requests_at(self, rate: float) -> int:
         n = max(self.num_requests, math.ceil(rate * self.min_duration_s))
@@ -99,7 +113,8 @@ class RunSettings:
         return ReplayConfig(
             model=self.model, gpu=point.gpu, tp=point.tp, policy="paged", block_size=point.block_size,
             preemption=point.preemption, rate=rate, num_requests=n,
-            max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens,
+            max_num_seqs=point.max_num_seqs, max_num_batched_tokens=self.batched_tokens_on(point.gpu),
+            chunked_prefill=self.chunked,
             swap_space_gib=self.swap_space_gib, cost_model=self.cost_model, profile=self.profile,
             seed=self.seed if seed is None else seed, warmup_s=self.warmup_fraction * n / rate, force_profile=self.force_profile,
             kv_cache_dtype=self.kv_cache_dtype, max_model_len=self.max_model_len,

@@ -84,7 +84,7 @@ def build_blocks(plan: Plan) -> list:
             f"seed {st.seed} at every rate; "
             f"requests arriving in the first {st.warmup_fraction:g} of the arrival span are left out of the statistics; "
             + (f"max_model_len {st.max_model_len}, " if st.max_model_len else "")
-            + f"max_num_batched_tokens {st.batched_tokens}, swap space {st.swap_space_gib:g} GiB/GPU, "
+            + _step_budget(st, plan) + f", swap space {st.swap_space_gib:g} GiB/GPU, "
             f"cost model `{st.cost_model}`" + (f" (profile `{st.profile}`: every GPU's step times come from this "
                                                "profile, not from the GPU named)" if st.profile else "")
             + f"; a probe is extended to more requests (one replay continued, judged on its first requests) until "
@@ -304,3 +304,11 @@ def write_report(plan: Plan, out_dir: str | Path) -> dict[str, Path]:
     write_csv(plan, paths["csv"])
     paths["json"].write_text(json.dumps(plan.to_dict(), indent=1, sort_keys=True) + "\n")
     return paths
+
+
+def _step_budget(st, plan) -> str:
+    """The runs' prefill mode and step budget (per GPU where it differs: a chunk budget is the GPU's)."""
+    budgets = {gpu: st.batched_tokens_on(gpu) for gpu in dict.fromkeys(r.point.gpu for r in plan.results)}
+    shown = ", ".join(f"{b:,} on {gpu}" for gpu, b in budgets.items()) if len(set(budgets.values())) > 1 \
+        else f"{next(iter(budgets.values()), 0):,}"
+    return ("chunked prefill" if st.chunked else "whole prompts") + f", max_num_batched_tokens {shown}"
