@@ -18,8 +18,13 @@ class MoESpec:
     num_shared_experts: int = 0
     shared_expert_ffn_size: int = 0  # all shared experts together (DeepSeek: n_shared * expert width)
     shared_expert_gate: bool = False  # Qwen2-MoE scales the shared expert by a sigmoid gate (h -> 1)
+    # Latent MoE (Nemotron 3 Super, `moe_latent_size`): the routed experts read and write this width,
+    # between a hidden -> latent and a latent -> hidden projection; 0: none, experts of the hidden width
+    latent_size: int = 0
 
     def __post_init__(self) -> None:
+        if self.latent_size < 0:
+            raise ValueError(f"latent_size must be 0 (none) or positive, got {self.latent_size}")
         if not 0 < self.experts_per_token <= self.num_experts:
             raise ValueError(f"experts_per_token must be in 1..num_experts ({self.num_experts}), "
                              f"got {self.experts_per_token}")

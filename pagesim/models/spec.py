@@ -7,7 +7,9 @@ optional and off by default, so a dense spec counts exactly as before:
 - ``moe``: a mixture-of-experts MLP on ``moe.num_moe_layers`` of the layers (the others keep the
   dense ``ffn_size`` MLP): ``num_experts`` routed experts of width ``expert_ffn_size``, each token
   goes to ``experts_per_token`` of them, plus ``num_shared_experts`` always-on experts of total
-  width ``shared_expert_ffn_size``.
+  width ``shared_expert_ffn_size``. A latent MoE (``moe.latent_size``, Nemotron 3 Super) runs the
+  routed experts in that narrower width between two always-on projections (hidden -> latent,
+  latent -> hidden); the router and the shared experts keep the hidden width.
 - ``mla``: multi-head latent attention (DeepSeek-V2/V3) on every layer: queries through an
   optional low-rank ``q_lora_rank``, keys and values through a latent of ``kv_lora_rank`` plus a
   shared rotary key of ``qk_rope_head_dim``; the cache keeps only that latent and rotary key
@@ -106,6 +108,9 @@ class ModelSpec:
             raise ValueError(f"{self.name}: num_parallel_mixer_layers must be in 0..linear_attn.num_layers")
         if self.linear_attn is not None and self.num_attention_layers < 1:
             raise ValueError(f"{self.name}: linear-attention layers must leave at least one attention layer")
+        if self.moe is not None and self.moe.latent_size and self.linear_attn is not None \
+                and self.linear_attn.inner_all_reduce_width:
+            raise ValueError(f"{self.name}: a latent MoE beside linear attention with inner all-reduces is not modelled")
         if self.quant is not None and self.quant.experts_only and self.moe is None:
             raise ValueError(f"{self.name}: {self.quant.method} quantizes MoE experts only; the model has none")
 
@@ -161,10 +166,15 @@ class ModelSpec:
 
     @property
     def mixer_all_reduces(self) -> tuple[int, int]:
-        """(TP all-reduces a forward pass, elements a token each) inside the linear-attention layers,
-        besides the blocks' num_tp_all_reduces of the hidden size: Mamba v1's x_proj output (vLLM
-        builds x_proj row-parallel: one a Mamba layer, Jamba); lightning attention's norm variance
-        (one a layer, MiniMax-Text-01). (0, 0) for every other model."""
+        """(TP all-reduces a forward pass, elements a token each) inside the layers, besides the
+        blocks' num_tp_all_reduces of the hidden size: Mamba v1's x_proj output (vLLM builds x_proj
+        row-parallel: one a Mamba layer, Jamba); lightning attention's norm variance (one a layer,
+        MiniMax-Text-01); a latent MoE's routed output, which vLLM sums over TP in the latent width
+        before its latent -> hidden projection, the shared experts' output apart (MoERunner.
+        _maybe_reduce_routed_output_before_transform: one more a MoE layer, Nemotron 3 Super).
+        (0, 0) for every other model."""
+        if self.moe is not None and self.moe.latent_size:
+            return self.moe.num_moe_layers, self.moe.latent_size
         width = self.linear_attn.inner_all_reduce_width if self.linear_attn else 0
         return (self.linear_attn.num_layers, width) if width else (0, 0)
 
@@ -278,19 +288,29 @@ class ModelSpec:
         return self.mlp_matrices * self.hidden_size * self.ffn_size
 
     @property
+    def expert_hidden_size(self) -> int:
+        """The width a routed expert reads and writes: the MoE's latent width, else the hidden size."""
+        return (self.moe.latent_size or self.hidden_size) if self.moe else self.hidden_size
+
+    @property
     def expert_params(self) -> int:
-        """One routed expert's weights (an MLP of expert_ffn_size, gated unless ungated_mlp)."""
-        return self.expert_matrices * self.hidden_size * self.moe.expert_ffn_size if self.moe else 0
+        """One routed expert's weights (an MLP of expert_ffn_size on expert_hidden_size, gated unless ungated_mlp)."""
+        return self.expert_matrices * self.expert_hidden_size * self.moe.expert_ffn_size if self.moe else 0
+
+    @property
+    def moe_latent_params(self) -> int:
+        """A latent MoE layer's two projections, hidden -> latent and back (0 without)."""
+        return 2 * self.hidden_size * self.moe.latent_size if self.moe else 0
 
     @property
     def moe_always_on_params(self) -> int:
         """Weights every token of a MoE layer runs through besides its routed experts: the router
-        (h -> E), the shared experts and their gate."""
+        (h -> E), the shared experts and their gate, a latent MoE's two projections."""
         if not self.moe:
             return 0
         m, h = self.moe, self.hidden_size
         shared = self.expert_matrices * h * m.shared_expert_ffn_size
-        return h * m.num_experts + shared + (h if m.shared_expert_gate else 0)
+        return h * m.num_experts + shared + (h if m.shared_expert_gate else 0) + self.moe_latent_params
 
     @property
     def linear_params_per_layer(self) -> int:

@@ -225,9 +225,9 @@ def profile_activation_bytes(model: ModelSpec, tp: int = 1,
     if model.moe is not None:
         # vLLM's fused MoE keeps, per routed (token, expert) pair, the gate+up output (up alone
         # where ungated), the activation and the down output (its intermediate caches 1-3),
-        # experts split over TP
+        # experts split over TP; a latent MoE's down output is latent-wide
         k, ffe = model.moe.experts_per_token, model.moe.expert_ffn_size
-        mlp = max(mlp, t * k * (model.expert_matrices * ffe // tp + model.hidden_size) * d)
+        mlp = max(mlp, t * k * (model.expert_matrices * ffe // tp + model.expert_hidden_size) * d)
     logits = seqs * model.vocab_size * (d + 4 * LOGITS_FP32_COPIES)
     return residual + max(attn, mlp, logits)
 

@@ -117,6 +117,14 @@ TINY_CONFIGS = {
                            mamba_num_heads=4, mamba_head_dim=32, ssm_state_size=16, n_groups=2, n_routed_experts=8,
                            num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
                            n_shared_experts=1, n_group=2, topk_group=1),
+    # Nemotron 3 Super's latent MoE in small: fc1_latent_proj (64 -> 24) before the 8 routed experts, which read
+    # and write 24 wide (up 8 x 32 x 24, down 8 x 24 x 32), fc2_latent_proj (24 -> 64) after; router and shared
+    # expert on the hidden 64
+    "nemotron_h-latent": dict(TINY, head_dim=16, layers_block_type=["linear_attention", "moe", "full_attention",
+                                                                    "moe", "linear_attention", "moe"],
+                              mamba_num_heads=4, mamba_head_dim=32, ssm_state_size=16, n_groups=2, n_routed_experts=8,
+                              num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=48,
+                              n_shared_experts=1, moe_latent_size=24),
     # Mamba v1 mixers (Jamba): attention on layers 1 and 3, routed experts on 0 and 2, dt_rank "auto" (ceil(64 / 16));
     # and with one expert (every MLP dense), no conv bias, an explicit dt_rank, tied embeddings
     "jamba": dict(TINY, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0,

@@ -1,7 +1,9 @@
 """Nemotron 3 (model_type nemotron_h with MoE layers, 'E'): NVIDIA-Nemotron-3-Nano-30B-A3B against
 its published parameter counts and by hand, its KV bytes per token and Mamba2 state per sequence
-by hand, the ungated experts' shapes against transformers' own modules, the CLI (inspect, a
-50-request replay), and malformed MoE fields refused with one line naming the file and the field.
+by hand, the ungated experts' shapes against transformers' own modules, a latent MoE (Nemotron 3
+Super's `moe_latent_size`) against transformers' modules on a tiny config, the CLI (inspect,
+50-request replays, one with a latent), and malformed MoE fields refused with one line naming the
+file and the field.
 
 tests/models/data/NVIDIA-Nemotron-3-Nano-30B-A3B.json (no hub access here) is the config.json of
 nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4 @ 6efb4a2a, every field as a C++ project's test
@@ -91,6 +93,49 @@ def test_experts_are_ungated_as_transformers_builds_them():
     assert spec.moe_always_on_params == moe.gate.weight.numel() + shared == 64 * 8 + 2 * 64 * 48
 
 
+def test_latent_moe_as_transformers_builds_it():
+    """Nemotron 3 Super's latent MoE in small (no released Super config.json could be found to vendor):
+    transformers' fc1_latent_proj / fc2_latent_proj and latent-wide experts, module by module; the
+    projections always on, the router and the shared expert on the hidden width."""
+    transformers, torch = pytest.importorskip("transformers"), pytest.importorskip("torch")
+    fields = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+                  layers_block_type=["linear_attention", "moe", "full_attention", "moe"], mamba_num_heads=4,
+                  mamba_head_dim=32, ssm_state_size=16, n_groups=2, n_routed_experts=8, num_experts_per_tok=2,
+                  moe_intermediate_size=32, moe_shared_expert_intermediate_size=48, n_shared_experts=1,
+                  moe_latent_size=24)
+    config = transformers.AutoConfig.for_model("nemotron_h", **fields)
+    with torch.device("meta"):
+        moe = transformers.AutoModelForCausalLM.from_config(config).model.layers[1].mixer
+    spec = model_from_config(config.to_dict(), "tiny-latent")
+    assert spec.moe.latent_size == spec.expert_hidden_size == 24
+    assert tuple(moe.fc1_latent_proj.weight.shape) == (24, 64) and tuple(moe.fc2_latent_proj.weight.shape) == (64, 24)
+    assert moe.fc1_latent_proj.bias is None and moe.fc2_latent_proj.bias is None
+    # up: experts x 32 x 24, down: experts x 24 x 32 (the latent, not the hidden 64)
+    assert tuple(moe.experts.up_proj.shape) == (8, 32, 24) and tuple(moe.experts.down_proj.shape) == (8, 24, 32)
+    assert spec.expert_params == moe.experts.up_proj.numel() // 8 + moe.experts.down_proj.numel() // 8 == 2 * 24 * 32
+    latent = moe.fc1_latent_proj.weight.numel() + moe.fc2_latent_proj.weight.numel()
+    shared = sum(p.numel() for p in moe.shared_experts.parameters())
+    assert spec.moe_latent_params == latent == 2 * 64 * 24
+    assert spec.moe_always_on_params == moe.gate.weight.numel() + shared + latent == 64 * 8 + 2 * 64 * 48 + 2 * 64 * 24
+    # active: everything but the 6 of 8 routed experts a token skips, in each of the 2 MoE layers
+    assert spec.params_total - spec.params_active == 2 * 6 * 2 * 24 * 32
+
+
+def test_replay_50_requests_latent(tmp_path):
+    # the Nano's shapes with a latent of 1,024 (not a released model: Super's config.json was not found here)
+    path = tmp_path / "nano-latent.json"
+    path.write_text(json.dumps({**json.loads(NANO3.read_text()), "moe_latent_size": 1024}))
+    spec = load_model_config(path)
+    assert spec.params_total == by_hand()[0] + 23 * (2 * H * 1024 - 128 * 2 * (H - 1024) * 1856)
+    args = ["replay", str(TRACE), "--model", str(path), "--gpu", "h100-80gb", "--num-requests", "50", "--tp", "2",
+            "--chunked-prefill", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["completed"] == out["num_finished"] == 50 and out["failed"] == 0
+    assert out["ttft_p50"] > 0 and out["tpot_p50"] > 0
+
+
 def test_inspect_json():
     result = CliRunner().invoke(app, ["model", "inspect", str(NANO3), "--gpu", "h100-80gb", "--json"])
     assert result.exit_code == 0, result.output
@@ -118,7 +163,10 @@ def test_replay_50_requests():
     (dict(num_experts_per_tok=129), "num_experts_per_tok", "129 is more than 'n_routed_experts' 128"),
     (dict(n_group=3), "n_group", "3 does not divide 'n_routed_experts' 128"),
     (dict(n_group=2, topk_group=4), "topk_group", "4 is more than 'n_group' 2"),
-    (dict(moe_latent_size=1024), "moe_latent_size", "latent MoE"),
+    (dict(moe_latent_size=0), "moe_latent_size", "must be a positive integer, got 0"),
+    (dict(moe_latent_size=-1024), "moe_latent_size", "must be a positive integer, got -1024"),
+    (dict(moe_latent_size="1024"), "moe_latent_size", "must be a positive integer, got '1024'"),
+    (dict(moe_latent_size=1024.5), "moe_latent_size", "must be a positive integer, got 1024.5"),
     (dict(mlp_bias=True), "mlp_bias", "shared-expert biases are not modelled"),
     (dict(n_shared_experts=-1), "n_shared_experts", "must be a non-negative integer"),
     (dict(hybrid_override_pattern="M*" * 26), "hybrid_override_pattern", "has no MLP or MoE layer"),

@@ -6,6 +6,7 @@ residual add and one TP all-reduce; shapes by hand."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,55 @@ def test_blocks_and_fused_moe_activations(spec):
     t = 8192
     assert profile_activation_bytes(spec, 1, t, 256) >= t * 6 * (2 * 1856 + H) * 2
     assert profile_activation_bytes(spec, 1, t, 256) < t * 6 * (3 * 1856 + H) * 2  # not the gated 3 x 1,856
+
+
+# ------------------------------------------------------------------ latent MoE (Nemotron 3 Super)
+
+L = 1024  # the Nano's shapes with moe_latent_size 1,024: not a released model (no Super config.json was found)
+
+
+@pytest.fixture(scope="module")
+def latent(tmp_path_factory):
+    path = tmp_path_factory.mktemp("latent") / "config.json"
+    path.write_text(json.dumps({**json.loads(CONFIG.read_text()), "moe_latent_size": L}))
+    return load_model_config(path)
+
+
+def test_latent_layer_by_hand_at_tp2(latent):
+    moe = layer_groups(latent, 64, tp=2)[2]
+    up, down = FUSED_MOE_OPS
+    # router and shared expert on the hidden width, split as before; the two latent projections replicated
+    # (whole on each GPU); the routed experts between them, latent-wide: up k = 1,024, down n = 1,024
+    assert [(x.op, x.m, x.k, x.n) for x in moe.gemms if x.count == 1] == [
+        ("moe_router", 64, H, 128), ("moe_shared_up", 64, H, 3712 // 2), ("moe_shared_down", 64, 3712 // 2, H),
+        ("moe_latent_in", 64, H, L), ("moe_latent_out", 64, L, H)]
+    assert [(x.op, x.k, x.n) for x in moe.gemms[4:6]] == [(up, L, 1856 // 2), (down, 1856 // 2, L)]
+    assert [x.op for x in moe.gemms] == ["moe_router", "moe_shared_up", "moe_shared_down", "moe_latent_in", up, down,
+                                         "moe_latent_out"]
+    # moe_sum reads each token's 6 latent expert outputs and writes one latent vector
+    assert moe.routing_bytes[2] == 64 * (6 + 1) * L * 2
+    # vLLM sums the routed output over TP in the latent width before fc2_latent_proj: one more all-reduce
+    assert moe.mixer_all_reduce_bytes == (64 * L * 2,) and latent.mixer_all_reduces == (23, L)
+    assert layer_groups(latent, 64, tp=1)[2].mixer_all_reduce_bytes == ()
+    # expert parallelism over 2 GPUs at TP 1: the exchange moves latent vectors of both ranks' tokens
+    assert layer_groups(latent, 64, tp=1, ep=2)[2].ep_exchange_bytes == 2 * 64 * L * 2
+
+
+def test_latent_gemm_flops_match_the_parameter_count(latent):
+    tokens = 100
+    flops = sum(g.num_layers * sum(2 * x.m * x.count * x.k * x.n for x in g.gemms)
+                for g in layer_groups(latent, tokens, tp=1))
+    # the active matmul weights from the parameter counts: every active weight but the embedding row,
+    # the norms, Mamba's conv / A / D / dt / norm and the router's bias; LM head apart (not a layer GEMM)
+    assert flops == pytest.approx(2 * tokens * latent.linear_params, rel=1e-12)
+    mamba = H * (2 * 4096 + 2 * 8 * 128 + 64) + 4096 * H
+    moe = H * 128 + 2 * H * 3712 + 2 * H * L + 6 * 2 * L * 1856
+    assert latent.linear_params == 23 * mamba + 6 * (2 * H * 4096 + 2 * H * 256) + 23 * moe
+    other = 23 * (H + 5 * 6144 + 3 * 64 + 4096) + 6 * H + 23 * (H + 128) + H  # norms, Mamba's non-matmul, router bias
+    assert latent.linear_params == latent.params_active - 2 * 131072 * H - other
+
+
+def test_latent_fused_moe_activations(latent, spec):
+    t = 8192  # per routed pair: up output and activation (1,856 each), the down output now 1,024 wide
+    assert profile_activation_bytes(latent, 1, t, 256) >= t * 6 * (2 * 1856 + L) * 2
+    assert profile_activation_bytes(latent, 1, t, 256) < profile_activation_bytes(spec, 1, t, 256)

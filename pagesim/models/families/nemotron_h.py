@@ -12,8 +12,9 @@ a layer; transformers 5 writes the list `layers_block_type` instead):
 - 'E' (Nemotron 3): a MoE alone (pagesim.models.families.nemotron_moe): `n_routed_experts` routed
   experts of `moe_intermediate_size`, top `num_experts_per_tok`, ungated relu2 like the '-' MLP;
   shared experts of `n_shared_experts` x `moe_shared_expert_intermediate_size`; a sigmoid router
-  with a score-correction bias. Latent MoE (`moe_latent_size`, Nemotron 3 Super) and `mlp_bias`
-  with 'E' layers are refused.
+  with a score-correction bias. Latent MoE (`moe_latent_size`, Nemotron 3 Super / Ultra): the routed
+  experts in that width between two replicated projections (hidden -> latent -> hidden). `mlp_bias`
+  with 'E' layers is refused.
 
 Untied LM head by default, a final norm. vLLM keeps the Mamba SSM state in float32 unless the
 config's `mamba_ssm_cache_dtype` says otherwise (NemotronHForCausalLMConfig: "Only float32 is

@@ -11,12 +11,18 @@ serves them (vllm/model_executor/models/nemotron_h.py, NemotronHMoE):
 - the shared experts: one ungated MLP of `moe_shared_expert_intermediate_size` x `n_shared_experts`
   (vLLM multiplies them; transformers 5 builds one of `moe_shared_expert_intermediate_size`
   whatever `n_shared_experts` says: the two agree for the released n_shared_experts = 1), split
-  over TP like a dense MLP; none where n_shared_experts is 0.
+  over TP like a dense MLP; none where n_shared_experts is 0;
+- latent MoE (`moe_latent_size`, Nemotron 3 Super / Ultra): fc1_latent_proj (hidden -> latent)
+  before the routed experts and fc2_latent_proj (latent -> hidden) after them, no biases (mlp_bias
+  is refused below); the routed experts read and write the latent width (transformers'
+  NemotronHExperts: up experts x ffn x latent, down experts x latent x ffn), the router and the
+  shared experts still see the hidden states. vLLM builds both projections as ReplicatedLinear
+  (whole on every TP rank) and passes them to the fused MoE as its routed input / output
+  transforms, so the experts' EP dispatch moves latent vectors (MoESpec.latent_size).
 
-Refused, one line each: `moe_latent_size` (Nemotron 3 Super's latent MoE: the routed experts work
-in a narrower width between two replicated projections, which ModelSpec's experts of the hidden
-width cannot express), and `mlp_bias` with MoE layers (transformers gives the shared experts
-biases, vLLM does not). The multi-token-prediction layers (`num_nextn_predict_layers`) are not
+Refused, one line each: `moe_latent_size` not a positive integer (null: no latent), and `mlp_bias`
+with MoE layers (transformers gives the shared experts biases, vLLM does not). A latent wider than
+the hidden size is read as given: neither transformers nor vLLM refuses it. The multi-token-prediction layers (`num_nextn_predict_layers`) are not
 counted: vLLM loads them only for speculative decoding, as for DeepSeek-V3."""
 
 from __future__ import annotations
@@ -40,13 +46,10 @@ def moe_layers(f: ConfigFields, num_moe: int) -> MoESpec | None:
         raise f.error("n_group", f"{groups} does not divide 'n_routed_experts' {experts}")
     if f.int("topk_group", 1) > groups:
         raise f.error("topk_group", f"{f.int('topk_group')} is more than 'n_group' {groups}")
-    if f.has("moe_latent_size"):
-        raise f.error("moe_latent_size", "is set: latent MoE (experts in a narrower width, Nemotron 3 Super) "
-                      "is not modelled")
     if f.bool("mlp_bias", False):
         raise f.error("mlp_bias", "is true with MoE layers: shared-expert biases are not modelled "
                       "(transformers builds them, vLLM does not)")
     shared = f.count("n_shared_experts", 1)
     shared_ffn = shared * f.int("moe_shared_expert_intermediate_size") if shared else 0
     return MoESpec(experts, top_k, f.int("moe_intermediate_size"), num_moe, num_shared_experts=shared,
-                   shared_expert_ffn_size=shared_ffn)
+                   shared_expert_ffn_size=shared_ffn, latent_size=f.int("moe_latent_size", 0))

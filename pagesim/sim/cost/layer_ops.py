@@ -27,6 +27,12 @@ mlp_down_proj); the rules for the rest (docs/calibration.md, "Modern models"):
   this one (assumed symmetric), so an expert GEMM sees the tokens of all ranks, and each MoE
   layer exchanges hidden states by an all-gather before and a reduce-scatter after the experts
   (vLLM's default all2all backend, allgather_reducescatter).
+- Latent MoE (Nemotron 3 Super): two GEMMs of their own, hidden -> latent and latent -> hidden,
+  replicated over TP (vLLM's ReplicatedLinear: every rank runs all of it, on its own tokens);
+  the routed experts work in the latent width (up k = latent, down n = latent), and what the
+  routing kernels sum, the EP exchange and the extra TP all-reduce of the routed output
+  (ModelSpec.mixer_all_reduces) move is latent-wide too (vLLM's fused MoE takes the projections
+  as its routed input / output transforms, so the dispatch sees latent vectors).
 - The routing kernels around the experts, one launch each per MoE layer (vLLM FusedMoE on CUDA):
   `topk_softmax` (router logits in fp32 -> top-k ids and weights), `moe_align_block_size` (the
   routed rows sorted by expert and padded to BLOCK_SIZE_M) and `moe_sum` (each token's k expert
@@ -234,7 +240,7 @@ class LayerGroup:
     ep_ranks: int = 1
     routing_bytes: tuple[float, ...] = ()  # per routing kernel of a MoE layer (moe_routing_bytes)
     mixer_bytes: tuple[float, ...] = ()  # per elementwise kernel of a linear-attention layer (conv, gated norm)
-    mixer_all_reduce_bytes: tuple[float, ...] = ()  # per TP all-reduce inside a layer (Mamba v1's x_proj), tp > 1
+    mixer_all_reduce_bytes: tuple[float, ...] = ()  # per TP all-reduce inside a layer (Mamba v1's x_proj, latent MoE), tp > 1
 
 
 def check_parallelism(model: ModelSpec, tp: int, ep: int) -> None:
@@ -271,7 +277,7 @@ def attention_gemms(model: ModelSpec, tokens: int, tp: int, shape: LayerShape) -
 
 def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gemm], float, int]:
     """A MoE layer's GEMMs, the bytes one GPU sends for the EP exchange, and the EP ranks."""
-    moe, h, d = model.moe, model.hidden_size, model.dtype_bytes
+    moe, h, d, x = model.moe, model.hidden_size, model.dtype_bytes, model.expert_hidden_size
     wb, fp8, fp4 = model.part_weights("shared")
     ranks = ep // tp if ep > 1 else 1              # data-parallel ranks feeding the experts
     routed = tokens * ranks                        # tokens the experts see
@@ -292,9 +298,13 @@ def moe_gemms(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[list[Gem
     up, down = FUSED_MOE_OPS
     q = model.quant
     ewb, efp8, efp4 = model.expert_weight_element_bytes, bool(q and q.fp8_compute), bool(q and q.fp4_compute)
-    gemms += [Gemm(up, rows, h, up_n * width, count=touched, weight_bytes=ewb, fp8=efp8, fp4=efp4, padded_m=padded),
-              Gemm(down, rows, width, h, count=touched, weight_bytes=ewb, fp8=efp8, fp4=efp4, padded_m=padded)]
-    exchange = routed * h * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) hidden states
+    latent_in, latent_out = ([Gemm("moe_latent_in", tokens, h, x, weight_bytes=wb, fp8=fp8, fp4=fp4)],
+                             [Gemm("moe_latent_out", tokens, x, h, weight_bytes=wb, fp8=fp8, fp4=fp4)]) \
+        if moe.latent_size else ([], [])
+    gemms += latent_in + [
+        Gemm(up, rows, x, up_n * width, count=touched, weight_bytes=ewb, fp8=efp8, fp4=efp4, padded_m=padded),
+        Gemm(down, rows, width, x, count=touched, weight_bytes=ewb, fp8=efp8, fp4=efp4, padded_m=padded)] + latent_out
+    exchange = routed * x * d if ranks > 1 else 0.0  # all-gathered (and reduce-scattered) expert inputs
     return gemms, exchange, ranks
 
 
@@ -302,8 +312,8 @@ def moe_routing_bytes(model: ModelSpec, tokens: int, tp: int, ep: int) -> tuple[
     """Bytes read and written by a MoE layer's three routing kernels on one GPU: topk_softmax
     (fp32 logits of every expert in; k int32 ids and k fp32 weights out per token),
     moe_align_block_size (the k ids per routed token in; the sorted row ids out, padding
-    included) and moe_sum (each token's k expert outputs in, one hidden state out)."""
-    moe, h, d = model.moe, model.hidden_size, model.dtype_bytes
+    included) and moe_sum (each token's k expert outputs in, one out: the latent width where latent)."""
+    moe, h, d = model.moe, model.expert_hidden_size, model.dtype_bytes
     e, k = moe.num_experts, moe.experts_per_token
     routed = tokens * (ep // tp if ep > 1 else 1)
     block = moe_block_m(routed)
@@ -326,7 +336,18 @@ def mixer_all_reduce_bytes(model: ModelSpec, tokens: int, tp: int) -> tuple[floa
     x_proj, row-parallel in vLLM; lightning attention's norm variance: ModelSpec.mixer_all_reduces); none
     at tp 1 or for other mixers."""
     count, width = model.mixer_all_reduces
-    return (float(tokens * width * model.dtype_bytes),) if count and tp > 1 else ()
+    return (float(tokens * width * model.dtype_bytes),) if count and tp > 1 and not _latent(model) else ()
+
+
+def moe_all_reduce_bytes(model: ModelSpec, tokens: int, tp: int) -> tuple[float, ...]:
+    """Bytes of the TP all-reduce inside one latent MoE layer (its routed output, latent-wide:
+    ModelSpec.mixer_all_reduces); none at tp 1 or without a latent."""
+    count, width = model.mixer_all_reduces
+    return (float(tokens * width * model.dtype_bytes),) if count and tp > 1 and _latent(model) else ()
+
+
+def _latent(model: ModelSpec) -> bool:
+    return model.moe is not None and model.moe.latent_size > 0
 
 
 def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tuple[LayerGroup, ...]:
@@ -351,17 +372,20 @@ def layer_groups(model: ModelSpec, tokens: int, tp: int = 1, ep: int = 1) -> tup
         linear = linear_left if last else round(n * linear_left / model.num_layers)
         linear = min(n - parallel, linear)
         linear_left -= linear
+        inner = moe_all_reduce_bytes(model, tokens, tp) if routing else ()  # a latent MoE's routed output
         if n > linear + parallel:
-            groups.append(LayerGroup(n - linear - parallel, tuple(attention + mlp), shape, exchange, ranks, routing))
+            groups.append(LayerGroup(n - linear - parallel, tuple(attention + mlp), shape, exchange, ranks, routing,
+                                     mixer_all_reduce_bytes=inner))
         if linear:  # no rotary kernel; the conv and the gated norm instead
             groups.append(LayerGroup(linear, tuple(linear_attn_gemms(model, tokens, tp) + mlp),
                                      LayerShape(model, tp, False, shape.mlp_width), exchange, ranks, routing,
                                      linear_attn_elementwise_bytes(model, tp, tokens),
-                                     mixer_all_reduce_bytes(model, tokens, tp)))
+                                     mixer_all_reduce_bytes(model, tokens, tp) + inner))
         if parallel:  # both mixers' GEMMs, the rotary kernel, the conv and the gated norm
             groups.append(LayerGroup(parallel, tuple(attention + linear_attn_gemms(model, tokens, tp) + mlp),
                                      LayerShape(model, tp, base.rotary, shape.mlp_width, parallel_mixers=True),
-                                     exchange, ranks, routing, linear_attn_elementwise_bytes(model, tp, tokens)))
+                                     exchange, ranks, routing, linear_attn_elementwise_bytes(model, tp, tokens),
+                                     inner))
     return tuple(groups)
 
 
@@ -395,5 +419,6 @@ def _one_block_groups(model: ModelSpec, tokens: int, tp: int, base: LayerShape, 
                                  LayerShape(model, tp, False, mlp=False), mixer_bytes=linear_attn_elementwise_bytes(
                                      model, tp, tokens)))
     for n, mlp, shape, exchange, ranks, routing in kinds:  # no rotary kernel, no mixer
-        groups.append(LayerGroup(n, tuple(mlp), replace(shape, rotary=False, mixer=False), exchange, ranks, routing))
+        groups.append(LayerGroup(n, tuple(mlp), replace(shape, rotary=False, mixer=False), exchange, ranks, routing,
+                                 mixer_all_reduce_bytes=moe_all_reduce_bytes(model, tokens, tp) if routing else ()))
     return tuple(groups)

@@ -104,7 +104,9 @@ class RooflineCostModel(CostModel):
         lin_flops = rate(bool(q and q.fp8_compute), bool(q and q.fp4_compute))
         # a MoE's routed experts are priced per step by the experts the step touches (_moe_terms);
         # the other linear layers part by part (a checkpoint may keep its attention unquantized)
-        always_on = model.moe.num_moe_layers * model.moe_always_on_params if model.moe else 0
+        # a latent MoE's two projections are replicated over TP (vLLM's ReplicatedLinear): not split
+        latent = model.moe.num_moe_layers * model.moe_latent_params if model.moe else 0
+        always_on = model.moe.num_moe_layers * model.moe_always_on_params - latent if model.moe else 0
         parts = {}  # (bytes a weight, FP8 GEMM, FP4 GEMM) -> weights
         for part, params in (("mixer", model.mixer_linear_params),
                              ("mlp", model.num_dense_layers * model.dense_mlp_params), ("shared", always_on)):
@@ -113,6 +115,10 @@ class RooflineCostModel(CostModel):
         self._linear_s_per_token = sum(2 * params / tp / rate(part_fp8, part_fp4)
                                        for (_, part_fp8, part_fp4), params in parts.items())
         self._linear_weight_s = sum(params * wb / tp / hbm for (wb, _, _), params in parts.items())
+        if latent:
+            wb, part_fp8, part_fp4 = model.part_weights("shared")
+            self._linear_s_per_token += 2 * latent / rate(part_fp8, part_fp4)
+            self._linear_weight_s += latent * wb / hbm
         self._moe_cache: dict[int, tuple[float, float, float]] | None = {} if model.moe else None
         self._lin_flops, self._hbm = lin_flops, hbm
         # LM head (vocab split over TP).
@@ -273,7 +279,7 @@ class RooflineCostModel(CostModel):
         exchange = 0.0
         if ranks > 1:  # all-gather before, reduce-scatter after: each moves (ranks-1)/ranks of the buffer
             ic = self.gpu.collective_bandwidth * self.constants.interconnect_efficiency
-            buffer = routed * m.hidden_size * m.dtype_bytes
+            buffer = routed * m.expert_hidden_size * m.dtype_bytes  # the latent width where latent
             exchange = 2 * (buffer * (ranks - 1) / ranks / ic + self._collective_latency_s)
         n = moe.num_moe_layers
         return n * compute, n * weights, n * exchange
