@@ -127,13 +127,7 @@ def test_replay_50_requests_latent(tmp_path):
     path.write_text(json.dumps({**json.loads(NANO3.read_text()), "moe_latent_size": 1024}))
     spec = load_model_config(path)
     assert spec.params_total == by_hand()[0] + 23 * (2 * H * 1024 - 128 * 2 * (H - 1024) * 1856)
-    args = ["replay", str(TRACE), "--model", str(path), "--gpu", "h100-80gb", "--num-requests", "50", "--tp", "2",
-            "--chunked-prefill", "--json"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
-    assert out["completed"] == out["num_finished"] == 50 and out["failed"] == 0
-    assert out["ttft_p50"] > 0 and out["tpot_p50"] > 0
+    assert_serves_fifty(path, "--tp", "2")
 
 
 def test_inspect_json():
@@ -148,8 +142,13 @@ def test_inspect_json():
 def test_replay_50_requests():
     # chunked prefill (vLLM V1's default): without it the profile step is all 262,144 positions at once,
     # 22.7 GiB of activations beside 58.8 GiB of weights, and one H100 is refused with no KV pool
-    args = ["replay", str(TRACE), "--model", str(NANO3), "--gpu", "h100-80gb", "--num-requests", "50",
-            "--chunked-prefill", "--json"]
+    assert_serves_fifty(NANO3)
+
+
+def assert_serves_fifty(model, *extra):
+    """50 ShareGPT requests on one H100 (with chunked prefill) all finish, with positive latencies."""
+    args = ["replay", str(TRACE), "--model", str(model), "--gpu", "h100-80gb", "--num-requests", "50",
+            "--chunked-prefill", "--json", *extra]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
