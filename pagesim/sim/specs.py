@@ -315,7 +315,7 @@ def kv_cache_capacity(model: ModelSpec | str, gpu: GPUSpec | str, tp: int = 1,
         step_too_big = (max_num_batched_tokens > DEFAULT_MAX_NUM_BATCHED_TOKENS
                         and usable - weights - small_step - reserved_bytes > 0)
         fix = (f"the activations are sized for a step of {max_num_batched_tokens:,} tokens: lower --max-model-len, "
-               "or --max-num-batched-tokens with --chunked-prefill" if step_too_big
+               "or chunk prompts: --chunked-prefill (vLLM v1, --policy vllm-v1, always does)" if step_too_big
                else "split the model over more GPUs with --tp, or pick a larger --gpu")
         raise CannotServe(
             f"{model.name} on {tp} x {gpu.name} leaves no KV pool: usable {usable / GiB:.1f} GiB, "
