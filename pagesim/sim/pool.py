@@ -94,15 +94,13 @@ def request_kv_bytes(model, tp: int, num_tokens: int, block_size: int, max_num_b
     the window less one plus a step's tokens (the most a chunked prefill holds before it frees),
     capped at the tokens, plus one page for a window that starts inside a block; a state layer one
     page (its state padded to the attention page)."""
-    ratio = model.kv_bytes_per_token // kv_bytes_per_token_per_gpu(model, tp)  # (KV heads or none split over TP)
     attention_page = block_size * _group_layer_bytes(model, tp)
     total = 0
     for group in model.kv_groups:
         if group.kind == "state":
-            pages = group.num_layers * max(attention_page, model.linear_attn.state_bytes_per_layer(tp))
-            total += pages
+            total += group.num_layers * max(attention_page, model.linear_attn.state_bytes_per_layer(tp))
             continue
-        page = block_size * model.kv_bytes_per_token_per_layer_of(group.kind) // ratio
+        page = block_size * _layer_bytes(model, tp, group.kind)
         if group.kind == "sliding":
             held = min(group.sliding_window - 1 + max_num_batched_tokens, num_tokens)
             total += group.num_layers * (-(-held // block_size) + 1) * page
@@ -153,8 +151,12 @@ def state_block_size(block_size: int, model, tp: int) -> int:
 
 def _group_layer_bytes(model, tp: int) -> int:
     """KV bytes per token per GPU of one layer group's block (the largest group's layers)."""
-    return max(model.kv_bytes_per_token_per_layer_of(g.kind) for g in model.kv_groups) \
-        * kv_bytes_per_token_per_gpu(model, tp) // model.kv_bytes_per_token
+    return max(_layer_bytes(model, tp, g.kind) for g in model.kv_groups)
+
+
+def _layer_bytes(model, tp: int, kind: str) -> int:
+    """KV bytes per token of one layer of `kind` on one GPU of tp (KV heads split as the whole cache is)."""
+    return model.kv_bytes_per_token_per_layer_of(kind) * kv_bytes_per_token_per_gpu(model, tp) // model.kv_bytes_per_token
 
 
 def _what_if_pool(cfg, num_blocks: int, memory_capacity, layout, kv_groups, model) -> list[str]:
