@@ -32,7 +32,8 @@ from typer.testing import CliRunner
 
 from pagesim.cli import app
 from pagesim.models import load_model_config
-from pagesim.models.config import ModelConfigError, model_from_config
+from pagesim.models.config import model_from_config
+from tests.models.test_nemotron_h import assert_refused_in_one_line
 
 DATA = Path(__file__).parent / "data"
 NANO3 = DATA / "NVIDIA-Nemotron-3-Nano-30B-A3B.json"
@@ -171,9 +172,4 @@ def assert_serves_fifty(model, *extra):
     (dict(hybrid_override_pattern="M*" * 26), "hybrid_override_pattern", "has no MLP or MoE layer"),
 ])
 def test_malformed_configs_are_one_line_naming_the_file_and_field(tmp_path, change, field, problem):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({**json.loads(NANO3.read_text()), **change}))
-    with pytest.raises(ModelConfigError) as e:
-        load_model_config(path)
-    message = str(e.value)
-    assert "\n" not in message and str(path) in message and repr(field) in message and problem in message
+    assert_refused_in_one_line(tmp_path, NANO3, change, field, problem)

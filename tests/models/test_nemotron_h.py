@@ -109,8 +109,13 @@ def test_state_tables_and_block_size_by_hand():
     (dict(mamba_ssm_cache_dtype="int8"), "mamba_ssm_cache_dtype", "must be one of"),
 ])
 def test_malformed_configs_are_one_line_naming_the_file_and_field(tmp_path, change, field, problem):
+    assert_refused_in_one_line(tmp_path, NANO, change, field, problem)
+
+
+def assert_refused_in_one_line(tmp_path, base, change: dict, field: str, problem: str) -> None:
+    """The config file `base` with `change` is refused in one line naming the file, the field and the problem."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**json.loads(NANO.read_text()), **change}))
+    path.write_text(json.dumps({**json.loads(base.read_text()), **change}))
     with pytest.raises(ModelConfigError) as e:
         load_model_config(path)
     message = str(e.value)

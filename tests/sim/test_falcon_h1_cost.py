@@ -7,13 +7,10 @@ every model with state layers."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from pagesim.cli import app
 from pagesim.models import load_model_config
 from pagesim.sim.cost.calibrated import CalibratedCostModel
 from pagesim.sim.cost.engine import EngineCostModel
@@ -21,8 +18,9 @@ from pagesim.sim.cost.layer_ops import layer_groups
 from pagesim.sim.cost.linear_attn import state_work
 from pagesim.sim.cost.roofline import RooflineCostModel
 
+from tests.sim.hybrid_replay import replays_and_refuses_prefix_caching
+
 CONFIG = Path(__file__).parents[1] / "models" / "data" / "Falcon-H1-7B-Instruct.json"
-TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +63,4 @@ def test_linear_params_all_reduces_and_kernels_by_hand(spec):
 
 
 def test_replay_cli_runs_and_refuses_prefix_caching():
-    runner = CliRunner()
-    args = ["replay", str(TRACE), "--model", str(CONFIG), "--gpu", "h100-80gb", "--num-requests", "200"]
-    result = runner.invoke(app, args + ["--json"])
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
-    assert out["completed"] == 200
-    assert any("block size 1568" in note for note in out["notes"])
-    refused = runner.invoke(app, args + ["--enable-prefix-caching"])
-    assert refused.exit_code != 0
-    assert "prefix caching is not modelled for models with linear-attention/state layers" in refused.output
+    replays_and_refuses_prefix_caching(CONFIG, block_note="block size 1568")

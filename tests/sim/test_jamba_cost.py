@@ -6,13 +6,10 @@ engine models. The replay CLI on it, and prefix caching refused as for every mod
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from pagesim.cli import app
 from pagesim.models import ModelSpec, load_model_config
 from pagesim.sim.cost import layer_ops
 from pagesim.sim.cost.calibrated import CalibratedCostModel
@@ -21,8 +18,9 @@ from pagesim.sim.cost.layer_ops import layer_groups
 from pagesim.sim.cost.linear_attn import state_work
 from pagesim.sim.cost.roofline import RooflineCostModel
 
+from tests.sim.hybrid_replay import replays_and_refuses_prefix_caching
+
 CONFIG = Path(__file__).parents[1] / "models" / "data" / "AI21-Jamba-Mini-1.6.json"
-TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
 XPROJ = 256 + 2 * 16  # x_proj's output a token: dt, B, C
 
 
@@ -84,14 +82,4 @@ def test_x_proj_all_reduces_are_priced(spec, monkeypatch):
 
 
 def test_replay_cli_runs_and_refuses_prefix_caching():
-    runner = CliRunner()
-    args = ["replay", str(TRACE), "--model", str(CONFIG), "--gpu", "h100-80gb", "--tp", "2", "--num-requests", "200",
-            "--max-model-len", "32768"]
-    result = runner.invoke(app, args + ["--json"])
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
-    assert out["completed"] == 200
-    assert any("block size 80" in note for note in out["notes"])
-    refused = runner.invoke(app, args + ["--enable-prefix-caching"])
-    assert refused.exit_code != 0
-    assert "prefix caching is not modelled for models with linear-attention/state layers" in refused.output
+    replays_and_refuses_prefix_caching(CONFIG, "--tp", "2", "--max-model-len", "32768", block_note="block size 80")

@@ -5,20 +5,18 @@ the replay CLI on it, and prefix caching refused as for every model with state l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from pagesim.cli import app
 from pagesim.models import load_model_config
 from pagesim.sim.cost.engine import EngineCostModel
 from pagesim.sim.cost.layer_ops import layer_groups
 from pagesim.sim.cost.roofline import RooflineCostModel
 
+from tests.sim.hybrid_replay import replays_and_refuses_prefix_caching
+
 CONFIG = Path(__file__).parents[1] / "models" / "data" / "NVIDIA-Nemotron-Nano-9B-v2.json"
-TRACE = Path(__file__).parents[2] / "traces" / "sharegpt.json"
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +56,4 @@ def test_linear_params_and_all_reduces_by_hand(spec):
 
 
 def test_replay_cli_runs_and_refuses_prefix_caching():
-    runner = CliRunner()
-    args = ["replay", str(TRACE), "--model", str(CONFIG), "--gpu", "h100-80gb", "--num-requests", "200"]
-    result = runner.invoke(app, args + ["--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["completed"] == 200
-    refused = runner.invoke(app, args + ["--enable-prefix-caching"])
-    assert refused.exit_code != 0
-    assert "prefix caching is not modelled for models with linear-attention/state layers" in refused.output
+    replays_and_refuses_prefix_caching(CONFIG)
