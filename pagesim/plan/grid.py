@@ -11,7 +11,7 @@ from pagesim.inputs import BLOCK_SIZE, MAX_REQUESTS, NUM_REQUESTS, SECONDS, SWAP
 from pagesim.models.max_len import check_max_model_len
 from pagesim.sim.engine import ReplayConfig
 from pagesim.sim.cost import DEFAULT_COST_MODEL
-from pagesim.sim.presets import default_chunked_prefill, vllm_v1_limits
+from pagesim.sim.presets import default_chunked_prefill, step_budget
 from pagesim.sim.specs import get_gpu, get_model
 from pagesim.workload.requests import WORKLOAD_DEFAULTS
 
@@ -95,9 +95,8 @@ class RunSettings:
     def batched_tokens_on(self, gpu: str) -> int:
         """The runs' step budget on `gpu`: the one given, the GPU's chunk budget where the runs
         chunk, else the whole longest prompt (ServingConfig.batched_tokens, as a replay takes it)."""
-        return ServingConfig(max_num_batched_tokens=self.max_num_batched_tokens, chunked_prefill=self.chunked) \
-            .batched_tokens(self.max_model_len or get_model(self.model).max_model_len,
-                            vllm_v1_limits(gpu)["max_num_batched_tokens"])
+        return step_budget(ServingConfig(max_num_batched_tokens=self.max_num_batched_tokens, chunked_prefill=self.chunked),
+                           self.max_model_len or get_model(self.model).max_model_len, gpu)
 
     def requests_at(self, rate: float) -> int:
         n = max(self.num_requests, math.ceil(rate * self.min_duration_s))

@@ -27,7 +27,7 @@ from pagesim.sim.pool import size_pool
 from pagesim.sim.releases import Releases
 from pagesim.sim.replay_config import ReplayConfig, shared_workload, with_policy_presets  # noqa: F401 (re-exported)
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
-from pagesim.sim.presets import default_chunked_prefill, vllm_v1_limits
+from pagesim.sim.presets import default_chunked_prefill, step_budget
 from pagesim.sim.specs import get_model, with_kv_cache_dtype
 from pagesim.workload.feeds import Feed, Outcome
 from pagesim.workload.sessions import make_feed, session_labels
@@ -69,8 +69,7 @@ class Replay:
         # the budget the run uses, as the summary reports it
         # (with chunked prefill and no budget given: vLLM v1's for the GPU; a budget of the max
         # length, 131,072 for Llama 3.1, would chunk nothing and size activations for such a step)
-        chunked_default = vllm_v1_limits(cfg.gpu)["max_num_batched_tokens"]
-        self.cfg = cfg = replace(cfg, max_num_batched_tokens=cfg.batched_tokens(self.max_model_len, chunked_default))
+        self.cfg = cfg = replace(cfg, max_num_batched_tokens=step_budget(cfg, self.max_model_len, cfg.gpu))
         sized = size_pool(cfg, model)
         if sized.block_size != cfg.block_size:  # linear-attention state: the block size vLLM raises it to
             self.cfg = cfg = replace(cfg, block_size=sized.block_size)

@@ -36,6 +36,12 @@ def policy_preset(policy: str, gpu: str, model: str | None = None) -> dict:
     return preset
 
 
+def step_budget(config, max_model_len: int, gpu: str) -> int:
+    """A run's tokens a step (config: a ServingConfig): the one it gives, vLLM v1's chunk budget
+    for the GPU where it chunks prefills, else max(2560, max_model_len) (ServingConfig.batched_tokens)."""
+    return config.batched_tokens(max_model_len, vllm_v1_limits(gpu)["max_num_batched_tokens"])
+
+
 LONG_CONTEXT_TOKENS = 32 * 1024  # vLLM's "long context": chunked prefill by default above it
 
 
