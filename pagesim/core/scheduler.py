@@ -56,7 +56,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swapped_blocks = 0  # blocks moved either way
         self.last_admission: AdmissionAnswer | None = None  # dropped by every change of state
-        # the running batch the decode runs keep (pagesim.core.decode_runs.DecodeBatch, which says when)
+        # the running batch the decode runs keep (pagesim.core.decode_batch.DecodeBatch, which says when)
         self.decode_batch = None
         self._stepping_batch = None  # one the step being taken decodes (update() moves its clock on)
 

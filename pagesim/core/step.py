@@ -107,7 +107,7 @@ class SchedulerOutput:
 
     def add_decodes(self, groups: list[SequenceGroup], seqs: list[Sequence], context_tokens: int) -> None:
         """add() for groups whose sequences (seqs, in order) all decode, reading context_tokens
-        in all (the caller knows: pagesim.core.decode_runs.DecodeBatch), counted in one go."""
+        in all (the caller knows: pagesim.core.decode_batch.DecodeBatch), counted in one go."""
         self.groups += groups
         self.seqs += seqs
         self.num_new_tokens += [1] * len(seqs)

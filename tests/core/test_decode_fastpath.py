@@ -22,7 +22,8 @@ import pytest
 from pagesim.core import (
     KVGroupSpec, PagedKVManager, PoolConfig, Request, Sample, SamplingParams, SchedulerConfig, StepResult, make_scheduler,
 )
-from pagesim.core.decode_runs import INF, DecodeBatch, advance_decode, decode_horizon, plan_decode
+from pagesim.core.decode_batch import INF, DecodeBatch
+from pagesim.core.decode_runs import advance_decode, decode_horizon, plan_decode
 
 TOKEN = 7  # the token every sequence appends (what the simulator does)
 LIMIT = 10_000

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pagesim.core.decode_runs import DecodeBatch
+from pagesim.core.decode_batch import DecodeBatch
 
 
 def stepwise(seqs, rooms, num_steps, bs):
