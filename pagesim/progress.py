@@ -14,6 +14,21 @@ from typing import Callable, TextIO
 LOG_INTERVAL_S = 10.0  # issue 27: "a line at least every 10 s"
 
 
+class CountOnly:
+    """A progress callback that only counts what is done (a bar, a log line): it reads no state of
+    the work it follows, so a replay may call it late, at the end of a decode run that went on
+    past finishes (pagesim.sim.engine.Replay._may_absorb_finishes), without changing anything."""
+
+    __slots__ = ("update",)
+    counts_only = True
+
+    def __init__(self, update: Callable) -> None:
+        self.update = update
+
+    def __call__(self, *args) -> None:
+        self.update(*args)
+
+
 def eta_text(elapsed_s: float, done: int, total: int | None) -> str:
     """'eta 1 min 20 s' from the rate so far; '?' before the first item or without a total."""
     if not total or done <= 0:

@@ -222,9 +222,12 @@ def progress_bar(label: str, unit: str, total: int | None, console=None, quiet: 
     """A progress bar with elapsed time and ETA on `console` (default: a rich Console on stderr);
     where that is not a terminal (a log), a line every 10 s instead (pagesim.progress). Off when
     quiet (--json); bar=False: the log lines only (work that prints its own lines on a terminal).
-    Yields update(done, total=None). Quiet, it loads no rich."""
+    Yields update(done, total=None), a CountOnly (it reads nothing but the count). Quiet, it loads
+    no rich."""
+    from pagesim.progress import CountOnly
+
     if quiet:
-        yield lambda done, new_total=None: None
+        yield CountOnly(lambda done, new_total=None: None)
         return
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
@@ -235,10 +238,10 @@ def progress_bar(label: str, unit: str, total: int | None, console=None, quiet: 
         from pagesim.progress import LogProgress
 
         with LogProgress(label, unit, total, console.file) as log:
-            yield log.update
+            yield CountOnly(log.update)
         return
     if not bar:
-        yield lambda done, new_total=None: None
+        yield CountOnly(lambda done, new_total=None: None)
         return
 
     columns = [TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
@@ -253,7 +256,7 @@ def progress_bar(label: str, unit: str, total: int | None, console=None, quiet: 
             if done % every == 0 or done == bar.tasks[0].total:
                 bar.update(task, completed=done)
 
-        yield update
+        yield CountOnly(update)
 
 
 # -- one place that turns every failure into one line and an exit status ------------------------

@@ -104,11 +104,16 @@ def _replay(replica, cluster) -> tuple:
     done = 0 if cluster is None else sum(len(r.sim.metrics.requests) for r in cluster.replicas[:replica.index])
 
     def recorded(_count) -> None:
-        left.append(env.now)
+        left.append(sim.left_at)
         if cluster is not None and cluster.on_progress is not None:
             cluster.on_progress(done + len(left))
 
+    # (it reads the record's own time, not the clock: Replay._may_absorb_finishes)
+    recorded.counts_only = cluster is None or getattr(cluster.on_progress, "counts_only", cluster.on_progress is None)
     sim.on_progress = recorded
+    # Its requests are all routed, and its ends reach nobody who could release another (the
+    # router reads no load; no sessions): its releases are all known, as a static feed's are.
+    replica.feed.static = True
     env.process(_enter(env, sim, replica.feed))  # (first, as the cluster's router process is)
     env.run(until=sim.start(env))
     return sim.finish(), left, env.now

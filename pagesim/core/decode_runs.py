@@ -44,17 +44,25 @@ class DecodePlan:
     steps_to_first_finish: float = field(default=INF, repr=False, compare=False)
     request_ids: list = field(default_factory=list, repr=False, compare=False)
     batch: "DecodeBatch | None" = field(default=None, repr=False, compare=False)
+    # a run that goes on past finishes (plan_decode's absorb_finishes): (step count at its end,
+    # sequences decoding, context tokens at its first step) for each stretch between finishes,
+    # the last ending at num_steps; None for a run of one batch throughout
+    stretches: list | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(slots=True)
 class DecodeRun:
-    """What advance_decode() did: num_steps decode steps of the same batch (what they read is
-    the DecodePlan's)."""
+    """What advance_decode() did: num_steps decode steps (what they read is the DecodePlan's)."""
 
     num_steps: int
-    num_seqs: int
+    num_seqs: int  # sequences decoded at its last step
     kv_blocks_used: list[int]  # after each step
-    finished: list[SequenceGroup]  # groups that finished at the last step
+    finished: list[SequenceGroup]  # groups that finished, in the order they did
+    # for a run that went on past finishes: (steps taken when groups left, sequences decoding
+    # until then, running groups and logical less used blocks just after) for each such step
+    # before the last, and for each finished group the steps taken when it left
+    finishes: list | None = None
+    left_at: list | None = None
 
 
 def decode_horizon(sched: Scheduler, limit: int) -> int:
@@ -65,8 +73,14 @@ def decode_horizon(sched: Scheduler, limit: int) -> int:
     return plan.num_steps if plan else 0
 
 
-def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
-    """decode_horizon() with the batch it would decode (None where the horizon is 0)."""
+def plan_decode(sched: Scheduler, limit: int, absorb_finishes: int = 0) -> DecodePlan | None:
+    """decode_horizon() with the batch it would decode (None where the horizon is 0).
+    absorb_finishes: where nothing is queued, plan past the steps in which groups finish (their
+    blocks freed could start nobody), up to that many steps in all, for a driver whose only
+    reader of a finish in mid-run is the run's own record (the simulator without per-finish
+    hooks, which knows about how many steps its run will take): the plan's stretches say how
+    the batch shrinks. Not where the KV manager acts per sequence as it decodes (prefix
+    caching's registrations, a sliding window's frees) or where groups have forked."""
     if not sched.running or limit < 1:
         return None
     kv = sched.kv
@@ -81,6 +95,11 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
         return None
     to_finish = min(batch.finish_at) - clock
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
+    absorbs = (to_finish < min(limit, absorb_finishes) and not (sched.waiting or sched.swapped) and not batch.forked
+               and batch.due is not None and not kv.tracks_computed and not kv.frees_while_decoding)
+    if absorbs:
+        # (blocks are counted below as if nobody left: on the safe side)
+        horizon = min(limit, absorb_finishes, max(batch.finish_at) - clock)
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):
         # a sliding window's freed block could let a queued group start: end with the step that frees one
         horizon = min(horizon, kv.steps_until_window_frees(seqs))
@@ -97,7 +116,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
     free = kv.num_free_blocks // kv.num_token_tables  # (blocks a sliding window frees meanwhile are not counted on)
     # (each sequence opens at most horizon // bs + 1 blocks: often that settles it unsummed)
     if num_seqs * (horizon // bs + 1) <= free:
-        return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
+        return _plan(batch, horizon, rooms, to_finish, absorbs)
     # the steps (from 0) at which sequences take their first new block, each with how many do
     opens = [(room, 1) for room in rooms if room != INF] if rooms is not None else batch.first_blocks()
 
@@ -105,7 +124,7 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
         return sum(((steps - 1 - first) // bs + 1) * count for first, count in opens if first < steps)
 
     if blocks_for(horizon) <= free:
-        return DecodePlan(horizon, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch)
+        return _plan(batch, horizon, rooms, to_finish, absorbs)
     lo, hi = 0, horizon
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -113,7 +132,37 @@ def plan_decode(sched: Scheduler, limit: int) -> DecodePlan | None:
             lo = mid
         else:
             hi = mid - 1
-    return DecodePlan(lo, num_seqs, batch.context, seqs, rooms, to_finish, batch.request_ids, batch) if lo else None
+    return _plan(batch, lo, rooms, to_finish, absorbs) if lo else None
+
+
+def _plan(batch: DecodeBatch, horizon: int, rooms: list | None, to_finish: int, absorbs: bool) -> DecodePlan:
+    plan = DecodePlan(horizon, len(batch.seqs), batch.context, batch.seqs, rooms, to_finish, batch.request_ids, batch)
+    if absorbs and to_finish < horizon:
+        plan.stretches = _stretches(batch, horizon)
+    return plan
+
+
+def _stretches(batch: DecodeBatch, horizon: int) -> list[tuple[int, int, int]]:
+    """DecodePlan.stretches of a run of horizon steps: the batch shrinks after each step in which
+    groups finish (each of one sequence: the batch has no forks), by those sequences and the
+    tokens they hold by then."""
+    clock = batch.clock
+    leaving: dict[int, list[int]] = {}  # steps until they stop -> [sequences, their tokens now]
+    for stop, seq in zip(batch.finish_at, batch.seqs):
+        if stop - clock < horizon:
+            counts = leaving.setdefault(stop - clock, [0, 0])
+            counts[0] += 1
+            counts[1] += seq.num_tokens
+    stretches = []
+    start, num_seqs, context = 0, len(batch.seqs), batch.context
+    for at in sorted(leaving):
+        stretches.append((at, num_seqs, context))
+        gone, tokens = leaving[at]
+        context += (at - start) * num_seqs - tokens - at * gone  # (each has at tokens more by then)
+        num_seqs -= gone
+        start = at
+    stretches.append((horizon, num_seqs, context))
+    return stretches
 
 
 def _current_batch(sched: Scheduler) -> DecodeBatch | None:
@@ -234,13 +283,18 @@ def surely_admits(sched: Scheduler, group: SequenceGroup, budget: float, num_seq
     return sched.kv.surely_admits(group)
 
 
-def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, plan: DecodePlan | None = None) -> DecodeRun:
+def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, plan: DecodePlan | None = None,
+                   step_ends: list[float] | None = None) -> DecodeRun:
     """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
     sequence appending token_id each step; now is when the last step ends. New blocks are taken
     in the order single steps would take them (step by step, in running order), so block ids
     come out the same; sequences that stop at the last step finish as update() would finish them.
     plan: plan_decode()'s answer for the state as it is now, if the caller has it (saves asking
-    again, and keeps the scheduler's DecodeBatch for the next plan)."""
+    again, and keeps the scheduler's DecodeBatch for the next plan). A plan with stretches that
+    this run goes past the first finish of needs step_ends, when each step ends (a group that
+    finishes in mid-run finishes then)."""
+    if plan is not None and plan.stretches is not None and num_steps > plan.steps_to_first_finish:
+        return _advance_past_finishes(sched, num_steps, token_id, plan, step_ends)
     kv = sched.kv
     bs = kv.block_size
     sched.last_admission = None  # the run takes blocks and frees the finished groups'
@@ -317,3 +371,53 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     return DecodeRun(num_steps, num_seqs, blocks_used, finished)
 
 
+
+
+def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan: DecodePlan,
+                           step_ends: list[float]) -> DecodeRun:
+    """advance_decode() of a run that goes on past steps in which groups finish (an absorbing
+    plan): stretch by stretch, each as a run of its own would go, the groups that stop at its last
+    step leaving at its end. The free blocks are taken from the head of the free queue and the
+    finished groups' return to its tail, so the blocks taken after a finish are the ones that
+    separate runs would take. Sequences that decode to the run's end are brought up to it once,
+    at the end; each that leaves, as it leaves."""
+    kv, batch = sched.kv, plan.batch
+    sched.last_admission = None  # the run takes blocks and frees the finished groups'
+    tables = kv.num_token_tables
+    blocks_used, finished, left_at, finishes = [], [], [], []
+    used, taken = kv.num_used_blocks, 0
+    while True:
+        steps = min(min(batch.finish_at) - batch.clock, num_steps - taken)
+        num_seqs = len(batch.seqs)
+        taking, opened = batch.blocks_taken(steps)
+        batch.move_on(steps)
+        if taking:
+            kv.append_blocks(taking)
+            if tables != 1:  # a new block of a sequence is one per token table
+                opened = [n * tables for n in opened]
+        blocks_used += list(accumulate(opened, initial=used))[1:]
+        taken += steps
+        gone = stopped_positions(batch.finish_at, batch.clock)
+        if taken == num_steps:
+            break
+        decode_steps([batch.seqs[i] for i in gone], taken, token_id)
+        _finish(sched, batch, gone, step_ends[taken - 1], finished)
+        left_at += [taken] * len(gone)
+        used = blocks_used[-1] = kv.num_used_blocks
+        finishes.append((taken, num_seqs, len(sched.running), kv.num_logical_blocks - used))
+    decode_steps(batch.seqs, num_steps, token_id)
+    if gone:
+        _finish(sched, batch, gone, step_ends[-1], finished)
+        left_at += [num_steps] * len(gone)
+    blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
+    return DecodeRun(num_steps, num_seqs, blocks_used, finished, finishes, left_at)
+
+
+def _finish(sched: Scheduler, batch: DecodeBatch, gone: list[int], now: float, finished: list) -> None:
+    """The batch's groups at positions gone, each of one sequence that reached its stop_len,
+    finish at now and leave the batch."""
+    for i in gone:
+        group = batch.groups[i]
+        sched.retire_stopped(group)
+        sched.finish_if_done(group, now, finished)
+    drop_positions(batch, gone)

@@ -117,18 +117,30 @@ class MetricsRecorder:
 
     def record_decode_run(self, ends: list[float], durations: list[float], num_seqs: int, kv_blocks_used: list[int],
                           num_swapped: int, before: tuple[int, int], after: tuple[int, int],
-                          shared: tuple[int, int] = (0, 0), request_ids: list[int] = ()) -> None:
+                          shared: tuple[int, int] = (0, 0), request_ids: list[int] = (), run=None) -> None:
         """Plain decode steps taken in one run (see Scheduler.advance_decode): the records
         record_step() would have written for them. before / after: (running requests, waiting
         requests) during the run and after its last step. shared: logical minus used blocks
         during the run and after its last step; the blocks a run appends are private (a run
         never copies or forks), so the difference holds until the last step's frees.
-        request_ids: the running requests, each given one token at every step's end."""
+        request_ids: the running requests, each given one token at every step's end (up to the
+        step it finished in). run: the DecodeRun, where it went on past finishes (its finishes
+        say how the batch shrank, which nothing else changes then: nobody waits or is swapped)."""
         (running, waiting), (running_after, waiting_after) = before, after
         log = self.step_log
-        first = log.add_run(ends, durations, kv_blocks_used, shared,
-                            (running, num_seqs, 0, num_seqs, waiting, num_swapped, 0, 0, 0, 0),
-                            (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
+        first = start = len(log)
+        finishes = run.finishes if run is not None else None
+        if finishes:
+            for at, seqs, running_then, shared_then in finishes:  # (each stretch as a run of its own)
+                stop = first + at
+                log.add_run(ends[start - first:at], durations[start - first:at], kv_blocks_used[start - first:at],
+                            (shared[0], shared_then), (running, seqs, 0, seqs, waiting, num_swapped, 0, 0, 0, 0),
+                            (running_then, seqs, 0, seqs, waiting, num_swapped, 0, 0, 0, 0))
+                start, running, shared = stop, running_then, (shared_then, shared[1])
+            num_seqs = run.num_seqs
+        log.add_run(ends[start - first:], durations[start - first:], kv_blocks_used[start - first:], shared,
+                    (running, num_seqs, 0, num_seqs, waiting, num_swapped, 0, 0, 0, 0),
+                    (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
         stop = len(log)
         spans_of = self.token_spans
         steps = stop - first
@@ -141,6 +153,11 @@ class MetricsRecorder:
             else:
                 spans[0] += steps
                 spans += (first, stop)
+        if finishes:  # (those that left in mid-run: their tokens end with the step they finished in)
+            for group, at in zip(run.finished, run.left_at):
+                spans = spans_of[group.request.request_id]
+                spans[0] -= steps - at
+                spans[-1] = first + at
 
     def record_waste(self, now: float, scheduler) -> None:
         w = scheduler.kv.waste(scheduler.running)

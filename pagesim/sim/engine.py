@@ -113,6 +113,7 @@ class Replay:
         self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps,
                                        origin=origin)
         self.num_done = 0  # finished or rejected
+        self.left_at = 0.0  # when the last request that left did (see _done)
         self.num_submitted = 0
         self.fast_forward = fast_forward
         self.on_progress = None  # callable(num_done) for progress bars
@@ -136,6 +137,8 @@ class Replay:
         tokens a step late) when the next step ends, as _delay_outputs times its last token;
         a refusal or the client's own timeout at once."""
         record = self.metrics.record_request(group)
+        # when it left: its last step's end (a run that went on past finishes records it later)
+        self.left_at = self.env.now if group.finish_time is None else group.finish_time
         label = self.session_labels.get(group.request_id)
         if label is not None:
             record.session_id, record.turn = label
@@ -245,6 +248,7 @@ class Replay:
         waste_every = self.cfg.waste_interval_s
         self.next_waste = 0.0 if waste_every is not None else math.inf
         feed, timeout, fast_forward = self.feed, self.cfg.client_timeout_s, self.fast_forward
+        absorb = self._may_absorb_finishes()
         while not (feed.exhausted and self.num_done == self.num_submitted):
             if not scheduler.has_unfinished:
                 if self._unheard_ends:
@@ -257,7 +261,8 @@ class Replay:
                 self._abort_timed_out(env.now)
                 if not scheduler.has_unfinished:
                     continue
-            plan = plan_decode(scheduler, MAX_DECODE_RUN) if fast_forward else None
+            plan = plan_decode(scheduler, MAX_DECODE_RUN, self._absorbed_steps(env.now) if absorb else 0) \
+                if fast_forward else None
             while plan is not None:
                 # (a run's two halves are plain calls around its timeouts, not a generator of its
                 # own: one fewer object and one fewer frame switch per event)
@@ -270,7 +275,7 @@ class Replay:
                 if timeout is not None or not scheduler.running:
                     break  # back to the loop's checks
                 # (with groups still running, those checks pass: plan the next run at once)
-                plan = plan_decode(scheduler, MAX_DECODE_RUN)
+                plan = plan_decode(scheduler, MAX_DECODE_RUN, self._absorbed_steps(env.now) if absorb else 0)
             if plan is not None:
                 continue
             now = env.now
@@ -296,6 +301,26 @@ class Replay:
                 self._done(group)
                 self._beam_rngs.pop(group.request_id, None)
             self._maybe_sample_waste(now)
+
+    def _may_absorb_finishes(self) -> bool:
+        """Whether decode runs may go on past the steps in which groups finish
+        (plan_decode's absorb_finishes): only where nothing outside the run reads a finish before
+        the run's end, as nothing does when the releases are all known in advance (a finish
+        releases nobody), no client gives up, and no hook watches the steps or the departures
+        (a progress count aside, which only counts them)."""
+        progress = self.on_progress
+        return (self.fast_forward and self.feed.static and self.cfg.client_timeout_s is None and self.on_step is None
+                and self.on_decode_run is None and (progress is None or getattr(progress, "counts_only", False)))
+
+    def _absorbed_steps(self, now: float) -> int:
+        """How far a decode run may go past finishes: about the steps until the next arrival (or
+        waste sample), where the run will end anyway, at the last step's pace (steps may quicken
+        as the batch shrinks: a run that ends early is followed by another, never wrong)."""
+        until = min(self.feed.next_time() + self.request_host_s, self.next_waste)
+        if until == math.inf:
+            return MAX_DECODE_RUN
+        pace = self._pace
+        return int((until - now) / pace * 1.25) + 16 if pace > 0 else 0
 
     def _beam_step(self, out: SchedulerOutput) -> StepResult:
         """SIM_STEP plus explicit samples for the beam groups due a token this step."""
@@ -331,7 +356,7 @@ class Replay:
         queues = (len(scheduler.running), len(scheduler.waiting), len(scheduler.swapped))
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
-        run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan)
+        run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan, ends)
         delay = _delay_to(now, end)
         # no single delay lands exactly there (rounding ties): time the steps one by one
         delays = (delay,) if now + delay == end else durations
@@ -347,7 +372,7 @@ class Replay:
                                        swapped, (running, waiting_before),
                                        (len(scheduler.running), len(scheduler.waiting)),
                                        (taken.shared_before, kv.num_logical_blocks - kv.num_used_blocks),
-                                       taken.plan.request_ids)
+                                       taken.plan.request_ids, taken.run)
         for group in taken.run.finished:
             self._done(group)
         self._maybe_sample_waste(self.env.now)
@@ -359,27 +384,32 @@ class Replay:
         far short of its plan."""
         durations, ends = [], []
         pace = self._pace
-        while len(ends) < plan.num_steps:
-            # Durations grow along a run (its context does), and slowly from run to run: at the
-            # last one's pace, this many more steps reach until at the most (any chunk gives the
-            # same floats; this one mostly ends the run without a second)
-            chunk = plan.num_steps if until == math.inf else 16 if pace <= 0 else max(16, int((until - now) / pace) + 2)
-            count = min(chunk, plan.num_steps - len(ends))
-            part = self.cost.decode_run_durations(plan.num_seqs, plan.context_tokens + len(ends) * plan.num_seqs, count,
-                                                  self.cfg.block_size)
-            self._pace = pace = part[-1]
-            part_ends = list(accumulate(part, initial=now))  # (part_ends[k]: the end of the chunk's k-th step)
-            # (durations are positive, so ends increase: the first end at or after until)
-            cut = bisect_left(part_ends, until, 1)
-            if cut <= count:
-                if not ends:  # (most runs: cut inside the first chunk)
-                    return part[:cut], part_ends[1:cut + 1]
-                durations += part[:cut]
-                ends += part_ends[1:cut + 1]
-                break
-            durations += part
-            ends += part_ends[1:]
-            now = part_ends[-1]
+        # (a plan that goes past finishes decodes fewer sequences after each: stretch by stretch)
+        stretches = plan.stretches or ((plan.num_steps, plan.num_seqs, plan.context_tokens),)
+        start = 0  # steps before the stretch
+        for stop, num_seqs, context in stretches:
+            while len(ends) < stop:
+                # Durations grow along a run (its context does), and slowly from run to run: at the
+                # last one's pace, this many more steps reach until at the most (any chunk gives
+                # the same floats; this one mostly ends the run without a second)
+                chunk = stop if until == math.inf else 16 if pace <= 0 else max(16, int((until - now) / pace) + 2)
+                count = min(chunk, stop - len(ends))
+                part = self.cost.decode_run_durations(num_seqs, context + (len(ends) - start) * num_seqs, count,
+                                                      self.cfg.block_size)
+                self._pace = pace = part[-1]
+                part_ends = list(accumulate(part, initial=now))  # (part_ends[k]: the end of the chunk's k-th step)
+                # (durations are positive, so ends increase: the first end at or after until)
+                cut = bisect_left(part_ends, until, 1)
+                if cut <= count:
+                    if not ends:  # (most runs: cut inside the first chunk)
+                        return part[:cut], part_ends[1:cut + 1]
+                    durations += part[:cut]
+                    ends += part_ends[1:cut + 1]
+                    return durations, ends
+                durations += part
+                ends += part_ends[1:]
+                now = part_ends[-1]
+            start = stop
         return durations, ends
 
     def _next_deadline(self) -> float:

@@ -68,6 +68,28 @@ def test_replicas_apart_write_the_one_clocks_files(case, tmp_path):
             assert files[name] == expected[name], f"{case}, {jobs} process(es): {name} differs"
 
 
+def test_replicas_apart_take_runs_past_finishes(monkeypatch):
+    """Apart, a replica's ends reach nobody (the router reads no load): its decode runs go on past
+    the steps in which groups finish (plan_decode's absorb_finishes), where the one clock stops
+    at each; the test above holds the files to the one clock's."""
+    from pagesim.sim import engine as engine_module
+
+    runs = []
+    advance = engine_module.advance_decode
+
+    def kept(*args, **kwargs):
+        runs.append(advance(*args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(engine_module, "advance_decode", kept)
+    trace, groups, router, staleness = CASES["two groups"]
+    Cluster(spec_of(groups, router, staleness), trace, independent=False).run()
+    assert not any(run.finishes for run in runs)
+    runs.clear()
+    Cluster(spec_of(groups, router, staleness), trace).run(jobs=1)
+    assert sum(len(run.finishes or ()) for run in runs) >= 20
+
+
 def test_requests_leaving_at_one_instant_are_kept_by_replica():
     # six requests at once, round-robin over three replicas; those of 10,000 tokens do not fit
     # (max_model_len 2,048) and are turned away as they enter, all at t = 0: the router sent them

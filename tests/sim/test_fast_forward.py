@@ -101,3 +101,31 @@ def test_fast_path_writes_the_same_bytes(name, tmp_path, monkeypatch):
         assert what[key] > 0, (key, what)
     if cfg.n:
         assert all(r.num_seqs == cfg.n for r in slow.metrics.requests if r.status == "finished")
+
+
+# Sparse arrivals: batches decode with nobody waiting, so runs go on past the steps in which
+# groups finish (plan_decode's absorb_finishes), up to the next arrival.
+ABSORBING = {
+    "paged": dict(rate=0.5, num_requests=80),
+    "paged-swap-tight": dict(preemption="swap", num_gpu_blocks=120, rate=1.0, num_requests=80),
+    "vllm-v1-async-output": dict(policy="vllm-v1", engine="vllm-0.15", rate=0.5, num_requests=80),
+}
+
+
+@pytest.mark.parametrize("name", list(ABSORBING))
+def test_runs_past_finishes_write_the_same_bytes(name, tmp_path, monkeypatch):
+    cfg = dataclasses.replace(BASE, **ABSORBING[name])
+    runs = []
+    advance = engine_module.advance_decode
+
+    def kept(*args, **kwargs):
+        runs.append(advance(*args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(engine_module, "advance_decode", kept)
+    for fast, folder in ((True, "fast"), (False, "slow")):
+        result = Replay(cfg, SHAREGPT, fast_forward=fast).run()
+        result.metrics.write(tmp_path / folder, result.summary)
+    for f in sorted(p.name for p in (tmp_path / "slow").iterdir()):
+        assert (tmp_path / "fast" / f).read_bytes() == (tmp_path / "slow" / f).read_bytes(), f
+    assert sum(len(run.finishes or ()) for run in runs) >= 10  # (finishes in mid-run: absorbed)
