@@ -162,9 +162,9 @@ def routed_expert_numel(model, top_k_of):
     through: the (E - k) / E share of each layer's routed experts (shared experts are separate modules)."""
     total = idle = 0
     for name, module in model.named_modules():
-        # (GraniteMoE: block_sparse_moe; Llama 4: feed_forward; Nemotron 3: mixer)
+        # (GraniteMoE: block_sparse_moe; Llama 4: feed_forward; Nemotron 3: mixer; DBRX: ffn)
         if name.endswith((".mlp.experts", ".block_sparse_moe.experts", ".feed_forward.experts",
-                          ".mixer.experts")):
+                          ".mixer.experts", ".ffn.experts")):
             n = sum(p.numel() for p in module.parameters())
             experts, k = top_k_of
             total += sum(p.numel() for key, p in module.named_parameters() if not key.endswith("bias"))  # matmuls

@@ -73,10 +73,11 @@ def test_every_data_file_is_checked():
     from tests.models.test_minimax import FILES as MINIMAX_FILES
     from tests.models.test_qwen_vl import FILES as QWEN_VL_FILES
     from tests.models.test_nemotron3 import FILES as NEMOTRON3_FILES
+    from tests.models.test_more_families import FILES as MORE_FILES
 
     assert sorted(p.stem for p in DATA.glob("*.json")) == sorted([name for name, _, _ in PUBLISHED] + FILES + MODERN
                                                                   + QWEN_VL_FILES + HUNYUAN_FILES + MINIMAX_FILES
-                                                                  + NEMOTRON3_FILES)
+                                                                  + NEMOTRON3_FILES + MORE_FILES)
 
 
 @pytest.mark.parametrize("name,published,source", PUBLISHED)

@@ -10,6 +10,7 @@ from pagesim.models.families import falcon_h1, jamba, nemotron_h, smollm3
 from pagesim.models.families import cohere2, ernie4_5_moe, exaone4, minimax, minimax_m2, seed_oss
 from pagesim.models.families import qwen_vl
 from pagesim.models.families import hunyuan
+from pagesim.models.families import cohere, dbrx, ernie4_5, glm4, olmo3, starcoder2
 
 FAMILIES = {
     "opt": opt.build,
@@ -56,4 +57,10 @@ FAMILIES = {
     "qwen3_vl_moe": qwen_vl.build_qwen3_vl_moe,
     "hunyuan_v1_dense": hunyuan.build_dense,
     "hunyuan_v1_moe": hunyuan.build_moe,
+    "glm4": glm4.build,
+    "cohere": cohere.build,
+    "starcoder2": starcoder2.build,
+    "dbrx": dbrx.build,
+    "olmo3": olmo3.build,
+    "ernie4_5": ernie4_5.build,
 }

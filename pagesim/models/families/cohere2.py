@@ -20,8 +20,14 @@ def every_nth_global(period: int):
     return lambda i: (i + 1) % period != 0
 
 
+def heads_of_hidden(f: ConfigFields) -> tuple[int, int, int, int]:
+    """(hidden, heads, KV heads, hidden / heads): the head size vLLM derives for Cohere and
+    StarCoder2, whatever `head_dim` the file gives."""
+    return attention_heads(ConfigFields({**f.config, "head_dim": None}, f.where))
+
+
 def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
-    heads = attention_heads(ConfigFields({**f.config, "head_dim": None}, f.where))
+    heads = heads_of_hidden(f)
     if f.bool("use_qk_norm", False):
         raise f.error("use_qk_norm", "is true: Cohere 2 has no q/k norms (transformers' Cohere2 builds none)")
     pattern = f.int("sliding_window_pattern", 4)

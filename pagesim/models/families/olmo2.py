@@ -11,10 +11,15 @@ from pagesim.models.families.llama import check_rope_scaling
 from pagesim.models.spec import ModelSpec, WeightQuant
 
 
+def post_norm_extras(f: ConfigFields, heads: tuple[int, int, int, int]) -> Extras:
+    """OLMo 2 and 3: q/k/v/o biases where `attention_bias`, q and k norms over the whole projections."""
+    h, n, kv, d = heads
+    bias = (n * d + 2 * kv * d + h) if f.bool("attention_bias", False) else 0
+    return Extras(layer_bias=bias, layer_other=(n + kv) * d, tied_embeddings=f.bool("tie_word_embeddings", False))
+
+
 def build(f: ConfigFields, name: str, quant: WeightQuant | None) -> ModelSpec:
-    h, heads, kv_heads, head_dim = heads_ = attention_heads(f)
+    heads = attention_heads(f)
     check_rope_scaling(f)
-    bias = (heads * head_dim + 2 * kv_heads * head_dim + h) if f.bool("attention_bias", False) else 0
-    extras = Extras(layer_bias=bias, layer_other=(heads + kv_heads) * head_dim,
-                    tied_embeddings=f.bool("tie_word_embeddings", False))
-    return llama_shaped(f, name, quant, extras=extras, ffn_size=f.int("intermediate_size"), qk_norm=True, heads=heads_)
+    return llama_shaped(f, name, quant, extras=post_norm_extras(f, heads), ffn_size=f.int("intermediate_size"),
+                        qk_norm=True, heads=heads)
