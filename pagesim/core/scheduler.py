@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from pagesim.core.kv_manager import KVCacheManager
 from pagesim.core.request import Request, Sequence, SequenceGroup, SequenceStatus
+from pagesim.core.samples import apply_samples
 from pagesim.core.scheduler_config import BATCHING, PREEMPTION_MODES, SchedulerConfig  # noqa: F401 (re-exported)
 from pagesim.core.step import Sample, SchedulerOutput, StepResult
 
@@ -408,47 +409,7 @@ class Scheduler:
             finished.append(group)
 
     def _apply_samples(self, group: SequenceGroup, due: list[Sequence], samples: list[Sample]) -> None:
-        """Append each sample to its parent (the parent keeps its first sample, a further one
-        forks a child), drop the due sequences no sample names, and record in
-        group.sample_seq_ids the sequence each sample went into, so a driver can follow it."""
-        if len(samples) == len(due):
-            for sample, seq in zip(samples, due):
-                if sample.parent_seq_id != seq.seq_id:
-                    break
-            else:  # the common step: each due sequence takes one sample of its own, nothing forks or drops
-                for seq, sample in zip(due, samples):
-                    seq.append_token(sample.token_id, sample.logprob)
-                group.sample_seq_ids = [seq.seq_id for seq in due]
-                return
-        by_parent: dict[int, list[int]] = {}  # parent seq id -> indices of its samples
-        for i, sample in enumerate(samples):
-            by_parent.setdefault(sample.parent_seq_id, []).append(i)
-        # Beams that lost are freed before any fork: a manager that forks by copying (the
-        # reservation baselines) hands the child the range a lost beam gives back.
-        for seq in due:
-            if seq.seq_id not in by_parent:
-                seq.status = SequenceStatus.DROPPED
-                self.kv.free(seq)
-        placed = [0] * len(samples)
-        new_seqs = []
-        for seq in group.seqs:
-            if seq not in due:
-                new_seqs.append(seq)
-                continue
-            mine = by_parent.get(seq.seq_id)
-            if not mine:  # a beam that lost (freed above)
-                continue
-            for i in mine[1:]:  # fork before the parent appends its own token
-                child = seq.copy_as(next(self._seq_ids))
-                self.kv.fork(seq, child)
-                child.append_token(samples[i].token_id, samples[i].logprob)
-                new_seqs.append(child)
-                placed[i] = child.seq_id
-            seq.append_token(samples[mine[0]].token_id, samples[mine[0]].logprob)
-            new_seqs.append(seq)
-            placed[mine[0]] = seq.seq_id
-        group.seqs = new_seqs
-        group.sample_seq_ids = placed
+        apply_samples(self.kv, self._seq_ids, group, due, samples)
 
     def retire_stopped(self, group: SequenceGroup) -> None:
         """Finish the sequences that hit max_tokens, max_model_len or (unless ignored) EOS."""
