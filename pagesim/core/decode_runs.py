@@ -79,8 +79,9 @@ def plan_decode(sched: Scheduler, limit: int, absorb_finishes: int = 0) -> Decod
     blocks freed could start nobody), up to that many steps in all, for a driver whose only
     reader of a finish in mid-run is the run's own record (the simulator without per-finish
     hooks, which knows about how many steps its run will take): the plan's stretches say how
-    the batch shrinks. Not where the KV manager acts per sequence as it decodes (prefix
-    caching's registrations, a sliding window's frees) or where groups have forked."""
+    the batch shrinks. Not where the KV manager frees blocks per sequence as it decodes (a sliding
+    window) or where groups have forked; prefix caching's registrations are made at the end of
+    each stretch, as a run of its own would make them."""
     if not sched.running or limit < 1:
         return None
     kv = sched.kv
@@ -96,7 +97,7 @@ def plan_decode(sched: Scheduler, limit: int, absorb_finishes: int = 0) -> Decod
     to_finish = min(batch.finish_at) - clock
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     absorbs = (to_finish < min(limit, absorb_finishes) and not (sched.waiting or sched.swapped) and not batch.forked
-               and batch.due is not None and not kv.tracks_computed and not kv.frees_while_decoding)
+               and batch.due is not None and not kv.frees_while_decoding)
     if absorbs:
         # (blocks are counted below as if nobody left: on the safe side)
         horizon = min(limit, absorb_finishes, max(batch.finish_at) - clock)
@@ -380,10 +381,11 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
     step leaving at its end. The free blocks are taken from the head of the free queue and the
     finished groups' return to its tail, so the blocks taken after a finish are the ones that
     separate runs would take. Sequences that decode to the run's end are brought up to it once,
-    at the end; each that leaves, as it leaves."""
+    at the end; each that leaves, as it leaves (a manager that tracks computed tokens only
+    retries prompt blocks while they decode, which reads no count that lags)."""
     kv, batch = sched.kv, plan.batch
     sched.last_admission = None  # the run takes blocks and frees the finished groups'
-    tables = kv.num_token_tables
+    tables, tracks_computed = kv.num_token_tables, kv.tracks_computed
     blocks_used, finished, left_at, finishes = [], [], [], []
     used, taken = kv.num_used_blocks, 0
     while True:
@@ -401,11 +403,15 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
         if taken == num_steps:
             break
         decode_steps([batch.seqs[i] for i in gone], taken, token_id)
+        if tracks_computed:  # (a retried prompt block registers before the finished offer theirs)
+            kv.on_decode_run(batch.seqs, steps)
         _finish(sched, batch, gone, step_ends[taken - 1], finished)
         left_at += [taken] * len(gone)
         used = blocks_used[-1] = kv.num_used_blocks
         finishes.append((taken, num_seqs, len(sched.running), kv.num_logical_blocks - used))
     decode_steps(batch.seqs, num_steps, token_id)
+    if tracks_computed:
+        kv.on_decode_run(batch.seqs, steps)
     if gone:
         _finish(sched, batch, gone, step_ends[-1], finished)
         left_at += [num_steps] * len(gone)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import pytest
 
 from pagesim.core import KVGroupSpec, Request, SamplingParams
+from pagesim.core import decode_runs
 from pagesim.core.decode_runs import advance_decode, plan_decode
+from pagesim.core.paged import PagedKVManager
 from tests.core.fastpath_support import LIMIT, Driver, _copy, core_state, group_state, maker, step_result, workload
 
 
@@ -94,11 +96,12 @@ CASES = {
     # parallel samples: absorbed only while no group of the batch has forked
     "parallel": (maker(preemption="auto", blocks=80, max_len=100, batched=300),
                  {"n_choices": (1, 2, 3), "max_prompt": 50, "max_output": 50}),
-    # never absorbed (prefix caching registers, a sliding window frees, sequence by sequence)
+    # prefix caching: its registrations at each stretch's end, as separate runs make them
     "prefix": (maker(caching=True), {"token_ids": True}),
+    # never absorbed (a sliding window frees sequence by sequence)
     "sliding": (maker(blocks=110, kv_groups=(KVGroupSpec("full", 1), KVGroupSpec("sliding", 1, 11))), {}),
 }
-NEVER_ABSORBED = ("prefix", "sliding")
+NEVER_ABSORBED = ("sliding",)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -126,3 +129,30 @@ def test_a_run_past_finishes_stops_for_a_waiting_group():
     sched.waiting.clear()  # (the same batch with nobody waiting goes on past the finish)
     plan = plan_decode(sched, LIMIT, absorb_finishes=LIMIT)
     assert plan.num_steps == 29 and plan.stretches == [(5, 2, 20), (29, 1, 10 + 5)]
+
+
+def test_prefix_retries_register_inside_runs_past_finishes(monkeypatch):
+    """A prompt block whose key another block held gets it once that block is evicted: runs past
+    finishes register such retries at the end of a stretch, before the finished groups offer
+    their blocks, as separate runs would; the whole cache (keys, blocks, evictions) then matches
+    single steps (drive_absorbing compares it). Seed 3 makes such retries inside those runs."""
+    registered, inside = [], []
+    retry, past_finishes = PagedKVManager.on_decode_run, decode_runs._advance_past_finishes
+
+    def counting(kv, seqs, num_steps, last_step=True):
+        before = {s.seq_id: kv._unregistered.get(s.seq_id) for s in seqs}
+        retry(kv, seqs, num_steps, last_step)
+        registered.extend(i for i, r in before.items() if inside and r and kv._unregistered.get(i) != r)
+
+    def marked(*args):
+        inside.append(True)
+        try:
+            return past_finishes(*args)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(PagedKVManager, "on_decode_run", counting)
+    monkeypatch.setattr(decode_runs, "_advance_past_finishes", marked)
+    make, kwargs = CASES["prefix"]
+    stats = drive_absorbing(make, workload(3, 50, max_len=make().config.max_model_len, mean_gap=25, **kwargs))
+    assert stats["finished"] == 50 and stats["past_finishes"] >= 15 and registered, (stats, registered)
