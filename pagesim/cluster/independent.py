@@ -22,6 +22,7 @@ from array import array
 
 import simpy
 
+from pagesim.metrics import RequestColumns
 from pagesim.sim.releases import event_at
 
 _CLUSTER = None  # the cluster whose replicas a forked worker replays (set before the workers start)
@@ -92,7 +93,10 @@ def _worker_start() -> None:
 
 
 def _replay_index(index: int):
-    return (index, *_replay(_CLUSTER.replicas[index], None))
+    replica = _CLUSTER.replicas[index]
+    replayed = _replay(replica, None)
+    replica.sim = None  # (its result goes to the parent: this worker keeps nothing of it for its next replica)
+    return (index, *replayed)
 
 
 def _replay(replica, cluster) -> tuple:
@@ -116,7 +120,9 @@ def _replay(replica, cluster) -> tuple:
     replica.feed.static = True
     env.process(_enter(env, sim, replica.feed))  # (first, as the cluster's router process is)
     env.run(until=sim.start(env))
-    return sim.finish(), left, env.now
+    result = sim.finish()
+    result.metrics.pack()  # (its records as columns: what the parent merges, in a fifth of the memory)
+    return result, left, env.now
 
 
 def _enter(env: simpy.Environment, sim, feed):
@@ -130,23 +136,33 @@ def _enter(env: simpy.Environment, sim, feed):
     sim.wake()  # (its feed ran dry: an idle engine sees that it is done)
 
 
-def in_clock_order(cluster, records: list, times: array, replicas: array, decodes: array) -> None:
+def in_clock_order(cluster, records, times: array, replicas: array, decodes: array) -> None:
     """Set the cluster's records (with their replica, decode replica and leaving time columns) in
     the one clock's order: by when each left, ties by replica, a replica's own order kept (a stable
     sort). A run on one clock gives them by time already, so only its ties move (its event queue
-    ordered those); a run apart gives them replica by replica, and this merges them."""
+    ordered those); a run apart gives them replica by replica, and this merges them.
+    records: a list, or RequestColumns (seen in the new order, not copied)."""
     import numpy as np
 
     order = np.lexsort((np.frombuffer(replicas, dtype=np.int32), np.frombuffer(times, dtype=np.float64)))
-    cluster.records = [records[i] for i in order.tolist()]
+    if isinstance(records, RequestColumns):
+        cluster.records = records.take(order.astype(np.int32))  # (4 bytes a request: a run stays far below 2**31)
+    else:
+        cluster.records = [records[i] for i in order.tolist()]
     for name, column, dtype in (("record_replica", replicas, np.int32), ("record_decode", decodes, np.int32),
                                 ("record_time", times, np.float64)):
         setattr(cluster, name, array(column.typecode, np.frombuffer(column, dtype=dtype)[order].tobytes()))
 
 
 def _merge(cluster, results: list, left: list) -> None:
-    """The replicas' records, replica after replica, put in the one clock's order."""
-    records = [record for result in results for record in result.metrics.requests]
+    """The replicas' records (packed: RequestColumns), replica after replica in one set of columns
+    that each replica's metrics.requests then sees its part of, put in the one clock's order."""
+    records = RequestColumns.concat([result.metrics.requests for result in results])
+    start = 0
+    for result in results:
+        stop = start + len(result.metrics.requests)
+        result.metrics.requests = records.part(start, stop)  # (the same rows, not a second copy)
+        start = stop
     times, replicas = array("d"), array("i")
     for index, replica_times in enumerate(left):
         times.extend(replica_times)
