@@ -15,7 +15,6 @@ the outputs are the same bytes either way (tests/cluster/test_independent.py).
 
 from __future__ import annotations
 
-import heapq
 import multiprocessing
 import os
 from array import array
@@ -25,7 +24,7 @@ import simpy
 from pagesim.metrics import RequestColumns
 from pagesim.sim.releases import event_at
 
-_CLUSTER = None  # the cluster whose replicas a forked worker replays (set before the workers start)
+_APART = None  # (the cluster, its routed requests) a forked worker replays (set before the workers start)
 
 
 def run_apart(cluster, jobs: int | None = None):
@@ -33,11 +32,11 @@ def run_apart(cluster, jobs: int | None = None):
     CPUs this process may use), merge: the ClusterResult."""
     from pagesim.cluster.results import ClusterResult
 
-    _route_all(cluster)
+    routed = _route_all(cluster)
     count = len(cluster.replicas)
     results, left = [None] * count, [None] * count
     done, cluster.end_time = 0, 0.0
-    for index, result, times, end in _replayed(cluster, worker_count(jobs, count)):
+    for index, result, times, end in _replayed(cluster, routed, worker_count(jobs, count)):
         results[index], left[index] = result, times
         cluster.end_time = max(cluster.end_time, end)  # (on one clock: when its last engine ended)
         done += len(times)
@@ -58,32 +57,52 @@ def worker_count(jobs: int | None, replicas: int) -> int:
     return max(1, min(jobs, replicas))
 
 
-def _route_all(cluster) -> None:
-    """Each request onto its replica's queue of entries, in the order the router takes them: it
-    reaches the router at its release plus the router's host time, as on one clock."""
-    feed, order = cluster.feed, 0
+def _route_all(cluster) -> list[tuple[array, array]]:
+    """Route every request, in the order the router takes them: it reaches the router at its
+    release plus the router's host time, as on one clock. Per replica, when each of its requests
+    enters it and which request it is (its place in cluster.requests): 12 bytes a request, where
+    queued entries cost ~120; a replica's queue is built as it is replayed (_queue)."""
+    feed, requests = cluster.feed, cluster.requests
+    routed = [(array("d"), array("i")) for _ in cluster.replicas]
+    index = 0
     while not feed.exhausted:
         enters = feed.next_time() + cluster.host_s
-        replica, request, at = cluster.place(feed.pop(), enters)
-        order += 1
-        heapq.heappush(replica.feed.pending, (at, order, request))
+        request = feed.pop()
+        replica, entering, at = cluster.place(request, enters)
+        # (no P/D here: a request enters as it came, so its place in the workload names it)
+        assert entering is request and requests[index] is request
+        times, indices = routed[replica.index]
+        times.append(at)
+        indices.append(index)
+        index += 1
+    return routed
 
 
-def _replayed(cluster, jobs: int):
+def _queue(replica, routed: tuple[array, array], requests: list) -> None:
+    """The replica's queue of requests to enter (the heap the cluster's deliveries keep on one
+    clock: (enters at, order, request)); routed in time order, so the list is a heap already."""
+    times, indices = routed
+    replica.feed.pending = [(at, order, requests[i]) for order, (at, i) in enumerate(zip(times, indices))]
+
+
+def _replayed(cluster, routed: list, jobs: int):
     """(replica index, its ReplayResult, when each of its records left, when it ended), as each is done."""
     if jobs == 1:
         for replica in cluster.replicas:
+            _queue(replica, routed[replica.index], cluster.requests)
             yield (replica.index, *_replay(replica, cluster))
         return
-    global _CLUSTER
-    _CLUSTER = cluster  # (the workers are forked: they find it here, nothing is pickled to them)
+    global _APART
+    _APART = cluster, routed  # (the workers are forked: they find it here, nothing is pickled to them)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
-            for replica in cluster.replicas:  # (the workers have their copies: this process needs them no more)
-                replica.feed.pending = []
+            # (the workers have their copies: this process needs the requests no more; the list is
+            # the workload every replica and the feed share, so they all let it go)
+            cluster.requests.clear()
+            routed.clear()
             yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
     finally:
-        _CLUSTER = None
+        _APART = None
 
 
 def _worker_start() -> None:
@@ -93,7 +112,9 @@ def _worker_start() -> None:
 
 
 def _replay_index(index: int):
-    replica = _CLUSTER.replicas[index]
+    cluster, routed = _APART
+    replica = cluster.replicas[index]
+    _queue(replica, routed[index], cluster.requests)
     replayed = _replay(replica, None)
     replica.sim = None  # (its result goes to the parent: this worker keeps nothing of it for its next replica)
     return (index, *replayed)
@@ -157,14 +178,14 @@ def in_clock_order(cluster, records, times: array, replicas: array, decodes: arr
 def _merge(cluster, results: list, left: list) -> None:
     """The replicas' records (packed: RequestColumns), replica after replica in one set of columns
     that each replica's metrics.requests then sees its part of, put in the one clock's order."""
-    records = RequestColumns.concat([result.metrics.requests for result in results])
+    sizes = [len(result.metrics.requests) for result in results]
+    records = RequestColumns.concat([result.metrics.requests for result in results], release=True)
     start = 0
-    for result in results:
-        stop = start + len(result.metrics.requests)
-        result.metrics.requests = records.part(start, stop)  # (the same rows, not a second copy)
-        start = stop
+    for result, size in zip(results, sizes):
+        result.metrics.requests = records.part(start, start + size)  # (the same rows, not a second copy)
+        start += size
     times, replicas = array("d"), array("i")
     for index, replica_times in enumerate(left):
         times.extend(replica_times)
-        replicas.extend([index] * len(replica_times))
+        replicas.extend(array("i", [index]) * len(replica_times))
     in_clock_order(cluster, records, times, replicas, array("i", [-1]) * len(records))

@@ -62,19 +62,23 @@ class RequestColumns(Sequence):
         return cls(columns, tables)
 
     @classmethod
-    def concat(cls, parts: list[RequestColumns]) -> RequestColumns:
-        """The parts' rows one part after another, in one set of columns (the text tables merged)."""
+    def concat(cls, parts: list[RequestColumns], release: bool = False) -> RequestColumns:
+        """The parts' rows one part after another, in one set of columns (the text tables merged).
+        release: let each part's column go once it is copied (the parts are empty after), so
+        that the copy and the parts overlap by one column, not by all of them."""
         import numpy as np
 
         parts = [p.packed() for p in parts]
         tables = {name: list(dict.fromkeys(v for p in parts for v in p.tables[name])) for name in TEXT_FIELDS}
         columns = {}
-        for name in (*FLOAT_FIELDS, *INT_FIELDS):
-            columns[name] = np.concatenate([p.columns[name] for p in parts]) if parts else _empty(name)
-        for name in TEXT_FIELDS:
-            codes = {value: code for code, value in enumerate(tables[name])}
-            recoded = [np.array([codes[v] for v in p.tables[name]], dtype=np.int32)[p.columns[name]] for p in parts]
-            columns[name] = np.concatenate(recoded) if parts else _empty(name)
+        for name in (*FLOAT_FIELDS, *INT_FIELDS, *TEXT_FIELDS):
+            pieces = [p.columns.pop(name) if release else p.columns[name] for p in parts]
+            if name in TEXT_FIELDS:  # (each part's codes into the merged table)
+                codes = {value: code for code, value in enumerate(tables[name])}
+                pieces = [np.array([codes[v] for v in p.tables[name]], dtype=np.int32)[piece]
+                          for p, piece in zip(parts, pieces)]
+            columns[name] = np.concatenate(pieces) if pieces else _empty(name)
+            del pieces
         return cls(columns, tables)
 
     def packed(self) -> RequestColumns:

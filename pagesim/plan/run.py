@@ -87,6 +87,9 @@ def measured_requests(requests: list, warmup_s: float) -> list:
     return sorted((r for r in requests if r.arrival_time >= warmup_s), key=lambda r: r.request_id)
 
 
+STRETCH = 1 << 16  # requests trend_record reads at a time
+
+
 def trend_record(rate: float, warmup_s: float, requests) -> dict:
     """What the steady-state verdict (steadiness) reads of a finished run (request records, or
     RequestColumns): its measured requests (measured_requests's), the window, the mean service
@@ -104,7 +107,9 @@ def trend_record(rate: float, warmup_s: float, requests) -> dict:
     services = services[~np.isnan(services)].tolist()
     trend = None
     if last_arrival > start:  # a rejected request leaves as it arrives
-        stays = zip(arrival.tolist(), np.where(np.isnan(finish), arrival, finish).tolist())
+        leave = np.where(np.isnan(finish), arrival, finish)
+        stays = (stay for i in range(0, len(arrival), STRETCH)  # (a stretch at a time: no list of every float)
+                 for stay in zip(arrival[i:i + STRETCH].tolist(), leave[i:i + STRETCH].tolist()))
         trend = steady.in_system_trend(stays, start, last_arrival).to_dict()
     return {"rate": rate, "num_measured": int(measured.sum()), "window_s": last_arrival - start,
             "mean_service_s": sum(services) / len(services) if services else None, "trend": trend}
