@@ -137,7 +137,9 @@ class SpanTally:
         counts = np.bincount(where, weights=weights, minlength=len(distinct)).astype(np.int64)
         if len(counts) and counts.max() >= MAX_WEIGHT:  # (the exact sums take smaller weights: keep them apart)
             distinct, counts = values, weights
-        return GapCounts(distinct, counts.astype(np.int32), self.num_requests, self.warmup_s, self.origin)
+        # (2 bytes a count where they fit: most are a batch's requests)
+        dtype = np.uint16 if not len(counts) or counts.max() < 1 << 16 else np.int32
+        return GapCounts(distinct, counts.astype(dtype), self.num_requests, self.warmup_s, self.origin)
 
     def drivers_entry(self):
         """(step times, held, break gaps, break weights): this driver's gaps, as chunks() reads them."""
