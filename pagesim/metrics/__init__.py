@@ -268,32 +268,37 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
     # (from columns: 8 bytes a value where records cost ~360; the same floats, each computed as
     # the record's property computes it, summed in the records' order)
     columns = RequestColumns.of(requests)
-    arrival, first_token, finish = (columns.column(name) for name in ("arrival_time", "first_token_time", "finish_time"))
-    output_len = columns.column("output_len")
-    finished = columns.column("status") == columns.tables["status"].index("finished") \
-        if "finished" in columns.tables["status"] else np.zeros(len(columns), dtype=bool)
+    finished = columns.column("status") == _code(columns, "status", "finished")
+    num_finished = int(finished.sum())
+    arrival = columns.column("arrival_time")
     measured = finished & (arrival - origin >= warmup_s)
-    num_finished, num_measured = int(finished.sum()), int(measured.sum())
     start = float(arrival.min()) if len(arrival) else 0.0
-    duration = (float(finish[finished].max()) if num_finished else start) - start
+    del arrival  # (each full column only while it is needed: a long cluster run has millions of rows)
+    duration = (float(columns.column("finish_time")[finished].max()) if num_finished else start) - start
     input_tokens = int(columns.column("prompt_len")[finished].sum(dtype=np.int64))
     # every sample's tokens, as vLLM counts completion tokens; and one sample (the longest) per request
     output_tokens = int(columns.column("total_output_len")[finished].sum(dtype=np.int64))
-    longest_tokens = int(output_len[finished].sum(dtype=np.int64))
+    longest_tokens = int(columns.column("output_len")[finished].sum(dtype=np.int64))
+    del finished
 
     def per_second(count):
         return count / duration if duration > 0 else 0.0
 
-    def measured_values(values, where):  # those of measured requests that are not None (NaN), packed
-        return array("d", values[measured & where].tobytes())
-
-    ttfts = measured_values(first_token - arrival, ~np.isnan(first_token))
+    # the measured requests' latencies, those that are not None (NaN), packed
+    rows = np.flatnonzero(measured)
+    num_measured = len(rows)
+    seen = columns.take(rows)
+    arrival, first_token, finish = (seen.column(name) for name in ("arrival_time", "first_token_time", "finish_time"))
+    output_len = seen.column("output_len")
+    del rows, seen
     ended = ~np.isnan(finish)
+    ttfts = _where(first_token - arrival, ~np.isnan(first_token))
     with np.errstate(divide="ignore", invalid="ignore"):  # (the requests each is None for are left out)
         # None for one-token outputs, which vLLM leaves out too
-        tpots = measured_values((finish - first_token) / (output_len - 1), ended & (output_len >= 2))
-        normalized_latencies = measured_values((finish - arrival) / output_len, ended & (output_len != 0))
-    e2els = measured_values(finish - arrival, ended)
+        tpots = _where((finish - first_token) / (output_len - 1), ended & (output_len >= 2))
+        normalized_latencies = _where((finish - arrival) / output_len, ended & (output_len != 0))
+    e2els = _where(finish - arrival, ended)
+    del arrival, first_token, finish, output_len, ended
     # (a chunk at a time: a long run pools millions of gaps; records given: their own token spans)
     spanned = () if requests is columns else [r for r, m in zip(requests, measured.tolist()) if m]
     itls = TokenGaps(spanned, span_tallies)
@@ -340,12 +345,25 @@ def served_span(requests: list[RequestRecord], finished: list[RequestRecord]) ->
 
 def reject_reasons(requests: list[RequestRecord] | RequestColumns) -> dict:
     """How many of the requests were rejected for each reason."""
+    import numpy as np
+
     columns = RequestColumns.of(requests)
+    rejected = columns.take(np.flatnonzero(columns.column("status") == _code(columns, "status", "rejected")))
     counts: dict[str, int] = {}
-    for status, reason in zip(columns.texts("status"), columns.texts("reject_reason")):
-        if status == "rejected":
-            counts[reason] = counts.get(reason, 0) + 1
+    for reason in rejected.texts("reject_reason"):
+        counts[reason] = counts.get(reason, 0) + 1
     return counts
+
+
+def _code(columns: RequestColumns, name: str, value: str) -> int:
+    """A text field's code for `value` in columns (-1, which no row has, where none has it)."""
+    table = columns.tables[name]
+    return table.index(value) if value in table else -1
+
+
+def _where(values: np.ndarray, keep: np.ndarray) -> array:
+    """values[keep], packed as array('d')."""
+    return array("d", values[keep].tobytes())
 
 
 def _num_output_tokens(group: SequenceGroup) -> int:
