@@ -15,6 +15,7 @@ the outputs are the same bytes either way (tests/cluster/test_independent.py).
 
 from __future__ import annotations
 
+import heapq
 import multiprocessing
 import os
 from array import array
@@ -79,10 +80,11 @@ def _route_all(cluster) -> list[tuple[array, array]]:
 
 
 def _queue(replica, routed: tuple[array, array], requests: list) -> None:
-    """The replica's queue of requests to enter (the heap the cluster's deliveries keep on one
-    clock: (enters at, order, request)); routed in time order, so the list is a heap already."""
+    """The replica's queue of requests to enter: the heap the cluster's deliveries keep on one
+    clock, (enters at, order, request). (Routed in time order, the list is a heap already.)"""
     times, indices = routed
     replica.feed.pending = [(at, order, requests[i]) for order, (at, i) in enumerate(zip(times, indices))]
+    heapq.heapify(replica.feed.pending)
 
 
 def _replayed(cluster, routed: list, jobs: int):
