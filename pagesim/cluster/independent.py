@@ -22,9 +22,10 @@ from array import array
 
 import simpy
 
+from pagesim.metrics import RequestColumns
 from pagesim.sim.releases import event_at
 
-_CLUSTER = None  # the cluster whose replicas a forked worker replays (set before the workers start)
+_APART = None  # (the cluster, its routed requests) a forked worker replays (set before the workers start)
 
 
 def run_apart(cluster, jobs: int | None = None):
@@ -32,11 +33,11 @@ def run_apart(cluster, jobs: int | None = None):
     CPUs this process may use), merge: the ClusterResult."""
     from pagesim.cluster.results import ClusterResult
 
-    _route_all(cluster)
+    routed = _route_all(cluster)
     count = len(cluster.replicas)
     results, left = [None] * count, [None] * count
     done, cluster.end_time = 0, 0.0
-    for index, result, times, end in _replayed(cluster, worker_count(jobs, count)):
+    for index, result, times, end in _replayed(cluster, routed, worker_count(jobs, count)):
         results[index], left[index] = result, times
         cluster.end_time = max(cluster.end_time, end)  # (on one clock: when its last engine ended)
         done += len(times)
@@ -57,32 +58,53 @@ def worker_count(jobs: int | None, replicas: int) -> int:
     return max(1, min(jobs, replicas))
 
 
-def _route_all(cluster) -> None:
-    """Each request onto its replica's queue of entries, in the order the router takes them: it
-    reaches the router at its release plus the router's host time, as on one clock."""
-    feed, order = cluster.feed, 0
+def _route_all(cluster) -> list[tuple[array, array]]:
+    """Route every request, in the order the router takes them: it reaches the router at its
+    release plus the router's host time, as on one clock. Per replica, when each of its requests
+    enters it and which request it is (its place in cluster.requests): 12 bytes a request, where
+    queued entries cost ~120; a replica's queue is built as it is replayed (_queue)."""
+    feed, requests = cluster.feed, cluster.requests
+    routed = [(array("d"), array("i")) for _ in cluster.replicas]
+    index = 0
     while not feed.exhausted:
         enters = feed.next_time() + cluster.host_s
-        replica, request, at = cluster.place(feed.pop(), enters)
-        order += 1
-        heapq.heappush(replica.feed.pending, (at, order, request))
+        request = feed.pop()
+        replica, entering, at = cluster.place(request, enters)
+        # (no P/D here: a request enters as it came, so its place in the workload names it)
+        assert entering is request and requests[index] is request
+        times, indices = routed[replica.index]
+        times.append(at)
+        indices.append(index)
+        index += 1
+    return routed
 
 
-def _replayed(cluster, jobs: int):
+def _queue(replica, routed: tuple[array, array], requests: list) -> None:
+    """The replica's queue of requests to enter: the heap the cluster's deliveries keep on one
+    clock, (enters at, order, request). (Routed in time order, the list is a heap already.)"""
+    times, indices = routed
+    replica.feed.pending = [(at, order, requests[i]) for order, (at, i) in enumerate(zip(times, indices))]
+    heapq.heapify(replica.feed.pending)
+
+
+def _replayed(cluster, routed: list, jobs: int):
     """(replica index, its ReplayResult, when each of its records left, when it ended), as each is done."""
     if jobs == 1:
         for replica in cluster.replicas:
+            _queue(replica, routed[replica.index], cluster.requests)
             yield (replica.index, *_replay(replica, cluster))
         return
-    global _CLUSTER
-    _CLUSTER = cluster  # (the workers are forked: they find it here, nothing is pickled to them)
+    global _APART
+    _APART = cluster, routed  # (the workers are forked: they find it here, nothing is pickled to them)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
-            for replica in cluster.replicas:  # (the workers have their copies: this process needs them no more)
-                replica.feed.pending = []
+            # (the workers have their copies: this process needs the requests no more; the list is
+            # the workload every replica and the feed share, so they all let it go)
+            cluster.requests.clear()
+            routed.clear()
             yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
     finally:
-        _CLUSTER = None
+        _APART = None
 
 
 def _worker_start() -> None:
@@ -92,7 +114,12 @@ def _worker_start() -> None:
 
 
 def _replay_index(index: int):
-    return (index, *_replay(_CLUSTER.replicas[index], None))
+    cluster, routed = _APART
+    replica = cluster.replicas[index]
+    _queue(replica, routed[index], cluster.requests)
+    replayed = _replay(replica, None)
+    replica.sim = None  # (its result goes to the parent: this worker keeps nothing of it for its next replica)
+    return (index, *replayed)
 
 
 def _replay(replica, cluster) -> tuple:
@@ -116,7 +143,9 @@ def _replay(replica, cluster) -> tuple:
     replica.feed.static = True
     env.process(_enter(env, sim, replica.feed))  # (first, as the cluster's router process is)
     env.run(until=sim.start(env))
-    return sim.finish(), left, env.now
+    result = sim.finish()
+    result.metrics.pack()  # (its records as columns: what the parent merges, in a fifth of the memory)
+    return result, left, env.now
 
 
 def _enter(env: simpy.Environment, sim, feed):
@@ -130,25 +159,35 @@ def _enter(env: simpy.Environment, sim, feed):
     sim.wake()  # (its feed ran dry: an idle engine sees that it is done)
 
 
-def in_clock_order(cluster, records: list, times: array, replicas: array, decodes: array) -> None:
+def in_clock_order(cluster, records, times: array, replicas: array, decodes: array) -> None:
     """Set the cluster's records (with their replica, decode replica and leaving time columns) in
     the one clock's order: by when each left, ties by replica, a replica's own order kept (a stable
     sort). A run on one clock gives them by time already, so only its ties move (its event queue
-    ordered those); a run apart gives them replica by replica, and this merges them."""
+    ordered those); a run apart gives them replica by replica, and this merges them.
+    records: a list, or RequestColumns (seen in the new order, not copied)."""
     import numpy as np
 
     order = np.lexsort((np.frombuffer(replicas, dtype=np.int32), np.frombuffer(times, dtype=np.float64)))
-    cluster.records = [records[i] for i in order.tolist()]
+    if isinstance(records, RequestColumns):
+        cluster.records = records.take(order.astype(np.int32))  # (4 bytes a request: a run stays far below 2**31)
+    else:
+        cluster.records = [records[i] for i in order.tolist()]
     for name, column, dtype in (("record_replica", replicas, np.int32), ("record_decode", decodes, np.int32),
                                 ("record_time", times, np.float64)):
         setattr(cluster, name, array(column.typecode, np.frombuffer(column, dtype=dtype)[order].tobytes()))
 
 
 def _merge(cluster, results: list, left: list) -> None:
-    """The replicas' records, replica after replica, put in the one clock's order."""
-    records = [record for result in results for record in result.metrics.requests]
+    """The replicas' records (packed: RequestColumns), replica after replica in one set of columns
+    that each replica's metrics.requests then sees its part of, put in the one clock's order."""
+    sizes = [len(result.metrics.requests) for result in results]
+    records = RequestColumns.concat([result.metrics.requests for result in results], release=True)
+    start = 0
+    for result, size in zip(results, sizes):
+        result.metrics.requests = records.part(start, start + size)  # (the same rows, not a second copy)
+        start += size
     times, replicas = array("d"), array("i")
     for index, replica_times in enumerate(left):
         times.extend(replica_times)
-        replicas.extend([index] * len(replica_times))
+        replicas.extend(array("i", [index]) * len(replica_times))
     in_clock_order(cluster, records, times, replicas, array("i", [-1]) * len(records))

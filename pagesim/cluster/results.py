@@ -18,7 +18,8 @@ from dataclasses import asdict, replace
 from operator import attrgetter
 from pathlib import Path
 
-from pagesim.metrics import REQUEST_FIELDS, WASTE_FIELDS, RequestRecord, summarize_requests, summarize_steps
+from pagesim.metrics import (REQUEST_FIELDS, WASTE_FIELDS, RequestColumns, RequestRecord, summarize_requests,
+                             summarize_steps)
 from pagesim.cluster.fleet import FLEET_COLUMNS
 from pagesim.metrics import files
 
@@ -34,7 +35,8 @@ class ClusterResult:
     def __init__(self, cluster, results: list) -> None:
         self.cluster = cluster
         self.results = results  # each replica's ReplayResult, in replica order
-        self.requests = [client_record(r) for r in cluster.records]
+        records = cluster.records  # (replicas replayed apart: RequestColumns, a record built when asked for)
+        self.requests = records if isinstance(records, RequestColumns) else [client_record(r) for r in records]
         self.replica = cluster.record_replica
         self.decode_replica = cluster.record_decode
         self.summary = self._summary()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
@@ -32,6 +33,7 @@ CHUNK = 1 << 16  # values per chunk: every pass's temporaries stay this size
 FOLD_SPANS = 1 << 14  # span entries gathered before they are folded into the counts
 DIGIT_BITS = 16  # the radix select's digit (order statistics): four passes over a value's 64 bits
 NUM_DIGITS = 1 << DIGIT_BITS
+MAX_WEIGHT = 1 << 26  # weights exact_weighted_sum takes (below it, each product is exact)
 SORTED_AT_ONCE = 4 * CHUNK  # values up to which order statistics sort them all (a few MB), not radix-select
 
 
@@ -42,35 +44,25 @@ class TokenGaps:
     break in a request's tokens (a preemption, a step without it) is kept once per pair of
     steps, weighted by the requests that broke there."""
 
-    def __init__(self, records: list[RequestRecord], tallies: Iterable[SpanTally] = ()):
+    def __init__(self, records: list[RequestRecord], tallies: Iterable[SpanTally | GapCounts] = ()):
         """records: those whose gaps count (their token spans, grouped by the step times they
         point into); tallies: drivers' spans folded as they were recorded (records kept without
-        spans), each a driver of its own."""
-        import numpy as np
-
-        # per driver (the records sharing one step-time array): its step times, the requests
-        # holding tokens at each pair of successive steps, and the gaps across breaks
-        self.drivers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        by_times: dict[int, SpanTally] = {}
+        spans), or their gaps counted (GapCounts), each a driver of its own."""
+        by_times: dict[int, SpanTally] = {}  # per driver: the records sharing one step-time array
         for r in records:
             if r.token_spans:
                 tally = by_times.get(id(r.step_times))
                 if tally is None:
                     tally = by_times[id(r.step_times)] = SpanTally(r.step_times)
                 tally.add(r.token_spans)
-        for tally in (*by_times.values(), *tallies):
-            if tally.num_requests:
-                self.drivers.append(tally.drivers_entry())
+        # per driver: its SpanTally's drivers_entry (worked out once for the passes over them), or GapCounts
+        self.drivers = [t.drivers_entry() if isinstance(t, SpanTally) else t
+                        for t in (*by_times.values(), *tallies) if t.num_requests]
 
     def chunks(self):
         """(values, weights) a stretch at a time; together every distinct gap once per driver."""
-        for times, held, break_values, break_weights in self.drivers:
-            for i in range(0, len(held), CHUNK):
-                part = held[i:i + CHUNK]
-                inside = part > 0
-                yield (times[i + 1:i + 1 + len(part)] - times[i:i + len(part)])[inside], part[inside]
-            if len(break_values):
-                yield break_values, break_weights
+        for driver in self.drivers:
+            yield from _step_chunks(*driver) if isinstance(driver, tuple) else driver.chunks()
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every (value, weight) pair at once (for tests and small runs)."""
@@ -133,8 +125,24 @@ class SpanTally:
         self._pairs.add(((stops[:-1][same_request[:-1]] - 1) << 32) | starts[1:][same_request[:-1]])
         self._pending, self._pending_counts = array("i"), array("i")
 
+    def gap_counts(self) -> GapCounts:
+        """The same gaps as distinct values with counts (about half a replay's steps have a gap
+        of their own), without the step times: what a summary needs of this driver."""
+        import numpy as np
+
+        parts = list(_step_chunks(*self.drivers_entry()))
+        values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
+        weights = np.concatenate([w for _, w in parts]) if parts else np.zeros(0, dtype=np.int32)
+        distinct, where = np.unique(values, return_inverse=True)
+        counts = np.bincount(where, weights=weights, minlength=len(distinct)).astype(np.int64)
+        if len(counts) and counts.max() >= MAX_WEIGHT:  # (the exact sums take smaller weights: keep them apart)
+            distinct, counts = values, weights
+        # (2 bytes a count where they fit: most are a batch's requests)
+        dtype = np.uint16 if not len(counts) or counts.max() < 1 << 16 else np.int32
+        return GapCounts(distinct, counts.astype(dtype), self.num_requests, self.warmup_s, self.origin)
+
     def drivers_entry(self):
-        """(step times, held, break gaps, break weights): TokenGaps' entry for this driver."""
+        """(step times, held, break gaps, break weights): this driver's gaps, as chunks() reads them."""
         import numpy as np
 
         self._fold()
@@ -148,6 +156,33 @@ class SpanTally:
         held = np.cumsum(held, dtype=np.int32, out=held)
         unique, counts = self._pairs.result()
         return times, held, times[unique & 0xFFFFFFFF] - times[unique >> 32], counts.astype(np.int32)
+
+
+def _step_chunks(times, held, break_values, break_weights):
+    """A driver's (gaps, weights) from its drivers_entry, a stretch of steps at a time, then the
+    gaps across breaks."""
+    for i in range(0, len(held), CHUNK):
+        part = held[i:i + CHUNK]
+        inside = part > 0
+        yield (times[i + 1:i + 1 + len(part)] - times[i:i + len(part)])[inside], part[inside]
+    if len(break_values):
+        yield break_values, break_weights
+
+
+@dataclass
+class GapCounts:
+    """A driver's pooled token gaps as distinct values with counts (SpanTally.gap_counts): a
+    tally's stand-in in TokenGaps and in a summary's span_tallies."""
+
+    values: np.ndarray
+    weights: np.ndarray
+    num_requests: int
+    warmup_s: float | None = None
+    origin: float | None = None
+
+    def chunks(self):
+        for i in range(0, len(self.values), CHUNK):
+            yield self.values[i:i + CHUNK], self.weights[i:i + CHUNK]
 
 
 class _PairCounts:
@@ -280,8 +315,8 @@ def exact_weighted_sum_of(chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> fl
     math.fsum adds the products exactly."""
     def products():  # lists of exact products, a piece at a time, so memory stays flat
         for values, weights in chunks:
-            if weights.size and int(weights.max()) >= 2**26:
-                raise ValueError(f"weights up to {int(weights.max())} exceed 2**26: products would round")
+            if weights.size and int(weights.max()) >= MAX_WEIGHT:
+                raise ValueError(f"weights up to {int(weights.max())} reach 2**26: products would round")
             for i in range(0, len(values), CHUNK):
                 v, w = values[i:i + CHUNK], weights[i:i + CHUNK].astype(float)
                 scaled = v * 134217729.0  # 2**27 + 1

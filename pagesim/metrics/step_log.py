@@ -27,6 +27,7 @@ class StepLog:
         self.total_blocks = total_blocks
         self.keep_steps = keep_steps
         self.time = array("d")
+        self._forgotten = 0  # steps whose end times were let go (forget_times)
         self.duration = array("d")
         self.kv_blocks_used = array("i")  # (4 bytes: a pool holds at most MAX_POOL_BLOCKS)
         # kv_blocks_logical, kept from the first step that shares blocks (logical > used) on:
@@ -47,7 +48,14 @@ class StepLog:
         self.held_sums = [0] * len(HELD_FIELDS)
 
     def __len__(self) -> int:
-        return len(self.time)
+        return self._forgotten + len(self.time)
+
+    def forget_times(self) -> None:
+        """Keep no step end times any more (a log that keeps no steps, once the requests' token
+        gaps are counted: MetricsRecorder.pack); its totals and length stay."""
+        self._check_kept(False)
+        self._forgotten += len(self.time)
+        self.time = array("d")
 
     @property
     def kv_blocks_logical(self) -> array:
@@ -132,9 +140,10 @@ class StepLog:
         # (integers: exact in any order) the held values num_steps - 1 times, then the last step's
         self.held_sums = list(map(add, self.held_sums, map(add, held_last, map(mul, held, repeat(num_steps - 1)))))
 
-    def _check_kept(self) -> None:
-        if not self.keep_steps:
-            raise ValueError("this run kept no per-step records (keep_steps=False): replay it with them to get steps")
+    def _check_kept(self, kept: bool = True) -> None:
+        if self.keep_steps != kept:
+            raise ValueError("this run kept no per-step records (keep_steps=False): replay it with them to get steps"
+                             if kept else "a log that keeps its steps keeps their end times")
 
     def segments(self):
         """(first step, stop step, held values) for each row of held values, in step order: the

@@ -10,6 +10,7 @@ to judge, or one whose queue is flat or undecided, gets no note.
 
 from __future__ import annotations
 
+from pagesim.metrics import RequestColumns
 from pagesim.plan.grid import RunSettings
 from pagesim.plan.run import steadiness, trend_record
 from pagesim.plan.steady import GROWS
@@ -23,14 +24,17 @@ TOLERANCE = SearchSettings.tolerance
 def overload_note(requests: list, summary: dict, warmup_s: float = 0.0) -> str | None:
     """The note for a run whose queue grew (requests: pagesim.metrics.RequestRecord), else None.
     warmup_s: the run's own warm-up; the test leaves out at least the first fifth of arrivals."""
-    arrivals = sorted(r.arrival_time for r in requests)
-    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
+    arrivals = RequestColumns.of(requests).column("arrival_time")  # (a long run's records are never built)
+    if len(arrivals) < 2:
         return None
-    start = max(warmup_s, arrivals[0] + WARMUP_FRACTION * (arrivals[-1] - arrivals[0]))
-    in_window = sum(1 for a in arrivals if a >= start)
-    if arrivals[-1] <= start or in_window < 2:
+    first, last = float(arrivals.min()), float(arrivals.max())
+    if last <= first:
         return None
-    offered = in_window / (arrivals[-1] - start)  # req/s arriving over the window
+    start = max(warmup_s, first + WARMUP_FRACTION * (last - first))
+    in_window = int((arrivals >= start).sum())
+    if last <= start or in_window < 2:
+        return None
+    offered = in_window / (last - start)  # req/s arriving over the window
     record = trend_record(offered, start, requests)
     if steadiness(record, TOLERANCE, []) != GROWS:
         return None
@@ -38,7 +42,7 @@ def overload_note(requests: list, summary: dict, warmup_s: float = 0.0) -> str |
     served = summary.get("request_throughput")
     served_text = f", completing {served:.3g} req/s over the whole run" if isinstance(served, (int, float)) else ""
     fact = (f"overloaded: requests in the system grew by {trend['slope']:.3g}/s (95 % interval {trend['low']:.3g} "
-            f"to {trend['high']:.3g}/s) from {start:.0f} s to the last arrival at {arrivals[-1]:.0f} s, "
+            f"to {trend['high']:.3g}/s) from {start:.0f} s to the last arrival at {last:.0f} s, "
             f"{offered:.3g} req/s arriving{served_text}")
     rate = (summary.get("config") or {}).get("rate")
     if not (isinstance(rate, (int, float)) and rate > 0):  # the trace's own times: the load itself may vary

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pagesim.core.errors import CannotServe
+from pagesim.metrics import RequestColumns
 from pagesim.plan.cache import RunCache, checkpoint_key, run_key
 from pagesim.plan.continued import Checkpoint, ContinuedReplay
 from pagesim.plan.grid import RunSettings
@@ -86,20 +87,31 @@ def measured_requests(requests: list, warmup_s: float) -> list:
     return sorted((r for r in requests if r.arrival_time >= warmup_s), key=lambda r: r.request_id)
 
 
-def trend_record(rate: float, warmup_s: float, requests: list, measured: list | None = None) -> dict:
-    """What the steady-state verdict (steadiness) reads of a finished run: its measured requests
-    (measured_requests, given where the caller has them), the window, the mean service time and
-    the trend of the number of requests in the system."""
+STRETCH = 1 << 16  # requests trend_record reads at a time
+
+
+def trend_record(rate: float, warmup_s: float, requests) -> dict:
+    """What the steady-state verdict (steadiness) reads of a finished run (request records, or
+    RequestColumns): its measured requests (measured_requests's), the window, the mean service
+    time and the trend of the number of requests in the system. (From columns: a long cluster
+    run's records are never built.)"""
+    import numpy as np
+
+    columns = RequestColumns.of(requests)
+    arrival, finish, scheduled = (columns.column(name) for name in ("arrival_time", "finish_time", "first_scheduled_time"))
     start = warmup_s
-    last_arrival = max(r.arrival_time for r in requests)
-    measured = measured_requests(requests, warmup_s) if measured is None else measured
-    services = [r.finish_time - r.first_scheduled_time for r in measured
-                if r.finish_time is not None and r.first_scheduled_time is not None]
+    last_arrival = float(arrival.max())
+    measured = arrival >= warmup_s
+    # (summed by request id, as over measured_requests; NaN: a time that is None)
+    services = (finish - scheduled)[measured][np.argsort(columns.column("request_id")[measured], kind="stable")]
+    services = services[~np.isnan(services)].tolist()
     trend = None
     if last_arrival > start:  # a rejected request leaves as it arrives
-        stays = [(r.arrival_time, r.finish_time if r.finish_time is not None else r.arrival_time) for r in requests]
+        leave = np.where(np.isnan(finish), arrival, finish)
+        stays = (stay for i in range(0, len(arrival), STRETCH)  # (a stretch at a time: no list of every float)
+                 for stay in zip(arrival[i:i + STRETCH].tolist(), leave[i:i + STRETCH].tolist()))
         trend = steady.in_system_trend(stays, start, last_arrival).to_dict()
-    return {"rate": rate, "num_measured": len(measured), "window_s": last_arrival - start,
+    return {"rate": rate, "num_measured": int(measured.sum()), "window_s": last_arrival - start,
             "mean_service_s": sum(services) / len(services) if services else None, "trend": trend}
 
 
@@ -107,7 +119,7 @@ def run_record(rate: float, warmup_s: float, requests: list, s: dict) -> dict:
     """The record of a finished run from its request records (pagesim.metrics.RequestRecord) and
     its summary: what any driver (one replica, a cluster) hands probe_steady."""
     measured = measured_requests(requests, warmup_s)
-    steady_part = trend_record(rate, warmup_s, requests, measured)
+    steady_part = trend_record(rate, warmup_s, requests)
     finished = s["num_finished"]
     return {
         "rate": rate,

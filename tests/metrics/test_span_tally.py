@@ -51,7 +51,8 @@ def test_cluster_pools_its_replicas_tallies():
     trace = load_trace(ROOT / "traces" / "sharegpt.json")
     cfg = ReplayConfig(num_requests=200, rate=8.0, warmup_s=5.0)
     spec = ClusterSpec([ReplicaGroup("g", cfg, 3)], staleness_s=1.0)
-    kept = Cluster(spec, trace).run()
+    # (replayed apart, a cluster's records come back packed, without token times: those of the one clock's)
+    kept = Cluster(spec, trace, independent=False).run()
     tallied = Cluster(spec, trace, keep_steps=False).run()
     assert all(not r.token_spans for r in tallied.requests)
     _check(tallied.summary, _per_token_gaps(kept.requests, cfg.warmup_s))
@@ -63,3 +64,19 @@ def test_a_tally_measured_by_another_warmup_is_refused():
     tally = itl.SpanTally([0.0, 1.0], warmup_s=10.0, origin=0.0)
     with pytest.raises(ValueError, match="warm-up"):
         summarize_requests([], 0.0, 0.0, [tally])
+
+
+@pytest.mark.parametrize("requests", [3, 70_000])  # counts in 2 bytes, and past them
+def test_gap_counts_give_the_tallys_statistics(requests):
+    """SpanTally.gap_counts (what a packed recorder keeps): the same gaps as distinct values with
+    counts, so the same statistics, without the step times."""
+    times = [0.0, 0.5, 1.5, 2.0, 3.0, 3.25]  # gaps 0.5, 1.0, 0.5, 1.0, 0.25: two values recur
+    tally = itl.SpanTally(times, warmup_s=0.0, origin=0.0)
+    for k in range(requests):
+        tally.add([0, 6] if k % 3 else [0, 2, 3, 5])  # (a break: steps 1 -> 3)
+    counts = tally.gap_counts()
+    assert counts.num_requests == requests and len(counts.values) == 4  # 0.25, 0.5, 1.0 and the break's 1.5
+    assert counts.weights.dtype == (np.uint16 if requests < 1000 else np.int32)
+    assert (counts.warmup_s, counts.origin) == (0.0, 0.0)
+    expected = itl.weighted_vllm_stats("itl", lambda: itl.TokenGaps([], [tally]).chunks())
+    assert itl.weighted_vllm_stats("itl", lambda: itl.TokenGaps([], [counts]).chunks()) == expected
