@@ -19,6 +19,7 @@ from pagesim.cluster.independent import worker_count
 from pagesim.cluster.spec import ClusterSpec, ReplicaGroup
 from pagesim.workload.trace import load_trace
 from tests.cluster.test_cluster import ROOT, trace_of
+from tests.sim.runs_taken import runs_taken
 
 SHAREGPT = load_trace(ROOT / "traces" / "sharegpt.json")
 CHAT = load_trace(ROOT / "traces" / "sharegpt_chat.json")
@@ -72,16 +73,7 @@ def test_replicas_apart_take_runs_past_finishes(monkeypatch):
     """Apart, a replica's ends reach nobody (the router reads no load): its decode runs go on past
     the steps in which groups finish (plan_decode's absorb_finishes), where the one clock stops
     at each; the test above holds the files to the one clock's."""
-    from pagesim.sim import engine as engine_module
-
-    runs = []
-    advance = engine_module.advance_decode
-
-    def kept(*args, **kwargs):
-        runs.append(advance(*args, **kwargs))
-        return runs[-1]
-
-    monkeypatch.setattr(engine_module, "advance_decode", kept)
+    runs = runs_taken(monkeypatch)
     trace, groups, router, staleness = CASES["two groups"]
     Cluster(spec_of(groups, router, staleness), trace, independent=False).run()
     assert not any(run.finishes for run in runs)

@@ -150,11 +150,7 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run
              "batch_kept_through_steps": 0}
     expect_not_plain = False
     while fast.pending or fast.s.has_unfinished:
-        fast.add_arrivals()
-        ref.add_arrivals()
-        assert core_state(fast.s) == core_state(ref.s)
-        if not fast.s.has_unfinished:
-            fast.t = ref.t = fast.next_arrival
+        if not at_work(fast, ref):
             expect_not_plain = False
             continue
         kept = fast.s.decode_batch is not None
@@ -211,6 +207,18 @@ def drive(make, requests: list[tuple[int, Request]], limit: int = LIMIT, min_run
     if isinstance(ref.s.kv, PagedKVManager):
         stats["prefix_hits"] = ref.s.kv.prefix_hits
     return stats
+
+
+def at_work(fast: Driver, ref: Driver) -> bool:
+    """Both drivers take the arrivals due and must then hold the same core state; where neither
+    has work, both jump to the next arrival (False: nothing to step at this point)."""
+    fast.add_arrivals()
+    ref.add_arrivals()
+    assert core_state(fast.s) == core_state(ref.s)
+    if not fast.s.has_unfinished:
+        fast.t = ref.t = fast.next_arrival
+        return False
+    return True
 
 
 def _copy(r: Request) -> Request:

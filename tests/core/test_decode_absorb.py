@@ -18,7 +18,7 @@ from pagesim.core import KVGroupSpec, Request, SamplingParams
 from pagesim.core import decode_runs
 from pagesim.core.decode_runs import advance_decode, plan_decode
 from pagesim.core.paged import PagedKVManager
-from tests.core.fastpath_support import LIMIT, Driver, _copy, core_state, group_state, maker, step_result, workload
+from tests.core.fastpath_support import LIMIT, Driver, _copy, at_work, core_state, group_state, maker, step_result, workload
 
 
 def is_decode_of(out, batch: list[int]) -> bool:
@@ -32,11 +32,7 @@ def drive_absorbing(make, requests) -> dict:
     ref = Driver(make(), [(t, _copy(r)) for t, r in requests])
     stats = {"runs": 0, "past_finishes": 0, "steps": 0}
     while fast.pending or fast.s.has_unfinished:
-        fast.add_arrivals()
-        ref.add_arrivals()
-        assert core_state(fast.s) == core_state(ref.s)
-        if not fast.s.has_unfinished:
-            fast.t = ref.t = fast.next_arrival
+        if not at_work(fast, ref):
             continue
         to_arrival = LIMIT if fast.next_arrival is None else fast.next_arrival - fast.t
         plan = plan_decode(fast.s, LIMIT, absorb_finishes=to_arrival)

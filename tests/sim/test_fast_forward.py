@@ -13,6 +13,7 @@ import pytest
 from pagesim.sim import engine as engine_module
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import Trace, TraceRequest, load_trace
+from tests.sim.runs_taken import runs_taken
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,14 +116,7 @@ ABSORBING = {
 @pytest.mark.parametrize("name", list(ABSORBING))
 def test_runs_past_finishes_write_the_same_bytes(name, tmp_path, monkeypatch):
     cfg = dataclasses.replace(BASE, **ABSORBING[name])
-    runs = []
-    advance = engine_module.advance_decode
-
-    def kept(*args, **kwargs):
-        runs.append(advance(*args, **kwargs))
-        return runs[-1]
-
-    monkeypatch.setattr(engine_module, "advance_decode", kept)
+    runs = runs_taken(monkeypatch)
     for fast, folder in ((True, "fast"), (False, "slow")):
         result = Replay(cfg, SHAREGPT, fast_forward=fast).run()
         result.metrics.write(tmp_path / folder, result.summary)
