@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pagesim.models import ModelSpec, load_model_config
-from pagesim.sim.cost import layer_ops
-from pagesim.sim.cost.calibrated import CalibratedCostModel
-from pagesim.sim.cost.engine import EngineCostModel
+from pagesim.models import load_model_config
 from pagesim.sim.cost.layer_ops import layer_groups
 from pagesim.sim.cost.linear_attn import state_work
-from pagesim.sim.cost.roofline import RooflineCostModel
 
 from tests.sim.hybrid_replay import replays_and_refuses_prefix_caching
+from tests.sim.mixer_all_reduces import priced_with_and_without
 
 CONFIG = Path(__file__).parents[1] / "models" / "data" / "AI21-Jamba-Mini-1.6.json"
 XPROJ = 256 + 2 * 16  # x_proj's output a token: dt, B, C
@@ -61,24 +58,20 @@ def test_linear_params_and_state_work_by_hand(spec):
 
 
 def test_x_proj_all_reduces_are_priced(spec, monkeypatch):
-    roof = RooflineCostModel(spec, "h100-80gb", 2)
+    p = priced_with_and_without(spec, "h100-80gb", 2, monkeypatch)
+    roof = p.roof
     assert roof._allreduce_fixed_s == pytest.approx((64 + 28) * roof._collective_latency_s, rel=1e-12)
-    cal = CalibratedCostModel(spec, "h100-80gb", 2)
-    engine = EngineCostModel(spec, "h100-80gb", 2)
-    with_ar = (cal.layer_seconds(64), engine._token_part(64, True))
-    monkeypatch.setattr(ModelSpec, "mixer_all_reduces", property(lambda self: (0, 0)))
-    monkeypatch.setattr(layer_ops, "mixer_all_reduce_bytes", lambda *args: ())
-    plain = RooflineCostModel(spec, "h100-80gb", 2)
     ring, ic = 2 * (2 - 1) / 2, roof.gpu.collective_bandwidth * roof.constants.interconnect_efficiency
-    assert roof._allreduce_s_per_token - plain._allreduce_s_per_token == pytest.approx(28 * ring * XPROJ * 2 / ic)
-    layers = dict(zip(("attn", "mamba", "moe_attn", "moe_mamba"), zip(with_ar[0], cal.layer_seconds(64))))
-    one = cal.calibration.all_reduce_seconds(2, 64 * XPROJ * 2)
+    assert roof._allreduce_s_per_token - p.roof_without._allreduce_s_per_token == \
+        pytest.approx(28 * ring * XPROJ * 2 / ic)
+    layers = dict(zip(("attn", "mamba", "moe_attn", "moe_mamba"), zip(p.layers_with, p.layers_without)))
+    one = p.cal.calibration.all_reduce_seconds(2, 64 * XPROJ * 2)
     assert layers["mamba"][0][1] - layers["mamba"][1][1] == pytest.approx(one, rel=1e-9)
     assert layers["attn"][0] == layers["attn"][1]
     # the engine: 28 more all-reduces of 36,864 bytes, custom all-reduce on NVLink at TP 2
-    _, _, fixed, calls = EngineCostModel(spec, "h100-80gb", 2)._token_part(64, True)
-    assert with_ar[1][3] - calls == pytest.approx(28 * engine._ar_group_factor)
-    assert with_ar[1][2] - fixed == pytest.approx(28 * 64 * XPROJ * 2 * engine._ar_s_per_byte)
+    _, _, fixed, calls = p.token_part_without
+    assert p.token_part_with[3] - calls == pytest.approx(28 * p.engine._ar_group_factor)
+    assert p.token_part_with[2] - fixed == pytest.approx(28 * 64 * XPROJ * 2 * p.engine._ar_s_per_byte)
 
 
 def test_replay_cli_runs_and_refuses_prefix_caching():

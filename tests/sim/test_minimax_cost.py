@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from pagesim.models import ModelSpec, load_model_config
-from pagesim.sim.cost import layer_ops
+from pagesim.models import load_model_config
 from pagesim.sim.cost.base import BatchShape
 from pagesim.sim.cost.calibrated import CalibratedCostModel
-from pagesim.sim.cost.engine import EngineCostModel
 from pagesim.sim.cost.layer_ops import layer_groups
 from pagesim.sim.cost.linear_attn import state_work
 from pagesim.sim.cost.roofline import RooflineCostModel
+from tests.sim.mixer_all_reduces import priced_with_and_without
 
 CONFIG = Path(__file__).parents[1] / "models" / "data" / "MiniMax-M1.json"
 H200_BW = 4800e9  # bytes/s (datasheet)
@@ -79,18 +78,12 @@ def test_decode_state_term_by_hand(spec):
 
 def test_variance_all_reduces_are_priced(spec, monkeypatch):
     assert spec.mixer_all_reduces == (70, 1) and spec.num_tp_all_reduces == 160
-    roof = RooflineCostModel(spec, "h200-141gb", 8)
-    assert roof._allreduce_fixed_s == pytest.approx((160 + 70) * roof._collective_latency_s, rel=1e-12)
-    cal = CalibratedCostModel(spec, "h200-141gb", 8)
-    engine = EngineCostModel(spec, "h200-141gb", 8)
-    with_ar = (cal.layer_seconds(64), engine._token_part(64, True))
-    monkeypatch.setattr(ModelSpec, "mixer_all_reduces", property(lambda self: (0, 0)))
-    monkeypatch.setattr(layer_ops, "mixer_all_reduce_bytes", lambda *args: ())
-    assert RooflineCostModel(spec, "h200-141gb", 8)._allreduce_fixed_s == \
-        pytest.approx(160 * roof._collective_latency_s, rel=1e-12)
-    (_, lightning), (_, plain) = with_ar[0][1], cal.layer_seconds(64)[1]
-    assert lightning - plain == pytest.approx(cal.calibration.all_reduce_seconds(8, 64 * 2), rel=1e-9)
-    assert with_ar[0][0] == cal.layer_seconds(64)[0]  # the softmax layers: none
-    _, _, fixed, calls = EngineCostModel(spec, "h200-141gb", 8)._token_part(64, True)
-    assert with_ar[1][3] - calls == pytest.approx(70 * engine._ar_group_factor)
-    assert with_ar[1][2] - fixed == pytest.approx(70 * 64 * 2 * engine._ar_s_per_byte)
+    p = priced_with_and_without(spec, "h200-141gb", 8, monkeypatch)
+    assert p.roof._allreduce_fixed_s == pytest.approx((160 + 70) * p.roof._collective_latency_s, rel=1e-12)
+    assert p.roof_without._allreduce_fixed_s == pytest.approx(160 * p.roof._collective_latency_s, rel=1e-12)
+    (_, lightning), (_, plain) = p.layers_with[1], p.layers_without[1]
+    assert lightning - plain == pytest.approx(p.cal.calibration.all_reduce_seconds(8, 64 * 2), rel=1e-9)
+    assert p.layers_with[0] == p.layers_without[0]  # the softmax layers: none
+    _, _, fixed, calls = p.token_part_without
+    assert p.token_part_with[3] - calls == pytest.approx(70 * p.engine._ar_group_factor)
+    assert p.token_part_with[2] - fixed == pytest.approx(70 * 64 * 2 * p.engine._ar_s_per_byte)
