@@ -131,7 +131,10 @@ def _replay(replica, cluster) -> tuple:
     done = 0 if cluster is None else sum(len(r.sim.metrics.requests) for r in cluster.replicas[:replica.index])
 
     def recorded(_count) -> None:
-        left.append(sim.left_at)
+        # when it left: its last step's end, which a decode run that went on past finishes tells
+        # only later (a request turned away as it entered has none: then)
+        finish = sim.metrics.requests[-1].finish_time
+        left.append(env.now if finish is None else finish)
         if cluster is not None and cluster.on_progress is not None:
             cluster.on_progress(done + len(left))
 

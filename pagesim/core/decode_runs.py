@@ -329,11 +329,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     if batch is not None:
         batch.move_on(num_steps)
     decode_steps(seqs, num_steps, token_id)
-    if taking:
-        kv.append_blocks(taking)
-        if kv.num_token_tables != 1:  # a new block of a sequence is one per token table
-            opened = [n * kv.num_token_tables for n in opened]
-    blocks_used = list(accumulate(opened, initial=used))[1:]
+    blocks_used = _take_blocks(kv, taking, opened, used)
     finishing = num_steps >= to_finish
     # A window's frees at the last step go group by group between the finishes, as update() does
     # (needless while every sequence is still inside the first block of its windows)
@@ -385,7 +381,7 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
     retries prompt blocks while they decode, which reads no count that lags)."""
     kv, batch = sched.kv, plan.batch
     sched.last_admission = None  # the run takes blocks and frees the finished groups'
-    tables, tracks_computed = kv.num_token_tables, kv.tracks_computed
+    tracks_computed = kv.tracks_computed
     blocks_used, finished, left_at, finishes = [], [], [], []
     used, taken = kv.num_used_blocks, 0
     while True:
@@ -393,11 +389,7 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
         num_seqs = len(batch.seqs)
         taking, opened = batch.blocks_taken(steps)
         batch.move_on(steps)
-        if taking:
-            kv.append_blocks(taking)
-            if tables != 1:  # a new block of a sequence is one per token table
-                opened = [n * tables for n in opened]
-        blocks_used += list(accumulate(opened, initial=used))[1:]
+        blocks_used += _take_blocks(kv, taking, opened, used)
         taken += steps
         gone = stopped_positions(batch.finish_at, batch.clock)
         if taken == num_steps:
@@ -417,6 +409,16 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
         left_at += [num_steps] * len(gone)
     blocks_used[-1] = kv.num_used_blocks  # after the last step's frees
     return DecodeRun(num_steps, num_seqs, blocks_used, finished, finishes, left_at)
+
+
+def _take_blocks(kv, taking: list, opened: list[int], used: int) -> list[int]:
+    """Give each sequence of taking a new block (in that order: the order single steps take them);
+    opened: how many open at each step. Returns the blocks in use after each step."""
+    if taking:
+        kv.append_blocks(taking)
+        if kv.num_token_tables != 1:  # a new block of a sequence is one per token table
+            opened = [n * kv.num_token_tables for n in opened]
+    return list(accumulate(opened, initial=used))[1:]
 
 
 def _finish(sched: Scheduler, batch: DecodeBatch, gone: list[int], now: float, finished: list) -> None:

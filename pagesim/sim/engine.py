@@ -113,7 +113,6 @@ class Replay:
         self.metrics = MetricsRecorder(num_blocks, cfg.warmup_s, keep_steps=keep_steps,
                                        origin=origin)
         self.num_done = 0  # finished or rejected
-        self.left_at = 0.0  # when the last request that left did (see _done)
         self.num_submitted = 0
         self.fast_forward = fast_forward
         self.on_progress = None  # callable(num_done) for progress bars
@@ -131,14 +130,13 @@ class Replay:
         self._output_delayed = bool(self.cost.output_delay_steps)
         self._step_starts = StepStarts(DELIVERY_SLACK_S) if self._output_delayed and not keep_steps else None
         self._pace = 0.0  # the last decode step duration _run_times computed (0: none yet)
+        self._absorbing = False  # decode runs may go on past finishes (set as the engine starts)
 
     def _done(self, group, at_once: bool = False) -> None:
         """A group left. Its client hears of it now, or (async output: the engine profile delivers
         tokens a step late) when the next step ends, as _delay_outputs times its last token;
         a refusal or the client's own timeout at once."""
         record = self.metrics.record_request(group)
-        # when it left: its last step's end (a run that went on past finishes records it later)
-        self.left_at = self.env.now if group.finish_time is None else group.finish_time
         label = self.session_labels.get(group.request_id)
         if label is not None:
             record.session_id, record.turn = label
@@ -248,7 +246,7 @@ class Replay:
         waste_every = self.cfg.waste_interval_s
         self.next_waste = 0.0 if waste_every is not None else math.inf
         feed, timeout, fast_forward = self.feed, self.cfg.client_timeout_s, self.fast_forward
-        absorb = self._may_absorb_finishes()
+        self._absorbing = self._may_absorb_finishes()
         while not (feed.exhausted and self.num_done == self.num_submitted):
             if not scheduler.has_unfinished:
                 if self._unheard_ends:
@@ -261,8 +259,7 @@ class Replay:
                 self._abort_timed_out(env.now)
                 if not scheduler.has_unfinished:
                     continue
-            plan = plan_decode(scheduler, MAX_DECODE_RUN, self._absorbed_steps(env.now) if absorb else 0) \
-                if fast_forward else None
+            plan = plan_decode(scheduler, MAX_DECODE_RUN, self._absorbed_steps(env.now)) if fast_forward else None
             while plan is not None:
                 # (a run's two halves are plain calls around its timeouts, not a generator of its
                 # own: one fewer object and one fewer frame switch per event)
@@ -275,7 +272,7 @@ class Replay:
                 if timeout is not None or not scheduler.running:
                     break  # back to the loop's checks
                 # (with groups still running, those checks pass: plan the next run at once)
-                plan = plan_decode(scheduler, MAX_DECODE_RUN, self._absorbed_steps(env.now) if absorb else 0)
+                plan = plan_decode(scheduler, MAX_DECODE_RUN, self._absorbed_steps(env.now))
             if plan is not None:
                 continue
             now = env.now
@@ -312,11 +309,24 @@ class Replay:
         return (self.fast_forward and self.feed.static and self.cfg.client_timeout_s is None and self.on_step is None
                 and self.on_decode_run is None and (progress is None or getattr(progress, "counts_only", False)))
 
-    def _absorbed_steps(self, now: float) -> int:
-        """How far a decode run may go past finishes: about the steps until the next arrival (or
-        waste sample), where the run will end anyway, at the last step's pace (steps may quicken
-        as the batch shrinks: a run that ends early is followed by another, never wrong)."""
+    def _run_until(self, now: float) -> float:
+        """When the next decode run must end (with the step during which this comes): the next
+        request's entry, waste sample or client deadline; now, where ends not heard of yet are
+        heard at the end of the next step, which may release a request."""
+        if self._unheard_ends:
+            return now
         until = min(self.feed.next_time() + self.request_host_s, self.next_waste)
+        if self._groups:  # (kept only under a client timeout)
+            until = min(until, self._next_deadline())
+        return until
+
+    def _absorbed_steps(self, now: float) -> int:
+        """How far a decode run may go past finishes (0: not at all, see _may_absorb_finishes):
+        about the steps until it must end anyway (_run_until), at the last step's pace (steps may
+        quicken as the batch shrinks: a run that ends early is followed by another, never wrong)."""
+        if not self._absorbing:
+            return 0
+        until = self._run_until(now)
         if until == math.inf:
             return MAX_DECODE_RUN
         pace = self._pace
@@ -340,14 +350,7 @@ class Replay:
         core advanced to the run's end, and the delays that bring the clock there. Times,
         metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
-        # ends not heard of yet are heard at the end of the next step, which may release a request
-        if self._unheard_ends:
-            until = now
-        else:
-            until = min(self.feed.next_time() + self.request_host_s, self.next_waste)
-            if self._groups:  # (kept only under a client timeout)
-                until = min(until, self._next_deadline())
-        durations, ends = self._run_times(plan, now, until)
+        durations, ends = self._run_times(plan, now, self._run_until(now))
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
         if self._step_starts is not None:
