@@ -33,7 +33,7 @@ TIMED = [
     ("plan_decode", engine, "plan_decode", 0),
     ("  _queued_group_could_start", decode_runs, "_queued_group_could_start", 1),
     ("advance_decode", engine, "advance_decode", 0),
-    ("Replay._run_times", engine.Replay, "_run_times", 0),
+    ("run_times", engine, "run_times", 0),
     ("MetricsRecorder.record_decode_run", MetricsRecorder, "record_decode_run", 0),
     ("Scheduler.schedule", Scheduler, "schedule", 0),
     ("Scheduler.update", Scheduler, "update", 0),

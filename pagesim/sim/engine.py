@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from bisect import bisect_left, bisect_right
-from itertools import accumulate
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple, Sequence
 
@@ -25,6 +24,7 @@ from pagesim.sim import beam_model
 from pagesim.sim.cost import CostModel, make_cost_model
 from pagesim.sim.pool import size_pool
 from pagesim.sim.releases import Releases
+from pagesim.sim.run_times import delay_to, run_times
 from pagesim.sim.replay_config import ReplayConfig, shared_workload, with_policy_presets  # noqa: F401 (re-exported)
 from pagesim.sim.presets import engine_options, policy_preset  # noqa: F401 (the API imports them from here)
 from pagesim.sim.presets import default_chunked_prefill, step_budget
@@ -129,7 +129,7 @@ class Replay:
         # the few step starts that delivery depends on
         self._output_delayed = bool(self.cost.output_delay_steps)
         self._step_starts = StepStarts(DELIVERY_SLACK_S) if self._output_delayed and not keep_steps else None
-        self._pace = 0.0  # the last decode step duration _run_times computed (0: none yet)
+        self._pace = 0.0  # the last decode step duration run_times computed (0: none yet)
         self._absorbing = False  # decode runs may go on past finishes (set as the engine starts)
 
     def _done(self, group, at_once: bool = False) -> None:
@@ -350,7 +350,8 @@ class Replay:
         core advanced to the run's end, and the delays that bring the clock there. Times,
         metrics and core state come out exactly as stepping one at a time would give."""
         scheduler = self.scheduler
-        durations, ends = self._run_times(plan, now, self._run_until(now))
+        durations, ends, self._pace = run_times(self.cost, self.cfg.block_size, plan, now, self._run_until(now),
+                                                self._pace)
         if self.on_decode_run is not None:
             self.on_decode_run(ends, durations, plan.num_seqs, plan.context_tokens)
         if self._step_starts is not None:
@@ -360,7 +361,7 @@ class Replay:
         kv = scheduler.kv
         shared_before = kv.num_logical_blocks - kv.num_used_blocks
         run = advance_decode(scheduler, len(ends), SIM_TOKEN, end, plan, ends)
-        delay = _delay_to(now, end)
+        delay = delay_to(now, end)
         # no single delay lands exactly there (rounding ties): time the steps one by one
         delays = (delay,) if now + delay == end else durations
         # (tuple.__new__: a named tuple's own __new__ is a Python call)
@@ -379,41 +380,6 @@ class Replay:
         for group in taken.run.finished:
             self._done(group)
         self._maybe_sample_waste(self.env.now)
-
-    def _run_times(self, plan: DecodePlan, now: float, until: float) -> tuple[list[float], list[float]]:
-        """Durations and end times of the plan's steps up to the one that ends at or after until
-        (or to its last step). Ends accumulate one duration at a time from now, exactly as
-        successive timeouts would; they are computed in chunks, since until usually cuts a run
-        far short of its plan."""
-        durations, ends = [], []
-        pace = self._pace
-        # (a plan that goes past finishes decodes fewer sequences after each: stretch by stretch)
-        stretches = plan.stretches or ((plan.num_steps, plan.num_seqs, plan.context_tokens),)
-        start = 0  # steps before the stretch
-        for stop, num_seqs, context in stretches:
-            while len(ends) < stop:
-                # Durations grow along a run (its context does), and slowly from run to run: at the
-                # last one's pace, this many more steps reach until at the most (any chunk gives
-                # the same floats; this one mostly ends the run without a second)
-                chunk = stop if until == math.inf else 16 if pace <= 0 else max(16, int((until - now) / pace) + 2)
-                count = min(chunk, stop - len(ends))
-                part = self.cost.decode_run_durations(num_seqs, context + (len(ends) - start) * num_seqs, count,
-                                                      self.cfg.block_size)
-                self._pace = pace = part[-1]
-                part_ends = list(accumulate(part, initial=now))  # (part_ends[k]: the end of the chunk's k-th step)
-                # (durations are positive, so ends increase: the first end at or after until)
-                cut = bisect_left(part_ends, until, 1)
-                if cut <= count:
-                    if not ends:  # (most runs: cut inside the first chunk)
-                        return part[:cut], part_ends[1:cut + 1]
-                    durations += part[:cut]
-                    ends += part_ends[1:cut + 1]
-                    return durations, ends
-                durations += part
-                ends += part_ends[1:]
-                now = part_ends[-1]
-            start = stop
-        return durations, ends
 
     def _next_deadline(self) -> float:
         """When the oldest request that may still be running runs out of client patience."""
@@ -477,19 +443,6 @@ def _outcome(group) -> Outcome:
     first = seqs[0] if len(seqs) == 1 else min(seqs, key=lambda seq: seq.seq_id)
     return Outcome(group.reject_reason, first.num_output_tokens,
                    first.output_token_ids if first.has_token_ids else None)
-
-
-def _delay_to(now: float, target: float) -> float:
-    """A delay d with now + d == target exactly in floating point where one exists, so that a run
-    of steps ends at the very instant successive per-step timeouts would have reached. Callers
-    check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past
-    the target (ties to even), and none exists."""
-    delay = target - now
-    while now + delay < target:
-        delay = math.nextafter(delay, math.inf)
-    while now + delay > target:
-        delay = math.nextafter(delay, -math.inf)
-    return delay
 
 
 def _mean_shares(rows: list[tuple], since: float) -> dict:

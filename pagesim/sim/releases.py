@@ -49,7 +49,7 @@ class Releases:
 
 def event_at(env: simpy.Environment, t: float) -> simpy.Event:
     """An event that fires at exactly t (now, if t has passed). A timeout fires at now + delay,
-    which floating point cannot always make equal to t (see pagesim.sim.engine._delay_to), so two
+    which floating point cannot always make equal to t (see pagesim.sim.run_times.delay_to), so two
     clocks reaching t by different paths (a replica's own arrivals, a router's releases for many
     replicas) would read differently by an ulp. This event is put on the environment's queue at t
     itself, as Environment.schedule puts a timeout at now + delay (simpy 4's queue entries:

@@ -1,5 +1,5 @@
 """releases.event_at against SimPy's own timeout: it fires at exactly the time asked for, where
-now + (t - now) rounds elsewhere (the tie documented at pagesim.sim.engine._delay_to), so two
+now + (t - now) rounds elsewhere (the tie documented at pagesim.sim.run_times.delay_to), so two
 clocks reaching t by different paths read the same."""
 
 import simpy

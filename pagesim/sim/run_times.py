@@ -1,0 +1,59 @@
+"""When the steps of a decode run end: durations from the cost model, end times accumulated one
+duration at a time exactly as successive per-step timeouts would give them, and the one delay
+that brings the clock to a run's end."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from itertools import accumulate
+
+from pagesim.core.decode_runs import DecodePlan
+
+
+def run_times(cost, block_size: int, plan: DecodePlan, now: float, until: float,
+              pace: float) -> tuple[list[float], list[float], float]:
+    """Durations and end times of the plan's steps up to the one that ends at or after until
+    (or to its last step), and the last duration computed (the pace the next run starts from:
+    0 where none was). They are computed in chunks, since until usually cuts a run far short
+    of its plan."""
+    durations, ends = [], []
+    # (a plan that goes past finishes decodes fewer sequences after each: stretch by stretch)
+    stretches = plan.stretches or ((plan.num_steps, plan.num_seqs, plan.context_tokens),)
+    start = 0  # steps before the stretch
+    for stop, num_seqs, context in stretches:
+        while len(ends) < stop:
+            # Durations grow along a run (its context does), and slowly from run to run: at the
+            # last one's pace, this many more steps reach until at the most (any chunk gives
+            # the same floats; this one mostly ends the run without a second)
+            chunk = stop if until == math.inf else 16 if pace <= 0 else max(16, int((until - now) / pace) + 2)
+            count = min(chunk, stop - len(ends))
+            part = cost.decode_run_durations(num_seqs, context + (len(ends) - start) * num_seqs, count, block_size)
+            pace = part[-1]
+            part_ends = list(accumulate(part, initial=now))  # (part_ends[k]: the end of the chunk's k-th step)
+            # (durations are positive, so ends increase: the first end at or after until)
+            cut = bisect_left(part_ends, until, 1)
+            if cut <= count:
+                if not ends:  # (most runs: cut inside the first chunk)
+                    return part[:cut], part_ends[1:cut + 1], pace
+                durations += part[:cut]
+                ends += part_ends[1:cut + 1]
+                return durations, ends, pace
+            durations += part
+            ends += part_ends[1:]
+            now = part_ends[-1]
+        start = stop
+    return durations, ends, pace
+
+
+def delay_to(now: float, target: float) -> float:
+    """A delay d with now + d == target exactly in floating point where one exists, so that a run
+    of steps ends at the very instant successive per-step timeouts would have reached. Callers
+    check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past
+    the target (ties to even), and none exists."""
+    delay = target - now
+    while now + delay < target:
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > target:
+        delay = math.nextafter(delay, -math.inf)
+    return delay
