@@ -89,9 +89,12 @@ def test_an_integer_too_long_for_python_names_the_request_and_the_field(tmp_path
 
 def test_an_integer_of_4300_digits_is_still_read():
     """(the limit itself is read as a number, as json reads it)"""
-    text = ('{"format": "pagesim-trace/1", "metadata": {}, "requests": [{"prompt_len":%s,"output_len":4}]}'
+    text = ('{"format": "pagesim-trace/1", "metadata": {"seed": %s}, "requests": [{"prompt_len":3,"output_len":4}]}'
             % ("9" * 4300))
-    assert parse_trace(text).requests[0].prompt_len == 10**4300 - 1
+    assert parse_trace(text).metadata["seed"] == 10**4300 - 1
+    # (as a request's length it is read, then refused by the 4-byte bound)
+    with pytest.raises(TraceError, match="prompt_len.*must be at most 2,147,483,647, got an integer of 4,300 digits"):
+        parse_trace(text.replace('"prompt_len":3', '"prompt_len":' + "9" * 4300))
 
 
 @pytest.mark.parametrize("field", ["prompt_len", "output_len"])
@@ -112,6 +115,18 @@ def test_non_integer_length(tmp_path, value):
 def test_length_not_positive(tmp_path, value):
     path = write_doc(tmp_path, [{"prompt_len": value, "output_len": 4}, GOOD])
     expect_error(path, 0, "prompt_len", "must be > 0", str(value))
+
+
+@pytest.mark.parametrize("field, value", [("prompt_len", 2**31), ("output_len", 10**22), ("n", 3_000_000_000),
+                                          ("beam_width", 2**31)])
+def test_counts_past_four_bytes_name_the_field(tmp_path, field, value):
+    """A summary keeps counts as 4-byte integers: 2**31 - 1 is the most a record may hold (a
+    larger one was an internal error at the summary, after the whole replay)."""
+    path = write_doc(tmp_path, [GOOD, {**GOOD, field: value}])
+    expect_error(path, 1, field, "must be at most 2,147,483,647",
+                 f"{value:,}" if value < 10**30 else f"an integer of {len(str(value))} digits")
+    write_doc(tmp_path, [{**GOOD, field: 2**31 - 1}], name="edge.json")  # (the largest is read)
+    assert getattr(load_trace(tmp_path / "edge.json").requests[0], field) == 2**31 - 1
 
 
 @pytest.mark.parametrize(
