@@ -130,6 +130,18 @@ SWAP_GIB = NumberRule(lo=0, hi=1024, tiny=0, why="GiB of host memory per GPU")
 SCALE = NumberRule(lo=0, lo_open=True, hi=1e3, tiny=1e-3)
 PRICE = NumberRule(lo=0, lo_open=True, hi=1e6, tiny=1e-6, why="$ per GPU-hour")
 
+# a request's token counts and sample widths, as summaries keep them (4-byte integers:
+# pagesim.metrics.request_columns); a file that holds more gets one line naming the field
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
+def too_large(value: int, maximum: int = MAX_TOKEN_COUNT) -> str:
+    """The problem with an integer above maximum (a huge one named by its length, not written out)."""
+    digits = len(str(value))
+    return (f"must be at most {maximum:,}, got {value:,}" if digits <= 30
+            else f"must be at most {maximum:,}, got an integer of {digits:,} digits")
+
+
 COUNT = NumberRule(lo=0, integer=True)
 POSITIVE_INT = NumberRule(lo=1, integer=True)
 SEED = NumberRule(lo=0, hi=2**63 - 1, integer=True)

@@ -12,6 +12,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from pagesim.inputs import MAX_TOKEN_COUNT, too_large
+
 
 class RealRunError(ValueError):
     """A recorded run that cannot be read: one line naming the file, the record and the field."""
@@ -78,10 +80,10 @@ _KINDS = {int: {int}, float: {int, float}, bool: {bool}}
 def plain_columns(records: list, names: tuple[str, ...], kinds: tuple[type, ...],
                   optional: tuple[str, ...] = ()) -> list[list] | None:
     """The named fields of every record as columns, when every record is an object whose fields
-    are of their kinds (int; float for any number; bool), numbers finite and >= 0, and only the
-    `optional` fields ever null: the fast path (checks at C speed) for a valid file. None
-    otherwise: the caller then reads record by record with `Record`, whose checks name the
-    record and the field that is wrong."""
+    are of their kinds (int; float for any number; bool), numbers finite and >= 0 (integers at
+    most MAX_TOKEN_COUNT), and only the `optional` fields ever null: the fast path (checks at C
+    speed) for a valid file. None otherwise: the caller then reads record by record with
+    `Record`, whose checks name the record and the field that is wrong."""
     if not all(type(r) is dict for r in records):
         return None
     columns = []
@@ -92,7 +94,8 @@ def plain_columns(records: list, names: tuple[str, ...], kinds: tuple[type, ...]
             return None
         if kind is not bool:
             numbers = [v for v in column if v is not None] if name in optional else column
-            if numbers and not (min(numbers) >= 0 and max(numbers) < math.inf):
+            top = max(numbers) if numbers else 0
+            if numbers and not (min(numbers) >= 0 and (top <= MAX_TOKEN_COUNT if kind is int else top < math.inf)):
                 return None
         columns.append(column)
     return columns
@@ -149,7 +152,10 @@ class Record:
             raise self.fail(name, f"must be <= {maximum:g}, got {value}")
         return float(value)
 
-    def int(self, name: str, *, optional: bool = False, minimum: int | None = None) -> int | None:
+    def int(self, name: str, *, optional: bool = False, minimum: int | None = None,
+            maximum: int = MAX_TOKEN_COUNT) -> int | None:
+        """maximum: by default the most a count may be (larger ones are no token count, and no
+        4-byte column holds them)."""
         value = self._get(name, optional)
         if value is None:
             return None
@@ -164,6 +170,8 @@ class Record:
             raise self.fail(name, f"must be an integer, got {json.dumps(value)}")
         if minimum is not None and value < minimum:
             raise self.fail(name, f"must be >= {minimum}, got {value}")
+        if value > maximum:
+            raise self.fail(name, too_large(value, maximum))
         return value
 
     def bool(self, name: str, *, optional: bool = False) -> bool | None:

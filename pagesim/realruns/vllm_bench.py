@@ -140,7 +140,7 @@ def _arrivals(top: Record, start_times: list | None, n: int, assumptions: list[s
         return [0.0] * n
     rate = top.num("request_rate", minimum=1e-9)
     burstiness = top.num("burstiness", optional=True, minimum=1e-9) or 1.0
-    seed = top.int("seed", optional=True) or 0
+    seed = top.int("seed", optional=True, maximum=2**63 - 1) or 0
     from pagesim.workload.arrivals import ArrivalProcess
 
     kind = "poisson" if burstiness == 1.0 else "gamma"

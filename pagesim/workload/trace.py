@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pagesim.inputs import (MAX_JSON_DEPTH, TRACE_SECONDS, InputValueError, JsonConstant, first_constant,
-                            json_depth_problem, json_path, loads_marking_long_ints, regular_file)
+from pagesim.inputs import (MAX_JSON_DEPTH, MAX_TOKEN_COUNT, TRACE_SECONDS, InputValueError, JsonConstant, first_constant,
+                            json_depth_problem, json_path, loads_marking_long_ints, regular_file, too_large)
 
 FORMAT = "pagesim-trace/1"
 # The small traces of the common cases, shipped in the wheel (in a checkout, links to traces/):
@@ -49,8 +49,6 @@ REQUEST_FIELDS = (
     "prompt_token_ids",
 )
 REQUIRED_FIELDS = ("prompt_len", "output_len")
-# token counts and sample widths are kept as 4-byte integers (pagesim.metrics.request_columns)
-MAX_COUNT = 2**31 - 1
 TOP_LEVEL_KEYS = ("format", "metadata", "requests")
 
 
@@ -156,12 +154,6 @@ _LENGTHS_ONLY = {"prompt_len", "output_len"}
 _ID_LISTS = ("hash_ids", "prompt_token_ids")
 
 
-def _too_large(value: int) -> str:
-    digits = len(str(value))  # (a huge one is named by its length, not written out)
-    return f"must be at most {MAX_COUNT:,}, got {value:,}" if digits <= 30 else \
-        f"must be at most {MAX_COUNT:,}, got an integer of {digits:,} digits"
-
-
 def _first_bad_id(ids: list) -> int | None:
     """Position of the first element that is not an integer >= 0 (None: all are)."""
     # all plain ints >= 0 at C speed; otherwise find the first bad one to name it
@@ -183,8 +175,8 @@ def _check_request(record: Any, index: int, path: str | None, hash_block_tokens:
     # else (including every invalid record) takes the full check below and its messages.
     if type(record) is _Obj and record.keys() == _LENGTHS_ONLY and not record.duplicate_keys:
         prompt_len, output_len = record["prompt_len"], record["output_len"]
-        if type(prompt_len) is int and type(output_len) is int and 0 < prompt_len <= MAX_COUNT \
-                and 0 < output_len <= MAX_COUNT:
+        if type(prompt_len) is int and type(output_len) is int and 0 < prompt_len <= MAX_TOKEN_COUNT \
+                and 0 < output_len <= MAX_TOKEN_COUNT:
             return TraceRequest(prompt_len, output_len)
 
     def fail(field_name: str | None, problem: str) -> TraceError:
@@ -206,8 +198,8 @@ def _check_request(record: Any, index: int, path: str | None, hash_block_tokens:
             raise fail(name, f"must be an integer, got {json.dumps(value)}")
         if value <= 0:
             raise fail(name, f"must be > 0, got {value}")
-        if value > MAX_COUNT:
-            raise fail(name, _too_large(value))
+        if value > MAX_TOKEN_COUNT:
+            raise fail(name, too_large(value))
     prompt_len = record["prompt_len"]
 
     arrival = record.get("arrival_time")
@@ -227,8 +219,8 @@ def _check_request(record: Any, index: int, path: str | None, hash_block_tokens:
             raise fail(name, f"must be an integer, got {json.dumps(value)}")
         if value < 1:
             raise fail(name, f"must be >= 1, got {value}")
-        if value > MAX_COUNT:
-            raise fail(name, _too_large(value))
+        if value > MAX_TOKEN_COUNT:
+            raise fail(name, too_large(value))
     n, beam_width = record.get("n"), record.get("beam_width")
     if beam_width is not None and beam_width > 1 and n is not None and n > beam_width:
         # Beam search returns at most beam_width sequences.

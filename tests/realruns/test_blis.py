@@ -115,6 +115,8 @@ def test_a_failed_request_without_length_and_no_rule_is_an_error(tmp_path):
     (lambda rq, gt: gt[6].pop("ttft_s"), 6, "ttft_s"),
     (lambda rq, gt: gt[7].update(e2e_s=-1.0), 7, "e2e_s"),
     (lambda rq, gt: gt[2].update(has_error=True), 2, "has_error"),
+    # (past 2**31 - 1, no token count: it stopped the summary with an internal error after the replay)
+    (lambda rq, gt: rq[4].update(output_tokens=2**31), 4, "output_tokens"),
 ])
 def test_malformed_records_name_file_record_and_field(tmp_path, change, record, field):
     requests, truth = requests_and_truth()

@@ -82,6 +82,11 @@ def test_llmservingsim_sorts_by_arrival_and_names_bad_records(tmp_path):
     (path / "vllm" / "requests.jsonl").write_text(lines[0] + "\n" + json.dumps(bad) + "\n")
     with pytest.raises(RealRunError, match=r"record 2: field 'output_toks': must be an integer"):
         load_real_run(path)
+    bad["output_toks"] = 3_000_000_000  # (the slow path's bound: a 4-byte count at most)
+    (path / "vllm" / "requests.jsonl").write_text(lines[0] + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(RealRunError, match=r"record 2: field 'output_toks': must be at most 2,147,483,647, "
+                                           r"got 3,000,000,000$"):
+        load_real_run(path)
 
 
 EXP = ("[{'prompt_len': 10, 'output_len': 4, 'issue_time': 100.5, 'first_token_time': 100.7, "
