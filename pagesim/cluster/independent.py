@@ -63,15 +63,14 @@ def _route_all(cluster) -> list[tuple[array, array]]:
     release plus the router's host time, as on one clock. Per replica, when each of its requests
     enters it and which request it is (its place in cluster.requests): 12 bytes a request, where
     queued entries cost ~120; a replica's queue is built as it is replayed (_queue)."""
-    feed, requests = cluster.feed, cluster.requests
+    feed = cluster.feed  # (static: the workload in order, each request released at its arrival time)
     routed = [(array("d"), array("i")) for _ in cluster.replicas]
     index = 0
     while not feed.exhausted:
-        enters = feed.next_time() + cluster.host_s
-        request = feed.pop()
-        replica, entering, at = cluster.place(request, enters)
+        request = feed.pop()  # (built as it is taken: the workload is a Workload)
+        replica, entering, at = cluster.place(request, request.arrival_time + cluster.host_s)
         # (no P/D here: a request enters as it came, so its place in the workload names it)
-        assert entering is request and requests[index] is request
+        assert entering is request
         times, indices = routed[replica.index]
         times.append(at)
         indices.append(index)
@@ -81,7 +80,8 @@ def _route_all(cluster) -> list[tuple[array, array]]:
 
 def _queue(replica, routed: tuple[array, array], requests: list) -> None:
     """The replica's queue of requests to enter: the heap the cluster's deliveries keep on one
-    clock, (enters at, order, request). (Routed in time order, the list is a heap already.)"""
+    clock, (enters at, order, request), each request built here. (Routed in time order, the list
+    is a heap already.)"""
     times, indices = routed
     replica.feed.pending = [(at, order, requests[i]) for order, (at, i) in enumerate(zip(times, indices))]
     heapq.heapify(replica.feed.pending)
@@ -98,8 +98,8 @@ def _replayed(cluster, routed: list, jobs: int):
     _APART = cluster, routed  # (the workers are forked: they find it here, nothing is pickled to them)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
-            # (the workers have their copies: this process needs the requests no more; the list is
-            # the workload every replica and the feed share, so they all let it go)
+            # (the workers have their copies: this process needs the arrival times no more; the
+            # workload is the one every replica and the feed share, so they all let them go)
             cluster.requests.clear()
             routed.clear()
             yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
