@@ -152,15 +152,16 @@ class Cluster:
         spec.check()
         self.spec = spec
         first = spec.groups[0].cfg
-        self.workload = shared_workload(first, trace)  # built once, shared by every replica
-        self.requests = self.workload[0]
         self.pd = any(g.role == "prefill" for g in spec.groups)
-        if has_sessions(trace) or first.concurrency is not None:
-            self.feed = make_feed(trace, self.requests, first.concurrency, time_origin(self.requests, first.rate),
-                                  sessions_at_rate=first.rate is not None)
-        else:
-            self.feed = RequestFeed(self.requests)
-        self.dynamic = not self.feed.static  # releases follow ends (sessions, closed loop)
+        self.dynamic = has_sessions(trace) or first.concurrency is not None  # releases follow ends (sessions, closed loop)
+        self.router = make_router(spec.router, **spec.router_params)
+        self.coupled_by = _coupled_by(spec, self.router, self.pd, self.dynamic)
+        self.independent = independent and self.coupled_by is None  # (run() replays them apart)
+        # built once, shared by every replica; apart: each built where it is replayed (pagesim.workload.requests.Workload)
+        self.workload = shared_workload(first, trace, built=not self.independent)
+        self.requests = self.workload[0]
+        self.feed = make_feed(trace, self.requests, first.concurrency, time_origin(self.requests, first.rate),
+                              sessions_at_rate=first.rate is not None) if self.dynamic else RequestFeed(self.requests)
         self.session_of = {rid: name for rid, (name, _turn) in session_labels(trace, self.requests).items()}
         self._unrouted: set[int] = set()  # turns turned away unrouted (their session ended)
         if self.pd:
@@ -194,9 +195,6 @@ class Cluster:
         for r in self.replicas:
             if r.role != "decode":
                 r.feed.host_offset = self.host_s - r.sim.request_host_s
-        self.router = make_router(spec.router, **spec.router_params)
-        self.coupled_by = _coupled_by(spec, self.router, self.pd, self.dynamic)
-        self.independent = independent and self.coupled_by is None  # (run() replays them apart)
         # P/D: the decode replica is chosen by a second instance (each stage's choices its own memory)
         self.decode_router = make_router(spec.router, **spec.router_params) if self.pd else None
         # the loads as the router sees them, and its outstanding counts (the board pagesim route uses

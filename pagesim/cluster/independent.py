@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import multiprocessing
 import os
+import tempfile
 from array import array
 
 import simpy
@@ -25,7 +26,7 @@ import simpy
 from pagesim.metrics import RequestColumns
 from pagesim.sim.releases import event_at
 
-_APART = None  # (the cluster, its routed requests) a forked worker replays (set before the workers start)
+_APART = None  # (the cluster, its routed requests, the folder for records) a forked worker replays (set before the workers start)
 
 
 def run_apart(cluster, jobs: int | None = None):
@@ -37,13 +38,14 @@ def run_apart(cluster, jobs: int | None = None):
     count = len(cluster.replicas)
     results, left = [None] * count, [None] * count
     done, cluster.end_time = 0, 0.0
-    for index, result, times, end in _replayed(cluster, routed, worker_count(jobs, count)):
-        results[index], left[index] = result, times
-        cluster.end_time = max(cluster.end_time, end)  # (on one clock: when its last engine ended)
-        done += len(times)
-        if cluster.on_progress is not None:
-            cluster.on_progress(done)
-    _merge(cluster, results, left)
+    with tempfile.TemporaryDirectory(prefix="pagesim-apart-") as folder:
+        for index, result, times, end in _replayed(cluster, routed, worker_count(jobs, count), folder):
+            results[index], left[index] = result, times
+            cluster.end_time = max(cluster.end_time, end)  # (on one clock: when its last engine ended)
+            done += len(times)
+            if cluster.on_progress is not None:
+                cluster.on_progress(done)
+        _merge(cluster, results, left)
     return ClusterResult(cluster, results)
 
 
@@ -63,15 +65,14 @@ def _route_all(cluster) -> list[tuple[array, array]]:
     release plus the router's host time, as on one clock. Per replica, when each of its requests
     enters it and which request it is (its place in cluster.requests): 12 bytes a request, where
     queued entries cost ~120; a replica's queue is built as it is replayed (_queue)."""
-    feed, requests = cluster.feed, cluster.requests
+    feed = cluster.feed  # (static: the workload in order, each request released at its arrival time)
     routed = [(array("d"), array("i")) for _ in cluster.replicas]
     index = 0
     while not feed.exhausted:
-        enters = feed.next_time() + cluster.host_s
-        request = feed.pop()
-        replica, entering, at = cluster.place(request, enters)
+        request = feed.pop()  # (built as it is taken: the workload is a Workload)
+        replica, entering, at = cluster.place(request, request.arrival_time + cluster.host_s)
         # (no P/D here: a request enters as it came, so its place in the workload names it)
-        assert entering is request and requests[index] is request
+        assert entering is request
         times, indices = routed[replica.index]
         times.append(at)
         indices.append(index)
@@ -81,25 +82,27 @@ def _route_all(cluster) -> list[tuple[array, array]]:
 
 def _queue(replica, routed: tuple[array, array], requests: list) -> None:
     """The replica's queue of requests to enter: the heap the cluster's deliveries keep on one
-    clock, (enters at, order, request). (Routed in time order, the list is a heap already.)"""
+    clock, (enters at, order, request), each request built here. (Routed in time order, the list
+    is a heap already.)"""
     times, indices = routed
     replica.feed.pending = [(at, order, requests[i]) for order, (at, i) in enumerate(zip(times, indices))]
     heapq.heapify(replica.feed.pending)
 
 
-def _replayed(cluster, routed: list, jobs: int):
-    """(replica index, its ReplayResult, when each of its records left, when it ended), as each is done."""
+def _replayed(cluster, routed: list, jobs: int, folder: str):
+    """(replica index, its ReplayResult, when each of its records left, when it ended), as each is
+    done. folder: where worker processes leave their records' columns (_Spilled)."""
     if jobs == 1:
         for replica in cluster.replicas:
             _queue(replica, routed[replica.index], cluster.requests)
             yield (replica.index, *_replay(replica, cluster))
         return
     global _APART
-    _APART = cluster, routed  # (the workers are forked: they find it here, nothing is pickled to them)
+    _APART = cluster, routed, folder  # (the workers are forked: they find it here, nothing is pickled to them)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
-            # (the workers have their copies: this process needs the requests no more; the list is
-            # the workload every replica and the feed share, so they all let it go)
+            # (the workers have their copies: this process needs the arrival times no more; the
+            # workload is the one every replica and the feed share, so they all let them go)
             cluster.requests.clear()
             routed.clear()
             yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
@@ -114,12 +117,48 @@ def _worker_start() -> None:
 
 
 def _replay_index(index: int):
-    cluster, routed = _APART
+    cluster, routed, folder = _APART
     replica = cluster.replicas[index]
     _queue(replica, routed[index], cluster.requests)
     replayed = _replay(replica, None)
     replica.sim = None  # (its result goes to the parent: this worker keeps nothing of it for its next replica)
+    metrics = replayed[0].metrics
+    metrics.requests = _Spilled.write(metrics.requests, folder, index)
     return (index, *replayed)
+
+
+class _Spilled:
+    """A replica's record columns (RequestColumns) that its worker wrote to files, which the parent
+    reads back a column at a time as it merges them (RequestColumns.concat pops them): unpickled,
+    every replica's columns would lie in the parent at once, beside the merged copy (at 1M
+    requests, 80 MB its heap kept after they were let go)."""
+
+    def __init__(self, stem: str, count: int, tables: dict) -> None:
+        self.stem, self.count, self.tables = stem, count, tables
+        self.columns = self  # (read as RequestColumns.columns: pop(name) reads one back)
+
+    @classmethod
+    def write(cls, records: RequestColumns, folder: str, index: int) -> _Spilled:
+        import numpy as np
+
+        spilled = cls(os.path.join(folder, f"replica{index}-"), len(records), records.tables)
+        for name, column in records.packed().columns.items():
+            np.save(f"{spilled.stem}{name}.npy", column)
+        return spilled
+
+    def packed(self) -> _Spilled:
+        return self
+
+    def pop(self, name: str):
+        import numpy as np
+
+        path = f"{self.stem}{name}.npy"
+        column = np.load(path)
+        os.remove(path)
+        return column
+
+    def __len__(self) -> int:
+        return self.count
 
 
 def _replay(replica, cluster) -> tuple:
@@ -181,8 +220,8 @@ def in_clock_order(cluster, records, times: array, replicas: array, decodes: arr
 
 
 def _merge(cluster, results: list, left: list) -> None:
-    """The replicas' records (packed: RequestColumns), replica after replica in one set of columns
-    that each replica's metrics.requests then sees its part of, put in the one clock's order."""
+    """The replicas' records (packed: RequestColumns, or _Spilled), replica after replica in one set
+    of columns that each replica's metrics.requests then sees its part of, put in the one clock's order."""
     sizes = [len(result.metrics.requests) for result in results]
     records = RequestColumns.concat([result.metrics.requests for result in results], release=True)
     start = 0

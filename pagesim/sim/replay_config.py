@@ -76,10 +76,12 @@ _FLAG_NAMES = {"swap_space_gib": "swap_space", "warmup_s": "warmup", "waste_inte
                "force_profile": "force"}
 
 
-def shared_workload(cfg: ReplayConfig, trace: Trace) -> tuple[list, list[str], set[int]]:
-    """The run's requests, the notes on building them, and the beam widths among them."""
-    requests, notes = cfg.requests(trace)
-    return requests, notes, {r.sampling.beam_width for r in requests if r.sampling.use_beam_search}
+def shared_workload(cfg: ReplayConfig, trace: Trace, built: bool = True) -> tuple[list, list[str], set[int]]:
+    """The run's requests, the notes on building them, and the beam widths among them. built=False:
+    the requests as a Workload, each built when asked for (pagesim.workload.requests)."""
+    requests, notes = cfg.requests(trace, built)
+    samplings = (r.sampling for r in requests) if built else requests.samplings()
+    return requests, notes, {s.beam_width for s in samplings if s.use_beam_search}
 
 
 def with_policy_presets(options: dict) -> dict:

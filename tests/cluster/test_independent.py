@@ -97,6 +97,29 @@ def test_requests_leaving_at_one_instant_are_kept_by_replica():
         assert [r.request_id for r in result.requests if r.status == "finished"] == [0, 3]
 
 
+
+def test_a_cluster_replayed_apart_builds_no_request_before_it_is_replayed():
+    """Apart, the cluster keeps the workload as arrival times (pagesim.workload.requests.Workload),
+    each request built where it is routed and replayed: the same requests as the trace's records
+    (cycled) at the arrival process's times, built anew at each ask; on one clock, built once."""
+    from pagesim.core import Request
+    from pagesim.workload.arrivals import poisson_arrivals
+    from pagesim.workload.requests import Workload
+
+    cfg = replay_config(rate=6.0, num_requests=len(CHAT) + 7, seed=3)
+    apart = Cluster(ClusterSpec([ReplicaGroup("g", cfg, 2)]), CHAT)
+    together = Cluster(ClusterSpec([ReplicaGroup("g", cfg, 2)]), CHAT, independent=False)
+    assert isinstance(apart.requests, Workload) and type(together.requests) is list
+    assert apart.requests[5] is not apart.requests[5]
+    times = poisson_arrivals(6.0, count=len(CHAT) + 7, seed=3)
+    for i, (request, built) in enumerate(zip(apart.requests, together.requests)):
+        record = CHAT.requests[i % len(CHAT)]
+        assert isinstance(request, Request)
+        assert (request.request_id, request.arrival_time, request.prompt_len, request.sampling.max_tokens,
+                request.prompt_token_ids) == (i, times[i], record.prompt_len, record.output_len, record.prompt_token_ids)
+        assert request == built
+    assert len(apart.requests) == len(together.requests) == len(times)
+
 @pytest.mark.parametrize("router, options, why", [
     ("least-outstanding", {}, "router least-outstanding reads their loads"),
     ("round-robin", {"concurrency": 4}, "sessions or a closed loop"),
