@@ -97,7 +97,6 @@ def test_requests_leaving_at_one_instant_are_kept_by_replica():
         assert [r.request_id for r in result.requests if r.status == "finished"] == [0, 3]
 
 
-
 def test_a_cluster_replayed_apart_builds_no_request_before_it_is_replayed():
     """Apart, the cluster keeps the workload as arrival times (pagesim.workload.requests.Workload),
     each request built where it is routed and replayed: the same requests as the trace's records
@@ -119,6 +118,7 @@ def test_a_cluster_replayed_apart_builds_no_request_before_it_is_replayed():
                 request.prompt_token_ids) == (i, times[i], record.prompt_len, record.output_len, record.prompt_token_ids)
         assert request == built
     assert len(apart.requests) == len(together.requests) == len(times)
+
 
 @pytest.mark.parametrize("router, options, why", [
     ("least-outstanding", {}, "router least-outstanding reads their loads"),
