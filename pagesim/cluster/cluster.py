@@ -153,11 +153,13 @@ class Cluster:
         self.spec = spec
         first = spec.groups[0].cfg
         self.pd = any(g.role == "prefill" for g in spec.groups)
-        self.dynamic = has_sessions(trace) or first.concurrency is not None  # releases follow ends (sessions, closed loop)
+        # releases follow ends (sessions, closed loop)
+        self.dynamic = has_sessions(trace) or first.concurrency is not None
         self.router = make_router(spec.router, **spec.router_params)
         self.coupled_by = _coupled_by(spec, self.router, self.pd, self.dynamic)
         self.independent = independent and self.coupled_by is None  # (run() replays them apart)
-        # built once, shared by every replica; apart: each built where it is replayed (pagesim.workload.requests.Workload)
+        # built once, shared by every replica; apart: each built where it is replayed
+        # (pagesim.workload.requests.Workload)
         self.workload = shared_workload(first, trace, built=not self.independent)
         self.requests = self.workload[0]
         self.feed = make_feed(trace, self.requests, first.concurrency, time_origin(self.requests, first.rate),

@@ -26,7 +26,9 @@ import simpy
 from pagesim.metrics import RequestColumns
 from pagesim.sim.releases import event_at
 
-_APART = None  # (the cluster, its routed requests, the folder for records) a forked worker replays (set before the workers start)
+# (the cluster, its routed requests, the folder for records) a forked worker replays (set before
+# the workers start)
+_APART = None
 
 
 def run_apart(cluster, jobs: int | None = None):

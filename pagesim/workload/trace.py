@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pagesim.inputs import (MAX_JSON_DEPTH, MAX_TOKEN_COUNT, TRACE_SECONDS, InputValueError, JsonConstant, first_constant,
-                            json_depth_problem, json_path, loads_marking_long_ints, regular_file, too_large)
+from pagesim.inputs import (MAX_JSON_DEPTH, MAX_TOKEN_COUNT, TRACE_SECONDS, InputValueError, JsonConstant,
+                            first_constant, json_depth_problem, json_path, loads_marking_long_ints, regular_file,
+                            too_large)
 
 FORMAT = "pagesim-trace/1"
 # The small traces of the common cases, shipped in the wheel (in a checkout, links to traces/):
