@@ -50,12 +50,12 @@ def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
     return zip(*[iter(token_ids if end == len(token_ids) else token_ids[:end])] * block_size)
 
 
-def shared_blocks(a: list, b: list, block_size: int) -> int:
-    """The leading whole blocks on which the ids a and b agree: list compares at C speed, first of
-    the longest span both hold (a conversation's earlier turn is a prefix of its next: one compare),
-    then a binary search over blocks."""
+def shared_blocks(a: list, b: list, block_size: int, num_blocks: int | None = None) -> int:
+    """The leading whole blocks (at most num_blocks) on which the ids a and b agree: list compares
+    at C speed, first of the longest span both hold (a conversation's earlier turn is a prefix of
+    its next: one compare), then a binary search over blocks."""
     lo = 0
-    hi = mid = min(len(a), len(b)) // block_size
+    hi = mid = min(len(a) // block_size, len(b) // block_size, len(a) if num_blocks is None else num_blocks)
     while lo < hi:  # (blocks before lo agree, none after hi)
         if a[lo * block_size:mid * block_size] == b[lo * block_size:mid * block_size]:
             lo = mid
