@@ -46,7 +46,7 @@ def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
     end = num_blocks * block_size
     if end > len(token_ids):
         return (tuple(token_ids[i * block_size:(i + 1) * block_size]) for i in range(num_blocks))
-    # (consecutive tuples, at C speed; ids of exactly those blocks, a _key_chain span, are not copied again)
+    # (consecutive tuples, at C speed; ids of exactly those blocks are not copied again)
     return zip(*[iter(token_ids if end == len(token_ids) else token_ids[:end])] * block_size)
 
 
