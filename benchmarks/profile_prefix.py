@@ -7,8 +7,8 @@ Usage:  python -m benchmarks.profile_prefix --out reports/profile_prefix.md
 The same perf_counter wrappers as benchmarks/profile_sim.py (about a microsecond a call, so the
 rows are of the wrapped runs); the plain replay times come first, without wrappers (medians of
 alternating runs). Indented rows
-are inside another row: _cache_generated inside free, the key chains inside both the lookups and
-_cache_generated. Issue 30 asks for prefix caching at <= 1.2x the time without it.
+are inside another row: _cache_generated inside free, the prompt keys inside the lookups, the keys
+after a prompt inside _cache_generated. Issue 30 asks for prefix caching at <= 1.2x the time without it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from benchmarks.profile_sim import machine_line, parse_args, timed_run, timers, 
 ROOT = Path(__file__).resolve().parent.parent
 
 from pagesim.api import prepare_replay  # noqa: E402
-from pagesim.core import paged  # noqa: E402
+from pagesim.core import kept_keys, paged  # noqa: E402
 from pagesim.core.block_pool import BlockPool  # noqa: E402
 from pagesim.core.paged import PagedKVManager  # noqa: E402
 from pagesim.workload.trace import load_trace  # noqa: E402
@@ -41,32 +41,42 @@ TIMED = [
     ("PagedKVManager.free", PagedKVManager, "free", 0),
     ("  _cache_generated (registering the output's blocks)", PagedKVManager, "_cache_generated", 1),
     ("BlockPool.allocate_n (evictions inside)", BlockPool, "allocate_n", 0),
-    ("PagedKVManager._key_chain (block keys; inside lookups and _cache_generated)", PagedKVManager, "_key_chain", 1),
+    ("PagedKVManager._prompt_keys (a prompt's block keys; inside lookups)", PagedKVManager, "_prompt_keys", 1),
+    ("PagedKVManager._tail_keys (the keys after a prompt; inside _cache_generated)", PagedKVManager, "_tail_keys", 1),
 ]
 
 
 class KeyCount:
-    """Blocks whose keys _key_chain was asked for, and how many chain_keys hashed (the rest came
-    from a kept chain); counted while the context is open, the functions restored after."""
+    """Blocks whose keys a manager asked for (a prompt's, and those after it), and how many
+    chain_keys hashed (the rest came from kept keys); counted while the context is open, the
+    functions restored after."""
 
     def __enter__(self):
         self.asked = self.hashed = 0
-        self._originals = key_chain, chain_keys = PagedKVManager._key_chain, paged.chain_keys
+        self._originals = (PagedKVManager._prompt_keys, PagedKVManager._tail_keys, paged.chain_keys,
+                           kept_keys.chain_keys)
+        prompt_keys, tail_keys, chain_keys = self._originals[:3]
 
-        def counted_key_chain(manager, parent, token_ids, start, num_blocks, keep=True):
+        def counted_prompt_keys(manager, seq, num_blocks):
             self.asked += num_blocks
-            return key_chain(manager, parent, token_ids, start, num_blocks, keep)
+            return prompt_keys(manager, seq, num_blocks)
+
+        def counted_tail_keys(manager, seq, parent, start, num_blocks):
+            self.asked += num_blocks
+            return tail_keys(manager, seq, parent, start, num_blocks)
 
         def counted_chain_keys(parent, spans, key):
             keys = chain_keys(parent, spans, key)
             self.hashed += len(keys)
             return keys
 
-        PagedKVManager._key_chain, paged.chain_keys = counted_key_chain, counted_chain_keys
+        PagedKVManager._prompt_keys, PagedKVManager._tail_keys = counted_prompt_keys, counted_tail_keys
+        paged.chain_keys = kept_keys.chain_keys = counted_chain_keys
         return self
 
     def __exit__(self, *exc):
-        PagedKVManager._key_chain, paged.chain_keys = self._originals
+        (PagedKVManager._prompt_keys, PagedKVManager._tail_keys, paged.chain_keys,
+         kept_keys.chain_keys) = self._originals
 
 
 def _replay(trace, num_requests: int, rate: float, prefix_caching: bool):
@@ -86,7 +96,7 @@ def main() -> None:
     plain = {mode: statistics.median(times) for mode, times in runs.items()}
     # the wrapped runs alternate too; per function the median of its rounds' totals
     rounds = {mode: [] for mode in modes}  # (wrapped run time, per-function totals, calls, finished)
-    with KeyCount() as keys:  # (opened before the timers, so _key_chain's timer includes its count)
+    with KeyCount() as keys:  # (opened before the timers, so the key rows' timers include its counts)
         for _ in range(ROUNDS):
             for mode in modes:
                 total, count = Counter(), Counter()
@@ -132,7 +142,7 @@ def main() -> None:
         f"{(extra - inside) / extra:.0%} |",
         "",
         f"Block keys: {keys.asked:,} asked for, {keys.hashed:,} hashed ({1 - keys.hashed / keys.asked:.0%} taken from "
-        "a kept chain).",
+        "kept keys).",
     ]
     write_report(args.out, lines)
 

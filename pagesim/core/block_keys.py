@@ -46,16 +46,16 @@ def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
     end = num_blocks * block_size
     if end > len(token_ids):
         return (tuple(token_ids[i * block_size:(i + 1) * block_size]) for i in range(num_blocks))
-    # (consecutive tuples, at C speed; ids of exactly those blocks, a _key_chain span, are not copied again)
+    # (consecutive tuples, at C speed; ids of exactly those blocks are not copied again)
     return zip(*[iter(token_ids if end == len(token_ids) else token_ids[:end])] * block_size)
 
 
-def shared_blocks(a: list, b: list, block_size: int) -> int:
-    """The leading whole blocks on which the ids a and b agree: list compares at C speed, first of
-    the longest span both hold (a conversation's earlier turn is a prefix of its next: one compare),
-    then a binary search over blocks."""
+def shared_blocks(a: list, b: list, block_size: int, num_blocks: int | None = None) -> int:
+    """The leading whole blocks (at most num_blocks) on which the ids a and b agree: list compares
+    at C speed, first of the longest span both hold (a conversation's earlier turn is a prefix of
+    its next: one compare), then a binary search over blocks."""
     lo = 0
-    hi = mid = min(len(a), len(b)) // block_size
+    hi = mid = min(len(a) // block_size, len(b) // block_size, len(a) if num_blocks is None else num_blocks)
     while lo < hi:  # (blocks before lo agree, none after hi)
         if a[lo * block_size:mid * block_size] == b[lo * block_size:mid * block_size]:
             lo = mid

@@ -11,21 +11,17 @@ from __future__ import annotations
 
 from functools import partial
 from itertools import compress, takewhile
-from operator import eq, is_not, not_
+from operator import is_not, not_
 from typing import Hashable
 
 from pagesim.core.block_keys import (BLOCK_KEYS, block_hashes, block_spans, chain_keys,  # noqa: F401 (re-exported)
                                      fast_block_key, sha256_block_key, shared_blocks)
-from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather, store  # noqa: F401 (FreeBlockQueue: re-exported)
+from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather  # noqa: F401 (FreeBlockQueue: re-exported)
 from pagesim.core.hashed_prompt import HashChainKeys
-from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
+from pagesim.core.kept_keys import KeptKeys
+from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
-
-
-# Tokens of the distinct prompts (and outputs) whose block keys a manager keeps: each costs about 8
-# bytes (a reference in the chain's tuple), so ~2 MB at most, however long the prompts are.
-KEY_CHAIN_TOKENS_KEPT = 1 << 18
 
 
 def token_span(seq: Sequence, start: int, end: int) -> tuple[int, ...]:
@@ -45,31 +41,27 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
     holds their key. A block that holds a key keeps it while a table holds it, so it is never
     offered again; a freed sliding-window entry (NULL_BLOCK, the only negative one) is dropped."""
     block_hash, cached = pool.block_hash, pool.cached
-    if not retry and start < end:
-        blocks = table[start:end]
-        if NULL_BLOCK not in blocks and gather(block_hash, blocks).count(None) == len(blocks):
-            # The common case at C speed: a prompt's newly full blocks, none freed, none registered.
-            # setdefault in index order is the loop below: a key already held (by another block,
-            # or by an earlier block of this batch) keeps its block, which comes back instead.
-            new_keys = keys[start:end]
-            held = list(map(cached.setdefault, new_keys, blocks))
-            if held == blocks:  # (nearly always: every key was new)
-                store(block_hash, blocks, new_keys)
-                return []
-            took = list(map(eq, held, blocks))  # (a block is in the cache under at most one key)
-            store(block_hash, compress(blocks, took), compress(new_keys, took))
-            return list(compress(range(start, end), map(not_, took)))
+    # (BlockPool.register inlined, one setdefault a block: a long prefix-caching run offers millions,
+    # and this loop costs ~480 instructions a block against ~700 for checking the batch at C speed
+    # first (NULL_BLOCK, gather, setdefault by map, compare, store), callgrind)
     left = []
-    for indices in (retry or (), range(start, end)):
-        for i in indices:  # (BlockPool.register inlined: a long prefix-caching run offers millions)
-            block = table[i]
-            if block >= 0 and block_hash[block] is None:
-                key = keys[i]
-                if key in cached:
-                    left.append(i)
-                else:
-                    block_hash[block] = key
-                    cached[key] = block
+    for i in retry or ():
+        block = table[i]
+        if block >= 0 and block_hash[block] is None:
+            key = keys[i]
+            if cached.setdefault(key, block) == block:  # (a block is in the cache under at most one key)
+                block_hash[block] = key
+            else:
+                left.append(i)
+    held = []
+    for block, key in zip(table[start:end], keys[start:end]):
+        if block >= 0 and block_hash[block] is None:
+            if cached.setdefault(key, block) == block:
+                block_hash[block] = key
+            else:
+                held.append(block)
+    if held:  # (rare) their indices: a table holds a block once
+        left += [table.index(block, start, end) for block in held]
     return left
 
 
@@ -99,9 +91,7 @@ class PagedKVManager(KVCacheManager):
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
         self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
-        self._key_chains: dict[tuple, tuple[list, list]] = {}  # (parent, blocks, tokens, *last block) -> (tokens, keys)
-        self._key_chain_tokens = 0  # tokens held by the keys of _key_chains
-        self._chain_heads: dict = {}  # a chain's first key -> the slot of _key_chains last keyed so
+        self._kept_keys = KeptKeys(block_size, block_key)  # (prompts known by token ids)
         # Prefix caching registers each full prompt block once, at the step that fills it:
         # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
         # still unregistered because another block held their hash (retried every step, as
@@ -140,51 +130,29 @@ class PagedKVManager(KVCacheManager):
             if seq.hashed_prompt is not None:  # keyed from the hash ids, never materialised
                 hashes = self._hashed_keys.keys(seq.hashed_prompt, num_full)
             elif seq.token_ids:
-                hashes = self._key_chain(0, seq.token_ids, 0, num_full)  # (block_hashes, shared)
+                hashes = self._prompt_keys(seq, num_full)  # (block_hashes, shared)
             else:
                 hashes = []
             self._prompt_hashes[seq.seq_id] = hashes
         return hashes
 
-    def _key_chain(self, parent: Hashable, token_ids: list[int], start: int, num_blocks: int, keep: bool = True) -> list:
-        """chain_keys of the num_blocks blocks from token_ids[start], the first one's parent given;
-        shared by the requests that repeat a prompt, or a prompt and its output (a real run
-        replays ~100 of each over 9,000 requests). Never mutated.
-        keep=False: computed, not kept (a chain not expected to recur)."""
-        if not keep:
-            return chain_keys(parent, block_spans(token_ids[start:], self.block_size, num_blocks), self.block_key)
-        tokens = token_ids[start:start + num_blocks * self.block_size]
-        # A chain is found by its parent, length and last block (a short tuple to hash), then
-        # its whole span compared as a list: a miss, the common case in a long chat trace, costs
-        # a slice instead of hashing a tuple of every token (53 k instructions for 672 tokens).
-        slot = (parent, num_blocks, len(tokens), *tokens[-self.block_size:])
-        entry = self._key_chains.get(slot)
-        if entry is not None and entry[0] == tokens:
-            return entry[1]
-        # A chain whose first block is one kept's (a conversation's next turn: the last prompt and
-        # more) reuses the keys of the blocks both hold and hashes the rest from there. Keys past
-        # the first depend on it and the tokens only, so the chains are found by their first key.
-        bs = self.block_size
-        spans = block_spans(tokens, bs, num_blocks)
-        first = self.block_key(parent, next(spans)) if num_blocks else None
-        known = self._key_chains.get(self._chain_heads.get(first))
-        same = shared_blocks(known[0], tokens, bs) if known is not None else 0
-        # (distinct prompts: memory bounded; the heads too, which a slot's replaced chains leave)
-        if self._key_chain_tokens + len(tokens) > KEY_CHAIN_TOKENS_KEPT or len(self._chain_heads) * bs > KEY_CHAIN_TOKENS_KEPT:
-            self._key_chains.clear()
-            self._chain_heads.clear()
-            self._key_chain_tokens = 0
-        elif entry is not None:  # (another chain in the slot: replaced)
-            self._key_chain_tokens -= len(entry[0])
-        if same:
-            rest = block_spans(tokens[same * bs:], bs, num_blocks - same)
-            keys = known[1][:same] + chain_keys(known[1][same - 1], rest, self.block_key)
-        else:
-            keys = [first] + chain_keys(first, spans, self.block_key) if num_blocks else []
-        self._key_chains[slot] = (tokens, keys)
-        self._chain_heads[first] = slot
-        self._key_chain_tokens += len(tokens)
-        return keys
+    def _chain(self, parent: Hashable, token_ids: list[int], start: int, num_blocks: int) -> list:
+        """chain_keys of the num_blocks blocks of token_ids from start, the first one's parent given."""
+        return chain_keys(parent, block_spans(token_ids[start:], self.block_size, num_blocks), self.block_key)
+
+    # Token-id prompts' keys are kept for the prompt as submitted (pagesim.core.kept_keys), which a
+    # cycled trace submits again, and whose next turns start the same; ids given otherwise have
+    # nothing to know them again by.
+    def _prompt_keys(self, seq: Sequence, num_blocks: int) -> list:
+        if seq.prompt_ids is None:
+            return self._chain(0, seq.token_ids, 0, num_blocks)
+        return self._kept_keys.prompt_keys(seq.prompt_ids, num_blocks)
+
+    def _tail_keys(self, seq: Sequence, parent: Hashable, start: int, num_blocks: int) -> list:
+        """The keys of seq's num_blocks blocks from token start on (past its prompt's keys)."""
+        if seq.prompt_ids is None:
+            return self._chain(parent, seq.token_ids, start, num_blocks)
+        return self._kept_keys.tail_keys(seq.prompt_ids, parent, seq.token_ids, start, num_blocks)
 
     def _cached_blocks(self, seq: Sequence) -> list[int]:
         if not self.enable_prefix_caching or seq.num_computed_tokens or not seq.prompt_is_known:
@@ -407,7 +375,10 @@ class PagedKVManager(KVCacheManager):
         if start < full * bs:
             # (kept after token-id prompts, which load generators replay with their outputs; not after
             # hashed prompts: production traces, whose prompt and output rarely recur whole)
-            keys += self._key_chain(parent, seq.token_ids, start - off, full - start // bs, keep=not off)
+            if off:
+                keys += self._chain(parent, seq.token_ids, start - off, full - start // bs)
+            else:
+                keys += self._tail_keys(seq, parent, start, full - start // bs)
         offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------

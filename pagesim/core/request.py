@@ -86,7 +86,7 @@ class Sequence:
     """One token stream. Its KV block table is owned (mutated) by the KV manager."""
 
     __slots__ = ("seq_id", "prompt_len", "token_ids", "num_tokens", "num_computed_tokens",
-                 "block_table", "status", "cumulative_logprob", "hashed_prompt")
+                 "block_table", "status", "cumulative_logprob", "hashed_prompt", "prompt_ids")
 
     def __init__(self, seq_id: int, prompt_len: int, prompt_token_ids: list[int] | None,
                  hashed_prompt: HashedPrompt | None = None):
@@ -96,6 +96,9 @@ class Sequence:
         # (a hashed prompt stays compact: its blocks are keyed from the hash ids).
         self.token_ids: list[int] = list(prompt_token_ids) if prompt_token_ids is not None else []
         self.hashed_prompt = hashed_prompt
+        # The ids as submitted, not copied (a request's prompt is never mutated): what is worked out
+        # from the prompt alone is kept for that list, which a replay cycling its trace submits again.
+        self.prompt_ids = prompt_token_ids
         self.num_tokens = prompt_len  # prompt + outputs
         self.num_computed_tokens = 0  # tokens whose K/V is in the cache
         self.block_table: list[int] = []
@@ -141,6 +144,7 @@ class Sequence:
         child.status = self.status
         child.cumulative_logprob = self.cumulative_logprob
         child.hashed_prompt = self.hashed_prompt
+        child.prompt_ids = self.prompt_ids
         return child
 
     def __repr__(self) -> str:

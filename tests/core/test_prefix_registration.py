@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pagesim.core import PagedKVManager
+from pagesim.core.request import Request
 
 from .driver import FakeEngine, make_scheduler, random_requests
 
@@ -49,10 +50,20 @@ def kv_state(sched) -> dict:
 CASES = [("recompute", False, 0.0), ("swap", False, 0.3), ("auto", True, 0.3), ("recompute", True, 0.0)]
 
 
-def side_by_side(mode: str, chunked: bool, multi: float, seed: int, reference_class=ReregisterEverything) -> int:
+def cycled(reqs: list[Request], distinct: int | None) -> list[Request]:
+    """reqs, or the first `distinct` of them submitted again and again (the same prompt lists, as
+    a replay cycling its trace submits them)."""
+    if distinct is None:
+        return reqs
+    return [Request(i, r.prompt_len, r.sampling, prompt_token_ids=r.prompt_token_ids)
+            for i, r in enumerate(reqs[i % distinct] for i in range(len(reqs)))]
+
+
+def side_by_side(mode: str, chunked: bool, multi: float, seed: int, reference_class=ReregisterEverything,
+                 distinct: int | None = None) -> int:
     """Run the manager and reference_class (a PagedKVManager keeping an older rule) in lock
     step, comparing after every step; returns how many retries (blocks whose hash another block
-    held) were pending over the run."""
+    held) were pending over the run. distinct: the requests are that many prompts cycled."""
     engines = []
     for reference in (False, True):
         sched = make_scheduler("paged", mode, chunked, num_blocks=48, caching=True)
@@ -60,9 +71,9 @@ def side_by_side(mode: str, chunked: bool, multi: float, seed: int, reference_cl
             sched.kv.__class__ = reference_class
         engines.append(FakeEngine(sched, check_memory=not reference))
     rng = random.Random(f"{mode}-{chunked}-{multi}-{seed}")
-    pending = random_requests(rng, 200, multi=multi, prefixes=3, max_model_len=128)
-    copies = random_requests(random.Random(f"{mode}-{chunked}-{multi}-{seed}"), 200, multi=multi, prefixes=3,
-                             max_model_len=128)
+    pending = cycled(random_requests(rng, 200, multi=multi, prefixes=3, max_model_len=128), distinct)
+    copies = cycled(random_requests(random.Random(f"{mode}-{chunked}-{multi}-{seed}"), 200, multi=multi, prefixes=3,
+                                    max_model_len=128), distinct)
     retried = 0
     while pending or engines[0].sched.has_unfinished:
         k = min(rng.randint(0, 3), len(pending))  # bursts: the same prefix computed twice in one step
