@@ -17,11 +17,13 @@ from typing import Callable, Hashable
 
 from pagesim.core.block_keys import block_spans, chain_keys, shared_blocks
 
-# The memory the kept keys may take (each key ~40 bytes: an int and a reference; a kept output
-# token 8 bytes: a reference); past it everything kept is dropped. ShareGPT chat's 3,022 records
-# keep ~10 MB.
-KEPT_BYTES = 24 << 20
-KEY_BYTES, TOKEN_BYTES = 40, 8
+# The memory the kept keys may take, and hold alive: each key ~40 bytes (an int and a reference), a
+# kept output token 8 (a reference), a kept prompt's token 36 (a reference and its int, as a JSON
+# reader or a tokenizer makes them: a server's requests' prompts live on only because they are
+# kept); past it everything kept is dropped. ShareGPT chat's 3,022 records (2.0 M prompt tokens,
+# alive anyway as the trace's) count ~88 MB.
+KEPT_BYTES = 96 << 20
+KEY_BYTES, TOKEN_BYTES, PROMPT_TOKEN_BYTES = 40, 8, 36
 
 
 @dataclass(slots=True)
@@ -68,7 +70,7 @@ class KeptKeys:
             keys = known.keys[:same] + chain_keys(known.keys[same - 1], rest, self.key)
         else:
             keys = [first] + chain_keys(first, spans, self.key)
-        self._make_room(KEY_BYTES * num_blocks)
+        self._make_room(KEY_BYTES * num_blocks + PROMPT_TOKEN_BYTES * len(ids))
         self._prompts[id(ids)] = KeptPrompt(ids, keys)
         self._heads[first] = id(ids)
         return keys

@@ -69,15 +69,15 @@ def test_a_resubmitted_prompt_reuses_its_keys():
 
 
 def test_what_is_kept_stays_bounded(monkeypatch):
-    # each prompt keeps 2 keys (80 bytes): 200 bytes keep 2 prompts
-    monkeypatch.setattr(kept_keys, "KEPT_BYTES", 200)
+    # each prompt keeps 2 keys and holds its 9 tokens alive (80 + 324 bytes): 1,000 bytes keep 2 prompts
+    monkeypatch.setattr(kept_keys, "KEPT_BYTES", 1000)
     kv = PagedKVManager(64, block_size=4, enable_prefix_caching=True)
     for i in range(10):
         prompt = [i] * 9
         assert kv._hashes(Sequence(i, 9, prompt)) == block_hashes(prompt, 4, 2)
         kept = kv._kept_keys
         assert 1 <= len(kept._prompts) <= 2 and len(kept._heads) == len(kept._prompts)
-        assert kept._bytes == kept_keys.KEY_BYTES * sum(len(p.keys) for p in kept._prompts.values()) <= 200
+        assert kept._bytes == sum(40 * len(p.keys) + 36 * len(p.ids) for p in kept._prompts.values()) <= 1000
 
 
 def finish(kv: PagedKVManager, seq_id: int, prompt: list[int], output: list[int]) -> list[int]:
