@@ -295,6 +295,8 @@ class PagedKVManager(KVCacheManager):
         offered = self._offered.get(seq_id, 0)
         retry = self._unregistered.get(seq_id)
         if full <= offered and not retry:
+            if not hashes:  # (a prompt without a full block: nothing ever to offer, no call to come back for)
+                self._settled.add(seq_id)
             return  # (most steps: decode, or a prefill chunk that filled no prompt block)
         left = offer_to_cache(self.device, seq.block_table, hashes, retry, offered, full)
         if full > offered:
