@@ -8,6 +8,7 @@ import gzip
 import json
 import math
 import os
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ def _is_int(value: Any) -> bool:
 
 
 _KINDS = {int: {int}, float: {int, float}, bool: {bool}}
+_LARGEST = {int: MAX_TOKEN_COUNT, float: sys.float_info.max}  # (a float at most this is finite)
 
 
 def plain_columns(records: list, names: tuple[str, ...], kinds: tuple[type, ...],
@@ -94,8 +96,7 @@ def plain_columns(records: list, names: tuple[str, ...], kinds: tuple[type, ...]
             return None
         if kind is not bool:
             numbers = [v for v in column if v is not None] if name in optional else column
-            top = max(numbers) if numbers else 0
-            if numbers and not (min(numbers) >= 0 and (top <= MAX_TOKEN_COUNT if kind is int else top < math.inf)):
+            if numbers and not (min(numbers) >= 0 and max(numbers) <= _LARGEST[kind]):
                 return None
         columns.append(column)
     return columns
@@ -144,6 +145,8 @@ class Record:
                 raise self.fail(name, "is empty")
         if not (_is_int(value) or isinstance(value, float)):
             raise self.fail(name, f"must be a number, got {json.dumps(value)}")
+        if _is_int(value) and abs(value) > sys.float_info.max:  # (no float holds it: math.isfinite would raise)
+            raise self.fail(name, f"must be finite, got an integer of {len(str(abs(value))):,} digits")
         if not math.isfinite(value):
             raise self.fail(name, f"must be finite, got {value}")
         if minimum is not None and value < minimum:

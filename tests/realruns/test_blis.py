@@ -117,6 +117,8 @@ def test_a_failed_request_without_length_and_no_rule_is_an_error(tmp_path):
     (lambda rq, gt: gt[2].update(has_error=True), 2, "has_error"),
     # (past 2**31 - 1, no token count: it stopped the summary with an internal error after the replay)
     (lambda rq, gt: rq[4].update(output_tokens=2**31), 4, "output_tokens"),
+    # (an integer no float holds, in a field of seconds: math.isfinite raised OverflowError)
+    (lambda rq, gt: rq[6].update(arrival_time_us=10**400), 6, "arrival_time_us"),
 ])
 def test_malformed_records_name_file_record_and_field(tmp_path, change, record, field):
     requests, truth = requests_and_truth()
