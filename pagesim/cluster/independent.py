@@ -131,13 +131,12 @@ def _replay_index(index: int):
 
 class _Spilled:
     """A replica's record columns (RequestColumns) that its worker wrote to files, which the parent
-    reads back a column at a time as it merges them (RequestColumns.concat pops them): unpickled,
+    reads back a column at a time as it merges them (RequestColumns.concat: pop_column): unpickled,
     every replica's columns would lie in the parent at once, beside the merged copy (at 1M
     requests, 80 MB its heap kept after they were let go)."""
 
     def __init__(self, stem: str, count: int, tables: dict) -> None:
         self.stem, self.count, self.tables = stem, count, tables
-        self.columns = self  # (read as RequestColumns.columns: pop(name) reads one back)
 
     @classmethod
     def write(cls, records: RequestColumns, folder: str, index: int) -> _Spilled:
@@ -151,7 +150,7 @@ class _Spilled:
     def packed(self) -> _Spilled:
         return self
 
-    def pop(self, name: str):
+    def pop_column(self, name: str):
         import numpy as np
 
         path = f"{self.stem}{name}.npy"

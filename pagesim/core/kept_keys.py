@@ -4,8 +4,8 @@ of the prompt blocks are a record's again), and a conversation's next turn start
 turn's prompt.
 
 A prompt is known by the list it was submitted as (Sequence.prompt_ids, never mutated): a repeat
-costs one dict lookup, with no token copied or compared, and no token is kept (the list is the
-request's own). A new prompt whose first block is a kept prompt's reuses the keys of the blocks
+costs one dict lookup, with no token copied or compared (the list is the request's own, kept
+alive while its keys are: see KEPT_BYTES). A new prompt whose first block is a kept prompt's reuses the keys of the blocks
 both hold. What follows a kept prompt when its sequence finishes (its last partial block and the
 outputs) is kept with its token ids, compared on reuse: outputs are not part of the request.
 """

@@ -72,7 +72,7 @@ class RequestColumns(Sequence):
         tables = {name: list(dict.fromkeys(v for p in parts for v in p.tables[name])) for name in TEXT_FIELDS}
         columns = {}
         for name in (*FLOAT_FIELDS, *INT_FIELDS, *TEXT_FIELDS):
-            pieces = [p.columns.pop(name) if release else p.columns[name] for p in parts]
+            pieces = [p.pop_column(name) if release else p.columns[name] for p in parts]
             if name in TEXT_FIELDS:  # (each part's codes into the merged table)
                 codes = {value: code for code, value in enumerate(tables[name])}
                 pieces = [np.array([codes[v] for v in p.tables[name]], dtype=np.int32)[piece]
@@ -80,6 +80,10 @@ class RequestColumns(Sequence):
             columns[name] = np.concatenate(pieces) if pieces else _empty(name)
             del pieces
         return cls(columns, tables)
+
+    def pop_column(self, name: str) -> np.ndarray:
+        """A column of these packed rows, which they let go (concat with release)."""
+        return self.columns.pop(name)
 
     def packed(self) -> RequestColumns:
         """These rows in columns of their own (a copy where this sees shared columns through an index)."""

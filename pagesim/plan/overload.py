@@ -23,7 +23,8 @@ TOLERANCE = SearchSettings.tolerance
 
 def overload_note(requests: list, summary: dict, warmup_s: float = 0.0) -> str | None:
     """The note for a run whose queue grew (requests: pagesim.metrics.RequestRecord, or
-    RequestColumns), else None. warmup_s: the run's own warm-up; the test leaves out at least the first fifth of arrivals."""
+    RequestColumns), else None. warmup_s: the run's own warm-up; the test leaves out at least the
+    first fifth of arrivals."""
     # (packed once, for this and trend_record: a long run's records are never built)
     requests = RequestColumns.of(requests)
     arrivals = requests.column("arrival_time")
