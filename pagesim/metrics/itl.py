@@ -130,9 +130,7 @@ class SpanTally:
         of their own), without the step times: what a summary needs of this driver."""
         import numpy as np
 
-        parts = list(_step_chunks(*self.drivers_entry()))
-        values = np.concatenate([v for v, _ in parts]) if parts else np.zeros(0)
-        weights = np.concatenate([w for _, w in parts]) if parts else np.zeros(0, dtype=np.int32)
+        values, weights = TokenGaps([], (self,)).arrays()
         distinct, where = np.unique(values, return_inverse=True)
         counts = np.bincount(where, weights=weights, minlength=len(distinct)).astype(np.int64)
         if len(counts) and counts.max() >= MAX_WEIGHT:  # (the exact sums take smaller weights: keep them apart)
