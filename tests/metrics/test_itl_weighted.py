@@ -13,6 +13,7 @@ import pytest
 
 from pagesim.metrics import (RequestRecord, _pooled_inter_token_latencies, _vllm_stats, exact_weighted_sum,
                              summarize_requests, weighted_percentiles)
+from pagesim.metrics.itl import exact_weighted_sum_of
 from pagesim.sim.engine import Replay, ReplayConfig
 from pagesim.workload.trace import load_trace
 
@@ -53,6 +54,36 @@ def test_exact_weighted_sum_is_the_correctly_rounded_sum(seed):
     split = np.repeat(values[:5], weights[:5])
     assert exact_weighted_sum(np.concatenate([split, values[5:]]),
                               np.concatenate([np.ones(len(split), dtype=np.int64), weights[5:]])) == float(exact)
+
+
+@pytest.mark.parametrize("kind", ["wide", "signed", "ties", "subnormal", "zero weights", "one chunk's worth"])
+def test_exact_weighted_sum_of_any_doubles_is_the_fraction_sum(kind):
+    # values across the whole double range, both signs, exact ties, subnormals, weights up to
+    # 2**26 - 1 and zero: against the sum in exact rationals, rounded once
+    rng = np.random.default_rng(len(kind))
+    n = 400
+    weights = rng.integers(0 if kind == "zero weights" else 1, 2**26, n)
+    if kind == "wide":
+        values = rng.random(n) * 10.0 ** rng.integers(-300, 290, n)
+    elif kind == "signed":
+        values = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3, n)
+    elif kind == "ties":
+        values = rng.integers(-8, 8, n) * 0.125
+    elif kind == "subnormal":
+        values = rng.standard_normal(n) * 2.0 ** rng.integers(-1074, -1010, n)
+    elif kind == "zero weights":
+        values = rng.exponential(0.02, n)
+    else:  # more values than one chunk's pass, in pieces of uneven size
+        values, weights = rng.exponential(0.02, 70_000), rng.integers(1, 300, 70_000)
+    exact = sum((Fraction(float(v)) * int(w) for v, w in zip(values, weights)), Fraction(0))
+    cut = len(values) // 3
+    assert exact_weighted_sum_of([(values[:cut], weights[:cut]), (values[cut:], weights[cut:])]) == float(exact)
+    assert exact_weighted_sum(values[::-1].copy(), weights[::-1].copy()) == float(exact)
+
+
+def test_exact_weighted_sum_of_a_non_finite_value_is_nan():
+    assert math.isnan(exact_weighted_sum(np.array([1.0, math.inf]), np.array([1, 1])))
+    assert exact_weighted_sum(np.zeros(0), np.zeros(0, dtype=np.int64)) == 0.0
 
 
 def _records_from_times(per_request: list[list[float]]) -> list[RequestRecord]:
