@@ -62,3 +62,41 @@ def test_step_totals_equal_the_definitions_and_need_no_step_records(name):
     assert len(lean.metrics.step_log.duration) == 0 and len(lean.metrics.step_log.held) == 0
     with pytest.raises(ValueError, match="keep_steps=False"):
         lean.metrics.steps
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_totals_in_stretches_equal_a_loop_over_the_steps(seed, monkeypatch):
+    # runs and single steps, blocks shared from some point on, read at random moments (a planner
+    # reads as requests leave): against the definition, one step at a time, to the bit
+    import random
+
+    from pagesim.metrics.step_log import StepTotals
+
+    monkeypatch.setattr(StepTotals, "SETTLE_STEPS", 300)  # several stretches in one test
+    rng = random.Random(seed)
+    total_blocks = rng.choice([0, 7, 1000])
+    totals = StepTotals(total_blocks)
+    duration = used_time = logical_time = util_time = 0.0
+    shares_from = rng.randrange(0, 60)
+    for k in range(120):
+        n = rng.choice([1, 1, 2, 30, 200])
+        durations = [rng.uniform(0.001, 0.1) * 10.0 ** rng.randint(-3, 3) for _ in range(n)]
+        used = [rng.randrange(0, 1000) for _ in range(n)]
+        logical = [u + rng.randrange(0, 5) for u in used] if k >= shares_from else used
+        if n == 1 and rng.random() < 0.5:
+            totals.add_one(durations[0], used[0], logical[0])
+        else:
+            totals.add(durations, used, logical)
+        for d, u, lg in zip(durations, used, logical):
+            duration += d
+            used_time += u * d
+            logical_time += lg * d
+            if total_blocks:
+                util_time += u / total_blocks * d
+        if rng.random() < 0.3:
+            settled = totals.settled()
+            assert (settled.duration_sum, settled.used_time, settled.logical_time, settled.utilization_time) == \
+                   (duration, used_time, logical_time, util_time)
+    settled = totals.settled()
+    assert (settled.duration_sum, settled.used_time, settled.logical_time, settled.utilization_time) == \
+           (duration, used_time, logical_time, util_time)
