@@ -89,11 +89,12 @@ class MergedRecords(RequestColumns):
     def __len__(self) -> int:
         return self.count
 
-    def chunks(self, size: int = MERGED_ROWS):
+    def chunks(self, size: int | None = None):
         """(RequestColumns, each row's replica as int32) in order, a stretch at a time: every row
         that left at or before the earliest time any replica's next `size / replicas` rows reach,
         merged by (time, replica), stable (requests leaving at one instant on one replica keep their
         order). Were some replica's records not in time order, all at once, sorted the same way."""
+        size = size or MERGED_ROWS
         parts = [(k, p) for k, p in enumerate(self.parts) if len(p)]
         in_order = all(p.in_order for _, p in parts)
         window = max(1, size // max(1, len(parts))) if in_order else self.count
