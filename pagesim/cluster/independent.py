@@ -25,7 +25,7 @@ import simpy
 
 from pagesim.sim.releases import event_at
 
-# (the cluster, its routed requests, the folder for records) a forked worker replays (set before
+# (the cluster, the folder of its routed requests and records) a forked worker replays (set before
 # the workers start)
 _APART = None
 
@@ -106,16 +106,21 @@ def _replayed(cluster, routed: list, jobs: int, folder: str):
     if jobs == 1:
         for replica in cluster.replicas:
             _queue(replica, routed[replica.index], cluster.requests)
-            yield _spilled(replica.index, _replay(replica, cluster), folder)
+            yield _spilled(replica.index, _replay(replica, cluster, folder), folder)
         return
     global _APART
-    _APART = cluster, routed, folder  # (the workers are forked: they find it here, nothing is pickled to them)
+    # (each worker reads its replicas' routed requests from files, and is forked without them)
+    for index, (times, indices) in enumerate(routed):
+        with open(os.path.join(folder, f"routed{index}"), "wb") as file:
+            times.tofile(file)
+            indices.tofile(file)
+    routed.clear()
+    _APART = cluster, folder  # (the workers are forked: they find it here, nothing is pickled to them)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
             # (the workers have their copies: this process needs the arrival times no more; the
             # workload is the one every replica and the feed share, so they all let them go)
             cluster.requests.clear()
-            routed.clear()
             yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
     finally:
         _APART = None
@@ -128,33 +133,43 @@ def _worker_start() -> None:
 
 
 def _replay_index(index: int):
-    cluster, routed, folder = _APART
+    cluster, folder = _APART
     replica = cluster.replicas[index]
-    _queue(replica, routed[index], cluster.requests)
-    replayed = _replay(replica, None)
+    path = os.path.join(folder, f"routed{index}")
+    count = os.path.getsize(path) // 12  # (a float and an int each)
+    times, indices = array("d"), array("i")
+    with open(path, "rb") as file:
+        times.fromfile(file, count)
+        indices.fromfile(file, count)
+    os.remove(path)
+    _queue(replica, (times, indices), cluster.requests)
+    del times, indices
+    replayed = _replay(replica, None, folder)
     replica.sim = None  # (its result goes to the parent: this worker keeps nothing of it for its next replica)
     return _spilled(index, replayed, folder)
 
 
 def _spilled(index: int, replayed: tuple, folder: str) -> tuple:
-    """(index, result, when it ended), the result's records (and when each left) and token gap
-    counts written to files in folder (pagesim.cluster.spill), which the parent reads a stretch at
-    a time: unpickled, every replica's records and gaps would lie in the parent at once (at 1M
-    requests, ~80 and ~65 bytes a request)."""
-    from pagesim.cluster.spill import SpilledGaps, SpilledRecords
+    """(index, result, when it ended), the result's records and when each left written to files
+    in folder (pagesim.cluster.spill; its token gaps were, as it packed: _replay), which the parent
+    reads a stretch at a time: unpickled, every replica's records and gaps would lie in the parent
+    at once (at 1M requests, ~80 and ~65 bytes a request)."""
+    from pagesim.cluster.spill import SpilledRecords
 
     result, left, end = replayed
-    metrics, stem = result.metrics, os.path.join(folder, f"replica{index}-")
-    metrics.requests = SpilledRecords.write(metrics.requests, left, stem)
-    if metrics.span_tally is not None:
-        metrics.span_tally = SpilledGaps.write(metrics.span_tally, stem)
+    result.metrics.requests = SpilledRecords.write(result.metrics.requests, left, _stem(folder, index))
     return index, result, end
 
 
-def _replay(replica, cluster) -> tuple:
+def _stem(folder: str, index: int) -> str:
+    return os.path.join(folder, f"replica{index}-")
+
+
+def _replay(replica, cluster, folder: str) -> tuple:
     """Replay one replica alone on its own clock: its routed requests enter at their times (as the
     cluster's deliveries would have them enter), its engine runs until they are all done.
-    cluster: where progress is reported as records leave (in-process), or None."""
+    cluster: where progress is reported as records leave (in-process), or None. folder: where its
+    token gaps go as it packs (spill.SpilledGaps)."""
     sim, env = replica.sim, simpy.Environment()
     left = array("d")
     done = 0 if cluster is None else sum(len(r.sim.metrics.requests) for r in cluster.replicas[:replica.index])
@@ -176,7 +191,10 @@ def _replay(replica, cluster) -> tuple:
     env.process(_enter(env, sim, replica.feed))  # (first, as the cluster's router process is)
     env.run(until=sim.start(env))
     result = sim.finish()
-    result.metrics.pack()  # (its records as columns: what the parent merges, in a fifth of the memory)
+    from pagesim.cluster.spill import SpilledGaps
+
+    # (its records as columns: what the parent merges, in a fifth of the memory; its gaps to a file)
+    result.metrics.pack(gaps=lambda tally: SpilledGaps.write(tally, _stem(folder, replica.index)))
     return result, left, env.now
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from pagesim.metrics import RequestColumns
 from pagesim.metrics.itl import CHUNK as GAP_CHUNK
-from pagesim.metrics.itl import GapCounts
+from pagesim.metrics.itl import GapCounts, SpanTally
 from pagesim.metrics.request_columns import FLOAT_FIELDS, INT_FIELDS, TEXT_FIELDS, merged_tables, recoded
 
 # one record a row: the packed columns side by side (80 bytes)
@@ -164,18 +164,22 @@ class MergedRecords(RequestColumns):
 
 
 class SpilledGaps(GapCounts):
-    """A replica's GapCounts in two files, read a chunk at a time (GapCounts.chunks)."""
+    """A replica's token gaps with counts in two files (SpanTally.gap_count_pieces, written as
+    they come: no GapCounts in memory), read a chunk at a time as GapCounts.chunks gives them."""
 
     @classmethod
-    def write(cls, gaps: GapCounts, stem: str) -> SpilledGaps:
-        gaps.values.tofile(stem + "gaps")
-        gaps.weights.tofile(stem + "weights")
-        spilled = cls(np.zeros(0), gaps.weights[:0], gaps.num_requests, gaps.warmup_s, gaps.origin)
-        spilled.stem, spilled.count = stem, len(gaps.values)
+    def write(cls, tally: SpanTally | GapCounts, stem: str) -> SpilledGaps:
+        pieces = tally.gap_count_pieces() if isinstance(tally, SpanTally) else [(tally.values, tally.weights)]
+        count = 0
+        with open(stem + "gaps", "wb") as gaps, open(stem + "weights", "wb") as weights:
+            for values, counts in pieces:
+                values.tofile(gaps)
+                counts.astype(np.int32).tofile(weights)
+                count += len(values)
+        spilled = cls(np.zeros(0), np.zeros(0, dtype=np.int32), tally.num_requests, tally.warmup_s, tally.origin)
+        spilled.stem, spilled.count = stem, count
         return spilled
 
     def chunks(self):
         for i in range(0, self.count, GAP_CHUNK):
-            yield (_read(self.stem + "gaps", np.float64, i, GAP_CHUNK),
-                   _read(self.stem + "weights", self.weights.dtype, i, GAP_CHUNK))
-
+            yield (_read(self.stem + "gaps", np.float64, i, GAP_CHUNK), _read(self.stem + "weights", np.int32, i, GAP_CHUNK))

@@ -167,11 +167,13 @@ class MetricsRecorder:
         w = scheduler.kv.waste(scheduler.running)
         self.waste.append((now, w.token_states, w.reserved, w.internal_fragmentation, w.external_fragmentation, w.free))
 
-    def pack(self) -> None:
+    def pack(self, gaps=None) -> None:
         """Keep the records as columns (RequestColumns: ~80 bytes a request, not ~360) and the token
         gaps of the measured ones counted (span_tally: GapCounts; a log that keeps no steps then
         lets its step times go): what the summary and requests.csv need, without the records'
-        token times. Call once the run has ended (no record or step is added after)."""
+        token times. Call once the run has ended (no record or step is added after). gaps: what
+        to keep of a SpanTally instead of its GapCounts (a function of it: a replica replayed apart
+        writes them to a file, pagesim.cluster.spill.SpilledGaps)."""
         tally = self.span_tally
         if tally is None:
             tally = SpanTally(self.step_log.time, self.warmup_s, self.origin)
@@ -179,7 +181,7 @@ class MetricsRecorder:
                 if r.token_spans and is_measured(r, self.warmup_s, self.origin):
                     tally.add(r.token_spans)
         if isinstance(tally, SpanTally):  # (its gaps as distinct values with counts: no step times needed)
-            self.span_tally = tally.gap_counts()
+            self.span_tally = tally.gap_counts() if gaps is None else gaps(tally)
         if not self.keep_steps:
             self.step_log.forget_times()
         self.requests = RequestColumns.of(self.requests)

@@ -133,20 +133,26 @@ class SpanTally:
         depend on how the gaps are grouped)."""
         import numpy as np
 
-        values, counts = [], []
-        for gaps, weights in TokenGaps([], (self,)).chunks():
-            distinct, where = np.unique(gaps, return_inverse=True)
-            count = np.bincount(where, weights=weights, minlength=len(distinct)).astype(np.int64)
-            if len(count) and count.max() >= MAX_WEIGHT:  # (the exact sums take smaller weights: keep them apart)
-                distinct, count = gaps, weights.astype(np.int64)
-            values.append(distinct)
-            counts.append(count)
+        pieces = list(self.gap_count_pieces())
+        values, counts = [v for v, _ in pieces], [c for _, c in pieces]
+        del pieces
         largest = max((int(c.max()) for c in counts if len(c)), default=0)
         # (2 bytes a count where they fit: most are a batch's requests)
         dtype = np.uint16 if largest < 1 << 16 else np.int32
         return GapCounts(np.concatenate(values) if values else np.zeros(0),
                          np.concatenate([c.astype(dtype) for c in counts]) if counts else np.zeros(0, dtype=dtype),
                          self.num_requests, self.warmup_s, self.origin)
+
+    def gap_count_pieces(self):
+        """gap_counts' values and counts (int64), a stretch of steps at a time."""
+        import numpy as np
+
+        for gaps, weights in TokenGaps([], (self,)).chunks():
+            distinct, where = np.unique(gaps, return_inverse=True)
+            count = np.bincount(where, weights=weights, minlength=len(distinct)).astype(np.int64)
+            if len(count) and count.max() >= MAX_WEIGHT:  # (the exact sums take smaller weights: keep them apart)
+                distinct, count = gaps, weights.astype(np.int64)
+            yield distinct, count
 
     def drivers_entry(self):
         """(step times, held, break gaps, break weights): this driver's gaps, as chunks() reads them."""

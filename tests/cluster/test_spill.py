@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import random
 import tempfile
+from array import array
 
 import numpy as np
 import pytest
 
 from pagesim.cluster.spill import MergedRecords, SpilledGaps, SpilledRecords
 from pagesim.metrics import RequestColumns, RequestRecord, summarize_requests
-from pagesim.metrics.itl import GapCounts, weighted_vllm_stats
+from pagesim.metrics.itl import CHUNK as GAP_CHUNK
+from pagesim.metrics.itl import GapCounts, SpanTally, TokenGaps, weighted_vllm_stats
 
 STATUSES = [("finished", ""), ("rejected", "prompt too long"), ("rejected", "aborted")]
 
@@ -46,8 +48,6 @@ def _parts(seed: int, sizes: list[int], in_order: bool = True):
 
 
 def _spilled(parts, folder: str) -> MergedRecords:
-    from array import array
-
     spilled = [SpilledRecords.write(RequestColumns.of(records), array("d", times), f"{folder}/r{k}-")
                for k, (records, times) in enumerate(parts)]
     return MergedRecords(spilled, None)
@@ -107,3 +107,24 @@ def test_spilled_gap_counts_read_back_the_counts():
         assert np.array_equal(np.concatenate([v for v, _ in back]), gaps.values)
         assert np.array_equal(np.concatenate([w for _, w in back]), gaps.weights)
         assert weighted_vllm_stats("itl", spilled.chunks) == weighted_vllm_stats("itl", gaps.chunks)
+
+
+def test_a_tallys_gaps_spilled_as_counted_give_its_statistics():
+    """A SpanTally's gaps written a stretch at a time (gap_count_pieces) against the tally itself
+    and its GapCounts (distinct over stretches of steps: more stretches than one here)."""
+    rng = np.random.default_rng(8)
+    steps = 3 * GAP_CHUNK + 123
+    times = np.cumsum(rng.choice([0.02, 0.025, 0.03, 0.0301], steps))
+    tally = SpanTally(array("d", times.tobytes()), 0.0, 0.0)
+    for _ in range(500):
+        a = int(rng.integers(0, steps - 10))
+        b = int(rng.integers(a + 2, min(steps, a + 40_000)))
+        tally.add([a, b] if rng.random() < 0.7 else [a, (a + b) // 2, (a + b) // 2 + 1, b])
+    expected = weighted_vllm_stats("itl", lambda: TokenGaps([], [tally]).chunks())
+    counts = tally.gap_counts()
+    with tempfile.TemporaryDirectory() as folder:
+        spilled = SpilledGaps.write(tally, f"{folder}/r0-")
+        assert spilled.count == len(counts.values) and spilled.num_requests == 500
+        assert weighted_vllm_stats("itl", spilled.chunks) == expected
+    assert weighted_vllm_stats("itl", counts.chunks) == expected
+    assert len(counts.values) < steps and len(np.unique(counts.values)) < len(counts.values)
