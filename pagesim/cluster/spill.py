@@ -132,10 +132,17 @@ class MergedRecords(RequestColumns):
     def column(self, name: str) -> np.ndarray:
         """One field over the rows, in order (a merge pass of its own where the columns are not
         built: 8 bytes a request, not all the columns' 80)."""
+        return self.columns_of([name])[0]
+
+    def columns_of(self, names) -> list[np.ndarray]:
+        """Fields over the rows, in order, from one merge pass where the columns are not built."""
         if self._columns is not None:
-            return self._columns[name]
-        pieces = [columns.column(name).copy() for columns in self.column_chunks()]
-        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=ROW[name])
+            return [self._columns[name] for name in names]
+        pieces = {name: [] for name in names}
+        for columns in self.column_chunks():
+            for name in names:
+                pieces[name].append(columns.column(name).copy())
+        return [np.concatenate(pieces[name]) if pieces[name] else np.zeros(0, dtype=ROW[name]) for name in names]
 
     def replicas(self) -> np.ndarray:
         """Each row's replica (built when first asked for: 4 bytes a request)."""

@@ -106,6 +106,10 @@ class RequestColumns(Sequence):
         column = self.columns[name]
         return column if self.index is None else column[self.index]
 
+    def columns_of(self, names) -> list[np.ndarray]:
+        """column() of each of names (records merged from files read them in one pass)."""
+        return [self.column(name) for name in names]
+
     def texts(self, name: str) -> list:
         """A text field's values over the rows, in order."""
         table = self.tables[name]

@@ -99,14 +99,17 @@ def trend_record(rate: float, warmup_s: float, requests) -> dict:
     import numpy as np
 
     columns = RequestColumns.of(requests)
-    arrival, finish = columns.column("arrival_time"), columns.column("finish_time")
+    arrival, finish, scheduled, request_id = columns.columns_of(
+        ("arrival_time", "finish_time", "first_scheduled_time", "request_id"))
     start = warmup_s
     last_arrival = float(arrival.max())
     measured = arrival >= warmup_s
-    # (summed by request id, as over measured_requests; NaN: a time that is None. Each column
-    # only while needed, and summed a stretch at a time: a long cluster run has millions of rows)
-    services = (finish - columns.column("first_scheduled_time"))[measured]
-    services = services[np.argsort(columns.column("request_id")[measured], kind="stable")]
+    # (summed by request id, as over measured_requests; NaN: a time that is None. Summed a
+    # stretch at a time: a long cluster run has millions of rows)
+    services = (finish - scheduled)[measured]
+    del scheduled
+    services = services[np.argsort(request_id[measured], kind="stable")]
+    del request_id
     services = services[~np.isnan(services)]
     num_services = len(services)
     service_sum = sum(chain.from_iterable(services[i:i + STRETCH].tolist() for i in range(0, num_services, STRETCH)))

@@ -73,6 +73,8 @@ def test_merge_in_chunks_is_one_sort_of_every_record(size, in_order):
         assert len(merged) == len(expected)
         # a whole column (a pass of its own), then the columns built, the replicas, a record at random
         assert merged.column("arrival_time").tolist() == [r.arrival_time for r, _ in expected]
+        ids, outputs = merged.columns_of(["request_id", "output_len"])
+        assert (ids.tolist(), outputs.tolist()) == ([r.request_id for r, _ in expected], [r.output_len for r, _ in expected])
         assert merged.replicas().tolist() == [k for _, k in expected]
         assert merged[17] == expected[17][0] and list(merged) == [r for r, _ in expected]
         # each replica's own records, in its own order
