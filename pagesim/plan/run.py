@@ -99,17 +99,22 @@ def trend_record(rate: float, warmup_s: float, requests) -> dict:
     import numpy as np
 
     columns = RequestColumns.of(requests)
-    arrival, finish, scheduled, request_id = columns.columns_of(
-        ("arrival_time", "finish_time", "first_scheduled_time", "request_id"))
     start = warmup_s
-    last_arrival = float(arrival.max())
-    measured = arrival >= warmup_s
-    # (summed by request id, as over measured_requests; NaN: a time that is None. Summed a
-    # stretch at a time: a long cluster run has millions of rows)
-    services = (finish - scheduled)[measured]
-    del scheduled
-    services = services[np.argsort(request_id[measured], kind="stable")]
-    del request_id
+    # (a stretch of rows at a time, in two passes: a long cluster run has millions, which may be
+    # merged from files as they are read; only the measured service times are kept whole)
+    latest, num_measured, services, ids = [], 0, [], []
+    for part in columns.column_chunks():
+        arrival, finish, scheduled, request_id = part.columns_of(
+            ("arrival_time", "finish_time", "first_scheduled_time", "request_id"))
+        latest.append(arrival.max())
+        measured = arrival >= warmup_s
+        num_measured += int(measured.sum())
+        services.append((finish - scheduled)[measured])
+        ids.append(request_id[measured])
+    last_arrival = float(np.max(np.array(latest)))
+    # (summed by request id, as over measured_requests; NaN: a time that is None)
+    services = np.concatenate(services)[np.argsort(np.concatenate(ids), kind="stable")]
+    del ids
     services = services[~np.isnan(services)]
     num_services = len(services)
     service_sum = sum(chain.from_iterable(services[i:i + STRETCH].tolist() for i in range(0, num_services, STRETCH)))
@@ -117,12 +122,12 @@ def trend_record(rate: float, warmup_s: float, requests) -> dict:
     trend = None
     if last_arrival > start:  # a rejected request leaves as it arrives
         def stays():  # (a stretch at a time: no list of every float)
-            for i in range(0, len(arrival), STRETCH):
-                enter, end = arrival[i:i + STRETCH], finish[i:i + STRETCH]
+            for part in columns.column_chunks():
+                enter, end = part.columns_of(("arrival_time", "finish_time"))
                 yield from zip(enter.tolist(), np.where(np.isnan(end), enter, end).tolist())
 
         trend = steady.in_system_trend(stays(), start, last_arrival).to_dict()
-    return {"rate": rate, "num_measured": int(measured.sum()), "window_s": last_arrival - start,
+    return {"rate": rate, "num_measured": num_measured, "window_s": last_arrival - start,
             "mean_service_s": service_sum / num_services if num_services else None, "trend": trend}
 
 
