@@ -8,9 +8,11 @@ serves which request is then settled before anything runs, and nothing a replica
 another. So the cluster routes every request first (Cluster.place: the same router, board and
 entry times as on one clock), then replays each replica alone, with its own memory hot in the
 CPU's caches (interleaving 16 replicas' objects made every call slower: reports/bench_cluster.md)
-and, where several CPUs are free, in forked worker processes. The records are merged in the order
-the one clock keeps them: by when each request left, ties by replica (in_clock_order), so
-the outputs are the same bytes either way (tests/cluster/test_independent.py).
+and, where several CPUs are free, in forked worker processes. Each replica's records and token
+gaps go to files as it ends, and are merged as they are read in the order the one clock keeps them
+(in_clock_order's: by when each request left, ties by replica; pagesim.cluster.spill), so the
+outputs are the same bytes either way (tests/cluster/test_independent.py), and the cluster's
+memory does not hold every request's record at once.
 """
 
 from __future__ import annotations

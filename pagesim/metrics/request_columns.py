@@ -1,8 +1,8 @@
 """Request records as packed columns: what a summary and requests.csv need of each request, in
 about 70 bytes, where a RequestRecord costs about 360 (the object, its boxed floats and ints).
 
-A cluster's replicas replayed apart hand their records back this way and the cluster keeps them
-so (pagesim.cluster.independent): memory per request a fifth of the records'. RequestColumns is a
+A cluster's replicas replayed apart hand their records back this way, in files that the cluster
+reads a stretch at a time (pagesim.cluster.spill: column_chunks, columns_of). RequestColumns is a
 sequence of RequestRecords, each built when asked for (without output-token times: a packed
 recorder folds their gaps into its span tally, MetricsRecorder.pack), and the summary reads the
 columns themselves (column()).
