@@ -58,6 +58,10 @@ def run_apart(cluster, jobs: int | None = None):
     # in the one clock's order, merged as they are read; each replica's metrics.requests are its
     # own file's (read in if asked for); each record's replica is the merge's (none has a decode replica)
     cluster.records = MergedRecords([result.metrics.requests for result in results], folder)
+    for result in results:  # (each replica's files stay while anything reads them)
+        result.metrics.requests.folder = folder
+        if result.metrics.span_tally is not None:
+            result.metrics.span_tally.folder = folder
     cluster.record_replica = cluster.record_decode = cluster.record_time = None
     return ClusterResult(cluster, results)
 
