@@ -8,9 +8,11 @@ serves which request is then settled before anything runs, and nothing a replica
 another. So the cluster routes every request first (Cluster.place: the same router, board and
 entry times as on one clock), then replays each replica alone, with its own memory hot in the
 CPU's caches (interleaving 16 replicas' objects made every call slower: reports/bench_cluster.md)
-and, where several CPUs are free, in forked worker processes. The records are merged in the order
-the one clock keeps them: by when each request left, ties by replica (in_clock_order), so
-the outputs are the same bytes either way (tests/cluster/test_independent.py).
+and, where several CPUs are free, in forked worker processes. Each replica's records and token
+gaps go to files as it ends, and are merged as they are read in the order the one clock keeps them
+(in_clock_order's: by when each request left, ties by replica; pagesim.cluster.spill), so the
+outputs are the same bytes either way (tests/cluster/test_independent.py), and the cluster's
+memory does not hold every request's record at once.
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ from array import array
 
 import simpy
 
-from pagesim.metrics import RequestColumns
 from pagesim.sim.releases import event_at
 
-# (the cluster, its routed requests, the folder for records) a forked worker replays (set before
+# (the cluster, the folder of its routed requests and records) a forked worker replays (set before
 # the workers start)
 _APART = None
 
@@ -36,18 +37,32 @@ def run_apart(cluster, jobs: int | None = None):
     CPUs this process may use), merge: the ClusterResult."""
     from pagesim.cluster.results import ClusterResult
 
+    from pagesim.cluster.spill import MergedRecords
+
     routed = _route_all(cluster)
     count = len(cluster.replicas)
-    results, left = [None] * count, [None] * count
+    results = [None] * count
     done, cluster.end_time = 0, 0.0
-    with tempfile.TemporaryDirectory(prefix="pagesim-apart-") as folder:
-        for index, result, times, end in _replayed(cluster, routed, worker_count(jobs, count), folder):
-            results[index], left[index] = result, times
+    # (the replicas' records, in files until the records are let go: MergedRecords keeps it)
+    folder = tempfile.TemporaryDirectory(prefix="pagesim-apart-")
+    try:
+        for index, result, end in _replayed(cluster, routed, worker_count(jobs, count), folder.name):
+            results[index] = result
             cluster.end_time = max(cluster.end_time, end)  # (on one clock: when its last engine ended)
-            done += len(times)
+            done += len(result.metrics.requests)
             if cluster.on_progress is not None:
                 cluster.on_progress(done)
-        _merge(cluster, results, left)
+    except BaseException:
+        folder.cleanup()
+        raise
+    # in the one clock's order, merged as they are read; each replica's metrics.requests are its
+    # own file's (read in if asked for); each record's replica is the merge's (none has a decode replica)
+    cluster.records = MergedRecords([result.metrics.requests for result in results], folder)
+    for result in results:  # (each replica's files stay while anything reads them)
+        result.metrics.requests.folder = folder
+        if result.metrics.span_tally is not None:
+            result.metrics.span_tally.folder = folder
+    cluster.record_replica = cluster.record_decode = cluster.record_time = None
     return ClusterResult(cluster, results)
 
 
@@ -92,21 +107,26 @@ def _queue(replica, routed: tuple[array, array], requests: list) -> None:
 
 
 def _replayed(cluster, routed: list, jobs: int, folder: str):
-    """(replica index, its ReplayResult, when each of its records left, when it ended), as each is
-    done. folder: where worker processes leave their records' columns (_Spilled)."""
+    """(replica index, its ReplayResult, when it ended), as each is
+    done. folder: where each replica's records and token gaps are left (_spilled)."""
     if jobs == 1:
         for replica in cluster.replicas:
             _queue(replica, routed[replica.index], cluster.requests)
-            yield (replica.index, *_replay(replica, cluster))
+            yield _spilled(replica.index, _replay(replica, cluster, folder), folder)
         return
     global _APART
-    _APART = cluster, routed, folder  # (the workers are forked: they find it here, nothing is pickled to them)
+    # (each worker reads its replicas' routed requests from files, and is forked without them)
+    for index, (times, indices) in enumerate(routed):
+        with open(os.path.join(folder, f"routed{index}"), "wb") as file:
+            times.tofile(file)
+            indices.tofile(file)
+    routed.clear()
+    _APART = cluster, folder  # (the workers are forked: they find it here, nothing is pickled to them)
     try:
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_start) as pool:
             # (the workers have their copies: this process needs the arrival times no more; the
             # workload is the one every replica and the feed share, so they all let them go)
             cluster.requests.clear()
-            routed.clear()
             yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
     finally:
         _APART = None
@@ -119,53 +139,43 @@ def _worker_start() -> None:
 
 
 def _replay_index(index: int):
-    cluster, routed, folder = _APART
+    cluster, folder = _APART
     replica = cluster.replicas[index]
-    _queue(replica, routed[index], cluster.requests)
-    replayed = _replay(replica, None)
+    path = os.path.join(folder, f"routed{index}")
+    count = os.path.getsize(path) // 12  # (a float and an int each)
+    times, indices = array("d"), array("i")
+    with open(path, "rb") as file:
+        times.fromfile(file, count)
+        indices.fromfile(file, count)
+    os.remove(path)
+    _queue(replica, (times, indices), cluster.requests)
+    del times, indices
+    replayed = _replay(replica, None, folder)
     replica.sim = None  # (its result goes to the parent: this worker keeps nothing of it for its next replica)
-    metrics = replayed[0].metrics
-    metrics.requests = _Spilled.write(metrics.requests, folder, index)
-    return (index, *replayed)
+    return _spilled(index, replayed, folder)
 
 
-class _Spilled:
-    """A replica's record columns (RequestColumns) that its worker wrote to files, which the parent
-    reads back a column at a time as it merges them (RequestColumns.concat: pop_column): unpickled,
-    every replica's columns would lie in the parent at once, beside the merged copy (at 1M
-    requests, 80 MB its heap kept after they were let go)."""
+def _spilled(index: int, replayed: tuple, folder: str) -> tuple:
+    """(index, result, when it ended), the result's records and when each left written to files
+    in folder (pagesim.cluster.spill; its token gaps were, as it packed: _replay), which the parent
+    reads a stretch at a time: unpickled, every replica's records and gaps would lie in the parent
+    at once (at 1M requests, ~80 and ~65 bytes a request)."""
+    from pagesim.cluster.spill import SpilledRecords
 
-    def __init__(self, stem: str, count: int, tables: dict) -> None:
-        self.stem, self.count, self.tables = stem, count, tables
-
-    @classmethod
-    def write(cls, records: RequestColumns, folder: str, index: int) -> _Spilled:
-        import numpy as np
-
-        spilled = cls(os.path.join(folder, f"replica{index}-"), len(records), records.tables)
-        for name, column in records.packed().columns.items():
-            np.save(f"{spilled.stem}{name}.npy", column)
-        return spilled
-
-    def packed(self) -> _Spilled:
-        return self
-
-    def pop_column(self, name: str):
-        import numpy as np
-
-        path = f"{self.stem}{name}.npy"
-        column = np.load(path)
-        os.remove(path)
-        return column
-
-    def __len__(self) -> int:
-        return self.count
+    result, left, end = replayed
+    result.metrics.requests = SpilledRecords.write(result.metrics.requests, left, _stem(folder, index))
+    return index, result, end
 
 
-def _replay(replica, cluster) -> tuple:
+def _stem(folder: str, index: int) -> str:
+    return os.path.join(folder, f"replica{index}-")
+
+
+def _replay(replica, cluster, folder: str) -> tuple:
     """Replay one replica alone on its own clock: its routed requests enter at their times (as the
     cluster's deliveries would have them enter), its engine runs until they are all done.
-    cluster: where progress is reported as records leave (in-process), or None."""
+    cluster: where progress is reported as records leave (in-process), or None. folder: where its
+    token gaps go as it packs (spill.SpilledGaps)."""
     sim, env = replica.sim, simpy.Environment()
     left = array("d")
     done = 0 if cluster is None else sum(len(r.sim.metrics.requests) for r in cluster.replicas[:replica.index])
@@ -187,7 +197,10 @@ def _replay(replica, cluster) -> tuple:
     env.process(_enter(env, sim, replica.feed))  # (first, as the cluster's router process is)
     env.run(until=sim.start(env))
     result = sim.finish()
-    result.metrics.pack()  # (its records as columns: what the parent merges, in a fifth of the memory)
+    from pagesim.cluster.spill import SpilledGaps
+
+    # (its records as columns: what the parent merges, in a fifth of the memory; its gaps to a file)
+    result.metrics.pack(gaps=lambda tally: SpilledGaps.write(tally, _stem(folder, replica.index)))
     return result, left, env.now
 
 
@@ -206,31 +219,11 @@ def in_clock_order(cluster, records, times: array, replicas: array, decodes: arr
     """Set the cluster's records (with their replica, decode replica and leaving time columns) in
     the one clock's order: by when each left, ties by replica, a replica's own order kept (a stable
     sort). A run on one clock gives them by time already, so only its ties move (its event queue
-    ordered those); a run apart gives them replica by replica, and this merges them.
-    records: a list, or RequestColumns (seen in the new order, not copied)."""
+    ordered those); a run apart merges its replicas' files in the same order (spill.MergedRecords)."""
     import numpy as np
 
     order = np.lexsort((np.frombuffer(replicas, dtype=np.int32), np.frombuffer(times, dtype=np.float64)))
-    if isinstance(records, RequestColumns):
-        cluster.records = records.take(order.astype(np.int32))  # (4 bytes a request: a run stays far below 2**31)
-    else:
-        cluster.records = [records[i] for i in order.tolist()]
+    cluster.records = [records[i] for i in order.tolist()]
     for name, column, dtype in (("record_replica", replicas, np.int32), ("record_decode", decodes, np.int32),
                                 ("record_time", times, np.float64)):
         setattr(cluster, name, array(column.typecode, np.frombuffer(column, dtype=dtype)[order].tobytes()))
-
-
-def _merge(cluster, results: list, left: list) -> None:
-    """The replicas' records (packed: RequestColumns, or _Spilled), replica after replica in one set
-    of columns that each replica's metrics.requests then sees its part of, put in the one clock's order."""
-    sizes = [len(result.metrics.requests) for result in results]
-    records = RequestColumns.concat([result.metrics.requests for result in results], release=True)
-    start = 0
-    for result, size in zip(results, sizes):
-        result.metrics.requests = records.part(start, start + size)  # (the same rows, not a second copy)
-        start += size
-    times, replicas = array("d"), array("i")
-    for index, replica_times in enumerate(left):
-        times.extend(replica_times)
-        replicas.extend(array("i", [index]) * len(replica_times))
-    in_clock_order(cluster, records, times, replicas, array("i", [-1]) * len(records))

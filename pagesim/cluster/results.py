@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from array import array
 from dataclasses import asdict, replace
 from operator import attrgetter
 from pathlib import Path
@@ -35,11 +36,25 @@ class ClusterResult:
     def __init__(self, cluster, results: list) -> None:
         self.cluster = cluster
         self.results = results  # each replica's ReplayResult, in replica order
-        records = cluster.records  # (replicas replayed apart: RequestColumns, a record built when asked for)
+        # (replicas replayed apart: spill.MergedRecords, read from files as needed, a record built when asked for)
+        records = cluster.records
         self.requests = records if isinstance(records, RequestColumns) else [client_record(r) for r in records]
-        self.replica = cluster.record_replica
-        self.decode_replica = cluster.record_decode
+        self._replica, self._decode_replica = cluster.record_replica, cluster.record_decode
         self.summary = self._summary()
+
+    @property
+    def replica(self) -> array:
+        """Each request's replica (under P/D its prefill replica), in the order of `requests`."""
+        if self._replica is None:  # (replayed apart: the merge's, built when first asked for)
+            self._replica = array("i", self.requests.replicas().tobytes())
+        return self._replica
+
+    @property
+    def decode_replica(self) -> array:
+        """Each request's decode replica under P/D, -1 otherwise."""
+        if self._decode_replica is None:  # (replayed apart: no P/D)
+            self._decode_replica = array("i", [-1]) * len(self.requests)
+        return self._decode_replica
 
     def _summary(self) -> dict:
         results, cluster = self.results, self.cluster
@@ -97,10 +112,7 @@ class ClusterResult:
     def write(self, out: Path, summary: dict, steps: str = "all") -> None:
         """The results folder's files (into a folder pagesim.results stages)."""
         out = Path(out)
-        get = attrgetter(*REQUEST_FIELDS)
-        rows = (get(record) + (replica, None if decode < 0 else decode)
-                for record, replica, decode in zip(self.requests, self.replica, self.decode_replica))
-        files.write_rows_csv(out / "requests.csv", REQUEST_FIELDS + CLUSTER_COLUMNS, rows)
+        files.write_rows_csv(out / "requests.csv", REQUEST_FIELDS + CLUSTER_COLUMNS, self._request_rows())
         files.write_rows_csv(out / "replicas.csv", REPLICA_COLUMNS, self.replica_rows())
         for k, result in enumerate(self.results):
             if steps != "none":
@@ -110,6 +122,18 @@ class ClusterResult:
         if self.cluster.fleet is not None:
             files.write_rows_csv(out / "fleet.csv", FLEET_COLUMNS, self.cluster.fleet.events)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+    def _request_rows(self):
+        """requests.csv's rows, in order (replayed apart: merged from the replicas' files a stretch
+        at a time, none with a decode replica)."""
+        get = attrgetter(*REQUEST_FIELDS)
+        if self._replica is None:
+            for records, replicas in self.requests.chunks():
+                for record, replica in zip(records, replicas.tolist()):
+                    yield get(record) + (replica, None)
+            return
+        for record, replica, decode in zip(self.requests, self.replica, self.decode_replica):
+            yield get(record) + (replica, None if decode < 0 else decode)
 
     def written(self, steps: str) -> list[str]:
         names = ["requests.csv", "replicas.csv", "summary.json"] + (["fleet.csv"] if self.cluster.fleet else [])

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from array import array
+from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING
 from pagesim.core import SchedulerOutput, SequenceGroup
 from pagesim.metrics import files
 from pagesim.metrics.files import STEPS_CHOICES, read_requests_csv, read_steps_csv
-from pagesim.metrics.itl import GapCounts, SpanTally, TokenGaps, exact_weighted_sum, weighted_percentiles, weighted_vllm_stats
+from pagesim.metrics.intervals import mean_interval, nonnegative_interval, t_quantile_975
+from pagesim.metrics.itl import CHUNK as STRETCH
+from pagesim.metrics.itl import (GapCounts, SpanTally, TokenGaps, exact_weighted_sum, weighted_percentiles,
+                                 weighted_percentiles_of, weighted_vllm_stats)
 from pagesim.metrics.records import (HELD_FIELDS, REQUEST_FIELDS, STEP_FIELDS, WASTE_FIELDS, RequestRecord,
                                      StepRecord)
 from pagesim.metrics.request_columns import RequestColumns
@@ -164,11 +167,13 @@ class MetricsRecorder:
         w = scheduler.kv.waste(scheduler.running)
         self.waste.append((now, w.token_states, w.reserved, w.internal_fragmentation, w.external_fragmentation, w.free))
 
-    def pack(self) -> None:
+    def pack(self, gaps=None) -> None:
         """Keep the records as columns (RequestColumns: ~80 bytes a request, not ~360) and the token
         gaps of the measured ones counted (span_tally: GapCounts; a log that keeps no steps then
         lets its step times go): what the summary and requests.csv need, without the records'
-        token times. Call once the run has ended (no record or step is added after)."""
+        token times. Call once the run has ended (no record or step is added after). gaps: what
+        to keep of a SpanTally instead of its GapCounts (a function of it: a replica replayed apart
+        writes them to a file, pagesim.cluster.spill.SpilledGaps)."""
         tally = self.span_tally
         if tally is None:
             tally = SpanTally(self.step_log.time, self.warmup_s, self.origin)
@@ -176,7 +181,7 @@ class MetricsRecorder:
                 if r.token_spans and is_measured(r, self.warmup_s, self.origin):
                     tally.add(r.token_spans)
         if isinstance(tally, SpanTally):  # (its gaps as distinct values with counts: no step times needed)
-            self.span_tally = tally.gap_counts()
+            self.span_tally = tally.gap_counts() if gaps is None else gaps(tally)
         if not self.keep_steps:
             self.step_log.forget_times()
         self.requests = RequestColumns.of(self.requests)
@@ -266,41 +271,54 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
     import numpy as np
 
     # (from columns: 8 bytes a value where records cost ~360; the same floats, each computed as
-    # the record's property computes it, summed in the records' order)
+    # the record's property computes it, in the records' order; a stretch of rows at a time, so
+    # that only the latencies below grow with the rows: a long cluster run has millions, and
+    # its records may be merged from files as they are read, RequestColumns.column_chunks)
     columns = RequestColumns.of(requests)
-    finished = columns.column("status") == _code(columns, "status", "finished")
-    num_finished = int(finished.sum())
-    arrival = columns.column("arrival_time")
-    measured = finished & (arrival - origin >= warmup_s)
-    start = float(arrival.min()) if len(arrival) else 0.0
-    del arrival  # (each full column only while it is needed: a long cluster run has millions of rows)
-    duration = (float(columns.column("finish_time")[finished].max()) if num_finished else start) - start
-    input_tokens = int(columns.column("prompt_len")[finished].sum(dtype=np.int64))
-    # every sample's tokens, as vLLM counts completion tokens; and one sample (the longest) per request
-    output_tokens = int(columns.column("total_output_len")[finished].sum(dtype=np.int64))
-    longest_tokens = int(columns.column("output_len")[finished].sum(dtype=np.int64))
-    del finished
+    num_finished = num_measured = input_tokens = output_tokens = longest_tokens = saved = 0
+    start, last_finish, reasons = math.inf, -math.inf, {}
+    # (each list as long as the rows, filled as they come: pages never written cost nothing)
+    ttfts, tpots, e2els, normalized_latencies = (_Filled(len(columns)) for _ in range(4))
+    measured_rows = []  # (records given: which are measured, for their own token spans)
+    for part in columns.column_chunks():
+        finished = part.column("status") == _code(part, "status", "finished")
+        num_finished += int(finished.sum())
+        arrival = part.column("arrival_time")
+        measured = finished & (arrival - origin >= warmup_s)
+        if len(arrival):
+            start = min(start, float(arrival.min()))
+        if finished.any():
+            last_finish = max(last_finish, float(part.column("finish_time")[finished].max()))
+        input_tokens += int(part.column("prompt_len")[finished].sum(dtype=np.int64))
+        # every sample's tokens, as vLLM counts completion tokens; and one sample (the longest) per request
+        output_tokens += int(part.column("total_output_len")[finished].sum(dtype=np.int64))
+        longest_tokens += int(part.column("output_len")[finished].sum(dtype=np.int64))
+        saved += int(part.column("cached_prompt_tokens").sum(dtype=np.int64))
+        _count_reasons(part, reasons)
+        if requests is not columns:
+            measured_rows += measured.tolist()
+        # the measured requests' latencies, those that are not None (NaN), packed
+        rows = np.flatnonzero(measured)
+        num_measured += len(rows)
+        seen = part.take(rows)
+        arrival, first_token, finish = (seen.column(name) for name in ("arrival_time", "first_token_time", "finish_time"))
+        output_len = seen.column("output_len")
+        ended = ~np.isnan(finish)
+        ttfts.add((first_token - arrival)[~np.isnan(first_token)])
+        with np.errstate(divide="ignore", invalid="ignore"):  # (the requests each is None for are left out)
+            # None for one-token outputs, which vLLM leaves out too
+            tpots.add(((finish - first_token) / (output_len - 1))[ended & (output_len >= 2)])
+            normalized_latencies.add(((finish - arrival) / output_len)[ended & (output_len != 0)])
+        e2els.add((finish - arrival)[ended])
+    ttfts, tpots, e2els, normalized_latencies = (v.values() for v in (ttfts, tpots, e2els, normalized_latencies))
+    start = 0.0 if start == math.inf else start
+    duration = (last_finish if num_finished else start) - start
 
     def per_second(count):
         return count / duration if duration > 0 else 0.0
 
-    # the measured requests' latencies, those that are not None (NaN), packed
-    rows = np.flatnonzero(measured)
-    num_measured = len(rows)
-    seen = columns.take(rows)
-    arrival, first_token, finish = (seen.column(name) for name in ("arrival_time", "first_token_time", "finish_time"))
-    output_len = seen.column("output_len")
-    del rows, seen
-    ended = ~np.isnan(finish)
-    ttfts = _where(first_token - arrival, ~np.isnan(first_token))
-    with np.errstate(divide="ignore", invalid="ignore"):  # (the requests each is None for are left out)
-        # None for one-token outputs, which vLLM leaves out too
-        tpots = _where((finish - first_token) / (output_len - 1), ended & (output_len >= 2))
-        normalized_latencies = _where((finish - arrival) / output_len, ended & (output_len != 0))
-    e2els = _where(finish - arrival, ended)
-    del arrival, first_token, finish, output_len, ended
     # (a chunk at a time: a long run pools millions of gaps; records given: their own token spans)
-    spanned = () if requests is columns else [r for r, m in zip(requests, measured.tolist()) if m]
+    spanned = () if requests is columns else [r for r, m in zip(requests, measured_rows) if m]
     itls = TokenGaps(spanned, span_tallies)
     normalized = _stats("normalized_latency", normalized_latencies)
     # the paper's metric keeps the name every reader (figures, plan, compare) uses
@@ -331,8 +349,8 @@ def summarize_requests(requests: list[RequestRecord], warmup_s: float = 0.0, ori
         **_vllm_stats("tpot", tpots),
         **_weighted_vllm_stats("itl", itls),
         **_vllm_stats("e2el", e2els),
-        "prefill_tokens_saved": int(columns.column("cached_prompt_tokens").sum(dtype=np.int64)),
-        "reject_reasons": reject_reasons(columns),
+        "prefill_tokens_saved": saved,
+        "reject_reasons": reasons,
     }
 
 
@@ -345,11 +363,14 @@ def served_span(requests: list[RequestRecord], finished: list[RequestRecord]) ->
 
 def reject_reasons(requests: list[RequestRecord] | RequestColumns) -> dict:
     """How many of the requests were rejected for each reason."""
+    return _count_reasons(RequestColumns.of(requests), {})
+
+
+def _count_reasons(columns: RequestColumns, counts: dict) -> dict:
+    """counts (reason: rejected requests) with those of `columns` added, in the order they come."""
     import numpy as np
 
-    columns = RequestColumns.of(requests)
     rejected = columns.take(np.flatnonzero(columns.column("status") == _code(columns, "status", "rejected")))
-    counts: dict[str, int] = {}
     for reason in rejected.texts("reject_reason"):
         counts[reason] = counts.get(reason, 0) + 1
     return counts
@@ -361,9 +382,21 @@ def _code(columns: RequestColumns, name: str, value: str) -> int:
     return table.index(value) if value in table else -1
 
 
-def _where(values: np.ndarray, keep: np.ndarray) -> array:
-    """values[keep], packed as array('d')."""
-    return array("d", values[keep].tobytes())
+class _Filled:
+    """Floats added a stretch at a time into an array as long as they may grow: no copy as they
+    grow, and only the pages written count in memory."""
+
+    def __init__(self, size: int) -> None:
+        import numpy as np
+
+        self.data, self.size = np.empty(size), 0
+
+    def add(self, values: np.ndarray) -> None:
+        self.data[self.size:self.size + len(values)] = values
+        self.size += len(values)
+
+    def values(self) -> np.ndarray:
+        return self.data[:self.size]
 
 
 def _num_output_tokens(group: SequenceGroup) -> int:
@@ -387,60 +420,26 @@ def _sorted_percentile(values: list[float], q: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
-# two-sided 95 % quantiles of Student's t (t_{0.975, df}), df = 1..30; beyond, the Cornish-Fisher
-# expansion around the normal's 1.96 (error below 1e-4 there)
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_quantile_975(df: int) -> float:
-    if df < 1:
-        raise ValueError(f"a t interval needs at least 2 values (df >= 1), got df={df}")
-    if df <= len(T_975):
-        return T_975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """(mean, low, high): the 95 % Student t interval of the mean of `values` (at least 2)."""
-    n = len(values)
-    mean = sum(values) / n
-    half = t_quantile_975(n - 1) * statistics.stdev(values) / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def nonnegative_interval(values: list[float]) -> tuple[float, float, float, str]:
-    """(mean, low, high, how) for a quantity that cannot be negative (a rate, a latency, a count):
-    where every value is > 0, the 95 % t interval of the logs, exponentiated (never below 0: with
-    two runs the plain t interval's 12.7 x spread reached -0.01 req/s); where some are 0 (no
-    preemptions in one run), the plain t interval with its low end clipped at 0, said so."""
-    n = len(values)
-    mean = sum(values) / n
-    if all(v > 0 for v in values):
-        logs = [math.log(v) for v in values]
-        centre = sum(logs) / n
-        half = t_quantile_975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
-        return mean, math.exp(centre - half), math.exp(centre + half), "log-scale t"
-    _, low, high = mean_interval(values)
-    return mean, max(low, 0.0), high, "t, clipped at 0" if low < 0 else "t"
-
-
 def _packed(values) -> array:
     """The values that are not None, in order, as array('d')."""
     return array("d", (v for v in values if v is not None))
 
 
 def _stats(name: str, values) -> dict:
-    values = values if isinstance(values, array) else _packed(values)
-    if not values:
-        return {f"{name}_mean": None, f"{name}_p50": None, f"{name}_p90": None, f"{name}_p99": None}
+    """values: floats (an array of them, or a sequence with None for those left out)."""
     import numpy as np
 
-    # (once for the three percentiles, packed; a stable sort orders as sorted() does. The mean
-    # sums in the records' order; the percentiles' arithmetic on numpy's doubles is Python's)
-    ordered = np.sort(np.frombuffer(values), kind="stable")
-    return {f"{name}_mean": sum(values) / len(values), f"{name}_p50": float(_sorted_percentile(ordered, 50)),
+    if not isinstance(values, np.ndarray):
+        values = array("d", values) if isinstance(values, array) else _packed(values)
+        values = np.frombuffer(values) if values else np.zeros(0)
+    if not len(values):
+        return {f"{name}_mean": None, f"{name}_p50": None, f"{name}_p90": None, f"{name}_p99": None}
+    # (once for the three percentiles; a stable sort orders as sorted() does. The mean sums the
+    # floats in the records' order, as sum() over them; the percentiles' arithmetic on numpy's
+    # doubles is Python's)
+    ordered = np.sort(values, kind="stable")
+    total = sum(chain.from_iterable(values[i:i + STRETCH].tolist() for i in range(0, len(values), STRETCH)))
+    return {f"{name}_mean": total / len(values), f"{name}_p50": float(_sorted_percentile(ordered, 50)),
             f"{name}_p90": float(_sorted_percentile(ordered, 90)), f"{name}_p99": float(_sorted_percentile(ordered, 99))}
 
 
@@ -468,7 +467,11 @@ def _vllm_stats(name: str, seconds) -> dict:
         return {f"{stat}_{name}_ms": None for stat in ("mean", "median", "std", "p99")}
     # every statistic scales with the unit: convert the four results, not a copy of the values
     mean, std = float(seconds.mean()) * 1000.0, float(seconds.std()) * 1000.0
-    # (numpy's percentile, to the bit: np.percentile itself imports numpy.ma, 11 ms of a replay)
-    median, p99 = weighted_percentiles(seconds, np.ones(seconds.size, dtype=np.int64), [50, 99])
+    # (numpy's percentile, to the bit: np.percentile itself imports numpy.ma, 11 ms of a replay; a
+    # stretch at a time, each value weighing 1: the order statistics' temporaries stay a stretch's size)
+    ones = np.ones(min(seconds.size, STRETCH), dtype=np.int64)
+    median, p99 = weighted_percentiles_of(
+        lambda: ((seconds[i:i + STRETCH], ones[:len(seconds[i:i + STRETCH])]) for i in range(0, seconds.size, STRETCH)),
+        [50, 99], seconds.size)
     return {f"mean_{name}_ms": mean, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std,
             f"p99_{name}_ms": p99 * 1000.0}

@@ -125,18 +125,33 @@ class SpanTally:
         self._pending, self._pending_counts = array("i"), array("i")
 
     def gap_counts(self) -> GapCounts:
-        """The same gaps as distinct values with counts (about half a replay's steps have a gap
-        of their own), without the step times: what a summary needs of this driver."""
+        """The same gaps as distinct values with counts, without the step times: what a summary
+        needs of this driver. Distinct within each stretch of steps (TokenGaps' chunks): about
+        half a replay's steps have a gap of their own, so that is nearly as few as distinct over
+        the run, and the temporaries stay a stretch's size, not the run's (the statistics do not
+        depend on how the gaps are grouped)."""
         import numpy as np
 
-        values, weights = TokenGaps([], (self,)).arrays()
-        distinct, where = np.unique(values, return_inverse=True)
-        counts = np.bincount(where, weights=weights, minlength=len(distinct)).astype(np.int64)
-        if len(counts) and counts.max() >= MAX_WEIGHT:  # (the exact sums take smaller weights: keep them apart)
-            distinct, counts = values, weights
+        pieces = list(self.gap_count_pieces())
+        values, counts = [v for v, _ in pieces], [c for _, c in pieces]
+        del pieces
+        largest = max((int(c.max()) for c in counts if len(c)), default=0)
         # (2 bytes a count where they fit: most are a batch's requests)
-        dtype = np.uint16 if not len(counts) or counts.max() < 1 << 16 else np.int32
-        return GapCounts(distinct, counts.astype(dtype), self.num_requests, self.warmup_s, self.origin)
+        dtype = np.uint16 if largest < 1 << 16 else np.int32
+        return GapCounts(np.concatenate(values) if values else np.zeros(0),
+                         np.concatenate([c.astype(dtype) for c in counts]) if counts else np.zeros(0, dtype=dtype),
+                         self.num_requests, self.warmup_s, self.origin)
+
+    def gap_count_pieces(self):
+        """gap_counts' values and counts (int64), a stretch of steps at a time."""
+        import numpy as np
+
+        for gaps, weights in TokenGaps([], (self,)).chunks():
+            distinct, where = np.unique(gaps, return_inverse=True)
+            count = np.bincount(where, weights=weights, minlength=len(distinct)).astype(np.int64)
+            if len(count) and count.max() >= MAX_WEIGHT:  # (the exact sums take smaller weights: keep them apart)
+                distinct, count = gaps, weights.astype(np.int64)
+            yield distinct, count
 
     def drivers_entry(self):
         """(step times, held, break gaps, break weights): this driver's gaps, as chunks() reads them."""
@@ -168,8 +183,8 @@ def _step_chunks(times, held, break_values, break_weights):
 
 @dataclass
 class GapCounts:
-    """A driver's pooled token gaps as distinct values with counts (SpanTally.gap_counts): a
-    tally's stand-in in TokenGaps and in a summary's span_tallies."""
+    """A driver's pooled token gaps as values with counts (distinct within each stretch of steps:
+    SpanTally.gap_counts): a tally's stand-in in TokenGaps and in a summary's span_tallies."""
 
     values: np.ndarray
     weights: np.ndarray

@@ -1,8 +1,8 @@
 """Request records as packed columns: what a summary and requests.csv need of each request, in
 about 70 bytes, where a RequestRecord costs about 360 (the object, its boxed floats and ints).
 
-A cluster's replicas replayed apart hand their records back this way and the cluster keeps them
-so (pagesim.cluster.independent): memory per request a fifth of the records'. RequestColumns is a
+A cluster's replicas replayed apart hand their records back this way, in files that the cluster
+reads a stretch at a time (pagesim.cluster.spill: column_chunks, columns_of). RequestColumns is a
 sequence of RequestRecords, each built when asked for (without output-token times: a packed
 recorder folds their gaps into its span tally, MetricsRecorder.pack), and the summary reads the
 columns themselves (column()).
@@ -29,6 +29,7 @@ INT_FIELDS = ("request_id", "prompt_len", "output_len", "num_seqs", "num_preempt
               "cached_prompt_tokens", "total_output_len", "turn")  # turn None: -1
 TEXT_FIELDS = ("status", "reject_reason", "session_id")  # a code each, into a table of the distinct values
 CHUNK = 1 << 14  # records built at a time when iterating
+COLUMN_CHUNK = 1 << 16  # rows a summary reads at a time (column_chunks)
 
 
 class RequestColumns(Sequence):
@@ -62,28 +63,19 @@ class RequestColumns(Sequence):
         return cls(columns, tables)
 
     @classmethod
-    def concat(cls, parts: list[RequestColumns], release: bool = False) -> RequestColumns:
-        """The parts' rows one part after another, in one set of columns (the text tables merged).
-        release: let each part's column go once it is copied (the parts are empty after), so
-        that the copy and the parts overlap by one column, not by all of them."""
+    def concat(cls, parts: list[RequestColumns]) -> RequestColumns:
+        """The parts' rows one part after another, in one set of columns (the text tables merged)."""
         import numpy as np
 
         parts = [p.packed() for p in parts]
-        tables = {name: list(dict.fromkeys(v for p in parts for v in p.tables[name])) for name in TEXT_FIELDS}
+        tables = merged_tables(parts)
         columns = {}
         for name in (*FLOAT_FIELDS, *INT_FIELDS, *TEXT_FIELDS):
-            pieces = [p.pop_column(name) if release else p.columns[name] for p in parts]
+            pieces = [p.columns[name] for p in parts]
             if name in TEXT_FIELDS:  # (each part's codes into the merged table)
-                codes = {value: code for code, value in enumerate(tables[name])}
-                pieces = [np.array([codes[v] for v in p.tables[name]], dtype=np.int32)[piece]
-                          for p, piece in zip(parts, pieces)]
+                pieces = [codes[piece] for codes, piece in zip(recoded(parts, tables, name), pieces)]
             columns[name] = np.concatenate(pieces) if pieces else _empty(name)
-            del pieces
         return cls(columns, tables)
-
-    def pop_column(self, name: str) -> np.ndarray:
-        """A column of these packed rows, which they let go (concat with release)."""
-        return self.columns.pop(name)
 
     def packed(self) -> RequestColumns:
         """These rows in columns of their own (a copy where this sees shared columns through an index)."""
@@ -101,11 +93,22 @@ class RequestColumns(Sequence):
             return RequestColumns(self.columns, self.tables, self.index[start:stop])
         return RequestColumns({name: column[start:stop] for name, column in self.columns.items()}, self.tables)
 
+    def column_chunks(self):
+        """These rows a stretch at a time, in order (parts sharing these columns): what a summary
+        reads, so that its temporaries stay a stretch's size (records merged from files as they
+        are read give theirs the same way: pagesim.cluster.spill)."""
+        for start in range(0, len(self), COLUMN_CHUNK):
+            yield self.part(start, min(start + COLUMN_CHUNK, len(self)))
+
     def column(self, name: str) -> np.ndarray:
         """One field over the rows, in order: floats with NaN for None, ints (turn: -1 for None), or a
         text field's codes into tables[name]."""
         column = self.columns[name]
         return column if self.index is None else column[self.index]
+
+    def columns_of(self, names) -> list[np.ndarray]:
+        """column() of each of names (records merged from files read them in one pass)."""
+        return [self.column(name) for name in names]
 
     def texts(self, name: str) -> list:
         """A text field's values over the rows, in order."""
@@ -140,6 +143,19 @@ class RequestColumns(Sequence):
         nothing = repeat(())  # (token_spans, step_times: none kept)
         for row in zip(*(values.get(name, nothing) for name in _RECORD_ORDER)):
             yield RequestRecord(*row)
+
+
+def merged_tables(parts: list[RequestColumns]) -> dict[str, list]:
+    """The text tables of several parts' rows: each part's values, first seen first."""
+    return {name: list(dict.fromkeys(v for p in parts for v in p.tables[name])) for name in TEXT_FIELDS}
+
+
+def recoded(parts: list[RequestColumns], tables: dict[str, list], name: str) -> list:
+    """Per part, its codes of text field `name` into `tables` (an array: new code at old code)."""
+    import numpy as np
+
+    codes = {value: code for code, value in enumerate(tables[name])}
+    return [np.array([codes[v] for v in p.tables[name]], dtype=np.int32) for p in parts]
 
 
 _RECORD_ORDER = [f.name for f in fields(RequestRecord)]

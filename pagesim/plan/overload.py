@@ -35,6 +35,7 @@ def overload_note(requests: list, summary: dict, warmup_s: float = 0.0) -> str |
         return None
     start = max(warmup_s, first + WARMUP_FRACTION * (last - first))
     in_window = int((arrivals >= start).sum())
+    del arrivals  # (trend_record reads its own: one column at a time)
     if last <= start or in_window < 2:
         return None
     offered = in_window / (last - start)  # req/s arriving over the window

@@ -21,6 +21,7 @@ cached, whose run(n) continues one replay instead of starting again (pagesim.pla
 from __future__ import annotations
 
 import math
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -98,21 +99,36 @@ def trend_record(rate: float, warmup_s: float, requests) -> dict:
     import numpy as np
 
     columns = RequestColumns.of(requests)
-    arrival, finish, scheduled = (columns.column(name) for name in ("arrival_time", "finish_time", "first_scheduled_time"))
     start = warmup_s
-    last_arrival = float(arrival.max())
-    measured = arrival >= warmup_s
+    # (a stretch of rows at a time, in two passes: a long cluster run has millions, which may be
+    # merged from files as they are read; only the measured service times are kept whole)
+    latest, num_measured, services, ids = [], 0, [], []
+    for part in columns.column_chunks():
+        arrival, finish, scheduled, request_id = part.columns_of(
+            ("arrival_time", "finish_time", "first_scheduled_time", "request_id"))
+        latest.append(arrival.max())
+        measured = arrival >= warmup_s
+        num_measured += int(measured.sum())
+        services.append((finish - scheduled)[measured])
+        ids.append(request_id[measured])
+    last_arrival = float(np.max(np.array(latest)))
     # (summed by request id, as over measured_requests; NaN: a time that is None)
-    services = (finish - scheduled)[measured][np.argsort(columns.column("request_id")[measured], kind="stable")]
-    services = services[~np.isnan(services)].tolist()
+    services = np.concatenate(services)[np.argsort(np.concatenate(ids), kind="stable")]
+    del ids
+    services = services[~np.isnan(services)]
+    num_services = len(services)
+    service_sum = sum(chain.from_iterable(services[i:i + STRETCH].tolist() for i in range(0, num_services, STRETCH)))
+    del services
     trend = None
     if last_arrival > start:  # a rejected request leaves as it arrives
-        leave = np.where(np.isnan(finish), arrival, finish)
-        stays = (stay for i in range(0, len(arrival), STRETCH)  # (a stretch at a time: no list of every float)
-                 for stay in zip(arrival[i:i + STRETCH].tolist(), leave[i:i + STRETCH].tolist()))
-        trend = steady.in_system_trend(stays, start, last_arrival).to_dict()
-    return {"rate": rate, "num_measured": int(measured.sum()), "window_s": last_arrival - start,
-            "mean_service_s": sum(services) / len(services) if services else None, "trend": trend}
+        def stays():  # (a stretch at a time: no list of every float)
+            for part in columns.column_chunks():
+                enter, end = part.columns_of(("arrival_time", "finish_time"))
+                yield from zip(enter.tolist(), np.where(np.isnan(end), enter, end).tolist())
+
+        trend = steady.in_system_trend(stays(), start, last_arrival).to_dict()
+    return {"rate": rate, "num_measured": num_measured, "window_s": last_arrival - start,
+            "mean_service_s": service_sum / num_services if num_services else None, "trend": trend}
 
 
 def run_record(rate: float, warmup_s: float, requests: list, s: dict) -> dict:

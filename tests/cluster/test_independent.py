@@ -154,3 +154,23 @@ def test_jobs_flag(monkeypatch):
                                        "--router", "least-outstanding", "--jobs", "2", "--json"])
     assert coupled.exit_code == 0, coupled.output
     assert "reads their loads" in coupled.output and "one process" in coupled.output
+
+
+def test_a_replicas_records_outlive_the_cluster_result():
+    """Replayed apart, the records are read from files (pagesim.cluster.spill): a replica's own
+    records stay readable, in its order, however long they are kept after the rest is let go."""
+    import gc
+
+    trace, groups, router, staleness = CASES["two groups"]
+    together = Cluster(spec_of(groups, router, staleness), trace, independent=False).run()
+    expected = [list(r.metrics.requests) for r in together.results]
+    summaries = [r.metrics.summary() for r in together.results]
+    result = Cluster(spec_of(groups, router, staleness), trace).run(jobs=2)
+    merged = list(result.requests)
+    parts = [r.metrics for r in result.results]
+    del result
+    gc.collect()
+    assert [[r.request_id for r in m.requests] for m in parts] == [[r.request_id for r in e] for e in expected]
+    assert [r.request_id for r in merged] == [r.request_id for r in together.requests]
+    # (its summary from its files: its records and its token gaps)
+    assert [m.summary() for m in parts] == summaries and parts[0].span_tally.count > 0
