@@ -39,7 +39,7 @@ class StepLog:
         self.held_from = array("i")  # (step indices: a replay stays far below 2**31 steps)
         self.held = array("i")  # (counts of requests, sequences, tokens and blocks in one step)
         # totals over the steps so far (the time-weighted ones, value x duration, in StepTotals)
-        self.weighted = StepTotals(total_blocks)
+        self.weighted = StepTotals(total_blocks, self if keep_steps else None)
         self.used_sum = 0
         self.logical_sum = 0
         self.peak_used = 0
@@ -84,7 +84,8 @@ class StepLog:
     def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
         self.time.append(time)
         # _add_totals for one step, unrolled: a chunked-prefill replay records most of its steps here
-        self.weighted.add_one(duration, used, logical)
+        if not self.keep_steps:  # (a log that keeps its steps has them in its columns)
+            self.weighted.add_one(duration, used, logical)
         self.used_sum += used
         self.logical_sum += logical
         if used > self.peak_used:
@@ -132,7 +133,8 @@ class StepLog:
 
     def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
                     num_steps: int) -> None:
-        self.weighted.add(durations, used, logical)
+        if not self.keep_steps:
+            self.weighted.add(durations, used, logical)
         used_sum = sum(used)
         self.used_sum += used_sum
         self.logical_sum += used_sum if logical is used else sum(logical)
@@ -225,16 +227,19 @@ class StepTotals:
     wait in arrays and are summed a stretch at a time (settled(), at the latest when read):
     with numpy, whose products are the same floats and whose add.accumulate adds left to right,
     as a Python loop does; a few at a time (a planner reading the totals as each request leaves)
-    with that loop. Per-step Python sums were ~9 % of a chunked replay's instructions."""
+    with that loop. Per-step Python sums were ~9 % of a chunked replay's instructions. A log that
+    keeps its steps has their values in its columns already: the totals read them there."""
 
     SETTLE_STEPS = 1 << 14  # (the waiting values: ~12 bytes a step; numpy's temporaries this size)
     LOOP_STEPS = 64  # fewer are summed in a Python loop (numpy's call costs more)
 
-    def __init__(self, total_blocks: int):
+    def __init__(self, total_blocks: int, kept: StepLog | None = None):
+        """kept: a log that keeps its steps, whose columns the totals read (nothing is added here)."""
         self.total_blocks = total_blocks
         self.duration_sum = self.used_time = self.logical_time = self.utilization_time = 0.0
         self._durations, self._used = array("d"), array("i")
         self._logical: array | None = None  # while every waiting step's logical blocks are its used ones: None
+        self._kept, self._kept_upto = kept, 0  # (steps of the kept columns summed)
 
     def add(self, durations: list[float], used: list[int], logical: list[int]) -> None:
         """Steps of a run (logical is used where they share no block)."""
@@ -257,14 +262,26 @@ class StepTotals:
 
     def settled(self) -> StepTotals:
         """The totals with every step added so far (self)."""
-        if not self._used:
-            return self
-        logical = self._logical if self._logical is not None else self._used
+        if self._kept is not None:
+            kept, upto = self._kept, self._kept_upto
+            self._kept_upto = len(kept.duration)
+            logical = kept._logical[upto:] if kept._logical is not None else None
+            self._add_up(kept.duration[upto:], kept.kv_blocks_used[upto:], logical)
+        elif self._used:
+            self._add_up(self._durations, self._used, self._logical)
+            self._durations, self._used, self._logical = array("d"), array("i"), None
+        return self
+
+    def _add_up(self, durations: array, used: array, logical: array | None) -> None:
+        """Add steps' terms to the totals (logical None: every one's logical blocks are its used ones)."""
+        if not used:
+            return
         # (where every step's logical blocks were its used ones so far, the two totals are the same float)
-        same = self._logical is None and self.logical_time == self.used_time
+        same = logical is None and self.logical_time == self.used_time
+        logical = used if logical is None else logical
         total = self.total_blocks
-        if len(self._used) < self.LOOP_STEPS:
-            durations, used = self._durations.tolist(), self._used.tolist()
+        if len(used) < self.LOOP_STEPS:
+            durations, used = durations.tolist(), used.tolist()
             for d in durations:
                 self.duration_sum += d
             for u, d in zip(used, durations):
@@ -278,8 +295,8 @@ class StepTotals:
         else:
             import numpy as np
 
-            durations = np.frombuffer(self._durations, dtype=np.float64)
-            used = np.frombuffer(self._used, dtype=np.int32).astype(np.float64)
+            durations = np.frombuffer(durations, dtype=np.float64)
+            used = np.frombuffer(used, dtype=np.int32).astype(np.float64)
             self.duration_sum = _sum_in_order(self.duration_sum, durations)
             self.used_time = _sum_in_order(self.used_time, used * durations)
             if not same:
@@ -287,11 +304,8 @@ class StepTotals:
                 self.logical_time = _sum_in_order(self.logical_time, blocks * durations)
             if total:
                 self.utilization_time = _sum_in_order(self.utilization_time, used / total * durations)
-            del durations, used  # (views of the arrays, which are replaced now)
         if same:
             self.logical_time = self.used_time
-        self._durations, self._used, self._logical = array("d"), array("i"), None
-        return self
 
 
 def _sum_in_order(start: float, values) -> float:
