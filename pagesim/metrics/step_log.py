@@ -262,11 +262,13 @@ class StepTotals:
 
     def settled(self) -> StepTotals:
         """The totals with every step added so far (self)."""
-        if self._kept is not None:
-            kept, upto = self._kept, self._kept_upto
+        if self._kept is not None:  # (a stretch at a time: a long run's temporaries stay a stretch's size)
+            kept = self._kept
+            for upto in range(self._kept_upto, len(kept.duration), self.SETTLE_STEPS):
+                stop = upto + self.SETTLE_STEPS
+                logical = kept._logical[upto:stop] if kept._logical is not None else None
+                self._add_up(kept.duration[upto:stop], kept.kv_blocks_used[upto:stop], logical)
             self._kept_upto = len(kept.duration)
-            logical = kept._logical[upto:] if kept._logical is not None else None
-            self._add_up(kept.duration[upto:], kept.kv_blocks_used[upto:], logical)
         elif self._used:
             self._add_up(self._durations, self._used, self._logical)
             self._durations, self._used, self._logical = array("d"), array("i"), None
