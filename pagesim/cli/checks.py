@@ -198,8 +198,12 @@ def check_workload(requests, warmup: float, duration: float | None) -> None:
     if not requests:
         fail(f"--duration {duration:g} s holds no arrival: nothing to run" if duration is not None
              else "the run holds no request")
-    # the warm-up counts from the run's first arrival (a trace may be stamped in Unix time)
-    last = max(r.arrival_time for r in requests) - min(r.arrival_time for r in requests)
+    # the warm-up counts from the run's first arrival (a trace may be stamped in Unix time); a
+    # Workload's arrival times are read as they are, without building its requests (twice)
+    times = getattr(requests, "arrival_times", None)
+    if times is None:
+        times = [r.arrival_time for r in requests]
+    last = max(times) - min(times)
     if warmup > 0 and last < warmup:
         fail(f"--warmup {warmup:g} s is longer than the arrivals (the last request arrives at {last:.2f} s): "
              "no request would be measured")
