@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 from array import array
-from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ from pagesim.metrics import files
 from pagesim.metrics.files import STEPS_CHOICES, read_requests_csv, read_steps_csv
 from pagesim.metrics.intervals import mean_interval, nonnegative_interval, t_quantile_975
 from pagesim.metrics.itl import CHUNK as STRETCH
-from pagesim.metrics.itl import (GapCounts, SpanTally, TokenGaps, exact_weighted_sum, weighted_percentiles,
+from pagesim.metrics.itl import (GapCounts, SpanTally, TokenGaps, exact_weighted_sum, sum_in_order, weighted_percentiles,
                                  weighted_percentiles_of, weighted_vllm_stats)
 from pagesim.metrics.records import (HELD_FIELDS, REQUEST_FIELDS, STEP_FIELDS, WASTE_FIELDS, RequestRecord,
                                      StepRecord)
@@ -435,11 +434,10 @@ def _stats(name: str, values) -> dict:
     if not len(values):
         return {f"{name}_mean": None, f"{name}_p50": None, f"{name}_p90": None, f"{name}_p99": None}
     # (once for the three percentiles; a stable sort orders as sorted() does. The mean sums the
-    # floats in the records' order, as sum() over them; the percentiles' arithmetic on numpy's
-    # doubles is Python's)
+    # floats in the records' order, left to right; the percentiles' arithmetic on numpy's doubles
+    # is Python's)
     ordered = np.sort(values, kind="stable")
-    total = sum(chain.from_iterable(values[i:i + STRETCH].tolist() for i in range(0, len(values), STRETCH)))
-    return {f"{name}_mean": total / len(values), f"{name}_p50": float(_sorted_percentile(ordered, 50)),
+    return {f"{name}_mean": sum_in_order(values) / len(values), f"{name}_p50": float(_sorted_percentile(ordered, 50)),
             f"{name}_p90": float(_sorted_percentile(ordered, 90)), f"{name}_p99": float(_sorted_percentile(ordered, 99))}
 
 
@@ -471,7 +469,7 @@ def _vllm_stats(name: str, seconds) -> dict:
     # stretch at a time, each value weighing 1: the order statistics' temporaries stay a stretch's size)
     ones = np.ones(min(seconds.size, STRETCH), dtype=np.int64)
     median, p99 = weighted_percentiles_of(
-        lambda: ((seconds[i:i + STRETCH], ones[:len(seconds[i:i + STRETCH])]) for i in range(0, seconds.size, STRETCH)),
+        lambda: ((seconds[i:i + STRETCH], ones[:min(STRETCH, seconds.size - i)]) for i in range(0, seconds.size, STRETCH)),
         [50, 99], seconds.size)
     return {f"mean_{name}_ms": mean, f"median_{name}_ms": median * 1000.0, f"std_{name}_ms": std,
             f"p99_{name}_ms": p99 * 1000.0}

@@ -361,6 +361,18 @@ def exact_weighted_sum_of(chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> fl
 _LOWEST = -1200  # below any value's lowest bit (2**-1074 as 2**52 * 2**-1126): every shift above is >= 0
 
 
+def sum_in_order(values: np.ndarray, start: float = 0.0) -> float:
+    """start + values[0] + values[1] + ..., each float added to the total in turn, left to right
+    (as `total += v` and Python 3.11's sum() add them; np.add.accumulate, never numpy's pairwise
+    sum), a chunk at a time: temporaries a chunk's size however many values."""
+    import numpy as np
+
+    total = start
+    for i in range(0, len(values), CHUNK):
+        total = float(np.add.accumulate(np.concatenate(([total], values[i:i + CHUNK])))[-1])
+    return total
+
+
 def exact_weighted_sum(values: np.ndarray, weights: np.ndarray) -> float:
     """exact_weighted_sum_of one chunk."""
     return exact_weighted_sum_of([(values, weights)])

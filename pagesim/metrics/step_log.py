@@ -8,6 +8,7 @@ from itertools import chain, islice, repeat
 from operator import add, mul, sub, truediv
 from struct import Struct
 
+from pagesim.metrics.itl import sum_in_order
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
 
 
@@ -259,19 +260,22 @@ class StepTotals:
         self._used.append(used)
         if self._logical is not None:
             self._logical.append(logical)
+        if len(self._used) >= self.SETTLE_STEPS:  # (a chunked replay adds most of its steps one by one)
+            self.settled()
 
     def settled(self) -> StepTotals:
-        """The totals with every step added so far (self)."""
-        if self._kept is not None:  # (a stretch at a time: a long run's temporaries stay a stretch's size)
-            kept = self._kept
-            for upto in range(self._kept_upto, len(kept.duration), self.SETTLE_STEPS):
-                stop = upto + self.SETTLE_STEPS
-                logical = kept._logical[upto:stop] if kept._logical is not None else None
-                self._add_up(kept.duration[upto:stop], kept.kv_blocks_used[upto:stop], logical)
-            self._kept_upto = len(kept.duration)
-        elif self._used:
-            self._add_up(self._durations, self._used, self._logical)
+        """The totals with every step added so far (self), a stretch at a time (a long run's
+        temporaries stay a stretch's size)."""
+        if self._kept is not None:  # (its columns, from the first step not summed yet)
+            kept, start = self._kept, self._kept_upto
+            durations, used, logical = kept.duration, kept.kv_blocks_used, kept._logical
+            self._kept_upto = len(durations)
+        else:
+            durations, used, logical, start = self._durations, self._used, self._logical, 0
             self._durations, self._used, self._logical = array("d"), array("i"), None
+        for upto in range(start, len(durations), self.SETTLE_STEPS):
+            stop = upto + self.SETTLE_STEPS
+            self._add_up(durations[upto:stop], used[upto:stop], logical[upto:stop] if logical is not None else None)
         return self
 
     def _add_up(self, durations: array, used: array, logical: array | None) -> None:
@@ -299,22 +303,15 @@ class StepTotals:
 
             durations = np.frombuffer(durations, dtype=np.float64)
             used = np.frombuffer(used, dtype=np.int32).astype(np.float64)
-            self.duration_sum = _sum_in_order(self.duration_sum, durations)
-            self.used_time = _sum_in_order(self.used_time, used * durations)
+            self.duration_sum = sum_in_order(durations, self.duration_sum)
+            self.used_time = sum_in_order(used * durations, self.used_time)
             if not same:
                 blocks = np.frombuffer(logical, dtype=np.int32).astype(np.float64)
-                self.logical_time = _sum_in_order(self.logical_time, blocks * durations)
+                self.logical_time = sum_in_order(blocks * durations, self.logical_time)
             if total:
-                self.utilization_time = _sum_in_order(self.utilization_time, used / total * durations)
+                self.utilization_time = sum_in_order(used / total * durations, self.utilization_time)
         if same:
             self.logical_time = self.used_time
-
-
-def _sum_in_order(start: float, values) -> float:
-    """start + values[0] + values[1] + ..., added left to right (np.add.accumulate: no pairwise sum)."""
-    import numpy as np
-
-    return float(np.add.accumulate(np.concatenate(([start], values)))[-1])
 
 
 class StepStarts:

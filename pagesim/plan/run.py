@@ -21,12 +21,12 @@ cached, whose run(n) continues one replay instead of starting again (pagesim.pla
 from __future__ import annotations
 
 import math
-from itertools import chain
 from dataclasses import dataclass, field
 from typing import Callable
 
 from pagesim.core.errors import CannotServe
 from pagesim.metrics import RequestColumns
+from pagesim.metrics.itl import sum_in_order
 from pagesim.plan.cache import RunCache, checkpoint_key, run_key
 from pagesim.plan.continued import Checkpoint, ContinuedReplay
 from pagesim.plan.grid import RunSettings
@@ -88,9 +88,6 @@ def measured_requests(requests: list, warmup_s: float) -> list:
     return sorted((r for r in requests if r.arrival_time >= warmup_s), key=lambda r: r.request_id)
 
 
-STRETCH = 1 << 16  # requests trend_record reads at a time
-
-
 def trend_record(rate: float, warmup_s: float, requests) -> dict:
     """What the steady-state verdict (steadiness) reads of a finished run (request records, or
     RequestColumns): its measured requests (measured_requests's), the window, the mean service
@@ -117,7 +114,7 @@ def trend_record(rate: float, warmup_s: float, requests) -> dict:
     del ids
     services = services[~np.isnan(services)]
     num_services = len(services)
-    service_sum = sum(chain.from_iterable(services[i:i + STRETCH].tolist() for i in range(0, num_services, STRETCH)))
+    service_sum = sum_in_order(services)
     del services
     trend = None
     if last_arrival > start:  # a rejected request leaves as it arrives

@@ -90,6 +90,7 @@ def test_step_totals_in_stretches_equal_a_loop_over_the_steps(seed, monkeypatch)
             totals.add_one(durations[0], used[0], logical[0])
         else:
             totals.add(durations, used, logical)
+        assert len(totals._used) < StepTotals.SETTLE_STEPS + 200  # (waiting values stay bounded, single steps too)
         for d, u, lg in zip(durations, used, logical):
             kept.add_step(float(len(kept) + 1), d, u, lg, held)
             duration += d
@@ -101,3 +102,33 @@ def test_step_totals_in_stretches_equal_a_loop_over_the_steps(seed, monkeypatch)
             for t in (totals.settled(), kept):
                 assert (t.duration_sum, t.used_time, t.logical_time, t.utilization_time) == \
                        (duration, used_time, logical_time, util_time)
+
+
+def test_sum_in_order_adds_left_to_right_across_chunks():
+    # against `total += v` one float at a time, over more values than one chunk, from a start
+    import random
+
+    import numpy as np
+
+    from pagesim.metrics.itl import CHUNK, sum_in_order
+
+    rng = random.Random(3)
+    values = [rng.uniform(-1, 1) * 10.0 ** rng.randint(-8, 8) for _ in range(CHUNK + 1234)]
+    total = 0.5
+    for v in values:
+        total += v
+    assert sum_in_order(np.array(values), 0.5) == total
+    assert sum_in_order(np.zeros(0), 0.25) == 0.25
+
+
+def test_step_totals_of_single_steps_wait_in_bounded_arrays(monkeypatch):
+    # a chunked replay adds most steps one by one: they are summed a stretch at a time too
+    from pagesim.metrics.step_log import StepTotals
+
+    monkeypatch.setattr(StepTotals, "SETTLE_STEPS", 100)
+    totals, duration = StepTotals(50), 0.0
+    for k in range(1000):
+        totals.add_one(0.01 * (k % 7 + 1), k % 50, k % 50)
+        duration += 0.01 * (k % 7 + 1)
+        assert len(totals._used) < 100
+    assert totals.settled().duration_sum == duration
