@@ -15,6 +15,8 @@ Importing pagesim loads none of torch, simpy or pandas: each function imports wh
 
 from importlib import import_module
 
+from pagesim._compiled import use_sources_where_stale
+
 __version__ = "0.1.0"
 __all__ = ["replay", "plan", "load_trace", "__version__"]
 
@@ -26,3 +28,6 @@ def __getattr__(name: str):
         # the subpackage pagesim.plan, made callable as pagesim.api.plan (see its __init__)
         return import_module("pagesim.plan")
     raise AttributeError(f"module 'pagesim' has no attribute {name!r}")
+
+
+use_sources_where_stale()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from itertools import compress, repeat
 from operator import add, eq, itemgetter, ne
+from typing import Hashable, Iterable
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
 
@@ -80,7 +81,7 @@ class FreeBlockQueue:
         return list(compress(entries, keep))
 
     def __copy__(self) -> FreeBlockQueue:
-        clone = FreeBlockQueue.__new__(FreeBlockQueue)
+        clone = FreeBlockQueue(0)  # (an empty queue, filled in below: no list of num_blocks entries made)
         clone._order, clone._stale = list(self._order), dict(self._stale)
         clone._head, clone.size, clone._num_stale, clone._num_blocks = self._head, self.size, self._num_stale, self._num_blocks
         return clone
@@ -187,8 +188,8 @@ class BlockPool:
         self.refcount = [0] * num_blocks
         self.free_queue = FreeBlockQueue(num_blocks)
         self.enable_caching = enable_caching
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}  # block hash -> block id holding those tokens
+        self.block_hash: list[Hashable | None] = [None] * num_blocks
+        self.cached: dict[Hashable, int] = {}  # block hash -> block id holding those tokens
         self.num_evictions = 0
         # Sum of all refcounts: every block-table entry that points into this pool. Kept as a
         # running total so the memory-saving metric (1 - used / num_refs) costs nothing per step.
@@ -197,6 +198,15 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         return self.free_queue.size
+
+    def __copy__(self) -> BlockPool:
+        """A shallow copy (the same lists, queue and dict), as copy.copy gives a plain object
+        (a class compiled by mypyc has no __dict__ for copy.copy to copy)."""
+        clone = BlockPool(0, self.enable_caching)
+        clone.num_blocks, clone.refcount, clone.free_queue = self.num_blocks, self.refcount, self.free_queue
+        clone.block_hash, clone.cached = self.block_hash, self.cached
+        clone.num_evictions, clone.num_refs = self.num_evictions, self.num_refs
+        return clone
 
     def allocate(self) -> int:
         if not self.free_queue.size:
@@ -237,7 +247,9 @@ class BlockPool:
 
     def _evict(self, block: int) -> None:
         """Forget the cached contents of a block taken from the free queue."""
-        del self.cached[self.block_hash[block]]
+        key = self.block_hash[block]
+        assert key is not None  # (a block in the free queue with cached contents)
+        del self.cached[key]
         self.block_hash[block] = None
         self.num_evictions += 1
 
@@ -291,7 +303,7 @@ class BlockPool:
                 cut = last
                 if 1 in counts[cut:]:
                     freed = list(compress(blocks, map(eq, counts, repeat(1))))
-                    shared = compress(blocks, map(ne, counts, repeat(1)))
+                    shared: Iterable[int] = compress(blocks, map(ne, counts, repeat(1)))
                 else:
                     freed, shared = blocks[:cut], blocks[cut:]
                 for block in shared:
@@ -314,7 +326,7 @@ class BlockPool:
         self.num_refs -= len(blocks)
         self.free_queue.extend(freed)
 
-    def register(self, block: int, block_hash: int) -> None:
+    def register(self, block: int, block_hash: Hashable) -> None:
         """Record that block holds the full block of tokens identified by block_hash."""
         if self.block_hash[block] is None and block_hash not in self.cached:
             self.block_hash[block] = block_hash

@@ -8,6 +8,7 @@ from itertools import chain, compress, count, repeat
 from operator import attrgetter, le, not_
 from typing import TYPE_CHECKING
 
+from pagesim.core.native import Number
 from pagesim.core.request import SequenceStatus
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class DecodeBatch:
         num_seqs = len(self.seqs)
         return out.seqs[:num_seqs] == self.seqs and out.num_new_tokens[:num_seqs] == [1] * num_seqs
 
-    def scheduled_whole(self, kv, running: list, out, budget: float) -> bool:
+    def scheduled_whole(self, kv, running: list, out, budget: Number) -> bool:
         """Schedule every sequence of the batch for its one decode token into out, as
         Scheduler._schedule_running's loop would where it can preempt none of them: the batch
         heads the running queue, no fork shares a last block, the blocks its sequences take at
@@ -69,7 +70,7 @@ class DecodeBatch:
         out.add_decodes(groups, seqs, self.context)
         return True
 
-    def updated_whole(self, sched: Scheduler, token_id: int, now: float, finished: list) -> int:
+    def updated_whole(self, sched: Scheduler, token_id: int, now: Number, finished: list) -> int:
         """Scheduler.update() for the batch's groups, where the step decoded each of its sequences
         by one token (decoded_by) and they all take token_id: how many of the step's sequences
         that was (0: a batch of forks, left to update() group by group). Not for a manager that
@@ -110,6 +111,7 @@ class DecodeBatch:
         take them (step by step, in batch order), and how many take one at each step (needs due).
         The steps of one phase recur every block_size steps: the first block_size steps say all."""
         due, bs = self.due, self.block_size
+        assert due is not None
         period = min(num_steps, bs)
         # the phases of the next period steps, in step order (slices and maps: no Python loop)
         start = self.clock % bs
@@ -124,13 +126,15 @@ class DecodeBatch:
 
     def first_blocks(self) -> list[tuple[int, int]]:
         """(steps until its sequences take their next block, how many) for each phase (needs due)."""
-        clock, bs = self.clock, self.block_size
-        return [((phase - clock) % bs, len(seqs)) for phase, seqs in enumerate(self.due) if seqs]
+        clock, bs, due = self.clock, self.block_size, self.due
+        assert due is not None
+        return [((phase - clock) % bs, len(seqs)) for phase, seqs in enumerate(due) if seqs]
 
     def file_due(self, seqs: list, rooms: list) -> None:
         """File seqs (the batch's last ones, in order) under their phases, given their rooms; a
         room of block_size or more has no phase yet: the batch keeps none (due = None)."""
         due, bs, clock = self.due, self.block_size, self.clock
+        assert due is not None
         for seq, room in zip(seqs, rooms):
             if room != INF:
                 if room >= bs:
@@ -140,8 +144,10 @@ class DecodeBatch:
 
     def drop_due(self, gone) -> None:
         """Take the sequences gone (that left the batch) out of due."""
+        due = self.due
+        assert due is not None
         for seq in gone:
-            for seqs in self.due:
+            for seqs in due:
                 if seq in seqs:
                     seqs.remove(seq)
                     break
@@ -196,7 +202,8 @@ def drop_finished(sched: Scheduler, batch: DecodeBatch) -> None:
     batch.finish_at = list(compress(batch.finish_at, live))
     batch.context = sum(map(attrgetter("num_tokens"), seqs))
     if batch.forked:
-        batch.forked = forked = []
+        forked: list[int] = []
+        batch.forked = forked
         position = 0
         for group in groups:
             if len(group.seqs) > 1:

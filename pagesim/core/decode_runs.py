@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from pagesim.core.decode_batch import (INF, DecodeBatch, decode_steps, drop_finished, drop_positions, no_phases,
                                        stopped_positions)
+from pagesim.core.native import Number
 from pagesim.core.request import SequenceGroup
 from pagesim.core.scheduler import Scheduler
 
@@ -41,7 +42,7 @@ class DecodePlan:
     rooms: list | None = field(default=None, repr=False, compare=False)
     # steps until the first sequence stops (a run shorter than that finishes nobody), and the
     # running requests' ids in order
-    steps_to_first_finish: float = field(default=INF, repr=False, compare=False)
+    steps_to_first_finish: Number = field(default=INF, repr=False, compare=False)
     request_ids: list = field(default_factory=list, repr=False, compare=False)
     batch: "DecodeBatch | None" = field(default=None, repr=False, compare=False)
     # a run that goes on past finishes (plan_decode's absorb_finishes): (step count at its end,
@@ -104,11 +105,12 @@ def plan_decode(sched: Scheduler, limit: int, absorb_finishes: int = 0) -> Decod
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):
         # a sliding window's freed block could let a queued group start: end with the step that frees one
         horizon = min(horizon, kv.steps_until_window_frees(seqs))
-    rooms = kv.steps_until_new_blocks(seqs) if batch.due is None else None
+    due = batch.due
+    rooms = kv.steps_until_new_blocks(seqs) if due is None else None
     bs = kv.block_size
     if batch.forked:
         tables = kv.num_token_tables  # a new block of a sequence is one per token table
-        taking_now = batch.due[clock % bs] if rooms is None else None  # (room 0: a block at the next step)
+        taking_now = due[clock % bs] if due is not None else ()  # (room 0: a block at the next step)
         for i in batch.forked:
             takes = rooms[i] == 0 if rooms is not None else seqs[i] in taking_now
             if kv.blocks_needed(seqs[i], 1) > takes * tables:
@@ -212,13 +214,13 @@ def _plain_decodes(sched: Scheduler, groups: list, first_position: int) -> tuple
     stops. None if one is not."""
     check_eos = sched.config.eos_token_id is not None
     context = 0
-    seqs = []
+    seqs: list = []
     add_seq = seqs.append
-    request_ids = []
+    request_ids: list = []
     add_id = request_ids.append
-    to_finish = []
+    to_finish: list = []
     add_finish = to_finish.append
-    forked = []  # only forks share a partly filled last block
+    forked: list[int] = []  # only forks share a partly filled last block
     for group in groups:
         request = group.request
         sampling = request.sampling
@@ -273,7 +275,7 @@ def _queued_group_could_start(sched: Scheduler, num_seqs: int) -> bool:
     return surely_admits(sched, group, budget, num_seqs) or sched.admission(group, budget, num_seqs) is not None
 
 
-def surely_admits(sched: Scheduler, group: SequenceGroup, budget: float, num_seqs: int) -> bool:
+def surely_admits(sched: Scheduler, group: SequenceGroup, budget: Number, num_seqs: int) -> bool:
     """A cheap test that is never wrong when it says yes: sched.admission() would start the
     group. (The head of the queue mostly can start, and schedule() asks admission() right
     after: no need to ask it twice.)"""
@@ -284,8 +286,8 @@ def surely_admits(sched: Scheduler, group: SequenceGroup, budget: float, num_seq
     return sched.kv.surely_admits(group)
 
 
-def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, plan: DecodePlan | None = None,
-                   step_ends: list[float] | None = None) -> DecodeRun:
+def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: Number, plan: DecodePlan | None = None,
+                   step_ends: list | None = None) -> DecodeRun:
     """Take num_steps plain decode steps (num_steps <= decode_horizon()) in one go, every
     sequence appending token_id each step; now is when the last step ends. New blocks are taken
     in the order single steps would take them (step by step, in running order), so block ids
@@ -295,7 +297,12 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     this run goes past the first finish of needs step_ends, when each step ends (a group that
     finishes in mid-run finishes then)."""
     if plan is not None and plan.stretches is not None and num_steps > plan.steps_to_first_finish:
+        assert step_ends is not None
         return _advance_past_finishes(sched, num_steps, token_id, plan, step_ends)
+    seqs: list
+    rooms: list | None
+    to_finish: Number
+    batch: DecodeBatch | None
     kv = sched.kv
     bs = kv.block_size
     sched.last_admission = None  # the run takes blocks and frees the finished groups'
@@ -312,10 +319,11 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
     # the sequences that take a block, in the order single steps take them (step by step, in
     # running order), and how many take one at each step
     if rooms is None:  # (the batch files them by phase)
+        assert batch is not None
         taking, opened = batch.blocks_taken(num_steps)
     else:
         # each new block as step * num_seqs + position in the batch: sorted, that is the order
-        opens = []
+        opens: list[int] = []
         stop = num_steps * num_seqs
         stride = bs * num_seqs
         for order, first in enumerate(rooms):
@@ -342,7 +350,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
         if freed:
             for step, total in enumerate(accumulate(freed)):
                 blocks_used[step] -= total
-    finished = []
+    finished: list[SequenceGroup] = []
     if finishing:
         if last_apart:
             stopping = list(sched.running)
@@ -371,7 +379,7 @@ def advance_decode(sched: Scheduler, num_steps: int, token_id: int, now: float, 
 
 
 def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan: DecodePlan,
-                           step_ends: list[float]) -> DecodeRun:
+                           step_ends: list) -> DecodeRun:
     """advance_decode() of a run that goes on past steps in which groups finish (an absorbing
     plan): stretch by stretch, each as a run of its own would go, the groups that stop at its last
     step leaving at its end. The free blocks are taken from the head of the free queue and the
@@ -380,9 +388,13 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
     at the end; each that leaves, as it leaves (a manager that tracks computed tokens only
     retries prompt blocks while they decode, which reads no count that lags)."""
     kv, batch = sched.kv, plan.batch
+    assert batch is not None  # (an absorbing plan keeps its batch)
     sched.last_admission = None  # the run takes blocks and frees the finished groups'
     tracks_computed = kv.tracks_computed
-    blocks_used, finished, left_at, finishes = [], [], [], []
+    blocks_used: list = []
+    finished: list[SequenceGroup] = []
+    left_at: list = []
+    finishes: list = []
     used, taken = kv.num_used_blocks, 0
     while True:
         steps = min(min(batch.finish_at) - batch.clock, num_steps - taken)
@@ -421,7 +433,7 @@ def _take_blocks(kv, taking: list, opened: list[int], used: int) -> list[int]:
     return list(accumulate(opened, initial=used))[1:]
 
 
-def _finish(sched: Scheduler, batch: DecodeBatch, gone: list[int], now: float, finished: list) -> None:
+def _finish(sched: Scheduler, batch: DecodeBatch, gone: list[int], now: Number, finished: list) -> None:
     """The batch's groups at positions gone, each of one sequence that reached its stop_len,
     finish at now and leave the batch."""
     for i in gone:

@@ -31,7 +31,7 @@ from itertools import chain
 from operator import attrgetter
 
 from pagesim.core.kv_groups import NULL_BLOCK, KVLayout
-from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
+from pagesim.core.kv_manager import WasteBreakdown
 from pagesim.core.paged import PagedKVManager, fast_block_key, offer_to_cache
 from pagesim.core.block_pool import BlockPool
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
@@ -51,6 +51,9 @@ class HybridKVManager(PagedKVManager):
         super().__init__(num_device_blocks, block_size, num_host_blocks, enable_prefix_caching, watermark, block_key,
                          kv_groups=kv_groups)
         layout: KVLayout = self.layout
+        # (flags set here, not as class attributes: PagedKVManager may be compiled, and its
+        # compiled methods read the instance's values, never a subclass's class attributes)
+        self.rooms_follow_appends = False  # (a sliding window's frees: ask steps_until_new_blocks every run)
         self.num_tables = layout.num_tables
         self.num_token_tables = layout.num_token_tables
         self._state = [t for t, g in enumerate(layout.tables) if g.is_state]
@@ -154,8 +157,8 @@ class HybridKVManager(PagedKVManager):
     def match_prefix(self, seq: Sequence) -> int:
         return len(self._hit(seq)[0]) * self.block_size
 
-    surely_admits = KVCacheManager.surely_admits  # (several tables: ask can_admit)
-    rooms_follow_appends = False  # (a sliding window's frees: ask steps_until_new_blocks every run)
+    def surely_admits(self, group: SequenceGroup) -> bool:
+        return False  # (several tables: ask can_admit)
 
     def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
         shared = self._siblings_share(group)

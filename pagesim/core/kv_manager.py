@@ -11,6 +11,9 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
+from pagesim.core.native import Number
 from pagesim.core.request import Sequence, SequenceGroup
 
 
@@ -30,6 +33,7 @@ class WasteBreakdown:
         return self.token_states + self.reserved + self.internal_fragmentation + self.external_fragmentation + self.free
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: scripts/compile.py; the reservation managers extend it)
 class KVCacheManager(ABC):
     block_size: int
     num_device_blocks: int
@@ -102,15 +106,15 @@ class KVCacheManager(ABC):
         blocks_needed first; running out here is a bug."""
 
     @abstractmethod
-    def steps_until_new_block(self, seq: Sequence) -> float:
+    def steps_until_new_block(self, seq: Sequence) -> Number:
         """Decode steps (one token each) seq can take in the blocks it holds: at the next one
         it needs a new block. math.inf for a manager that reserved everything at admission."""
 
-    def steps_until_new_blocks(self, seqs: list[Sequence]) -> list[float]:
+    def steps_until_new_blocks(self, seqs: list[Sequence]) -> list:
         """steps_until_new_block for each of seqs (one call per decode run; a manager may answer faster)."""
         return [self.steps_until_new_block(seq) for seq in seqs]
 
-    def steps_until_window_frees(self, seqs: list[Sequence]) -> float:
+    def steps_until_window_frees(self, seqs: list[Sequence]) -> Number:
         """Decode steps until the first of seqs frees a block that left its window (the step
         that frees it counts); math.inf for a manager that frees nothing while decoding."""
         return math.inf

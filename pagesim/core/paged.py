@@ -14,6 +14,8 @@ from itertools import compress, takewhile
 from operator import is_not, not_
 from typing import Hashable
 
+from mypy_extensions import mypyc_attr
+
 from pagesim.core.block_keys import (BLOCK_KEYS, block_hashes, block_spans, chain_keys,  # noqa: F401 (re-exported)
                                      fast_block_key, sha256_block_key, shared_blocks)
 from pagesim.core.block_pool import BlockPool, FreeBlockQueue, gather  # noqa: F401 (FreeBlockQueue: re-exported)
@@ -21,6 +23,7 @@ from pagesim.core.hashed_prompt import HashChainKeys
 from pagesim.core.kept_keys import KeptKeys
 from pagesim.core.kv_groups import KVLayout
 from pagesim.core.kv_manager import KVCacheManager, WasteBreakdown
+from pagesim.core.native import Number
 from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
 
 
@@ -65,12 +68,13 @@ def offer_to_cache(pool: BlockPool, table: list[int], keys: list, retry: list[in
     return left
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: scripts/compile.py; HybridKVManager extends it)
 class PagedKVManager(KVCacheManager):
     supports_swap = True
     rooms_follow_appends = True  # (len(block_table) * block_size - num_computed_tokens)
 
     def __init__(self, num_device_blocks: int, block_size: int = 16, num_host_blocks: int = 0,
-                 enable_prefix_caching: bool = False, watermark: float = 0.01, block_key=fast_block_key,
+                 enable_prefix_caching: bool = False, watermark: Number = 0.01, block_key=fast_block_key,
                  kv_groups=None):
         super().__init__()
         # KV cache groups (pagesim.core.kv_groups): one full or MLA group is this manager's
@@ -90,7 +94,7 @@ class PagedKVManager(KVCacheManager):
         # Admission keeps this many blocks free, so a newly admitted group does not force a
         # preemption at its first decode step (vLLM's default is 1% of the pool).
         self.watermark_blocks = int(watermark * num_device_blocks)
-        self._prompt_hashes: dict[int, list[int]] = {}  # seq_id -> chained hashes of full prompt blocks
+        self._prompt_hashes: dict[int, list] = {}  # seq_id -> chained hashes of full prompt blocks
         self._kept_keys = KeptKeys(block_size, block_key)  # (prompts known by token ids)
         # Prefix caching registers each full prompt block once, at the step that fills it:
         # seq_id -> prompt blocks offered to the cache so far, and -> the indices among them
@@ -121,7 +125,7 @@ class PagedKVManager(KVCacheManager):
             return f"needs {need} KV blocks at its longest, the pool has {usable} usable"
         return None
 
-    def _hashes(self, seq: Sequence) -> list[int]:
+    def _hashes(self, seq: Sequence) -> list:
         hashes = self._prompt_hashes.get(seq.seq_id)
         if hashes is None:
             # Only full prompt blocks are cached, and a hit always leaves the last prompt token
@@ -164,7 +168,7 @@ class PagedKVManager(KVCacheManager):
         state = (seq.seq_id, len(cached), self.device.num_evictions)
         if self._last_lookup[0] == state:
             return self._last_lookup[1]
-        hits = list(takewhile(partial(is_not, None), map(cached.get, self._hashes(seq))))  # (up to the first miss)
+        hits: list = list(takewhile(partial(is_not, None), map(cached.get, self._hashes(seq))))  # (up to the first miss)
         self._last_lookup = (state, hits)
         return hits
 
@@ -188,7 +192,7 @@ class PagedKVManager(KVCacheManager):
     def can_admit(self, group: SequenceGroup, num_new_tokens: list[int]) -> bool:
         shared = self._siblings_share(group)
         need = 0
-        revived = set()  # cached blocks taken out of the free queue, however many sequences hit them
+        revived: set[int] = set()  # cached blocks taken out of the free queue, however many sequences hit them
         for i, (seq, n) in enumerate(zip(group.seqs, num_new_tokens)):
             if i and shared:
                 need += self._blocks_for(shared * self.block_size + n) - shared
@@ -384,8 +388,9 @@ class PagedKVManager(KVCacheManager):
         offer_to_cache(self.device, seq.block_table[first:full], keys, None, 0, full - first)
 
     # -- swapping --------------------------------------------------------------------------
-    @staticmethod
-    def _unique_blocks(group: SequenceGroup) -> int:
+    # (methods, not static methods: HybridKVManager overrides them, and a compiled class calls
+    # its own static methods directly, whatever the instance's class)
+    def _unique_blocks(self, group: SequenceGroup) -> int:
         return len({b for seq in group.seqs for b in seq.block_table})
 
     def can_swap_out(self, group: SequenceGroup) -> bool:
@@ -404,8 +409,7 @@ class PagedKVManager(KVCacheManager):
             self._forget_registration(seq.seq_id)
         return self._move(group, src=self.host, dst=self.device)
 
-    @staticmethod
-    def _move(group: SequenceGroup, src: BlockPool, dst: BlockPool) -> list[tuple[int, int]]:
+    def _move(self, group: SequenceGroup, src: BlockPool, dst: BlockPool) -> list[tuple[int, int]]:
         """Move the group's blocks to the other pool, keeping sharing inside the group."""
         # dict.fromkeys keeps first appearances in order: the order one-by-one allocation took
         unique = list(dict.fromkeys(b for seq in group.seqs for b in seq.block_table))

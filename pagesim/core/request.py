@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 from pagesim.core.hashed_prompt import HashedPrompt
+from pagesim.core.native import Number
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,8 +19,8 @@ class SamplingParams:
     beam_width: int = 1  # > 1: beam search (exclusive with n > 1)
     max_tokens: int = 16  # output tokens per sequence (the trace's output_len in the simulator)
     ignore_eos: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: Number = 1.0
+    top_p: Number = 1.0
     top_k: int = 0  # 0: no top-k cut
     seed: int | None = None
 
@@ -54,7 +55,7 @@ class Request:
     request_id: int
     prompt_len: int
     sampling: SamplingParams
-    arrival_time: float = 0.0
+    arrival_time: Number = 0.0
     prompt_token_ids: list[int] | None = None
     hashed_prompt: HashedPrompt | None = None
     # P/D disaggregation: the prompt's KV was computed on a prefill replica and moved here (vLLM's
@@ -127,16 +128,14 @@ class Sequence:
     def num_uncomputed_tokens(self) -> int:
         return self.num_tokens - self.num_computed_tokens
 
-    def append_token(self, token_id: int, logprob: float = 0.0) -> None:
+    def append_token(self, token_id: int, logprob: Number = 0.0) -> None:
         self.token_ids.append(token_id)
         self.num_tokens += 1
         self.cumulative_logprob += logprob
 
     def copy_as(self, seq_id: int) -> "Sequence":
         """A fork's token state (the block table is shared by the KV manager, not here)."""
-        child = Sequence.__new__(Sequence)
-        child.seq_id = seq_id
-        child.prompt_len = self.prompt_len
+        child = Sequence(seq_id, self.prompt_len, None)
         child.token_ids = list(self.token_ids)
         child.num_tokens = self.num_tokens
         child.num_computed_tokens = self.num_computed_tokens
@@ -159,9 +158,9 @@ class SequenceGroup:
     seqs: list[Sequence]
     arrival_order: int  # FCFS rank; the scheduler preempts the highest first
     stop_len: int = 0  # tokens (prompt + output) at which its sequences stop, EOS aside
-    first_scheduled_time: float | None = None
-    first_token_time: float | None = None
-    finish_time: float | None = None
+    first_scheduled_time: Number | None = None
+    first_token_time: Number | None = None
+    finish_time: Number | None = None
     num_preemptions: int = 0
     num_swaps: int = 0
     num_cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
@@ -180,7 +179,7 @@ class SequenceGroup:
         return self.request.sampling
 
     @property
-    def arrival_time(self) -> float:
+    def arrival_time(self) -> Number:
         return self.request.arrival_time
 
     @property

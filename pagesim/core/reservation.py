@@ -33,11 +33,12 @@ class Reservation:
 
 
 class ReservationKVManager(KVCacheManager):
-    rooms_follow_appends = True  # (math.inf: every block is reserved at admission)
-
     def __init__(self, num_device_blocks: int, block_size: int = 16, estimate: str = "max",
                  max_model_len: int = 2048, allocator: str = "buddy"):
         super().__init__()
+        # (set here, not as a class attribute: KVCacheManager may be compiled, and its compiled
+        # methods read the instance's value, never a subclass's class attribute)
+        self.rooms_follow_appends = True  # (math.inf: every block is reserved at admission)
         if estimate not in ESTIMATES:
             raise ValueError(f"unknown reservation estimate {estimate!r}; choose from {ESTIMATES}")
         if allocator not in ALLOCATORS:

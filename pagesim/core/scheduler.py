@@ -19,12 +19,17 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pagesim.core.kv_manager import KVCacheManager
+from pagesim.core.native import Number
 from pagesim.core.request import Request, Sequence, SequenceGroup, SequenceStatus
 from pagesim.core.samples import apply_samples
 from pagesim.core.scheduler_config import BATCHING, PREEMPTION_MODES, SchedulerConfig  # noqa: F401 (re-exported)
 from pagesim.core.step import Sample, SchedulerOutput, StepResult
+
+if TYPE_CHECKING:
+    from pagesim.core.decode_batch import DecodeBatch
 
 
 @dataclass(slots=True)
@@ -34,7 +39,7 @@ class AdmissionAnswer:
     now?) does not work the answer out again."""
 
     group: SequenceGroup
-    budget: float
+    budget: Number
     num_seqs: int  # running sequences when asked
     counts: list[int] | None
 
@@ -58,8 +63,8 @@ class Scheduler:
         self.num_swapped_blocks = 0  # blocks moved either way
         self.last_admission: AdmissionAnswer | None = None  # dropped by every change of state
         # the running batch the decode runs keep (pagesim.core.decode_batch.DecodeBatch, which says when)
-        self.decode_batch = None
-        self._stepping_batch = None  # one the step being taken decodes (update() moves its clock on)
+        self.decode_batch: DecodeBatch | None = None
+        self._stepping_batch: DecodeBatch | None = None  # one the step being taken decodes (update() moves its clock on)
 
     # -- requests --------------------------------------------------------------------------
     def add_request(self, request: Request) -> SequenceGroup:
@@ -68,6 +73,7 @@ class Scheduler:
         group = SequenceGroup(request, [seq], arrival_order=next(self._arrivals),
                               stop_len=min(request.prompt_len + request.sampling.max_tokens, self.config.max_model_len))
         total = request.prompt_len + request.sampling.max_tokens
+        reason: str | None
         if total > self.config.max_model_len:
             reason = f"prompt {request.prompt_len} + max_tokens {request.sampling.max_tokens} exceeds max_model_len {self.config.max_model_len}"
         elif request.sampling.num_seqs > self.config.max_num_seqs:
@@ -94,7 +100,7 @@ class Scheduler:
         group.seqs = []
         return group
 
-    def abort(self, group: SequenceGroup, now: float) -> bool:
+    def abort(self, group: SequenceGroup, now: Number) -> bool:
         """Stop a group wherever it is (waiting, running or swapped) and free all of its blocks;
         its live sequences end ABORTED. Call between steps. False if it had already left."""
         self.last_admission = None
@@ -126,7 +132,7 @@ class Scheduler:
         return sum([len(g.seqs) if g.first_token_time is not None else g.max_num_seqs for g in self.running])
 
     # -- one iteration ---------------------------------------------------------------------
-    def schedule(self, now: float) -> SchedulerOutput:
+    def schedule(self, now: Number) -> SchedulerOutput:
         self._stepping_batch = None
         out = SchedulerOutput(block_size=self.kv.block_size)
         may_admit = not self.swapped and (self.config.batching == "iteration" or not self.running)
@@ -156,7 +162,7 @@ class Scheduler:
             self.kv.pending_copies = []
         return out
 
-    def admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
+    def admission(self, group: SequenceGroup, budget: Number, num_seqs: int) -> list[int] | None:
         """Tokens each sequence of a waiting group would compute if it started now, or None if
         it cannot start (token budget, sequence limit or memory)."""
         last = self.last_admission
@@ -165,7 +171,7 @@ class Scheduler:
         self.last_admission = AdmissionAnswer(group, budget, num_seqs, self._admission(group, budget, num_seqs))
         return self.last_admission.counts
 
-    def _admission(self, group: SequenceGroup, budget: float, num_seqs: int) -> list[int] | None:
+    def _admission(self, group: SequenceGroup, budget: Number, num_seqs: int) -> list[int] | None:
         counts = [seq.num_tokens - hit for seq, hit in zip(group.seqs, self.kv.admission_hits(group))]
         if _prompt_kv_moved(group):
             # blocks for the whole prompt, but one token of the step's budget (see _admit_waiting)
@@ -183,7 +189,7 @@ class Scheduler:
             return None
         return counts
 
-    def _admit_waiting(self, out: SchedulerOutput, now: float, budget: float) -> float:
+    def _admit_waiting(self, out: SchedulerOutput, now: Number, budget: Number) -> Number:
         if not self.waiting:
             return budget
         last = self.last_admission  # (if there is one, nothing has changed since it was given)
@@ -268,11 +274,11 @@ class Scheduler:
             self._stepping_batch = batch  # update() moves its clock on by the step
         return budget
 
-    def can_swap_in(self, group: SequenceGroup, num_seqs: int, budget: float) -> bool:
+    def can_swap_in(self, group: SequenceGroup, num_seqs: int, budget: Number) -> bool:
         return (num_seqs + len(group.seqs) <= self.config.max_num_seqs and budget >= len(group.seqs)
                 and self.kv.can_swap_in(group))
 
-    def _swap_in(self, out: SchedulerOutput, budget: float = math.inf) -> float:
+    def _swap_in(self, out: SchedulerOutput, budget: Number = math.inf) -> Number:
         if not self.swapped:
             return budget
         num_seqs = self.num_running_seqs
@@ -338,7 +344,7 @@ class Scheduler:
         out.preempted.append((group, mode))
 
     # -- after the step --------------------------------------------------------------------
-    def update(self, out: SchedulerOutput, result: StepResult, now: float) -> list[SequenceGroup]:
+    def update(self, out: SchedulerOutput, result: StepResult, now: Number) -> list[SequenceGroup]:
         """Record what the step computed and produced; returns the groups that finished."""
         self.last_admission = None
         kv = self.kv
@@ -349,12 +355,12 @@ class Scheduler:
         # the simulator's step: every due sequence takes the default token (see _takes_default)
         default = result.default_token if not result.samples else None
         eos = self.config.eos_token_id
-        finished = []
+        finished: list[SequenceGroup] = []
         pos = 0
         stepping = self._stepping_batch
         if stepping is not None and default is not None and not kv.frees_while_decoding:
             pos = stepping.updated_whole(self, default, now, finished)  # (the kept batch in one go)
-        for group in out.groups[len(stepping.groups) if pos else 0:]:
+        for group in out.groups[len(stepping.groups) if stepping is not None and pos else 0:]:
             seqs = group.seqs
             if len(seqs) == 1:  # (most groups: the general case below for one sequence)
                 seq = seqs[0]
@@ -401,7 +407,7 @@ class Scheduler:
             self.decode_batch, self._stepping_batch = stepping.stepped(), None
         return finished
 
-    def finish_if_done(self, group: SequenceGroup, now: float, finished: list[SequenceGroup]) -> None:
+    def finish_if_done(self, group: SequenceGroup, now: Number, finished: list[SequenceGroup]) -> None:
         if not group.seqs:
             group.finish_time = now
             self.kv.release(group)
@@ -466,7 +472,7 @@ def _file(queue: list, group: SequenceGroup) -> None:
         bisect.insort(queue, group, key=_arrival)
 
 
-def _cap(counts: list[int], budget: int) -> list[int]:
+def _cap(counts: list[int], budget: Number) -> list:
     """Split a token budget over a group's sequences in order."""
     capped = []
     for n in counts:

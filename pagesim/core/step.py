@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
+from pagesim.core.native import Number
 from pagesim.core.request import Sequence, SequenceGroup
 
 
@@ -151,7 +152,7 @@ class Sample(NamedTuple):
 
     parent_seq_id: int
     token_id: int
-    logprob: float = 0.0
+    logprob: Number = 0.0
 
 
 @dataclass

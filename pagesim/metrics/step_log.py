@@ -8,6 +8,7 @@ from itertools import chain, islice, repeat
 from operator import add, mul, sub, truediv
 from struct import Struct
 
+from pagesim.core.native import Number, attributes_of, set_attributes
 from pagesim.metrics.itl import sum_in_order
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
 
@@ -24,6 +25,12 @@ class StepLog:
     afterwards): counts as steps arrive, the time-weighted totals a stretch of steps at a time
     (StepTotals). So a run that writes no steps.csv (keep_steps=False) keeps only the step end
     times, which the requests' output-token times point into."""
+
+    def __reduce__(self):
+        return StepLog, (0,), attributes_of(self)  # (sent back from workers: pagesim.core.native)
+
+    def __setstate__(self, attributes: dict) -> None:
+        set_attributes(self, attributes)
 
     def __init__(self, total_blocks: int, keep_steps: bool = True):
         self.total_blocks = total_blocks
@@ -82,7 +89,7 @@ class StepLog:
         """Whether any kept step holds shared blocks (kv_blocks_logical differs from kv_blocks_used)."""
         return self._logical is not None
 
-    def add_step(self, time: float, duration: float, used: int, logical: int, held: tuple) -> None:
+    def add_step(self, time: Number, duration: Number, used: int, logical: int, held: tuple) -> None:
         self.time.append(time)
         # _add_totals for one step, unrolled: a chunked-prefill replay records most of its steps here
         if not self.keep_steps:  # (a log that keeps its steps has them in its columns)
@@ -103,7 +110,7 @@ class StepLog:
                 self._logical = self.kv_blocks_used[:-1]
                 self._logical.append(logical)
 
-    def add_run(self, ends: list[float], durations: list[float], used: list[int], shared: tuple[int, int],
+    def add_run(self, ends: list, durations: list, used: list[int], shared: tuple[int, int],
                 held: tuple, held_last: tuple) -> int:
         """Steps of one decode run: shared is logical minus used blocks during the run and at its
         last step; held and held_last the held values during it and at its last step. Returns the
@@ -132,7 +139,7 @@ class StepLog:
                 self._logical.fromlist(logical)
         return first
 
-    def _add_totals(self, durations: list[float], used: list[int], logical: list[int], held: tuple, held_last: tuple,
+    def _add_totals(self, durations: list, used: list[int], logical: list[int], held: tuple, held_last: tuple,
                     num_steps: int) -> None:
         if not self.keep_steps:
             self.weighted.add(durations, used, logical)
@@ -234,6 +241,12 @@ class StepTotals:
     SETTLE_STEPS = 1 << 14  # (the waiting values: ~12 bytes a step; numpy's temporaries this size)
     LOOP_STEPS = 64  # fewer are summed in a Python loop (numpy's call costs more)
 
+    def __reduce__(self):
+        return StepTotals, (0,), attributes_of(self)  # (sent back from workers: pagesim.core.native)
+
+    def __setstate__(self, attributes: dict) -> None:
+        set_attributes(self, attributes)
+
     def __init__(self, total_blocks: int, kept: StepLog | None = None):
         """kept: a log that keeps its steps, whose columns the totals read (nothing is added here)."""
         self.total_blocks = total_blocks
@@ -242,7 +255,7 @@ class StepTotals:
         self._logical: array | None = None  # while every waiting step's logical blocks are its used ones: None
         self._kept, self._kept_upto = kept, 0  # (steps of the kept columns summed)
 
-    def add(self, durations: list[float], used: list[int], logical: list[int]) -> None:
+    def add(self, durations: list, used: list[int], logical: list[int]) -> None:
         """Steps of a run (logical is used where they share no block)."""
         if logical is not used and self._logical is None:
             self._logical = self._used[:]
@@ -253,7 +266,7 @@ class StepTotals:
         if len(self._used) >= self.SETTLE_STEPS:
             self.settled()
 
-    def add_one(self, duration: float, used: int, logical: int) -> None:
+    def add_one(self, duration: Number, used: int, logical: int) -> None:
         if logical != used and self._logical is None:
             self._logical = self._used[:]
         self._durations.append(duration)
@@ -287,29 +300,29 @@ class StepTotals:
         logical = used if logical is None else logical
         total = self.total_blocks
         if len(used) < self.LOOP_STEPS:
-            durations, used = durations.tolist(), used.tolist()
-            for d in durations:
+            seconds, blocks = durations.tolist(), used.tolist()
+            for d in seconds:
                 self.duration_sum += d
-            for u, d in zip(used, durations):
+            for u, d in zip(blocks, seconds):
                 self.used_time += u * d
             if not same:
-                for u, d in zip(logical.tolist(), durations):
+                for u, d in zip(logical.tolist(), seconds):
                     self.logical_time += u * d
             if total:
-                for u, d in zip(used, durations):
+                for u, d in zip(blocks, seconds):
                     self.utilization_time += u / total * d
         else:
             import numpy as np
 
-            durations = np.frombuffer(durations, dtype=np.float64)
-            used = np.frombuffer(used, dtype=np.int32).astype(np.float64)
-            self.duration_sum = sum_in_order(durations, self.duration_sum)
-            self.used_time = sum_in_order(used * durations, self.used_time)
+            step_seconds = np.frombuffer(durations, dtype=np.float64)
+            step_blocks = np.frombuffer(used, dtype=np.int32).astype(np.float64)
+            self.duration_sum = sum_in_order(step_seconds, self.duration_sum)
+            self.used_time = sum_in_order(step_blocks * step_seconds, self.used_time)
             if not same:
-                blocks = np.frombuffer(logical, dtype=np.int32).astype(np.float64)
-                self.logical_time = sum_in_order(blocks * durations, self.logical_time)
+                logical_blocks = np.frombuffer(logical, dtype=np.int32).astype(np.float64)
+                self.logical_time = sum_in_order(logical_blocks * step_seconds, self.logical_time)
             if total:
-                self.utilization_time = sum_in_order(used / total * durations, self.utilization_time)
+                self.utilization_time = sum_in_order(step_blocks / total * step_seconds, self.utilization_time)
         if same:
             self.logical_time = self.used_time
 
@@ -329,7 +342,13 @@ class StepStarts:
 
     FOLD_STEPS = 1 << 14  # (its temporaries: five arrays of this many floats)
 
-    def __init__(self, slack: float):
+    def __reduce__(self):
+        return StepStarts, (0.0,), attributes_of(self)  # (sent back from workers: pagesim.core.native)
+
+    def __setstate__(self, attributes: dict) -> None:
+        set_attributes(self, attributes)
+
+    def __init__(self, slack: Number):
         self.slack = slack
         self.num_steps = 0  # steps checked
         self.last_end: float | None = None  # the last checked step's end
@@ -337,14 +356,14 @@ class StepStarts:
         self.late_start = array("d")
         self._ends, self._durations = array("d"), array("d")  # steps added, not checked yet
 
-    def add(self, ends: list[float], durations: list[float]) -> None:
+    def add(self, ends: list, durations: list) -> None:
         """Steps in time order: their end times and durations (lists)."""
         self._ends.fromlist(ends)
         self._durations.fromlist(durations)
         if len(self._ends) >= self.FOLD_STEPS:
             self._fold()
 
-    def add_one(self, end: float, duration: float) -> None:
+    def add_one(self, end: Number, duration: Number) -> None:
         """add() for one step."""
         self._ends.append(end)
         self._durations.append(duration)
@@ -367,7 +386,7 @@ class StepStarts:
         del ends, durations, starts, previous  # (views of the buffers, which are replaced now)
         self._ends, self._durations = array("d"), array("d")
 
-    def begun_by(self, step: int, t: float) -> bool:
+    def begun_by(self, step: int, t: Number) -> bool:
         """end - duration <= t + slack for the step (t at or after the previous step's end)."""
         if self._ends:
             self._fold()

@@ -9,15 +9,17 @@ from bisect import bisect_left
 from itertools import accumulate
 
 from pagesim.core.decode_runs import DecodePlan
+from pagesim.core.native import Number
 
 
-def run_times(cost, block_size: int, plan: DecodePlan, now: float, until: float,
-              pace: float) -> tuple[list[float], list[float], float]:
+def run_times(cost, block_size: int, plan: DecodePlan, now: Number, until: Number,
+              pace: Number) -> tuple[list, list, Number]:
     """Durations and end times of the plan's steps up to the one that ends at or after until
     (or to its last step), and the last duration computed (the pace the next run starts from:
     0 where none was). They are computed in chunks, since until usually cuts a run far short
     of its plan."""
-    durations, ends = [], []
+    durations: list = []
+    ends: list = []
     # (a plan that goes past finishes decodes fewer sequences after each: stretch by stretch)
     stretches = plan.stretches or ((plan.num_steps, plan.num_seqs, plan.context_tokens),)
     start = 0  # steps before the stretch
@@ -46,7 +48,7 @@ def run_times(cost, block_size: int, plan: DecodePlan, now: float, until: float,
     return durations, ends, pace
 
 
-def delay_to(now: float, target: float) -> float:
+def delay_to(now: Number, target: Number) -> Number:
     """A delay d with now + d == target exactly in floating point where one exists, so that a run
     of steps ends at the very instant successive per-step timeouts would have reached. Callers
     check: with now = 0.2576791932492309 and target = 0.955369406414677 every delay rounds past

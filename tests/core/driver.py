@@ -214,7 +214,7 @@ class FakeEngine:
         sched, cfg = self.sched, self.sched.config
         waiting_head = list(itertools.islice(sched.waiting, cfg.max_num_seqs + 1))
         on_device = {id(g) for g in sched.running + sched.swapped}
-        out = sched.schedule(self.now)
+        out = self.last_out = sched.schedule(self.now)  # (read by checks that extend this engine)
         self.steps += 1
         # budgets
         assert len(out.seqs) <= cfg.max_num_seqs, f"{len(out.seqs)} sequences scheduled, max_num_seqs {cfg.max_num_seqs}"

@@ -127,6 +127,7 @@ def test_a_run_past_finishes_stops_for_a_waiting_group():
     assert plan.num_steps == 29 and plan.stretches == [(5, 2, 20), (29, 1, 10 + 5)]
 
 
+@pytest.mark.spies_on_core  # (counts PagedKVManager.on_decode_run and _advance_past_finishes)
 def test_prefix_retries_register_inside_runs_past_finishes(monkeypatch):
     """A prompt block whose key another block held gets it once that block is evicted: runs past
     finishes register such retries at the end of a stretch, before the finished groups offer

@@ -265,6 +265,7 @@ def test_fast_path_matches_single_steps_with_kv_groups(name, seed):
 
 
 @pytest.mark.parametrize("name", ["paged-chunked", "paged-chunked-prefix-swap", "paged-roomy-bs16", "paged-swap"])
+@pytest.mark.spies_on_core  # (counts DecodeBatch's calls)
 def test_steps_that_schedule_the_kept_batch_whole_match_single_steps(name, monkeypatch):
     """A step after which the kept DecodeBatch decodes schedules it in one go where none of it can
     be preempted (DecodeBatch.scheduled_whole), and update() takes its tokens in one go

@@ -59,22 +59,11 @@ class SharingEngine(FakeEngine):
 
     def step(self):
         sched = self.sched
-        out_holder = {}
-        schedule = sched.schedule
-
-        def capture(now):
-            out_holder["out"] = schedule(now)
-            return out_holder["out"]
-
-        sched.schedule = capture
-        try:
-            finished = super().step()
-        finally:
-            sched.schedule = schedule
+        finished = super().step()
         logical, physical = brute_force_blocks(sched)
         assert sched.kv.num_logical_blocks == logical
         assert sched.kv.num_used_blocks == physical  # cached-but-free blocks are not in use
-        self.metrics.record_step(out_holder["out"], self.now, 1.0, sched)
+        self.metrics.record_step(self.last_out, self.now, 1.0, sched)
         # the step just recorded, read alone (metrics.steps rebuilds every record: quadratic over
         # a run); the test below compares all of metrics.steps with these counts once at the end
         rec = StepRecord(*self.metrics.step_log.row(self.metrics.num_steps - 1))
@@ -119,6 +108,7 @@ def test_logical_and_used_blocks_match_block_tables(mode, caching):
     assert eng.metrics.summary()["memory_saving"] == pytest.approx(saved / logical)
 
 
+@pytest.mark.spies_on_core  # (replaces BlockPool.allocate)
 def test_prefix_cache_eviction_under_pressure_never_frees_a_referenced_block():
     """Shared prefixes on a pool too small to keep them: cached blocks are evicted all the time.
     FakeEngine checks after every step that refcounts equal the block-table references and the

@@ -1,0 +1,34 @@
+"""What compiling a module with mypyc (scripts/compile.py) asks of it, in one place.
+
+Number: an int or a float, kept as it came. In a compiled module an annotation says what the C
+code does with a value: `float` there turns an int into a float (5 becomes 5.0). Times and budgets
+may be either (simpy's clock starts at the int 0; a token budget is an int, or inf where none
+applies), and an int that became a float would print differently. So where a value may be
+either, it is annotated Number, which mypyc keeps as the object it was given, as Python does.
+
+Pickling: a compiled class is made only through its __init__ (pickle's default makes the object
+without it and fills in its __dict__, which a compiled class does not have). A class that is
+pickled (a replica's step log, sent back from a worker process) reduces to its constructor, the
+arguments of an empty one and attributes_of(itself), and sets them back with set_attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+Number = Union[int, float]
+
+
+def attributes_of(obj: Any) -> dict[str, Any]:
+    """The object's attributes: a compiled class's (its __mypyc_attrs__), or its __dict__."""
+    names = getattr(type(obj), "__mypyc_attrs__", None)
+    if names is None:
+        return dict(vars(obj))
+    return {name: getattr(obj, name) for name in names if hasattr(obj, name)}
+
+
+def set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
+    """Set them on obj (a pickled class's __setstate__: pickle makes an empty one first, so that
+    the attributes may refer back to it)."""
+    for name, value in attributes.items():
+        setattr(obj, name, value)
