@@ -5,7 +5,7 @@ A router that reads no load (Router.reads_load False: round-robin, random) sends
 where the order of requests alone says. With mixed replicas only, a feed whose releases are all
 known before the run (no sessions, no closed loop), no autoscaling and no lockstep, which replica
 serves which request is then settled before anything runs, and nothing a replica does reaches
-another. So the cluster routes every request first (Cluster.place: the same router, board and
+another. So the cluster routes every request first (Cluster.entry: the same router, board and
 entry times as on one clock), then replays each replica alone, with its own memory hot in the
 CPU's caches (interleaving 16 replicas' objects made every call slower: reports/bench_cluster.md)
 and, where several CPUs are free, in forked worker processes. Each replica's records and token
