@@ -314,9 +314,12 @@ class Cluster:
         return index
 
     def _routed_request(self, request) -> RoutedRequest:
-        ids = request.prompt_token_ids
-        return RoutedRequest(request.request_id, request.prompt_len, prefix_keys(ids, self.block_size) if ids else (),
-                             self.session_of.get(request.request_id))
+        return self.routed_request(request.request_id, request.prompt_len, request.prompt_token_ids)
+
+    def routed_request(self, request_id: int, prompt_len: int, prompt_token_ids) -> RoutedRequest:
+        """What the router knows of a request, from its fields (without it: pagesim.cluster.independent)."""
+        keys = prefix_keys(prompt_token_ids, self.block_size) if prompt_token_ids else ()
+        return RoutedRequest(request_id, prompt_len, keys, self.session_of.get(request_id))
 
     def _route_arrival(self, request, enters: float) -> None:
         self._deliver(*self.place(request, enters))
@@ -324,13 +327,17 @@ class Cluster:
     def place(self, request, enters: float) -> tuple[Replica, object, float]:
         """Route a request that reaches the router at `enters`: the replica, the request as it
         enters there (a prefill replica's: one token) and when it enters (the replica's host time)."""
-        index = self._choose(self._routed_request(request), ("mixed", "prefill"), enters)
-        replica = self.replicas[index]
+        replica, at = self.entry(self._routed_request(request), enters)
         if replica.role == "prefill":
             self._originals[request.request_id] = request
             self.num_prefilling += 1
             request = replace(request, sampling=_prefill_sampling(request.sampling))
-        return replica, request, enters - replica.feed.host_offset
+        return replica, request, at
+
+    def entry(self, routed: RoutedRequest, enters: float) -> tuple[Replica, float]:
+        """The replica (mixed or prefill) a request reaching the router at `enters` goes to, and when it enters."""
+        replica = self.replicas[self._choose(routed, ("mixed", "prefill"), enters)]
+        return replica, enters - replica.feed.host_offset
 
     def _deliver(self, replica: Replica, request, at: float) -> None:
         """The request enters the replica at `at` (now, or later through a timeout)."""

@@ -5,7 +5,7 @@ A router that reads no load (Router.reads_load False: round-robin, random) sends
 where the order of requests alone says. With mixed replicas only, a feed whose releases are all
 known before the run (no sessions, no closed loop), no autoscaling and no lockstep, which replica
 serves which request is then settled before anything runs, and nothing a replica does reaches
-another. So the cluster routes every request first (Cluster.place: the same router, board and
+another. So the cluster routes every request first (Cluster.entry: the same router, board and
 entry times as on one clock), then replays each replica alone, with its own memory hot in the
 CPU's caches (interleaving 16 replicas' objects made every call slower: reports/bench_cluster.md)
 and, where several CPUs are free, in forked worker processes. Each replica's records and token
@@ -81,19 +81,18 @@ def _route_all(cluster) -> list[tuple[array, array]]:
     """Route every request, in the order the router takes them: it reaches the router at its
     release plus the router's host time, as on one clock. Per replica, when each of its requests
     enters it and which request it is (its place in cluster.requests): 12 bytes a request, where
-    queued entries cost ~120; a replica's queue is built as it is replayed (_queue)."""
-    feed = cluster.feed  # (static: the workload in order, each request released at its arrival time)
+    queued entries cost ~120; a replica's queue is built as it is replayed (_queue). The router
+    knows a request by its trace record's fields (Cluster.routed_request): none is built here."""
+    workload = cluster.requests  # (a Workload: the static feed's requests, released at their arrival times)
     routed = [(array("d"), array("i")) for _ in cluster.replicas]
-    index = 0
-    while not feed.exhausted:
-        request = feed.pop()  # (built as it is taken: the workload is a Workload)
-        replica, entering, at = cluster.place(request, request.arrival_time + cluster.host_s)
-        # (no P/D here: a request enters as it came, so its place in the workload names it)
-        assert entering is request
+    routed_request, entry, host_s = cluster.routed_request, cluster.entry, cluster.host_s
+    for index, (arrival, record) in enumerate(zip(workload.arrival_times, workload.records())):
+        # (each request's id is its place in the workload, as Workload builds it)
+        replica, at = entry(routed_request(index, record.prompt_len, record.prompt_token_ids), arrival + host_s)
         times, indices = routed[replica.index]
         times.append(at)
         indices.append(index)
-        index += 1
+    cluster.feed.release_all()
     return routed
 
 

@@ -13,6 +13,8 @@ caller that asks for a record at random, or a whole column, gets the merged colu
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pagesim.metrics import RequestColumns
@@ -22,6 +24,7 @@ from pagesim.metrics.request_columns import FLOAT_FIELDS, INT_FIELDS, TEXT_FIELD
 
 # one record a row: the packed columns side by side (80 bytes)
 ROW = np.dtype([(name, np.float64) for name in FLOAT_FIELDS] + [(name, np.int32) for name in INT_FIELDS + TEXT_FIELDS])
+ROW_BYTES = np.dtype((np.void, ROW.itemsize))  # a row as 80 opaque bytes
 MERGED_ROWS = 1 << 15  # rows a merged chunk holds, about (more where many requests leave at one instant)
 
 
@@ -101,10 +104,14 @@ class MergedRecords(RequestColumns):
         at = [0] * len(self.parts)
         ahead = [np.zeros(0) for _ in self.parts]  # per part: the leaving times read past `at`
         while parts := [(k, p) for k, p in parts if at[k] < len(p)]:
-            for k, p in parts:
-                if not len(ahead[k]):
-                    ahead[k] = p.left(at[k], window)
-            until = min(ahead[k][-1] for k, _ in parts)
+            for k, p in parts:  # (topped up to a window each: the least a part holds bounds the chunk)
+                read = at[k] + len(ahead[k])
+                if len(ahead[k]) < window and read < len(p):
+                    ahead[k] = np.concatenate([ahead[k], p.left(read, window - len(ahead[k]))])
+            # every row up to the earliest time a part has read to is here (a part read to its end
+            # bounds nothing: the last chunk takes the rest)
+            bounds = [ahead[k][-1] for k, p in parts if at[k] + len(ahead[k]) < len(p)]
+            until = min(bounds) if bounds else math.inf
             pieces, times, owners = [], [], []
             for k, p in parts:
                 while ahead[k][-1] <= until and at[k] + len(ahead[k]) < len(p):  # (ties past the window)
@@ -122,7 +129,8 @@ class MergedRecords(RequestColumns):
                 ahead[k] = ahead[k][taken:]
             owner = np.concatenate(owners)
             order = np.lexsort((owner, np.concatenate(times)))
-            rows = np.concatenate(pieces)[order]
+            # (as opaque rows of bytes: numpy copies a structured row field by field, ~20 times slower)
+            rows = np.concatenate([piece.view(ROW_BYTES) for piece in pieces]).take(order).view(ROW)
             yield RequestColumns({name: rows[name] for name in ROW.names}, self.tables), owner[order]
 
     def column_chunks(self):

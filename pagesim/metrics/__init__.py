@@ -412,11 +412,17 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _sorted_percentile(values: list[float], q: float) -> float:
-    """percentile() of values already sorted."""
+    """percentile() of values already sorted (or with at least the two places it reads,
+    _percentile_places, holding what sorting would put there)."""
+    lo, hi = _percentile_places(len(values), q)
     pos = (len(values) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(values) - 1)
     return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def _percentile_places(count: int, q: float) -> tuple[int, int]:
+    """The two places of `count` sorted values that their q-th percentile interpolates between."""
+    lo = math.floor((count - 1) * q / 100)
+    return lo, min(lo + 1, count - 1)
 
 
 def _packed(values) -> array:
@@ -433,10 +439,14 @@ def _stats(name: str, values) -> dict:
         values = np.frombuffer(values) if values else np.zeros(0)
     if not len(values):
         return {f"{name}_mean": None, f"{name}_p50": None, f"{name}_p90": None, f"{name}_p99": None}
-    # (once for the three percentiles; a stable sort orders as sorted() does. The mean sums the
-    # floats in the records' order, left to right; the percentiles' arithmetic on numpy's doubles
-    # is Python's)
-    ordered = np.sort(values, kind="stable")
+    # (the three percentiles read six order statistics, which np.partition puts in place in one
+    # O(n) pass, ~7 times faster than sorting a million: sorted() puts the same numbers there,
+    # equal floats being the same number, but for 0.0 and -0.0, whose order no interpolation
+    # below can tell (x + (y - x) * f is +0.0 where it is zero, whichever zero x and y are).
+    # The mean sums the floats in the records' order, left to right; the percentiles'
+    # arithmetic on numpy's doubles is Python's)
+    places = sorted({place for q in (50, 90, 99) for place in _percentile_places(len(values), q)})
+    ordered = np.partition(values, places)
     return {f"{name}_mean": sum_in_order(values) / len(values), f"{name}_p50": float(_sorted_percentile(ordered, 50)),
             f"{name}_p90": float(_sorted_percentile(ordered, 90)), f"{name}_p99": float(_sorted_percentile(ordered, 99))}
 

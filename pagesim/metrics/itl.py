@@ -325,12 +325,13 @@ def exact_weighted_sum_of(chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> fl
     token's gap one by one), and the same float math.fsum gives of the exact products.
 
     Summed exactly in integers, at numpy speed (math.fsum over the products, as lists, was up to
-    6 % of a replay): each value is m * 2**e with m an integer of at most 53 bits (np.frexp); m
-    is cut into pieces small enough that a piece times a weight, summed over a chunk, stays below
-    2**53, so np.bincount's float sums of them per exponent are exact; those sums, shifted to
-    their exponents, add up as Python integers, and one division by a power of two rounds the
-    total once (int / int is correctly rounded, half to even, as fsum rounds). A non-finite value
-    makes the sum NaN (as the split products made it before)."""
+    6 % of a replay): each value is +-m * 2**(f - 1075), m its 53-bit mantissa and f its exponent
+    field, both read from its bits (a subnormal: f = 1, no leading 1); m is cut into pieces
+    small enough that a piece times a weight, summed over a chunk, stays below 2**63, so
+    np.add.at's int64 sums of them per exponent are exact; those sums, shifted to their
+    exponents, add up as Python integers, and one division by a power of two rounds the total
+    once (int / int is correctly rounded, half to even, as fsum rounds). A non-finite value makes
+    the sum NaN (as the split products made it before)."""
     import numpy as np
 
     total = 0  # the exact sum, in units of 2**_LOWEST
@@ -343,21 +344,27 @@ def exact_weighted_sum_of(chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> fl
                 continue
             if not np.isfinite(v).all():
                 return math.nan
-            fractions, exponents = np.frexp(v)  # v = fraction * 2**exponent, 0.5 <= |fraction| < 1
-            mantissas = np.abs(np.ldexp(fractions, 53)).astype(np.int64)  # v = +-mantissa * 2**(exponent - 53)
-            signed = np.where(v < 0, -w.astype(np.int64), w.astype(np.int64))
-            low = int(exponents.min())
-            slots = exponents - low  # (a chunk's values span a few binary exponents, rarely more)
-            # piece bits: a chunk's sum of (piece * weight) stays below 2**53
-            bits = 53 - (len(v) - 1).bit_length() - int(np.abs(signed).max()).bit_length()
-            for shift in range(0, 53, bits):
-                piece = (mantissas >> shift) & ((1 << bits) - 1)
-                sums = np.bincount(slots, weights=(piece * signed).astype(np.float64))
+            bits = np.ascontiguousarray(v, dtype=np.float64).view(np.int64)
+            fields = (bits >> 52) & 0x7FF
+            mantissas = (bits & _FRACTION_BITS) | np.where(fields > 0, _LEADING_ONE, 0)
+            signed = w.astype(np.int64)
+            if bits.min() < 0:  # (the sign bit: negative values, and -0.0)
+                signed = np.where(bits < 0, -signed, signed)
+            scales = np.maximum(fields, 1)  # (a subnormal's scale is field 1's)
+            low = int(scales.min())
+            slots = scales - low
+            # piece bits: a chunk's sum of (piece * weight) stays below 2**63
+            piece_bits = 63 - (len(v) - 1).bit_length() - int(np.abs(signed).max()).bit_length()
+            for shift in range(0, 53, piece_bits):
+                sums = np.zeros(int(slots.max()) + 1, dtype=np.int64)
+                np.add.at(sums, slots, ((mantissas >> shift) & ((1 << piece_bits) - 1)) * signed)
                 for slot in np.flatnonzero(sums).tolist():
-                    total += int(sums[slot]) << (slot + low - 53 + shift - _LOWEST)
+                    total += int(sums[slot]) << (slot + low - 1075 + shift - _LOWEST)
     return total / (1 << -_LOWEST)
 
 
+_FRACTION_BITS = (1 << 52) - 1  # a double's stored mantissa bits
+_LEADING_ONE = 1 << 52  # the leading 1 a normal double's mantissa has, not stored
 _LOWEST = -1200  # below any value's lowest bit (2**-1074 as 2**52 * 2**-1126): every shift above is >= 0
 
 

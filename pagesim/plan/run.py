@@ -118,12 +118,12 @@ def trend_record(rate: float, warmup_s: float, requests) -> dict:
     del services
     trend = None
     if last_arrival > start:  # a rejected request leaves as it arrives
-        def stays():  # (a stretch at a time: no list of every float)
+        def stays():  # (a stretch at a time: no array of every stay)
             for part in columns.column_chunks():
                 enter, end = part.columns_of(("arrival_time", "finish_time"))
-                yield from zip(enter.tolist(), np.where(np.isnan(end), enter, end).tolist())
+                yield enter, np.where(np.isnan(end), enter, end)
 
-        trend = steady.in_system_trend(stays(), start, last_arrival).to_dict()
+        trend = steady.in_system_trend_of(stays(), start, last_arrival).to_dict()
     return {"rate": rate, "num_measured": num_measured, "window_s": last_arrival - start,
             "mean_service_s": service_sum / num_services if num_services else None, "trend": trend}
 

@@ -68,22 +68,37 @@ class Trend:
 def batch_means(stays: list[tuple[float, float]], start: float, end: float, batches: int = NUM_BATCHES) -> list[float]:
     """Time-average number of stays [enter, leave) covering each of `batches` equal slices of
     [start, end): the exact integral of L(t) over each slice, divided by its length."""
+    import numpy as np
+
+    pairs = np.array(list(stays), dtype=np.float64).reshape(-1, 2)
+    return batch_means_of([(pairs[:, 0], pairs[:, 1])], start, end, batches)
+
+
+def batch_means_of(chunks, start: float, end: float, batches: int = NUM_BATCHES) -> list[float]:
+    """batch_means of stays given as (enters, leaves) arrays a chunk at a time, in order. Each
+    stay adds to each slice it covers the length it spends there, and each slice's area is those
+    lengths added in the stays' order, one by one: per element, numpy's arithmetic is Python's
+    on the same doubles (floor division included), and np.add.at adds in index order, unbuffered,
+    so the floats are those of a loop over the stays in Python (tests/plan/test_steady.py)."""
+    import numpy as np
+
     if not end > start:
         raise ValueError("the window must have a positive length")
     width = (end - start) / batches
-    area = [0.0] * batches
-    for enter, leave in stays:
-        lo, hi = max(enter, start), min(leave, end)
-        if hi <= lo:
-            continue
-        first, last = int((lo - start) // width), min(int((hi - start) // width), batches - 1)
-        if first == last:  # most stays lie within one slice: the loop's one step, the same arithmetic
-            area[first] += max(0.0, min(hi, start + (first + 1) * width) - max(lo, start + first * width))
-            continue
-        for k in range(first, last + 1):
-            a, b = start + k * width, start + (k + 1) * width
-            area[k] += max(0.0, min(hi, b) - max(lo, a))
-    return [x / width for x in area]
+    area = np.zeros(batches)
+    for enters, leaves in chunks:
+        lo, hi = np.maximum(enters, start), np.minimum(leaves, end)
+        inside = hi > lo
+        lo, hi = lo[inside], hi[inside]
+        first = ((lo - start) // width).astype(np.int64)
+        last = np.minimum(((hi - start) // width).astype(np.int64), batches - 1)
+        # one entry per slice a stay covers (most cover one), a stay's slices in order
+        covered = np.maximum(last - first + 1, 0)
+        stay = np.repeat(np.arange(len(lo)), covered)
+        slice_ = first[stay] + (np.arange(len(stay)) - np.repeat(np.cumsum(covered) - covered, covered))
+        inside_slice = np.minimum(hi[stay], start + (slice_ + 1) * width) - np.maximum(lo[stay], start + slice_ * width)
+        np.add.at(area, slice_, np.maximum(inside_slice, 0.0))
+    return [x / width for x in area.tolist()]
 
 
 def fit_trend(means: list[float], window_s: float) -> Trend:
@@ -106,6 +121,11 @@ def fit_trend(means: list[float], window_s: float) -> Trend:
 def in_system_trend(stays: list[tuple[float, float]], start: float, end: float) -> Trend:
     """The trend of L(t) over [start, end], from every request's (arrival, departure)."""
     return fit_trend(batch_means(stays, start, end), end - start)
+
+
+def in_system_trend_of(chunks, start: float, end: float) -> Trend:
+    """in_system_trend of (arrivals, departures) arrays given a chunk at a time (batch_means_of)."""
+    return fit_trend(batch_means_of(chunks, start, end), end - start)
 
 
 def long_enough(window_s: float, mean_service_s: float | None) -> bool:

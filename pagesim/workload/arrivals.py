@@ -7,7 +7,8 @@ duration form returns a prefix of the same sequence, so the two forms agree.
 
 - Poisson at `rate` req/s: exponential gaps with mean 1/rate; the numbers of
   numpy.random.default_rng(seed).exponential, drawn without numpy (pagesim.workload.exponential:
-  importing numpy is a quarter of a short replay's start-up).
+  importing numpy is a quarter of a short replay's start-up), or by numpy itself from
+  NUMPY_FROM arrivals on, where drawing them in Python costs more than importing numpy.random.
 - Gamma with a burstiness factor, as vLLM's benchmark_serving defines it: gaps ~
   Gamma(shape=burstiness, scale=1/(rate*burstiness)), so the mean gap stays 1/rate and the
   squared coefficient of variation of the gaps is 1/burstiness. burstiness < 1 is burstier than
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 # Gamma gaps are drawn from numpy in blocks; the block size does not change the numbers,
 # because numpy's Generator consumes its stream the same way for one big draw or several small.
 _BLOCK = 4096
+# From this many arrivals on (a count given), the gaps are drawn by numpy at once and added by
+# np.cumsum: the same floats, ~0.6 us an arrival less than drawing them in Python, against ~17 ms
+# to import numpy.random (a million arrivals: 0.05 s instead of 0.63)
+NUMPY_FROM = 50_000
 
 
 def _check_count_duration(count: int | None, duration: float | None) -> None:
@@ -58,11 +63,24 @@ def _times_from_gaps(gaps: Iterator[float], count: int | None, duration: float |
     return times  # (a finite gaps iterator ran out)
 
 
+def _running_sums(gaps) -> list[float]:
+    """_times_from_gaps of a numpy array of `count` gaps, all of them: np.cumsum adds them one by
+    one, left to right (an accumulate, not a pairwise sum), so the floats are the same."""
+    import numpy as np
+
+    return np.cumsum(gaps).tolist()
+
+
 def poisson_arrivals(rate: float, *, count: int | None = None, duration: float | None = None, seed: int = 0) -> list[float]:
     """Poisson arrivals at `rate` requests per second."""
     if not rate > 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     scale = 1.0 / rate
+    if count is not None and count >= NUMPY_FROM and duration is None:
+        import numpy as np
+
+        # (numpy's exponential(scale) is scale times each standard draw, as below)
+        return _running_sums(np.random.default_rng(seed).exponential(scale, count))
     return _times_from_gaps((scale * x for x in standard_exponentials(seed)), count, duration)
 
 
@@ -90,7 +108,12 @@ def gamma_arrivals(
     if burstiness == 1.0:
         # Gamma(1) is the exponential; return exactly the Poisson stream for the same seed.
         return poisson_arrivals(rate, count=count, duration=duration, seed=seed)
-    return _times_from_gaps(_gamma_gaps(burstiness, 1.0 / (rate * burstiness), seed), count, duration)
+    scale = 1.0 / (rate * burstiness)
+    if count is not None and count >= NUMPY_FROM and duration is None:
+        import numpy as np
+
+        return _running_sums(np.random.default_rng(seed).gamma(burstiness, scale, count))
+    return _times_from_gaps(_gamma_gaps(burstiness, scale, seed), count, duration)
 
 
 def trace_arrivals(trace: "Trace", *, count: int | None = None, duration: float | None = None) -> list[float]:

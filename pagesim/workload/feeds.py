@@ -68,6 +68,11 @@ class RequestFeed:
         self._next += 1
         return request
 
+    def release_all(self) -> None:
+        """Every request left counts as released, none built (a caller that takes their times and
+        trace records from the Workload instead: pagesim.cluster.independent)."""
+        self._next = len(self._requests)
+
     @property
     def exhausted(self) -> bool:
         return self._next >= len(self._requests)

@@ -7,11 +7,13 @@ import random
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import cycle, islice
+from typing import Iterator
 
 from pagesim.core import Request, SamplingParams
 from pagesim.core.hashed_prompt import HashedPrompt
 from pagesim.workload.arrivals import ArrivalProcess
-from pagesim.workload.trace import Trace
+from pagesim.workload.trace import Trace, TraceRequest
 
 
 @dataclass
@@ -97,6 +99,11 @@ class Workload(Sequence):
 
     def __iter__(self):
         return map(self._request, range(len(self)), self.arrival_times)
+
+    def records(self) -> Iterator[TraceRequest]:
+        """Each request's trace record, in order (the trace cycled): what request i is built from
+        (its prompt_len and prompt_token_ids are the record's), for a caller that needs no more."""
+        return islice(cycle(self._records), len(self))
 
     def clear(self) -> None:
         self.arrival_times = array("d")

@@ -15,7 +15,7 @@ from pagesim.api import replay_config
 from pagesim.cli import app
 from pagesim.cluster.autoscale import AutoscalePolicy
 from pagesim.cluster.cluster import Cluster
-from pagesim.cluster.independent import worker_count
+from pagesim.cluster.independent import _route_all, worker_count
 from pagesim.cluster.spec import ClusterSpec, ReplicaGroup
 from pagesim.workload.trace import load_trace
 from tests.cluster.test_cluster import ROOT, trace_of
@@ -118,6 +118,24 @@ def test_a_cluster_replayed_apart_builds_no_request_before_it_is_replayed():
                 request.prompt_token_ids) == (i, times[i], record.prompt_len, record.output_len, record.prompt_token_ids)
         assert request == built
     assert len(apart.requests) == len(together.requests) == len(times)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_routing_from_trace_records_routes_as_the_built_requests_do(case):
+    """_route_all reads each request's arrival time and trace record, building none: the same
+    replicas and entry times as Cluster.place given every request built (a twin cluster's router)."""
+    trace, groups, router, staleness = CASES[case]
+    cluster, twin = (Cluster(spec_of(groups, router, staleness), trace) for _ in range(2))
+    routed = _route_all(cluster)
+    assert cluster.feed.exhausted
+    expected = [([], []) for _ in twin.replicas]
+    for index, request in enumerate(twin.requests):
+        replica, entering, at = twin.place(request, request.arrival_time + twin.host_s)
+        assert entering is request
+        expected[replica.index][0].append(at)
+        expected[replica.index][1].append(index)
+    assert [(times.tolist(), indices.tolist()) for times, indices in routed] == expected
+    assert sum(len(indices) for _, indices in expected) == len(twin.requests) > 0
 
 
 @pytest.mark.parametrize("router, options, why", [

@@ -68,8 +68,11 @@ def test_merge_in_chunks_is_one_sort_of_every_record(size, in_order):
     with tempfile.TemporaryDirectory() as folder:
         merged = _spilled(parts, folder)
         assert [p.in_order for p in merged.parts] == [True, in_order, True, in_order, in_order]
-        got = [(record, int(k)) for columns, owners in merged.chunks(size) for record, k in zip(columns, owners)]
+        chunks = list(merged.chunks(size))
+        got = [(record, int(k)) for columns, owners in chunks for record, k in zip(columns, owners)]
         assert got == expected
+        if in_order:  # (every part topped up to its share: a chunk holds at least one part's share, but the last)
+            assert all(len(columns) >= max(1, size // 4) for columns, _ in chunks[:-1])
         assert len(merged) == len(expected)
         # a whole column (a pass of its own), then the columns built, the replicas, a record at random
         assert merged.column("arrival_time").tolist() == [r.arrival_time for r, _ in expected]

@@ -126,6 +126,42 @@ def test_batch_means_integrate_the_number_in_system_exactly():
     assert (t.slope, t.low, t.high) == pytest.approx((1.0, 1.0, 1.0))
 
 
+def _loop_batch_means(stays, start, end, batches):
+    """The reference: each stay's time in each slice it covers, added slice by slice in the stays'
+    order, in Python floats."""
+    width = (end - start) / batches
+    area = [0.0] * batches
+    for enter, leave in stays:
+        lo, hi = max(enter, start), min(leave, end)
+        if hi <= lo:
+            continue
+        for k in range(int((lo - start) // width), min(int((hi - start) // width), batches - 1) + 1):
+            area[k] += max(0.0, min(hi, start + (k + 1) * width) - max(lo, start + k * width))
+    return [x / width for x in area]
+
+
+def test_batch_means_of_chunks_are_the_python_loops_floats():
+    # random stays (most within a slice, some over several, some outside the window or empty,
+    # some on slice edges exactly) in random chunks: the very floats of the loop over the stays
+    np = pytest.importorskip("numpy")
+    rng = random.Random(11)
+    for trial in range(30):
+        start, end = rng.uniform(0, 100), rng.uniform(150, 400)
+        batches = rng.choice([1, 2, 7, 20])
+        width = (end - start) / batches
+        stays = []
+        for _ in range(rng.randint(0, 3000)):
+            enter = rng.choice([rng.uniform(0, 450), start + rng.randint(0, batches) * width])
+            leave = enter + rng.choice([rng.expovariate(1 / 2), rng.uniform(0, 300), 0.0, -1.0])
+            stays.append((enter, leave))
+        expected = _loop_batch_means(stays, start, end, batches)
+        assert steady.batch_means(stays, start, end, batches) == expected
+        cuts = sorted(rng.sample(range(len(stays) + 1), min(4, len(stays) + 1)))
+        pieces = [stays[a:b] for a, b in zip([0] + cuts, cuts + [len(stays)])]
+        chunks = [(np.array([e for e, _ in p], dtype=float), np.array([x for _, x in p], dtype=float)) for p in pieces]
+        assert steady.batch_means_of(chunks, start, end, batches) == expected, trial
+
+
 def test_the_failure_watch_stops_only_when_the_failure_is_certain():
     # brute force: for random latencies, whenever the watch fires, even the best possible
     # remaining values (all zero) leave the SLO failed

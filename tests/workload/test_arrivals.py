@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 
-from pagesim.workload.arrivals import ArrivalProcess, gamma_arrivals, poisson_arrivals, trace_arrivals, with_arrivals
+from pagesim.workload.arrivals import (NUMPY_FROM, ArrivalProcess, _gamma_gaps, gamma_arrivals, poisson_arrivals,
+                                      trace_arrivals, with_arrivals)
+from pagesim.workload.exponential import standard_exponentials
 from pagesim.workload.trace import Trace, TraceRequest
 
 
@@ -82,3 +84,28 @@ def test_with_arrivals_stamps_copies():
     assert [r.arrival_time for r in stamped] == [0.25, 0.5] and reqs[0].arrival_time is None
     with pytest.raises(ValueError):
         with_arrivals(reqs[:1], [0.1, 0.2])
+
+
+def _running_sums(gaps, count: int) -> list[float]:
+    """The reference: the first `count` gaps added one by one, in Python floats."""
+    times, t = [], 0.0
+    for _, gap in zip(range(count), gaps):
+        t += gap
+        times.append(t)
+    return times
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**40 + 3])
+def test_many_arrivals_drawn_by_numpy_are_the_python_streams_floats(seed):
+    # from NUMPY_FROM arrivals on, numpy draws the gaps and np.cumsum adds them: the very floats
+    # of the pure-Python exponential stream (itself numpy's, tests/workload/test_exponential.py)
+    # and of the gamma blocks, added one by one; fewer, and by duration, the Python path's prefix
+    count = NUMPY_FROM + 4097
+    scale = 1.0 / 3.5
+    poisson = poisson_arrivals(3.5, count=count, seed=seed)
+    assert type(poisson) is list and poisson == _running_sums((scale * x for x in standard_exponentials(seed)), count)
+    assert poisson_arrivals(3.5, count=NUMPY_FROM - 1, seed=seed) == poisson[:NUMPY_FROM - 1]
+    assert poisson_arrivals(3.5, duration=poisson[-1], seed=seed) == poisson
+    gamma = gamma_arrivals(3.5, 0.4, count=count, seed=seed)
+    assert gamma == _running_sums(_gamma_gaps(0.4, 1.0 / (3.5 * 0.4), seed), count)
+    assert gamma_arrivals(3.5, 0.4, duration=gamma[-1], seed=seed) == gamma
