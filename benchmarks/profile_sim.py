@@ -21,6 +21,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Profiled on the sources: the functions this wraps cannot be wrapped in a module compiled by
+# mypyc (scripts/compile.py), whose calls go straight to one another.
+os.environ["PAGESIM_PURE_PYTHON"] = "1"
 
 from pagesim.core import decode_runs  # noqa: E402
 from pagesim.core.scheduler import Scheduler  # noqa: E402

@@ -23,9 +23,11 @@ DATA_SUFFIXES = (".json", ".csv", ".txt", ".yaml", ".yml", ".toml", ".gguf", ".s
 
 
 def package_files() -> list[Path]:
-    """Non-Python files inside the packages (what package-data must cover)."""
+    """Non-Python files inside the packages (what package-data must cover), less a mypyc build's
+    (scripts/compile.py: extensions for this machine, and their manifest; the wheel is pure Python)."""
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*")
-                  if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts)
+                  if p.is_file() and p.suffix not in (".py", ".pyc", ".so") and "__pycache__" not in p.parts
+                  and p.name != "_compiled.json")
 
 
 def files_the_code_names() -> set[Path]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from mypy_extensions import mypyc_attr
 
-from pagesim.core.native import Number
+from pagesim.core.native import Number, shallow_copy
 from pagesim.core.request import Sequence, SequenceGroup
 
 
@@ -58,6 +58,9 @@ class KVCacheManager(ABC):
     # decode run of n steps that appended k blocks it is n less, plus k * block_size (math.inf
     # stays math.inf), so pagesim.core.decode_runs keeps it per sequence instead of asking again.
     rooms_follow_appends: bool = False
+
+    def __copy__(self) -> KVCacheManager:
+        return shallow_copy(self)  # (pagesim.core.native: a compiled manager's copy.copy shares its __dict__)
 
     def __init__(self) -> None:
         # Copy-on-write and fork copies the scheduler hands to the executor, drained every step.

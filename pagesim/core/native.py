@@ -20,11 +20,20 @@ Number = Union[int, float]
 
 
 def attributes_of(obj: Any) -> dict[str, Any]:
-    """The object's attributes: a compiled class's (its __mypyc_attrs__), or its __dict__."""
-    names = getattr(type(obj), "__mypyc_attrs__", None)
-    if names is None:
-        return dict(vars(obj))
-    return {name: getattr(obj, name) for name in names if hasattr(obj, name)}
+    """The object's attributes: a compiled class's (its __mypyc_attrs__), and its __dict__'s
+    (a plain class's, or those an uncompiled subclass of a compiled one adds)."""
+    names = getattr(type(obj), "__mypyc_attrs__", ())
+    attributes = {name: getattr(obj, name) for name in names if not name.startswith("__") and hasattr(obj, name)}
+    attributes.update(getattr(obj, "__dict__", {}))
+    return attributes
+
+
+def shallow_copy(obj: Any) -> Any:
+    """copy.copy's shallow copy, for a class whose __new__ runs no __init__ (a compiled class that
+    allows uncompiled subclasses): copy.copy of such a subclass shares its __dict__ with the copy."""
+    clone = type(obj).__new__(type(obj))
+    set_attributes(clone, attributes_of(obj))
+    return clone
 
 
 def set_attributes(obj: Any, attributes: dict[str, Any]) -> None:

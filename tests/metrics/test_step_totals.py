@@ -65,7 +65,7 @@ def test_step_totals_equal_the_definitions_and_need_no_step_records(name):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_step_totals_in_stretches_equal_a_loop_over_the_steps(seed, monkeypatch):
+def test_step_totals_in_stretches_equal_a_loop_over_the_steps(seed):
     # runs and single steps, blocks shared from some point on, read at random moments (a planner
     # reads as requests leave): against the definition, one step at a time, to the bit
     import random
@@ -73,11 +73,13 @@ def test_step_totals_in_stretches_equal_a_loop_over_the_steps(seed, monkeypatch)
     from pagesim.metrics.records import HELD_FIELDS
     from pagesim.metrics.step_log import StepLog, StepTotals
 
-    monkeypatch.setattr(StepTotals, "SETTLE_STEPS", 300)  # several stretches in one test
     rng = random.Random(seed)
     total_blocks = rng.choice([0, 7, 1000])
     totals = StepTotals(total_blocks)
     kept = StepLog(total_blocks, keep_steps=True)  # (its totals read its own columns)
+    # several stretches in one test (set on the objects: a compiled class reads no class attribute
+    # set later, scripts/compile.py)
+    totals.SETTLE_STEPS = kept.weighted.SETTLE_STEPS = 300
     held = (0,) * len(HELD_FIELDS)
     duration = used_time = logical_time = util_time = 0.0
     shares_from = rng.randrange(0, 60)
@@ -90,7 +92,7 @@ def test_step_totals_in_stretches_equal_a_loop_over_the_steps(seed, monkeypatch)
             totals.add_one(durations[0], used[0], logical[0])
         else:
             totals.add(durations, used, logical)
-        assert len(totals._used) < StepTotals.SETTLE_STEPS + 200  # (waiting values stay bounded, single steps too)
+        assert len(totals._used) < totals.SETTLE_STEPS + 200  # (waiting values stay bounded, single steps too)
         for d, u, lg in zip(durations, used, logical):
             kept.add_step(float(len(kept) + 1), d, u, lg, held)
             duration += d
@@ -121,12 +123,12 @@ def test_sum_in_order_adds_left_to_right_across_chunks():
     assert sum_in_order(np.zeros(0), 0.25) == 0.25
 
 
-def test_step_totals_of_single_steps_wait_in_bounded_arrays(monkeypatch):
+def test_step_totals_of_single_steps_wait_in_bounded_arrays():
     # a chunked replay adds most steps one by one: they are summed a stretch at a time too
     from pagesim.metrics.step_log import StepTotals
 
-    monkeypatch.setattr(StepTotals, "SETTLE_STEPS", 100)
     totals, duration = StepTotals(50), 0.0
+    totals.SETTLE_STEPS = 100  # (on the object: see above)
     for k in range(1000):
         totals.add_one(0.01 * (k % 7 + 1), k % 50, k % 50)
         duration += 0.01 * (k % 7 + 1)
