@@ -1,7 +1,7 @@
 """Compile the replay's hot modules with mypyc, in place: `python scripts/compile.py [--clean]`.
 
 The modules below are plain, typed Python; mypyc (mypy's compiler) turns each into a C extension
-that sits beside its source and is imported in its place (about 1.3x faster replays:
+that sits beside its source and is imported in its place (a replay in 0.74-0.85x the time:
 reports/bench_sim.md). Nothing else changes: the sources stay the code that is read, tested and
 imported wherever no extension was built (a wheel installed without this step, a machine without
 a C compiler, or PAGESIM_PURE_PYTHON=1). `make setup` runs this script; where it cannot compile,
