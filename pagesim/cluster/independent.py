@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import multiprocessing
 import os
+import pickle
 import tempfile
 from array import array
 
@@ -126,7 +127,11 @@ def _replayed(cluster, routed: list, jobs: int, folder: str):
             # (the workers have their copies: this process needs the arrival times no more; the
             # workload is the one every replica and the feed share, so they all let them go)
             cluster.requests.clear()
-            yield from pool.imap_unordered(_replay_index, range(len(cluster.replicas)))
+            # (each result comes pickled by its worker and is unpickled here: a result that cannot
+            # be rebuilt raises in this thread, where the pool's own unpickling would end its
+            # result thread and leave this loop waiting for ever)
+            for pickled in pool.imap_unordered(_replay_index, range(len(cluster.replicas))):
+                yield pickle.loads(pickled)
     finally:
         _APART = None
 
@@ -151,7 +156,7 @@ def _replay_index(index: int):
     del times, indices
     replayed = _replay(replica, None, folder)
     replica.sim = None  # (its result goes to the parent: this worker keeps nothing of it for its next replica)
-    return _spilled(index, replayed, folder)
+    return pickle.dumps(_spilled(index, replayed, folder), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _spilled(index: int, replayed: tuple, folder: str) -> tuple:

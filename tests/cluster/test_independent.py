@@ -192,3 +192,37 @@ def test_a_replicas_records_outlive_the_cluster_result():
     assert [r.request_id for r in merged] == [r.request_id for r in together.requests]
     # (its summary from its files: its records and its token gaps)
     assert [m.summary() for m in parts] == summaries and parts[0].span_tally.count > 0
+
+
+_BROKEN_RESULT = """
+import sys
+from pagesim.cluster import independent
+
+
+def fail():
+    raise RuntimeError("this result cannot be rebuilt")
+
+
+class Broken:
+    def __reduce__(self):
+        return fail, ()
+
+
+independent._spilled = lambda index, replayed, folder: Broken()  # (inherited by the forked workers)
+from pagesim.cli import main
+sys.argv = ["pagesim", "replay", "traces/sharegpt.json", "--num-requests", "40", "--rate", "8", "--replicas", "2",
+            "--jobs", "2", "--json"]
+main()
+"""
+
+
+def test_a_worker_result_that_cannot_be_unpickled_fails_the_replay_instead_of_hanging():
+    # (multiprocessing's own unpickling of a result ends the pool's result thread, and the parent
+    # waited for ever: a compiled class without __reduce__ did that once)
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _BROKEN_RESULT], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode != 0
+    assert "this result cannot be rebuilt" in proc.stderr, proc.stderr[-2000:]
