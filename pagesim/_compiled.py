@@ -32,9 +32,14 @@ class _SourceFinder:
     def find_spec(self, name, path=None, target=None):
         if name not in self.names:
             return None
-        source = PACKAGE.parent.joinpath(*name.split(".")).with_suffix(".py")
+        source = source_of(name)
         loader = importlib.machinery.SourceFileLoader(name, str(source))
         return importlib.util.spec_from_file_location(name, source, loader=loader)
+
+
+def source_of(name: str) -> Path:
+    """A module's .py file."""
+    return PACKAGE.parent.joinpath(*name.split(".")).with_suffix(".py")
 
 
 def compiled_modules() -> dict[str, str]:
@@ -49,9 +54,8 @@ def stale_modules(modules: dict[str, str]) -> list[str]:
     """The modules whose source is not the one they were built from."""
     stale = []
     for name, built_from in modules.items():
-        source = PACKAGE.parent.joinpath(*name.split(".")).with_suffix(".py")
         try:
-            now = hashlib.sha256(source.read_bytes()).hexdigest()
+            now = hashlib.sha256(source_of(name).read_bytes()).hexdigest()
         except OSError:
             now = None
         if now != built_from:

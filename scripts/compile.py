@@ -43,12 +43,9 @@ MANIFEST = ROOT / "pagesim" / "_compiled.json"
 BUILD = ROOT / "build" / "mypyc"
 
 
-def source_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def module_name(path: str) -> str:
-    return path[:-3].replace("/", ".")
+def source_hashes() -> dict[str, str]:
+    """Each module's name and the hash of its source, as the manifest records them."""
+    return {path[:-3].replace("/", "."): hashlib.sha256((ROOT / path).read_bytes()).hexdigest() for path in MODULES}
 
 
 def built_files() -> list[Path]:
@@ -63,8 +60,7 @@ def up_to_date() -> bool:
         built = json.loads(MANIFEST.read_text())["modules"]
     except (OSError, ValueError, KeyError):
         return False
-    expected = {module_name(m): source_hash(ROOT / m) for m in MODULES}
-    return built == expected and len(built_files()) == len(MODULES) + 1
+    return built == source_hashes() and len(built_files()) == len(MODULES) + 1
 
 
 def clean() -> None:
@@ -77,12 +73,11 @@ def clean() -> None:
 def compile_modules() -> None:
     """Build in a child process (setuptools' setup() exits on errors), then write the manifest."""
     clean()
-    hashes = {module_name(m): source_hash(ROOT / m) for m in MODULES}
+    hashes = source_hashes()
     code = ("import sys; from setuptools import setup; from mypyc.build import mypycify; "
             "setup(name='pagesim-native', script_args=['build_ext', '--inplace', '-j', '2', '--build-temp', sys.argv[2]], "
             "ext_modules=mypycify(sys.argv[3:], group_name=sys.argv[1], target_dir=sys.argv[2], opt_level='3'))")
     env = dict(os.environ, MYPYC_OPT_LEVEL="3")
-    # (pyproject.toml is the project's, not this build's: setup() runs where it cannot see it)
     BUILD.mkdir(parents=True, exist_ok=True)
     # (mypy checks the modules it compiles; what they import is only read for its types)
     options = ["--follow-imports=silent", "--ignore-missing-imports"]

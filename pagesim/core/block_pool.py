@@ -8,6 +8,7 @@ from operator import add, eq, itemgetter, ne
 from typing import Hashable, Iterable
 
 from pagesim.core.errors import NegativeRefcount, OutOfBlocks
+from pagesim.core.native import shallow_copy
 
 
 # Batch operations over many blocks. Plain loops: Python 3.11 specialises a list store or a dict
@@ -202,11 +203,7 @@ class BlockPool:
     def __copy__(self) -> BlockPool:
         """A shallow copy (the same lists, queue and dict), as copy.copy gives a plain object
         (a class compiled by mypyc has no __dict__ for copy.copy to copy)."""
-        clone = BlockPool(0, self.enable_caching)
-        clone.num_blocks, clone.refcount, clone.free_queue = self.num_blocks, self.refcount, self.free_queue
-        clone.block_hash, clone.cached = self.block_hash, self.cached
-        clone.num_evictions, clone.num_refs = self.num_evictions, self.num_refs
-        return clone
+        return shallow_copy(self, lambda: BlockPool(0))
 
     def allocate(self) -> int:
         if not self.free_queue.size:

@@ -14,7 +14,7 @@ arguments of an empty one and attributes_of(itself), and sets them back with set
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 Number = Union[int, float]
 
@@ -28,10 +28,11 @@ def attributes_of(obj: Any) -> dict[str, Any]:
     return attributes
 
 
-def shallow_copy(obj: Any) -> Any:
-    """copy.copy's shallow copy, for a class whose __new__ runs no __init__ (a compiled class that
-    allows uncompiled subclasses): copy.copy of such a subclass shares its __dict__ with the copy."""
-    clone = type(obj).__new__(type(obj))
+def shallow_copy(obj: Any, empty: Callable[[], Any] | None = None) -> Any:
+    """copy.copy's shallow copy: obj's attributes set on empty() (a compiled class is made only
+    through its __init__), or on an object its class's __new__ makes without one (a compiled class
+    that allows uncompiled subclasses, whose copy.copy shares the subclass's __dict__ with the copy)."""
+    clone = type(obj).__new__(type(obj)) if empty is None else empty()
     set_attributes(clone, attributes_of(obj))
     return clone
 
