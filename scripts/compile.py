@@ -37,6 +37,7 @@ MODULES = [
     "pagesim/core/scheduler.py",
     "pagesim/sim/run_times.py",
     "pagesim/metrics/step_log.py",
+    "pagesim/metrics/recording.py",
 ]
 GROUP = "pagesim._native"  # the shared library of the group: pagesim/_native__mypyc*.so
 MANIFEST = ROOT / "pagesim" / "_compiled.json"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagesim.core import SchedulerOutput, SequenceGroup
-from pagesim.metrics import files
+from pagesim.metrics import files, recording
 from pagesim.metrics.files import STEPS_CHOICES, read_requests_csv, read_steps_csv
 from pagesim.metrics.intervals import mean_interval, nonnegative_interval, t_quantile_975
 from pagesim.metrics.itl import CHUNK as STRETCH
@@ -92,35 +92,14 @@ class MetricsRecorder:
 
     def record_step(self, out: SchedulerOutput, now: float, duration: float, scheduler) -> None:
         """Call after scheduler.update() and before recording the requests it finished."""
-        spans_of = self.token_spans
-        step = len(self.step_log)  # this step's index
-        for group in out.groups:
-            rid = group.request.request_id
-            spans = spans_of.get(rid)
-            seqs = group.seqs
-            # (_num_output_tokens, its live case inline: most groups are still running)
-            produced = seqs[0].num_tokens - seqs[0].prompt_len if seqs else _num_output_tokens(group)
-            if spans is None:
-                if produced:  # its first token
-                    spans_of[rid] = [1, step, step + 1]
-            elif spans[0] < produced:  # the step gave this group a token
-                spans[0] += 1
-                if spans[-1] == step:
-                    spans[-1] = step + 1
-                else:
-                    spans += (step, step + 1)
+        recording.record_step(self.step_log, self.token_spans, out, now, duration, scheduler)
         kv = scheduler.kv
-        used = kv.num_used_blocks
         self.prefix_blocks_queried = getattr(kv, "prefix_queries", 0)
         self.prefix_blocks_hit = getattr(kv, "prefix_hits", 0)
-        self.step_log.add_step(now, duration, used, kv.num_logical_blocks, (
-            len(scheduler.running), len(out.seqs), out.num_prefill_tokens, out.num_decode_seqs, len(scheduler.waiting),
-            len(scheduler.swapped), len(out.preempted), len(out.blocks_to_swap_in), len(out.blocks_to_swap_out),
-            len(out.blocks_to_copy)))
 
     def record_decode_run(self, ends: list[float], durations: list[float], num_seqs: int, kv_blocks_used: list[int],
                           num_swapped: int, before: tuple[int, int], after: tuple[int, int],
-                          shared: tuple[int, int] = (0, 0), request_ids: list[int] = (), run=None) -> None:
+                          shared: tuple[int, int] = (0, 0), request_ids: list[int] | None = None, run=None) -> None:
         """Plain decode steps taken in one run (see Scheduler.advance_decode): the records
         record_step() would have written for them. before / after: (running requests, waiting
         requests) during the run and after its last step. shared: logical minus used blocks
@@ -129,38 +108,8 @@ class MetricsRecorder:
         request_ids: the running requests, each given one token at every step's end (up to the
         step it finished in). run: the DecodeRun, where it went on past finishes (its finishes
         say how the batch shrank, which nothing else changes then: nobody waits or is swapped)."""
-        (running, waiting), (running_after, waiting_after) = before, after
-        log = self.step_log
-        first = start = len(log)
-        finishes = run.finishes if run is not None else None
-        if finishes:
-            for at, seqs, running_then, shared_then in finishes:  # (each stretch as a run of its own)
-                stop = first + at
-                log.add_run(ends[start - first:at], durations[start - first:at], kv_blocks_used[start - first:at],
-                            (shared[0], shared_then), (running, seqs, 0, seqs, waiting, num_swapped, 0, 0, 0, 0),
-                            (running_then, seqs, 0, seqs, waiting, num_swapped, 0, 0, 0, 0))
-                start, running, shared = stop, running_then, (shared_then, shared[1])
-            num_seqs = run.num_seqs
-        log.add_run(ends[start - first:], durations[start - first:], kv_blocks_used[start - first:], shared,
-                    (running, num_seqs, 0, num_seqs, waiting, num_swapped, 0, 0, 0, 0),
-                    (running_after, num_seqs, 0, num_seqs, waiting_after, num_swapped, 0, 0, 0, 0))
-        stop = len(log)
-        spans_of = self.token_spans
-        steps = stop - first
-        for rid, spans in zip(request_ids, map(spans_of.get, request_ids)):
-            if spans is None:
-                spans_of[rid] = [steps, first, stop]
-            elif spans[-1] == first:  # it got a token at the step before: its last span goes on
-                spans[0] += steps
-                spans[-1] = stop
-            else:
-                spans[0] += steps
-                spans += (first, stop)
-        if finishes:  # (those that left in mid-run: their tokens end with the step they finished in)
-            for group, at in zip(run.finished, run.left_at):
-                spans = spans_of[group.request.request_id]
-                spans[0] -= steps - at
-                spans[-1] = first + at
+        recording.record_decode_run(self.step_log, self.token_spans, ends, durations, num_seqs, kv_blocks_used,
+                                    num_swapped, before, after, shared, request_ids or [], run)
 
     def record_waste(self, now: float, scheduler) -> None:
         w = scheduler.kv.waste(scheduler.running)
@@ -396,14 +345,6 @@ class _Filled:
 
     def values(self) -> np.ndarray:
         return self.data[:self.size]
-
-
-def _num_output_tokens(group: SequenceGroup) -> int:
-    """Tokens the group's longest sequence has produced so far, finished or not. Live sequences
-    grow in step and are never shorter than a finished one, so the first live one tells."""
-    if group.seqs:
-        return group.seqs[0].num_output_tokens
-    return max((s.num_output_tokens for s in group.finished_seqs), default=0)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -81,22 +81,3 @@ class ConstantCostModel(CostModel):
 
     def describe(self) -> dict:
         return {"name": self.name, "seconds": self.seconds}
-
-
-def linear_context_durations(base: float, per_ctx: float, num_seqs: int, context_tokens: int, num_steps: int) -> list[float]:
-    """Decode run durations for a model whose plain decode step is `base + context_tokens * per_ctx`
-    (`decode_run_durations` of the roofline, calibrated and profiled models). The model's
-    iteration_time must add that context term last, to the same base, so the floats are equal."""
-    return [base + context * per_ctx for context in range(context_tokens, context_tokens + num_steps * num_seqs, num_seqs)]
-
-
-def windowed_context_durations(base: float, per_ctx: float, per_window_ctx: float, window: int, num_seqs: int,
-                               context_tokens: int, num_steps: int) -> list[float]:
-    """Decode run durations of a model with sliding-window layers: besides the full layers' term
-    (context x per_ctx), those layers read at most `window` tokens per sequence, bounded here by
-    min(context, num_seqs x window) (the step shape carries only the sum; exact when every
-    sequence is past the window or none is). iteration_time must add the two terms last, in this
-    order, to the same base."""
-    cap = num_seqs * window
-    return [base + context * per_ctx + (context if context < cap else cap) * per_window_ctx
-            for context in range(context_tokens, context_tokens + num_steps * num_seqs, num_seqs)]

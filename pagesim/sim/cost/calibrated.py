@@ -62,7 +62,8 @@ from dataclasses import replace
 from importlib import resources
 
 from pagesim.sim.cost.linear_attn import state_work
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
+from pagesim.sim.cost.base import BatchShape, CostModel
+from pagesim.sim.run_times import linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.layer_ops import FUSED_MOE_OPS, LayerShape, check_parallelism, layer_groups
 from pagesim.sim.cost.paged_blocks import block_term
 from pagesim.sim.cost.roofline import RooflineCostModel
@@ -316,7 +317,7 @@ class CalibratedCostModel(CostModel):
             else:
                 per_seq, per_ctx, per_window_ctx = self.decode_terms(shape.block_size)
             t += self._dec_floor + n_dec * per_seq
-            if self._window:  # base.windowed_context_durations: the same two terms, in this order
+            if self._window:  # run_times.windowed_context_durations: the same two terms, in this order
                 t += shape.decode_context_tokens * per_ctx
                 ctx, cap = shape.decode_context_tokens, n_dec * self._window
                 return t + (ctx if ctx < cap else cap) * per_window_ctx

@@ -51,7 +51,8 @@ from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
+from pagesim.sim.cost.base import BatchShape, CostModel
+from pagesim.sim.run_times import linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.calibrated import CalibratedCostModel, Calibration
 from pagesim.sim.cost.names import DEFAULT_ENGINE, ENGINE_NAMES, PAPER_ENGINE  # noqa: F401 (re-exported)
 
@@ -320,7 +321,7 @@ class EngineCostModel(CostModel):
         for theta, x in zip(self.theta, f.linear):
             t += theta * x
         # the decode context read last, so that decode runs give the same floats (base + ctx * per_ctx)
-        if self._window:  # base.windowed_context_durations: the same two terms, in this order
+        if self._window:  # run_times.windowed_context_durations: the same two terms, in this order
             t += shape.decode_context_tokens * self._per_ctx
             ctx, cap = shape.decode_context_tokens, shape.num_decode_seqs * self._window
             return t + (ctx if ctx < cap else cap) * self._per_window_ctx

@@ -38,7 +38,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pagesim.inputs import STEP_SECONDS, InputValueError, read_json
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations
+from pagesim.sim.cost.base import BatchShape, CostModel
+from pagesim.sim.run_times import linear_context_durations
 from pagesim.sim.cost.lsq import fit_relative
 
 PROFILE_FORMAT = "pagesim-profile/1"

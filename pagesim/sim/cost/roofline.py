@@ -163,7 +163,7 @@ class RooflineCostModel(CostModel):
         self._decode_attn_s_per_ctx = max(kv_token / kv_bw,
                                           model.mla_decode_flops_per_pair / tp / attn_flops)
         # Sliding-window layers read at most the window per sequence: their share of the
-        # per-context and per-pair terms is kept apart and bounded (base.windowed_context_durations).
+        # per-context and per-pair terms is kept apart and bounded (run_times.windowed_context_durations).
         self._window = model.sliding_window or 0
         self._window_ctx_s = self._window_pair_s = 0.0
         if self._window:

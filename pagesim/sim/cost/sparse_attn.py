@@ -9,7 +9,7 @@ replicated over TP, so every GPU does all of it). The sparse MLA then attends to
 alike): per selected token its latent is read (ModelSpec.mla.cache_bytes less the indexer's key)
 and this GPU's heads compute 2 x (latent + kv_lora_rank) FLOPs (ModelSpec.mla_decode_flops_per_pair).
 
-A step's shape carries only sums, so the cap is the sliding window's bound (base.windowed_context_durations):
+A step's shape carries only sums, so the cap is the sliding window's bound (run_times.windowed_context_durations):
 decode selects min(context, sequences x topk) tokens, prefill min(pairs, new tokens x topk) pairs;
 the indexer's terms grow with the whole context and every pair. The cost models carry the
 selected part as their windowed terms with the window topk.
