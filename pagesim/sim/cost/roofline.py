@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from pagesim.sim.cost.base import BatchShape, CostModel, linear_context_durations, windowed_context_durations
+from pagesim.sim.cost.base import BatchShape, CostModel
+from pagesim.sim.run_times import linear_context_durations, windowed_context_durations
 from pagesim.sim.cost.layer_ops import check_parallelism
 from pagesim.sim.cost.linear_attn import linear_attn_elementwise_bytes, state_work
 from pagesim.sim.cost.paged_blocks import block_term
