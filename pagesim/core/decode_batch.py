@@ -9,7 +9,7 @@ from operator import attrgetter, le, not_
 from typing import TYPE_CHECKING
 
 from pagesim.core.native import Number
-from pagesim.core.request import SequenceStatus
+from pagesim.core.request import Sequence, SequenceGroup, SequenceStatus
 
 if TYPE_CHECKING:
     from pagesim.core.scheduler import Scheduler
@@ -34,9 +34,9 @@ class DecodeBatch:
     anything else changes its sequences: a step that schedules them otherwise, a preemption or
     swap, an abort."""
 
-    groups: list  # the running groups, in batch order (the head of sched.running)
-    seqs: list  # their sequences, in batch order
-    request_ids: list
+    groups: list[SequenceGroup]  # the running groups, in batch order (the head of sched.running)
+    seqs: list[Sequence]  # their sequences, in batch order
+    request_ids: list[int]
     forked: list  # positions in seqs of the sequences of groups of several
     context: int  # num_tokens of all of seqs, now
     clock: int = 0  # decode steps taken since it was built
@@ -153,7 +153,7 @@ class DecodeBatch:
                     break
 
 
-def decode_steps(seqs: list, num_steps: int, token_id: int) -> None:
+def decode_steps(seqs: list[Sequence], num_steps: int, token_id: int) -> None:
     """Each sequence computes num_steps decode tokens and takes token_id at each (as update() and
     Sequence.append_token do step by step, less a logprob of 0)."""
     new_tokens = [token_id] * num_steps

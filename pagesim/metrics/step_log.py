@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import chain, islice, repeat
-from operator import add, mul, sub, truediv
+from operator import sub, truediv
 from struct import Struct
 
 from pagesim.core.native import Number, attributes_of, set_attributes
@@ -98,7 +98,9 @@ class StepLog:
         self.logical_sum += logical
         if used > self.peak_used:
             self.peak_used = used
-        self.held_sums = list(map(add, self.held_sums, held))
+        sums = self.held_sums
+        for i in range(len(sums)):  # (in place: a loop of native ints, compiled)
+            sums[i] += held[i]
         if self.keep_steps:
             self.held_from.append(len(self.time) - 1)
             self.held.frombytes(_pack_held(*held))
@@ -143,12 +145,18 @@ class StepLog:
                     num_steps: int) -> None:
         if not self.keep_steps:
             self.weighted.add(durations, used, logical)
-        used_sum = sum(used)
+        used_sum, peak = 0, self.peak_used
+        for blocks in used:  # (one pass of native ints, compiled: sum() and max() are two generic calls)
+            used_sum += blocks
+            if blocks > peak:
+                peak = blocks
         self.used_sum += used_sum
         self.logical_sum += used_sum if logical is used else sum(logical)
-        self.peak_used = max(self.peak_used, max(used))
+        self.peak_used = peak
         # (integers: exact in any order) the held values num_steps - 1 times, then the last step's
-        self.held_sums = list(map(add, self.held_sums, map(add, held_last, map(mul, held, repeat(num_steps - 1)))))
+        repeats, sums = num_steps - 1, self.held_sums
+        for i in range(len(sums)):
+            sums[i] += held_last[i] + held[i] * repeats
 
     def _check_kept(self, kept: bool = True) -> None:
         if self.keep_steps != kept:
