@@ -4,8 +4,8 @@ decode clock of pagesim.core.decode_runs, and the batch operations both use."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain, compress, count, repeat
-from operator import attrgetter, le, not_
+from itertools import chain, compress
+from operator import attrgetter, not_
 from typing import TYPE_CHECKING
 
 from pagesim.core.native import Number
@@ -37,10 +37,10 @@ class DecodeBatch:
     groups: list[SequenceGroup]  # the running groups, in batch order (the head of sched.running)
     seqs: list[Sequence]  # their sequences, in batch order
     request_ids: list[int]
-    forked: list  # positions in seqs of the sequences of groups of several
+    forked: list[int]  # positions in seqs of the sequences of groups of several
     context: int  # num_tokens of all of seqs, now
     clock: int = 0  # decode steps taken since it was built
-    finish_at: list = field(default_factory=list)  # per group: the clock at which its sequences stop
+    finish_at: list[int] = field(default_factory=list)  # per group: the clock at which its sequences stop
     # per phase (clock modulo block_size, the index): the sequences, in batch order, that take a
     # block at the steps of that phase (one that never does, INF, is in none); None where the KV
     # manager's rooms do not follow its appends (steps_until_new_blocks is asked every run)
@@ -168,9 +168,9 @@ def no_phases(block_size: int) -> list[list]:
     return [[] for _ in range(block_size)]
 
 
-def stopped_positions(finish_at: list, clock: int) -> list[int]:
-    """Positions of the groups that stop by clock (at C speed: a pass over the whole batch)."""
-    return list(compress(count(), map(le, finish_at, repeat(clock))))
+def stopped_positions(finish_at: list[int], clock: int) -> list[int]:
+    """Positions of the groups that stop by clock (a pass over the whole batch: native ints, compiled)."""
+    return [i for i in range(len(finish_at)) if finish_at[i] <= clock]
 
 
 def drop_positions(batch: DecodeBatch, gone: list[int]) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pagesim.core.decode_batch import (INF, DecodeBatch, decode_steps, drop_finished, drop_positions, no_phases,
                                        stopped_positions)
 from pagesim.core.native import Number
-from pagesim.core.request import SequenceGroup
+from pagesim.core.request import Sequence, SequenceGroup
 from pagesim.core.scheduler import Scheduler
 
 
@@ -104,7 +104,9 @@ def plan_decode(sched: Scheduler, limit: int, absorb_finishes: int = 0) -> Decod
         horizon = min(limit, absorb_finishes, max(batch.finish_at) - clock)
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):
         # a sliding window's freed block could let a queued group start: end with the step that frees one
-        horizon = min(horizon, kv.steps_until_window_frees(seqs))
+        frees = kv.steps_until_window_frees(seqs)  # (inf where none will)
+        if frees < horizon:
+            horizon = int(frees)
     due = batch.due
     rooms = kv.steps_until_new_blocks(seqs) if due is None else None
     bs = kv.block_size
@@ -154,8 +156,8 @@ def _stretches(batch: DecodeBatch, horizon: int) -> list[tuple[int, int, int]]:
     for stop, seq in zip(batch.finish_at, batch.seqs):
         if stop - clock < horizon:
             counts = leaving.setdefault(stop - clock, [0, 0])
-            counts[0] += 1
-            counts[1] += seq.num_tokens
+            counts[0] = counts[0] + 1
+            counts[1] = counts[1] + seq.num_tokens
     stretches = []
     start, num_seqs, context = 0, len(batch.seqs), batch.context
     for at in sorted(leaving):
@@ -207,19 +209,16 @@ def _current_batch(sched: Scheduler) -> DecodeBatch | None:
     return batch
 
 
-def _plain_decodes(sched: Scheduler, groups: list, first_position: int) -> tuple | None:
+def _plain_decodes(sched: Scheduler, groups: list[SequenceGroup], first_position: int) -> tuple | None:
     """For running groups that are all plain decodes (every sequence computes exactly its one
     new token, and nothing can stop it early): their sequences, request ids, positions of
     sequences of groups of several (from first_position), tokens, and steps until each group
     stops. None if one is not."""
     check_eos = sched.config.eos_token_id is not None
     context = 0
-    seqs: list = []
-    add_seq = seqs.append
-    request_ids: list = []
-    add_id = request_ids.append
-    to_finish: list = []
-    add_finish = to_finish.append
+    seqs: list[Sequence] = []
+    request_ids: list[int] = []
+    to_finish: list[int] = []
     forked: list[int] = []  # only forks share a partly filled last block
     for group in groups:
         request = group.request
@@ -229,7 +228,7 @@ def _plain_decodes(sched: Scheduler, groups: list, first_position: int) -> tuple
             # fork at their first token, and a last prefill chunk of one token looks like a
             # decode but produces the first token
             return None
-        add_id(request.request_id)
+        request_ids.append(request.request_id)
         group_seqs = group.seqs
         if len(group_seqs) == 1:  # (most groups: the loop below, unrolled)
             seq = group_seqs[0]
@@ -237,8 +236,8 @@ def _plain_decodes(sched: Scheduler, groups: list, first_position: int) -> tuple
             if num_tokens - seq.num_computed_tokens != 1:
                 return None  # still in prefill
             context += num_tokens
-            add_finish(group.stop_len - num_tokens)
-            add_seq(seq)
+            to_finish.append(group.stop_len - num_tokens)
+            seqs.append(seq)
             continue
         position = first_position + len(seqs)
         forked.extend(range(position, position + len(group_seqs)))
@@ -249,8 +248,8 @@ def _plain_decodes(sched: Scheduler, groups: list, first_position: int) -> tuple
                 return None  # still in prefill
             context += num_tokens
             longest = max(longest, num_tokens)
-            add_seq(seq)
-        add_finish(group.stop_len - longest)
+            seqs.append(seq)
+        to_finish.append(group.stop_len - longest)
     return seqs, request_ids, forked, context, to_finish
 
 

@@ -30,7 +30,7 @@ def record_step(log: StepLog, spans_of: dict[int, list[int]], out: SchedulerOutp
             if produced:  # its first token
                 spans_of[rid] = [1, step, step + 1]
         elif spans[0] < produced:  # the step gave this group a token
-            spans[0] += 1
+            spans[0] = spans[0] + 1
             if spans[-1] == step:
                 spans[-1] = step + 1
             else:
@@ -70,10 +70,10 @@ def record_decode_run(log: StepLog, spans_of: dict[int, list[int]], ends: list, 
         if spans is None:
             spans_of[rid] = [steps, first, stop]
         elif spans[-1] == first:  # it got a token at the step before: its last span goes on
-            spans[0] += steps
+            spans[0] = spans[0] + steps
             spans[-1] = stop
         else:
-            spans[0] += steps
+            spans[0] = spans[0] + steps
             spans.append(first)
             spans.append(stop)
     if run is not None and finishes:  # (those that left in mid-run: their tokens end with the step they finished in)
@@ -81,7 +81,7 @@ def record_decode_run(log: StepLog, spans_of: dict[int, list[int]], ends: list, 
         assert left_at is not None
         for group, at in zip(run.finished, left_at):
             spans = spans_of[group.request.request_id]
-            spans[0] -= steps - at
+            spans[0] = spans[0] - (steps - at)
             spans[-1] = first + at
 
 

@@ -89,7 +89,7 @@ class StepLog:
         """Whether any kept step holds shared blocks (kv_blocks_logical differs from kv_blocks_used)."""
         return self._logical is not None
 
-    def add_step(self, time: Number, duration: Number, used: int, logical: int, held: tuple) -> None:
+    def add_step(self, time: Number, duration: Number, used: int, logical: int, held: tuple[int, ...]) -> None:
         self.time.append(time)
         # _add_totals for one step, unrolled: a chunked-prefill replay records most of its steps here
         if not self.keep_steps:  # (a log that keeps its steps has them in its columns)
@@ -99,8 +99,8 @@ class StepLog:
         if used > self.peak_used:
             self.peak_used = used
         sums = self.held_sums
-        for i in range(len(sums)):  # (in place: a loop of native ints, compiled)
-            sums[i] += held[i]
+        for i in range(len(sums)):  # (in place, native ints when compiled: `+=` on an item would be generic)
+            sums[i] = sums[i] + held[i]
         if self.keep_steps:
             self.held_from.append(len(self.time) - 1)
             self.held.frombytes(_pack_held(*held))
@@ -141,8 +141,8 @@ class StepLog:
                 self._logical.fromlist(logical)
         return first
 
-    def _add_totals(self, durations: list, used: list[int], logical: list[int], held: tuple, held_last: tuple,
-                    num_steps: int) -> None:
+    def _add_totals(self, durations: list, used: list[int], logical: list[int], held: tuple[int, ...],
+                    held_last: tuple[int, ...], num_steps: int) -> None:
         if not self.keep_steps:
             self.weighted.add(durations, used, logical)
         used_sum, peak = 0, self.peak_used
@@ -156,7 +156,7 @@ class StepLog:
         # (integers: exact in any order) the held values num_steps - 1 times, then the last step's
         repeats, sums = num_steps - 1, self.held_sums
         for i in range(len(sums)):
-            sums[i] += held_last[i] + held[i] * repeats
+            sums[i] = sums[i] + held_last[i] + held[i] * repeats
 
     def _check_kept(self, kept: bool = True) -> None:
         if self.keep_steps != kept:
