@@ -27,7 +27,10 @@ from pagesim.core.request import Sequence, SequenceGroup
 from pagesim.core.scheduler import Scheduler
 
 
-@dataclass(slots=True)  # (one per event: a frozen dataclass costs a setattr call per field)
+# (one of each per event: init=False and an __init__ of its own, which mypyc compiles, not the
+# one dataclasses would write; see pagesim.core.step.BatchShape. The parameters are the fields,
+# in order, with their defaults.)
+@dataclass(slots=True, init=False)
 class DecodePlan:
     """The next num_steps steps are plain decode steps of num_seqs sequences; the first reads
     context_tokens tokens of context, and each step one more per sequence."""
@@ -38,20 +41,33 @@ class DecodePlan:
     # the running sequences in batch order, and the steps until each needs a new block (as
     # steps_until_new_block said when planned; None where the batch keeps them): advance_decode
     # takes them from here
-    seqs: list = field(default_factory=list, repr=False, compare=False)
-    rooms: list | None = field(default=None, repr=False, compare=False)
+    seqs: list = field(repr=False, compare=False)
+    rooms: list | None = field(repr=False, compare=False)
     # steps until the first sequence stops (a run shorter than that finishes nobody), and the
     # running requests' ids in order
-    steps_to_first_finish: Number = field(default=INF, repr=False, compare=False)
-    request_ids: list = field(default_factory=list, repr=False, compare=False)
-    batch: "DecodeBatch | None" = field(default=None, repr=False, compare=False)
+    steps_to_first_finish: Number = field(repr=False, compare=False)
+    request_ids: list = field(repr=False, compare=False)
+    batch: "DecodeBatch | None" = field(repr=False, compare=False)
     # a run that goes on past finishes (plan_decode's absorb_finishes): (step count at its end,
     # sequences decoding, context tokens at its first step) for each stretch between finishes,
     # the last ending at num_steps; None for a run of one batch throughout
-    stretches: list | None = field(default=None, repr=False, compare=False)
+    stretches: list | None = field(repr=False, compare=False)
+
+    def __init__(self, num_steps: int, num_seqs: int, context_tokens: int, seqs: list | None = None,
+                 rooms: list | None = None, steps_to_first_finish: Number = INF, request_ids: list | None = None,
+                 batch: "DecodeBatch | None" = None, stretches: list | None = None) -> None:
+        self.num_steps = num_steps
+        self.num_seqs = num_seqs
+        self.context_tokens = context_tokens
+        self.seqs = [] if seqs is None else seqs
+        self.rooms = rooms
+        self.steps_to_first_finish = steps_to_first_finish
+        self.request_ids = [] if request_ids is None else request_ids
+        self.batch = batch
+        self.stretches = stretches
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DecodeRun:
     """What advance_decode() did: num_steps decode steps (what they read is the DecodePlan's)."""
 
@@ -62,8 +78,17 @@ class DecodeRun:
     # for a run that went on past finishes: (steps taken when groups left, sequences decoding
     # until then, running groups and logical less used blocks just after) for each such step
     # before the last, and for each finished group the steps taken when it left
-    finishes: list | None = None
-    left_at: list | None = None
+    finishes: list | None
+    left_at: list | None
+
+    def __init__(self, num_steps: int, num_seqs: int, kv_blocks_used: list[int], finished: list[SequenceGroup],
+                 finishes: list | None = None, left_at: list | None = None) -> None:
+        self.num_steps = num_steps
+        self.num_seqs = num_seqs
+        self.kv_blocks_used = kv_blocks_used
+        self.finished = finished
+        self.finishes = finishes
+        self.left_at = left_at
 
 
 def decode_horizon(sched: Scheduler, limit: int) -> int:

@@ -7,7 +7,7 @@ search (beam_width > 1) fork it after the prompt, so the prompt's KV blocks are 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pagesim.core.hashed_prompt import HashedPrompt
 from pagesim.core.native import Number
@@ -150,25 +150,46 @@ class Sequence:
         return f"Sequence(id={self.seq_id}, tokens={self.num_tokens}, computed={self.num_computed_tokens}, {self.status.value})"
 
 
-@dataclass(eq=False)
+# (init=False and an __init__ of its own: mypyc compiles it, not the one dataclasses would write;
+# see pagesim.core.step.BatchShape. Its parameters are the fields, in order, with their defaults.)
+@dataclass(eq=False, init=False)
 class SequenceGroup:
     """A request in flight: its live sequences, its sampling parameters and its timeline."""
 
     request: Request
     seqs: list[Sequence]
     arrival_order: int  # FCFS rank; the scheduler preempts the highest first
-    stop_len: int = 0  # tokens (prompt + output) at which its sequences stop, EOS aside
-    first_scheduled_time: Number | None = None
-    first_token_time: Number | None = None
-    finish_time: Number | None = None
-    num_preemptions: int = 0
-    num_swaps: int = 0
-    num_cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
-    reject_reason: str | None = None
-    finished_seqs: list[Sequence] = field(default_factory=list)  # outputs, in finishing order
+    stop_len: int  # tokens (prompt + output) at which its sequences stop, EOS aside
+    first_scheduled_time: Number | None
+    first_token_time: Number | None
+    finish_time: Number | None
+    num_preemptions: int
+    num_swaps: int
+    num_cached_prompt_tokens: int  # prompt tokens served from the prefix cache
+    reject_reason: str | None
+    finished_seqs: list[Sequence]  # outputs, in finishing order
     # after a step with explicit samples: the sequence each sample went into, in sample order
     # (the parent's id for its first sample, a new child's for the others)
-    sample_seq_ids: list[int] = field(default_factory=list)
+    sample_seq_ids: list[int]
+
+    def __init__(self, request: Request, seqs: list[Sequence], arrival_order: int, stop_len: int = 0,
+                 first_scheduled_time: Number | None = None, first_token_time: Number | None = None,
+                 finish_time: Number | None = None, num_preemptions: int = 0, num_swaps: int = 0,
+                 num_cached_prompt_tokens: int = 0, reject_reason: str | None = None,
+                 finished_seqs: list[Sequence] | None = None, sample_seq_ids: list[int] | None = None) -> None:
+        self.request = request
+        self.seqs = seqs
+        self.arrival_order = arrival_order
+        self.stop_len = stop_len
+        self.first_scheduled_time = first_scheduled_time
+        self.first_token_time = first_token_time
+        self.finish_time = finish_time
+        self.num_preemptions = num_preemptions
+        self.num_swaps = num_swaps
+        self.num_cached_prompt_tokens = num_cached_prompt_tokens
+        self.reject_reason = reject_reason
+        self.finished_seqs = [] if finished_seqs is None else finished_seqs
+        self.sample_seq_ids = [] if sample_seq_ids is None else sample_seq_ids
 
     @property
     def request_id(self) -> int:

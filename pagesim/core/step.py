@@ -25,18 +25,34 @@ def prefill_attn_pairs(new_tokens: int, context_before: int = 0) -> int:
     return new_tokens * context_before + new_tokens * (new_tokens + 1) // 2
 
 
-@dataclass(frozen=True, slots=True)
+# (init=False and an __init__ of its own, here and in the other classes made once per step, run or
+# request: mypyc compiles it, where the one dataclasses writes runs in the interpreter, 3-11k
+# instructions a call; mypyc/mypyc#817. Its parameters are the fields, in order, with their defaults.)
+@dataclass(frozen=True, slots=True, init=False)
 class BatchShape:
     """What one iteration computes and moves: all a cost model looks at."""
 
-    num_prefill_tokens: int = 0     # new tokens computed this step for sequences in prefill
-    num_prefill_seqs: int = 0       # (a whole prompt, a chunk, or a recompute)
-    prefill_attn_pairs: int = 0     # sum over prefill seqs of new*ctx_before + new*(new+1)//2
-    num_decode_seqs: int = 0
-    decode_context_tokens: int = 0  # sum over decode seqs of their context length (KV read)
-    num_swap_blocks: int = 0        # blocks moved host<->device this step (in + out)
-    num_copy_blocks: int = 0        # copy-on-write block copies this step
-    block_size: int = 16
+    num_prefill_tokens: int         # new tokens computed this step for sequences in prefill
+    num_prefill_seqs: int           # (a whole prompt, a chunk, or a recompute)
+    prefill_attn_pairs: int         # sum over prefill seqs of new*ctx_before + new*(new+1)//2
+    num_decode_seqs: int
+    decode_context_tokens: int      # sum over decode seqs of their context length (KV read)
+    num_swap_blocks: int            # blocks moved host<->device this step (in + out)
+    num_copy_blocks: int            # copy-on-write block copies this step
+    block_size: int
+
+    def __init__(self, num_prefill_tokens: int = 0, num_prefill_seqs: int = 0, prefill_attn_pairs: int = 0,
+                 num_decode_seqs: int = 0, decode_context_tokens: int = 0, num_swap_blocks: int = 0,
+                 num_copy_blocks: int = 0, block_size: int = 16) -> None:
+        setter = object.__setattr__  # (frozen: as the dataclass's own __init__ sets them)
+        setter(self, "num_prefill_tokens", num_prefill_tokens)
+        setter(self, "num_prefill_seqs", num_prefill_seqs)
+        setter(self, "prefill_attn_pairs", prefill_attn_pairs)
+        setter(self, "num_decode_seqs", num_decode_seqs)
+        setter(self, "decode_context_tokens", decode_context_tokens)
+        setter(self, "num_swap_blocks", num_swap_blocks)
+        setter(self, "num_copy_blocks", num_copy_blocks)
+        setter(self, "block_size", block_size)
 
     @property
     def num_tokens(self) -> int:
@@ -63,26 +79,48 @@ class BatchShape:
 STEP_KINDS = ("prefill", "decode", "mixed", "with swap", "with copy")  # BatchShape.kind, less "idle"
 
 
-@dataclass
+@dataclass(init=False)
 class SchedulerOutput:
     """One iteration's work. seqs and num_new_tokens are parallel lists; a sequence computes
     num_new_tokens tokens starting at its num_computed_tokens (a whole prompt, a prefill chunk,
     a recompute, or 1 for decode). The executor performs the swaps and copies first."""
 
-    groups: list[SequenceGroup] = field(default_factory=list)
-    seqs: list[Sequence] = field(default_factory=list)
-    num_new_tokens: list[int] = field(default_factory=list)
+    groups: list[SequenceGroup]
+    seqs: list[Sequence]
+    num_new_tokens: list[int]
     # The batch's shape, counted as sequences are added (see add: the one prefill-or-decode rule)
-    num_prefill_tokens: int = 0  # new tokens of sequences in prefill
-    num_prefill_seqs: int = 0
-    prefill_attn_pairs: int = 0  # causal (query, key) pairs of the prefill tokens
-    num_decode_seqs: int = 0
-    decode_context_tokens: int = 0  # context the decoding sequences read
-    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
-    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) on the device
-    preempted: list[tuple[SequenceGroup, str]] = field(default_factory=list)  # (group, "recompute" | "swap")
-    block_size: int = 16  # of the KV manager that scheduled it
+    num_prefill_tokens: int  # new tokens of sequences in prefill
+    num_prefill_seqs: int
+    prefill_attn_pairs: int  # causal (query, key) pairs of the prefill tokens
+    num_decode_seqs: int
+    decode_context_tokens: int  # context the decoding sequences read
+    blocks_to_swap_in: list[tuple[int, int]]  # (host, device)
+    blocks_to_swap_out: list[tuple[int, int]]  # (device, host)
+    blocks_to_copy: list[tuple[int, int]]  # (src, dst) on the device
+    preempted: list[tuple[SequenceGroup, str]]  # (group, "recompute" | "swap")
+    block_size: int  # of the KV manager that scheduled it
+
+    def __init__(self, groups: list[SequenceGroup] | None = None, seqs: list[Sequence] | None = None,
+                 num_new_tokens: list[int] | None = None, num_prefill_tokens: int = 0, num_prefill_seqs: int = 0,
+                 prefill_attn_pairs: int = 0, num_decode_seqs: int = 0, decode_context_tokens: int = 0,
+                 blocks_to_swap_in: list[tuple[int, int]] | None = None,
+                 blocks_to_swap_out: list[tuple[int, int]] | None = None,
+                 blocks_to_copy: list[tuple[int, int]] | None = None,
+                 preempted: list[tuple[SequenceGroup, str]] | None = None, block_size: int = 16) -> None:
+        # (None: a new empty list, as the fields' default factories gave)
+        self.groups = [] if groups is None else groups
+        self.seqs = [] if seqs is None else seqs
+        self.num_new_tokens = [] if num_new_tokens is None else num_new_tokens
+        self.num_prefill_tokens = num_prefill_tokens
+        self.num_prefill_seqs = num_prefill_seqs
+        self.prefill_attn_pairs = prefill_attn_pairs
+        self.num_decode_seqs = num_decode_seqs
+        self.decode_context_tokens = decode_context_tokens
+        self.blocks_to_swap_in = [] if blocks_to_swap_in is None else blocks_to_swap_in
+        self.blocks_to_swap_out = [] if blocks_to_swap_out is None else blocks_to_swap_out
+        self.blocks_to_copy = [] if blocks_to_copy is None else blocks_to_copy
+        self.preempted = [] if preempted is None else preempted
+        self.block_size = block_size
 
     @property
     def is_empty(self) -> bool:
