@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES = [
     "pagesim/core/request.py",
     "pagesim/core/step.py",
+    "pagesim/core/block_keys.py",
+    "pagesim/core/kept_keys.py",
     "pagesim/core/kv_manager.py",
     "pagesim/core/block_pool.py",
     "pagesim/core/paged.py",

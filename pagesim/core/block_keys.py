@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from itertools import accumulate
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Sequence, cast
 
 
 def fast_block_key(parent: Hashable, tokens: tuple[int, ...]) -> int:
@@ -25,7 +25,7 @@ def sha256_block_key(parent: Hashable, tokens: tuple[int, ...]) -> bytes:
     if isinstance(parent, bytes):
         digest = hashlib.sha256(parent)
     else:
-        digest = hashlib.sha256(b"n" + parent.to_bytes(8, "little", signed=True) if parent else b"")
+        digest = hashlib.sha256(b"n" + cast(int, parent).to_bytes(8, "little", signed=True) if parent else b"")
     digest.update(array("q", tokens).tobytes())
     return digest.digest()
 
@@ -34,13 +34,13 @@ BLOCK_KEYS: dict[str, Callable[[Hashable, tuple[int, ...]], Hashable]] = {"fast"
                                                                           "sha256": sha256_block_key}
 
 
-def block_hashes(token_ids: list[int], block_size: int, num_blocks: int, key=fast_block_key) -> list:
+def block_hashes(token_ids: Sequence[int], block_size: int, num_blocks: int, key=fast_block_key) -> list:
     """Chained keys of the first num_blocks full blocks: a block's key covers its own
     tokens and, through its parent's key, every token before it."""
     return chain_keys(0, block_spans(token_ids, block_size, num_blocks), key)
 
 
-def block_spans(token_ids: list[int], block_size: int, num_blocks: int):
+def block_spans(token_ids: Sequence[int], block_size: int, num_blocks: int):
     """The token ids of the first num_blocks blocks, a tuple each (short ids: the last are partial
     or empty)."""
     end = num_blocks * block_size

@@ -43,7 +43,7 @@ class KeptKeys:
         self.block_size = block_size
         self.key = key
         self._prompts: dict[int, KeptPrompt] = {}  # id(prompt ids) -> its keys
-        self._heads: dict = {}  # a prompt's first key -> id() of the prompt kept last with that first block
+        self._heads: dict[Hashable, int] = {}  # a prompt's first key -> id() of the prompt kept last with that first block
         self._bytes = 0  # what _prompts holds, roughly
 
     def _make_room(self, num_bytes: int) -> None:
@@ -63,9 +63,9 @@ class KeptKeys:
         bs = self.block_size
         spans = block_spans(ids, bs, num_blocks)
         first = self.key(0, next(spans))
-        known = self._prompts.get(self._heads.get(first))
+        known = self._prompts.get(self._heads.get(first, -1))  # (-1: no id())
         same = shared_blocks(known.ids, ids, bs, min(len(known.keys), num_blocks)) if known is not None else 0
-        if same:
+        if same and known is not None:
             rest = block_spans(ids[same * bs:], bs, num_blocks - same)
             keys = known.keys[:same] + chain_keys(known.keys[same - 1], rest, self.key)
         else:
@@ -81,7 +81,8 @@ class KeptKeys:
         prompt when the parent and tokens are."""
         tokens = tuple(token_ids[start:start + num_blocks * self.block_size])
         kept = self._prompts.get(id(ids))
-        if kept is not None and kept.tail_start == start and kept.tail_parent == parent and kept.tail_tokens == tokens:
+        if kept is not None and kept.tail_start == start and kept.tail_parent == parent and kept.tail_tokens == tokens \
+                and kept.tail_keys is not None:  # (set with tail_start)
             return kept.tail_keys
         keys = chain_keys(parent, block_spans(tokens, self.block_size, num_blocks), self.key)
         if kept is not None:  # (a prompt dropped since it was keyed is not kept again)

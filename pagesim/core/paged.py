@@ -9,9 +9,8 @@ shared, it is copied first (copy-on-write).
 
 from __future__ import annotations
 
-from functools import partial
-from itertools import compress, takewhile
-from operator import is_not, not_
+from itertools import compress
+from operator import not_
 from typing import Hashable
 
 from mypy_extensions import mypyc_attr
@@ -168,7 +167,12 @@ class PagedKVManager(KVCacheManager):
         state = (seq.seq_id, len(cached), self.device.num_evictions)
         if self._last_lookup[0] == state:
             return self._last_lookup[1]
-        hits: list = list(takewhile(partial(is_not, None), map(cached.get, self._hashes(seq))))  # (up to the first miss)
+        hits: list = []
+        for key in self._hashes(seq):  # (up to the first miss: a compiled loop, no call a key)
+            block: object = cached.get(key)
+            if block is None:
+                break
+            hits.append(block)
         self._last_lookup = (state, hits)
         return hits
 

@@ -243,3 +243,15 @@ def test_release_with_shared_blocks_anywhere_matches_one_decref_each(shared):
         ref.decref(block)
     assert pool.refcount == ref.refcount and list(pool.free_queue) == list(ref.free)
     assert pool.num_refs == sum(ref.refcount)
+
+
+def test_stale_entry_outlives_dropping_the_spent_ones():
+    # Dropping the spent entries keeps a stale one ahead of the head; a later take passes it.
+    queue = FreeBlockQueue(4)
+    assert queue.popleft_n(3) == [0, 1, 2]
+    queue.extend([0, 1, 2])  # entries 0 1 2 | 3 0 1 2
+    queue.remove(1)  # a revival: the entry of 1 goes stale
+    assert queue.popleft_n(2) == [3, 0]  # past the fourth entry: the spent ones are dropped
+    assert queue._order == [1, 2] and list(queue) == [2] and 1 not in queue
+    queue.append(1)
+    assert list(queue) == [2, 1] and queue.popleft_n(2) == [2, 1] and len(queue) == 0
