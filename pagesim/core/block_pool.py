@@ -21,7 +21,7 @@ def store(values: list, indices, new) -> None:
         values[i] = v
 
 
-def fill(values: list, indices, value) -> None:
+def fill(values: list[int], indices: list[int], value: int) -> None:
     """values[i] = value for each i of indices."""
     for i in indices:
         values[i] = value

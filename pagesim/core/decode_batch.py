@@ -4,7 +4,7 @@ decode clock of pagesim.core.decode_runs, and the batch operations both use."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain, compress
+from itertools import compress
 from operator import attrgetter, not_
 from typing import TYPE_CHECKING
 
@@ -44,7 +44,7 @@ class DecodeBatch:
     # per phase (clock modulo block_size, the index): the sequences, in batch order, that take a
     # block at the steps of that phase (one that never does, INF, is in none); None where the KV
     # manager's rooms do not follow its appends (steps_until_new_blocks is asked every run)
-    due: list | None = None
+    due: list[list[Sequence]] | None = None
     block_size: int = 0  # (the KV manager's)
 
     def decoded_by(self, out) -> bool:
@@ -106,19 +106,20 @@ class DecodeBatch:
         self.clock += num_steps
         self.context += num_steps * len(self.seqs)
 
-    def blocks_taken(self, num_steps: int) -> tuple[list, list[int]]:
+    def blocks_taken(self, num_steps: int) -> tuple[list[Sequence], list[int]]:
         """The sequences that take a block in the next num_steps steps, in the order single steps
         take them (step by step, in batch order), and how many take one at each step (needs due).
         The steps of one phase recur every block_size steps: the first block_size steps say all."""
         due, bs = self.due, self.block_size
         assert due is not None
         period = min(num_steps, bs)
-        # the phases of the next period steps, in step order (slices and maps: no Python loop)
-        start = self.clock % bs
-        end = start + period
-        firsts = due[start:end] if end <= bs else due[start:] + due[:end - bs]
-        counts = list(map(len, firsts))
-        taking = list(chain.from_iterable(firsts))
+        # the phases of the next period steps, in step order (native loops, compiled)
+        taking: list[Sequence] = []
+        counts: list[int] = []
+        for step in range(self.clock, self.clock + period):
+            seqs = due[step % bs]
+            taking.extend(seqs)
+            counts.append(len(seqs))
         if num_steps <= bs:
             return taking, counts
         cycles, rest = divmod(num_steps, bs)
@@ -163,7 +164,7 @@ def decode_steps(seqs: list[Sequence], num_steps: int, token_id: int) -> None:
         seq.num_tokens += num_steps
 
 
-def no_phases(block_size: int) -> list[list]:
+def no_phases(block_size: int) -> list[list[Sequence]]:
     """DecodeBatch.due with nothing filed."""
     return [[] for _ in range(block_size)]
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from pagesim.core.decode_batch import (INF, DecodeBatch, decode_steps, drop_finished, drop_positions, no_phases,
                                        stopped_positions)
+from pagesim.core.kv_manager import KVCacheManager
 from pagesim.core.native import Number
 from pagesim.core.request import Sequence, SequenceGroup
 from pagesim.core.scheduler import Scheduler
@@ -120,13 +121,14 @@ def plan_decode(sched: Scheduler, limit: int, absorb_finishes: int = 0) -> Decod
     num_seqs = len(seqs)  # (every group has forked: this is sched.num_running_seqs)
     if (sched.waiting or sched.swapped) and _queued_group_could_start(sched, num_seqs):
         return None
-    to_finish = min(batch.finish_at) - clock
+    first_stop, last_stop = _first_and_last(batch.finish_at)
+    to_finish = first_stop - clock
     horizon = min(limit, to_finish)  # a run may end with the step in which sequences finish, not go past it
     absorbs = (to_finish < min(limit, absorb_finishes) and not (sched.waiting or sched.swapped) and not batch.forked
                and batch.due is not None and not kv.frees_while_decoding)
     if absorbs:
         # (blocks are counted below as if nobody left: on the safe side)
-        horizon = min(limit, absorb_finishes, max(batch.finish_at) - clock)
+        horizon = min(limit, absorb_finishes, last_stop - clock)
     if kv.frees_while_decoding and (sched.waiting or sched.swapped):
         # a sliding window's freed block could let a queued group start: end with the step that frees one
         frees = kv.steps_until_window_frees(seqs)  # (inf where none will)
@@ -421,7 +423,7 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
     finishes: list = []
     used, taken = kv.num_used_blocks, 0
     while True:
-        steps = min(min(batch.finish_at) - batch.clock, num_steps - taken)
+        steps = min(_first_and_last(batch.finish_at)[0] - batch.clock, num_steps - taken)
         num_seqs = len(batch.seqs)
         taking, opened = batch.blocks_taken(steps)
         batch.move_on(steps)
@@ -447,14 +449,30 @@ def _advance_past_finishes(sched: Scheduler, num_steps: int, token_id: int, plan
     return DecodeRun(num_steps, num_seqs, blocks_used, finished, finishes, left_at)
 
 
-def _take_blocks(kv, taking: list, opened: list[int], used: int) -> list[int]:
+def _first_and_last(clocks: list[int]) -> tuple[int, int]:
+    """min(clocks) and max(clocks) in one pass (native ints, compiled: min() and max() are generic
+    calls). clocks is not empty (a batch's finish clocks)."""
+    first = last = clocks[0]
+    for clock in clocks:
+        if clock < first:
+            first = clock
+        elif clock > last:
+            last = clock
+    return first, last
+
+
+def _take_blocks(kv: KVCacheManager, taking: list[Sequence], opened: list[int], used: int) -> list[int]:
     """Give each sequence of taking a new block (in that order: the order single steps take them);
     opened: how many open at each step. Returns the blocks in use after each step."""
+    tables = 1
     if taking:
         kv.append_blocks(taking)
-        if kv.num_token_tables != 1:  # a new block of a sequence is one per token table
-            opened = [n * kv.num_token_tables for n in opened]
-    return list(accumulate(opened, initial=used))[1:]
+        tables = kv.num_token_tables  # a new block of a sequence is one per token table
+    blocks_used: list[int] = []
+    for n in opened:  # (the running sum: native ints, compiled)
+        used += n * tables
+        blocks_used.append(used)
+    return blocks_used
 
 
 def _finish(sched: Scheduler, batch: DecodeBatch, gone: list[int], now: Number, finished: list) -> None:

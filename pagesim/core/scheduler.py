@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pagesim.core.decode_batch import DecodeBatch
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class AdmissionAnswer:
     """What admission() last said about a group: kept until the scheduler's state changes, so
     that the step that follows the decode fast path's question (could the waiting head start
@@ -42,6 +42,10 @@ class AdmissionAnswer:
     budget: Number
     num_seqs: int  # running sequences when asked
     counts: list[int] | None
+
+    def __init__(self, group: SequenceGroup, budget: Number, num_seqs: int, counts: list[int] | None) -> None:
+        # (an __init__ of its own, compiled: see pagesim.core.step.BatchShape)
+        self.group, self.budget, self.num_seqs, self.counts = group, budget, num_seqs, counts
 
 
 class Scheduler:

@@ -28,9 +28,11 @@ def prefill_attn_pairs(new_tokens: int, context_before: int = 0) -> int:
 # (init=False and an __init__ of its own, here and in the other classes made once per step, run or
 # request: mypyc compiles it, where the one dataclasses writes runs in the interpreter, 3-11k
 # instructions a call; mypyc/mypyc#817. Its parameters are the fields, in order, with their defaults.)
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class BatchShape:
-    """What one iteration computes and moves: all a cost model looks at."""
+    """What one iteration computes and moves: all a cost model looks at. A value: equal and
+    hashed by its fields, never changed once made (not frozen: a frozen dataclass's __init__ sets
+    each field through object.__setattr__, a generic call even compiled)."""
 
     num_prefill_tokens: int         # new tokens computed this step for sequences in prefill
     num_prefill_seqs: int           # (a whole prompt, a chunk, or a recompute)
@@ -44,15 +46,14 @@ class BatchShape:
     def __init__(self, num_prefill_tokens: int = 0, num_prefill_seqs: int = 0, prefill_attn_pairs: int = 0,
                  num_decode_seqs: int = 0, decode_context_tokens: int = 0, num_swap_blocks: int = 0,
                  num_copy_blocks: int = 0, block_size: int = 16) -> None:
-        setter = object.__setattr__  # (frozen: as the dataclass's own __init__ sets them)
-        setter(self, "num_prefill_tokens", num_prefill_tokens)
-        setter(self, "num_prefill_seqs", num_prefill_seqs)
-        setter(self, "prefill_attn_pairs", prefill_attn_pairs)
-        setter(self, "num_decode_seqs", num_decode_seqs)
-        setter(self, "decode_context_tokens", decode_context_tokens)
-        setter(self, "num_swap_blocks", num_swap_blocks)
-        setter(self, "num_copy_blocks", num_copy_blocks)
-        setter(self, "block_size", block_size)
+        self.num_prefill_tokens = num_prefill_tokens
+        self.num_prefill_seqs = num_prefill_seqs
+        self.prefill_attn_pairs = prefill_attn_pairs
+        self.num_decode_seqs = num_decode_seqs
+        self.decode_context_tokens = decode_context_tokens
+        self.num_swap_blocks = num_swap_blocks
+        self.num_copy_blocks = num_copy_blocks
+        self.block_size = block_size
 
     @property
     def num_tokens(self) -> int:

@@ -6,8 +6,6 @@ plain decode step is linear in its context (a list a run: compiled, scripts/comp
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from itertools import accumulate
 
 from pagesim.core.decode_runs import DecodePlan
 from pagesim.core.native import Number
@@ -31,20 +29,28 @@ def run_times(cost, block_size: int, plan: DecodePlan, now: Number, until: Numbe
             # the same floats; this one mostly ends the run without a second)
             chunk = stop if until == math.inf else 16 if pace <= 0 else max(16, int((until - now) / pace) + 2)
             count = min(chunk, stop - len(ends))
-            part = cost.decode_run_durations(num_seqs, context + (len(ends) - start) * num_seqs, count, block_size)
+            part: list = cost.decode_run_durations(num_seqs, context + (len(ends) - start) * num_seqs, count,
+                                                   block_size)
             pace = part[-1]
-            part_ends = list(accumulate(part, initial=now))  # (part_ends[k]: the end of the chunk's k-th step)
-            # (durations are positive, so ends increase: the first end at or after until)
-            cut = bisect_left(part_ends, until, 1)
-            if cut <= count:
+            # each step's end, one duration added at a time (as successive timeouts add them), up
+            # to the first at or after until (durations are positive: ends increase)
+            part_ends: list = []
+            end = now
+            for duration in part:
+                end = end + duration
+                part_ends.append(end)
+                if end >= until:
+                    break
+            cut = len(part_ends)
+            if end >= until:
                 if not ends:  # (most runs: cut inside the first chunk)
-                    return part[:cut], part_ends[1:cut + 1], pace
+                    return part[:cut], part_ends, pace
                 durations += part[:cut]
-                ends += part_ends[1:cut + 1]
+                ends += part_ends
                 return durations, ends, pace
             durations += part
-            ends += part_ends[1:]
-            now = part_ends[-1]
+            ends += part_ends
+            now = end
         start = stop
     return durations, ends, pace
 
@@ -66,7 +72,12 @@ def linear_context_durations(base: float, per_ctx: float, num_seqs: int, context
     """Decode run durations for a model whose plain decode step is `base + context_tokens * per_ctx`
     (`decode_run_durations` of the roofline, calibrated and profiled models). The model's
     iteration_time must add that context term last, to the same base, so the floats are equal."""
-    return [base + context * per_ctx for context in range(context_tokens, context_tokens + num_steps * num_seqs, num_seqs)]
+    durations: list[float] = []
+    context = context_tokens
+    for _ in range(num_steps):  # (native ints: a range with a step would iterate generically, compiled)
+        durations.append(base + context * per_ctx)
+        context += num_seqs
+    return durations
 
 
 def windowed_context_durations(base: float, per_ctx: float, per_window_ctx: float, window: int, num_seqs: int,
@@ -77,5 +88,9 @@ def windowed_context_durations(base: float, per_ctx: float, per_window_ctx: floa
     sequence is past the window or none is). iteration_time must add the two terms last, in this
     order, to the same base."""
     cap = num_seqs * window
-    return [base + context * per_ctx + (context if context < cap else cap) * per_window_ctx
-            for context in range(context_tokens, context_tokens + num_steps * num_seqs, num_seqs)]
+    durations: list[float] = []
+    context = context_tokens
+    for _ in range(num_steps):
+        durations.append(base + context * per_ctx + (context if context < cap else cap) * per_window_ctx)
+        context += num_seqs
+    return durations
