@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import chain, islice, repeat
@@ -239,15 +240,14 @@ def _extend(column: array, values) -> None:
 class StepTotals:
     """A step log's time-weighted totals (durations, and blocks used, blocks without sharing and
     the pool's share used, each times the step's duration), summed in step order: each total
-    gains one term a step, left to right, as `total += value` would add them. The steps' values
-    wait in arrays and are summed a stretch at a time (settled(), at the latest when read):
-    with numpy, whose products are the same floats and whose add.accumulate adds left to right,
-    as a Python loop does; a few at a time (a planner reading the totals as each request leaves)
-    with that loop. Per-step Python sums were ~9 % of a chunked replay's instructions. A log that
-    keeps its steps has their values in its columns already: the totals read them there."""
+    gains one term a step, left to right, as `total += value` would add them. Steps are added as
+    they come, in a loop of native floats (this module is compiled: scripts/compile.py). A log
+    that keeps its steps has their values in its columns already: the totals read them there a
+    stretch at a time (settled(), at the latest when read), with numpy, whose products are the
+    same floats and whose add.accumulate adds left to right, as the loop does."""
 
-    SETTLE_STEPS = 1 << 14  # (the waiting values: ~12 bytes a step; numpy's temporaries this size)
-    LOOP_STEPS = 64  # fewer are summed in a Python loop (numpy's call costs more)
+    SETTLE_STEPS = 1 << 14  # (a kept log's stretch: numpy's temporaries this size)
+    LOOP_STEPS = 64  # fewer are summed in a loop (numpy's call costs more)
 
     def __reduce__(self):
         return StepTotals, (0,), attributes_of(self)  # (sent back from workers: pagesim.core.native)
@@ -259,41 +259,40 @@ class StepTotals:
         """kept: a log that keeps its steps, whose columns the totals read (nothing is added here)."""
         self.total_blocks = total_blocks
         self.duration_sum = self.used_time = self.logical_time = self.utilization_time = 0.0
-        self._durations, self._used = array("d"), array("i")
-        self._logical: array | None = None  # while every waiting step's logical blocks are its used ones: None
         self._kept, self._kept_upto = kept, 0  # (steps of the kept columns summed)
 
     def add(self, durations: list, used: list[int], logical: list[int]) -> None:
         """Steps of a run (logical is used where they share no block)."""
-        if logical is not used and self._logical is None:
-            self._logical = self._used[:]
-        _extend(self._durations, durations)
-        _extend(self._used, used)
-        if self._logical is not None:
-            _extend(self._logical, logical)
-        if len(self._used) >= self.SETTLE_STEPS:
-            self.settled()
+        total = self.total_blocks
+        duration_sum, used_time = self.duration_sum, self.used_time
+        logical_time, utilization_time = self.logical_time, self.utilization_time
+        for i in range(len(used)):
+            seconds: float = durations[i]
+            blocks = used[i]
+            duration_sum += seconds
+            used_time += blocks * seconds
+            logical_time += logical[i] * seconds
+            if total:
+                utilization_time += blocks / total * seconds
+        self.duration_sum, self.used_time = duration_sum, used_time
+        self.logical_time, self.utilization_time = logical_time, utilization_time
 
-    def add_one(self, duration: Number, used: int, logical: int) -> None:
-        if logical != used and self._logical is None:
-            self._logical = self._used[:]
-        self._durations.append(duration)
-        self._used.append(used)
-        if self._logical is not None:
-            self._logical.append(logical)
-        if len(self._used) >= self.SETTLE_STEPS:  # (a chunked replay adds most of its steps one by one)
-            self.settled()
+    def add_one(self, duration: float, used: int, logical: int) -> None:
+        self.duration_sum += duration
+        self.used_time += used * duration
+        self.logical_time += logical * duration
+        if self.total_blocks:
+            self.utilization_time += used / self.total_blocks * duration
 
     def settled(self) -> StepTotals:
-        """The totals with every step added so far (self), a stretch at a time (a long run's
-        temporaries stay a stretch's size)."""
-        if self._kept is not None:  # (its columns, from the first step not summed yet)
-            kept, start = self._kept, self._kept_upto
-            durations, used, logical = kept.duration, kept.kv_blocks_used, kept._logical
-            self._kept_upto = len(durations)
-        else:
-            durations, used, logical, start = self._durations, self._used, self._logical, 0
-            self._durations, self._used, self._logical = array("d"), array("i"), None
+        """The totals with every step added so far (self); a kept log's columns a stretch at a
+        time (a long run's temporaries stay a stretch's size)."""
+        kept = self._kept
+        if kept is None:  # (added as they came)
+            return self
+        start = self._kept_upto
+        durations, used, logical = kept.duration, kept.kv_blocks_used, kept._logical
+        self._kept_upto = len(durations)
         for upto in range(start, len(durations), self.SETTLE_STEPS):
             stop = upto + self.SETTLE_STEPS
             self._add_up(durations[upto:stop], used[upto:stop], logical[upto:stop] if logical is not None else None)
@@ -345,10 +344,7 @@ class StepStarts:
     subtraction's rounding exceeds slack (long runs' large clocks). For any other step k and any
     t at or after step k - 1's end (t at or after ends[k - 1], as bisect_right(ends, t) == k
     gives) the test holds: start <= ends[k - 1] + slack <= t + slack, the same floats. Steps
-    are checked FOLD_STEPS at a time (numpy: the same float arithmetic), so a run's steps cost
-    two list copies here, not a Python loop."""
-
-    FOLD_STEPS = 1 << 14  # (its temporaries: five arrays of this many floats)
+    are checked as they are added, in a loop of native floats (compiled)."""
 
     def __reduce__(self):
         return StepStarts, (0.0,), attributes_of(self)  # (sent back from workers: pagesim.core.native)
@@ -356,48 +352,38 @@ class StepStarts:
     def __setstate__(self, attributes: dict) -> None:
         set_attributes(self, attributes)
 
-    def __init__(self, slack: Number):
+    def __init__(self, slack: float):
         self.slack = slack
         self.num_steps = 0  # steps checked
-        self.last_end: float | None = None  # the last checked step's end
+        self.last_end = -math.inf  # the last checked step's end (none yet: the first step is kept)
         self.late = array("i")  # (step indices: a replay stays far below 2**31 steps)
         self.late_start = array("d")
-        self._ends, self._durations = array("d"), array("d")  # steps added, not checked yet
 
     def add(self, ends: list, durations: list) -> None:
         """Steps in time order: their end times and durations (lists)."""
-        self._ends.fromlist(ends)
-        self._durations.fromlist(durations)
-        if len(self._ends) >= self.FOLD_STEPS:
-            self._fold()
-
-    def add_one(self, end: Number, duration: Number) -> None:
-        """add() for one step."""
-        self._ends.append(end)
-        self._durations.append(duration)
-
-    def _fold(self) -> None:
-        import numpy as np
-
-        if not self._ends:
-            return
-        ends, durations = np.frombuffer(self._ends), np.frombuffer(self._durations)
-        starts = ends - durations
-        previous = np.empty_like(ends)
-        previous[0] = -np.inf if self.last_end is None else self.last_end  # (the very first step: kept)
-        previous[1:] = ends[:-1]
-        late = np.flatnonzero(starts > previous + self.slack)
-        self.late.extend((late + self.num_steps).tolist())
-        self.late_start.extend(starts[late].tolist())
+        previous, slack, first = self.last_end, self.slack, self.num_steps
+        for i in range(len(ends)):
+            end: float = ends[i]
+            duration: float = durations[i]
+            start = end - duration
+            if start > previous + slack:
+                self.late.append(first + i)
+                self.late_start.append(start)
+            previous = end
         self.num_steps += len(ends)
-        self.last_end = float(ends[-1])
-        del ends, durations, starts, previous  # (views of the buffers, which are replaced now)
-        self._ends, self._durations = array("d"), array("d")
+        self.last_end = previous
+
+    def add_one(self, end: float, duration: float) -> None:
+        """add() for one step."""
+        start = end - duration
+        if start > self.last_end + self.slack:
+            self.late.append(self.num_steps)
+            self.late_start.append(start)
+        self.num_steps += 1
+        self.last_end = end
 
     def begun_by(self, step: int, t: Number) -> bool:
         """end - duration <= t + slack for the step (t at or after the previous step's end)."""
-        if self._ends:
-            self._fold()
         at = bisect_left(self.late, step)
         if at < len(self.late) and self.late[at] == step:
             return self.late_start[at] <= t + self.slack
