@@ -1,8 +1,8 @@
 """Compile the replay's hot modules with mypyc, in place: `python scripts/compile.py [--clean]`.
 
 The modules below are plain, typed Python; mypyc (mypy's compiler) turns each into a C extension
-that sits beside its source and is imported in its place (a replay in 0.74-0.85x the time:
-reports/bench_sim.md). Nothing else changes: the sources stay the code that is read, tested and
+that sits beside its source and is imported in its place (reports/bench_sim.md and
+reports/bench_instructions.md say how much faster). Nothing else changes: the sources stay the code that is read, tested and
 imported wherever no extension was built (a wheel installed without this step, a machine without
 a C compiler, or PAGESIM_PURE_PYTHON=1). `make setup` runs this script; where it cannot compile,
 it says so in one line and pagesim runs as plain Python.
