@@ -35,26 +35,21 @@ def _differs(text: str) -> bool:
 
 def float_texts(values) -> list[str]:
     """[repr(x) for x in values] for a sequence of floats (an array('d') or a list)."""
-    if orjson is not None and getattr(values, "typecode", None) == "d" and values:
-        # (doubles only: no None, int or other type to look for, as value_texts must; ~15 % of steps.csv)
-        floats = values.tolist()
-        text = orjson.dumps(floats).decode()[1:-1]
-        if "null" not in text and (min(floats) >= 1e-4 or not _differs(text)):  # (no NaN or infinity)
-            return text.split(",")
-        return list(map(repr, floats))
-    return value_texts(values.tolist() if hasattr(values, "tolist") else list(values))
+    doubles = getattr(values, "typecode", None) == "d"  # (an array('d') holds floats only)
+    return value_texts(values.tolist() if hasattr(values, "tolist") else list(values), doubles)
 
 
-def value_texts(values: list) -> list[str]:
+def value_texts(values: list, doubles: bool = False) -> list[str]:
     """What csv.writer writes for each of a column's values: "" for None, str() of the rest
-    (a float's repr)."""
+    (a float's repr). doubles: every value is known to be a float (no None, int or other type
+    to look for)."""
     # (min() before the scans for 0.0000: they are slow on texts full of 0.0, as step durations are)
-    if orjson is not None and values and set(map(type, values)) <= _PLAIN_TYPES:
+    if orjson is not None and values and (doubles or set(map(type, values)) <= _PLAIN_TYPES):
         try:
             text = orjson.dumps(values).decode()[1:-1]
         except orjson.JSONEncodeError:  # (an int beyond 64 bits)
             text = None
-        nones = values.count(None)
+        nones = 0 if doubles else values.count(None)
         # every null a None (not a NaN or an infinity), and no number written otherwise
         if text is not None and text.count("null") == nones and ((not nones and min(values) >= 1e-4) or not _differs(text)):
             return text.replace("null", "").split(",") if nones else text.split(",")

@@ -244,10 +244,11 @@ class StepTotals:
     they come, in a loop of native floats (this module is compiled: scripts/compile.py). A log
     that keeps its steps has their values in its columns already: the totals read them there a
     stretch at a time (settled(), at the latest when read), with numpy, whose products are the
-    same floats and whose add.accumulate adds left to right, as the loop does."""
+    same floats and whose add.accumulate adds left to right, as the loop does (a few steps by
+    the loop: numpy's call costs more)."""
 
     SETTLE_STEPS = 1 << 14  # (a kept log's stretch: numpy's temporaries this size)
-    LOOP_STEPS = 64  # fewer are summed in a loop (numpy's call costs more)
+    LOOP_STEPS = 64  # fewer are summed by the loop
 
     def __reduce__(self):
         return StepTotals, (0,), attributes_of(self)  # (sent back from workers: pagesim.core.native)
@@ -278,11 +279,7 @@ class StepTotals:
         self.logical_time, self.utilization_time = logical_time, utilization_time
 
     def add_one(self, duration: float, used: int, logical: int) -> None:
-        self.duration_sum += duration
-        self.used_time += used * duration
-        self.logical_time += logical * duration
-        if self.total_blocks:
-            self.utilization_time += used / self.total_blocks * duration
+        self.add([duration], [used], [logical])
 
     def settled(self) -> StepTotals:
         """The totals with every step added so far (self); a kept log's columns a stretch at a
@@ -299,39 +296,27 @@ class StepTotals:
         return self
 
     def _add_up(self, durations: array, used: array, logical: array | None) -> None:
-        """Add steps' terms to the totals (logical None: every one's logical blocks are its used ones)."""
-        if not used:
+        """Add a kept stretch's terms to the totals (logical None: every step's logical blocks are
+        its used ones)."""
+        if len(used) < self.LOOP_STEPS:
+            blocks = used.tolist()
+            self.add(durations.tolist(), blocks, logical.tolist() if logical is not None else blocks)
             return
+        import numpy as np
+
         # (where every step's logical blocks were its used ones so far, the two totals are the same float)
         same = logical is None and self.logical_time == self.used_time
-        logical = used if logical is None else logical
-        total = self.total_blocks
-        if len(used) < self.LOOP_STEPS:
-            seconds, blocks = durations.tolist(), used.tolist()
-            for d in seconds:
-                self.duration_sum += d
-            for u, d in zip(blocks, seconds):
-                self.used_time += u * d
-            if not same:
-                for u, d in zip(logical.tolist(), seconds):
-                    self.logical_time += u * d
-            if total:
-                for u, d in zip(blocks, seconds):
-                    self.utilization_time += u / total * d
-        else:
-            import numpy as np
-
-            step_seconds = np.frombuffer(durations, dtype=np.float64)
-            step_blocks = np.frombuffer(used, dtype=np.int32).astype(np.float64)
-            self.duration_sum = sum_in_order(step_seconds, self.duration_sum)
-            self.used_time = sum_in_order(step_blocks * step_seconds, self.used_time)
-            if not same:
-                logical_blocks = np.frombuffer(logical, dtype=np.int32).astype(np.float64)
-                self.logical_time = sum_in_order(logical_blocks * step_seconds, self.logical_time)
-            if total:
-                self.utilization_time = sum_in_order(step_blocks / total * step_seconds, self.utilization_time)
+        step_seconds = np.frombuffer(durations, dtype=np.float64)
+        step_blocks = np.frombuffer(used, dtype=np.int32).astype(np.float64)
+        self.duration_sum = sum_in_order(step_seconds, self.duration_sum)
+        self.used_time = sum_in_order(step_blocks * step_seconds, self.used_time)
         if same:
             self.logical_time = self.used_time
+        else:
+            logical_blocks = step_blocks if logical is None else np.frombuffer(logical, dtype=np.int32).astype(np.float64)
+            self.logical_time = sum_in_order(logical_blocks * step_seconds, self.logical_time)
+        if self.total_blocks:
+            self.utilization_time = sum_in_order(step_blocks / self.total_blocks * step_seconds, self.utilization_time)
 
 
 class StepStarts:
@@ -375,12 +360,7 @@ class StepStarts:
 
     def add_one(self, end: float, duration: float) -> None:
         """add() for one step."""
-        start = end - duration
-        if start > self.last_end + self.slack:
-            self.late.append(self.num_steps)
-            self.late_start.append(start)
-        self.num_steps += 1
-        self.last_end = end
+        self.add([end], [duration])
 
     def begun_by(self, step: int, t: Number) -> bool:
         """end - duration <= t + slack for the step (t at or after the previous step's end)."""
