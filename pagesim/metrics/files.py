@@ -26,9 +26,11 @@ from itertools import chain, islice, repeat
 from operator import attrgetter
 from pathlib import Path
 
-from pagesim.metrics.float_text import float_texts, value_texts
+import numpy
+
+from pagesim.metrics.float_text import float_row_texts, value_texts
 from pagesim.metrics.records import HELD_FIELDS, REQUEST_FIELDS, SESSION_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
-from pagesim.metrics.step_log import StepLog
+from pagesim.metrics.step_log import StepLog, unpack_held
 
 STEPS_CHOICES = ("all", "sampled", "none")
 CHUNK_STEPS = 1 << 14  # lines made per write (of steps.csv, ~1.4 MB; of requests.csv): memory stays flat
@@ -95,9 +97,52 @@ def write_steps_csv(path: Path, log: StepLog, which: str = "all") -> None:
             f.write(lines.text(first, min(first + CHUNK_STEPS, len(log))))
 
 
+class _StepLines:
+    """steps.csv's lines, a stretch of steps at a time: "time,duration" (float_row_texts: both
+    reprs at once, most of the cost), the middle and last pieces of the step's row of held values
+    (rows recur: 4,006 distinct of 47,159 in a 10k chunked-prefill replay, so each row's pieces
+    are made once, under an id) and "used,logical,utilization," (memoized by block count). Each
+    piece goes into every line that holds it by slice assignment, the rows' by their ids
+    repeated by numpy, and the stretch is joined once."""
+
+    def __init__(self, log: StepLog):
+        self.log = log
+        total = log.total_blocks
+        self.row_ids: dict[bytes, int] = {}  # a row of held values (its bytes) -> its id, an index into:
+        self.middles: list[str] = []  # the row's first six fields (",a,b,c,d,e,f,")
+        self.lasts: list[str] = []  # and its last four ("g,h,i,j\n")
+        self.utilization = _Memo(lambda used: f"{used / total if total else 0.0!r},")
+        self.blocks = _Memo(lambda used: f"{used},{used},{self.utilization[used]}")  # (logical = used: no sharing)
+        self.counts = _Memo(lambda count: f"{count},")
+
+    def text(self, first: int, stop: int) -> str:
+        log, row_ids = self.log, self.row_ids
+        if len(row_ids) >= MEMO_ENTRIES:  # (bounded memory; between stretches: ids stay valid through one)
+            row_ids.clear(), self.middles.clear(), self.lasts.clear()
+        rows, counts = log.held_runs(first, stop)
+        known = len(row_ids)
+        ids = [row_ids.setdefault(row, len(row_ids)) for row in rows]
+        for row in map(unpack_held, islice(row_ids, known, None)):
+            self.middles.append(_MIDDLE % row[:6])
+            self.lasts.append(_LAST % row[6:])
+        line_ids = numpy.repeat(numpy.array(ids, numpy.int64), counts).tolist()
+        used = log.kv_blocks_used[first:stop]
+        logical = log.kv_blocks_logical[first:stop] if log.shares_blocks else used
+        parts = [""] * (4 * (stop - first))
+        parts[0::4] = float_row_texts([log.time[first:stop], log.duration[first:stop]])
+        parts[1::4] = map(self.middles.__getitem__, line_ids)
+        if logical == used:
+            parts[2::4] = map(self.blocks.__getitem__, used)
+        else:
+            count, utilization = self.counts.__getitem__, self.utilization.__getitem__
+            parts[2::4] = map("".join, zip(map(count, used), map(count, logical), map(utilization, used)))
+        parts[3::4] = map(self.lasts.__getitem__, line_ids)
+        return "".join(parts)
+
+
 class _Memo(dict):
-    """Texts of values that recur (rows of held values, block counts), made by `make` on first
-    sight; emptied when it holds MEMO_ENTRIES, so memory stays bounded."""
+    """Texts of values that recur (block counts), made by `make` on first sight; emptied when it
+    holds MEMO_ENTRIES, so memory stays bounded."""
 
     def __init__(self, make):
         super().__init__()
@@ -110,45 +155,8 @@ class _Memo(dict):
         return text
 
 
-class _StepLines:
-    """steps.csv's lines, a stretch of steps at a time. A row of held values gives the pieces
-    around the per-step fields of the lines of the steps that hold it (rows recur: 4,006 distinct
-    of 47,159 in a 10k chunked-prefill replay, so the pieces come from memos); each step's line
-    is its end time's and its duration's reprs, the row's middle piece, "used,logical,
-    utilization," (a memo's, by block count) and the row's last piece, laid out by slice
-    assignment (8-9 % less time than zipping them line by line) and joined once. The two reprs
-    are most of the cost. (Memoizing durations, which recur too, saved instructions but no time:
-    a lookup in a dict that large, and the join's reads of the texts it holds, miss the caches.)"""
-
-    def __init__(self, log: StepLog):
-        self.log = log
-        total = log.total_blocks
-        self.middles = _Memo(lambda held: _MIDDLE % held[:6])
-        self.lasts = _Memo(lambda held: _LAST % held[6:])
-        self.utilization = _Memo(lambda used: f"{used / total if total else 0.0!r},")
-        self.blocks = _Memo(lambda used: f"{used},{used},{self.utilization[used]}")  # (logical = used: no sharing)
-        self.counts = _Memo(lambda count: f"{count},")
-
-    def text(self, first: int, stop: int) -> str:
-        log = self.log
-        held, counts = log.held_rows(first, stop)
-        used = log.kv_blocks_used[first:stop]
-        logical = log.kv_blocks_logical[first:stop] if log.shares_blocks else used
-        parts = [","] * (6 * (stop - first))  # (every line's second piece is the comma)
-        parts[0::6] = float_texts(log.time[first:stop])
-        parts[2::6] = float_texts(log.duration[first:stop])
-        parts[3::6] = chain.from_iterable(map(repeat, map(self.middles.__getitem__, held), counts))
-        if logical == used:
-            parts[4::6] = map(self.blocks.__getitem__, used)
-        else:
-            count, utilization = self.counts.__getitem__, self.utilization.__getitem__
-            parts[4::6] = map("".join, zip(map(count, used), map(count, logical), map(utilization, used)))
-        parts[5::6] = chain.from_iterable(map(repeat, map(self.lasts.__getitem__, held), counts))
-        return "".join(parts)
-
-
-# a line: time, ",", duration, then a held row's first six fields (the middle piece), the
-# blocks ("used,logical,utilization,") and its last four (the last piece)
+# a line: "time,duration", then a held row's first six fields (the middle), the blocks
+# ("used,logical,utilization,") and the row's last four fields
 _MIDDLE = ",%d,%d,%d,%d,%d,%d,"
 _LAST = "%d,%d,%d,%d\n"
 assert STEP_FIELDS[:2] == ("time", "duration") and STEP_FIELDS[2:8] == HELD_FIELDS[:6] and \

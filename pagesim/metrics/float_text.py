@@ -7,13 +7,17 @@ on every finite value except those with 0 < |x| < 1e-4: there Python writes an e
 least two digits (1e-05) where orjson writes digits (0.00001) or a one-digit exponent (1e-5). They
 also differ on NaN and infinities (orjson writes null, as for None). So a stretch of values is
 written by orjson, and written again with repr() or str() if orjson's text holds any of those
-cases; where orjson is not installed, Python writes everything. tests/metrics/test_float_text.py
+cases (value_texts), or only the rows that hold one are (float_row_texts, where numpy finds
+them); where orjson is not installed, Python writes everything. tests/metrics/test_float_text.py
 compares the two on random bit patterns, on every decade and on the edge cases.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
+
+import numpy
 
 try:
     import orjson
@@ -33,10 +37,33 @@ def _differs(text: str) -> bool:
             or ("e-" in text and _SHORT_EXPONENT.search(text) is not None))
 
 
-def float_texts(values) -> list[str]:
-    """[repr(x) for x in values] for a sequence of floats (an array('d') or a list)."""
-    doubles = getattr(values, "typecode", None) == "d"  # (an array('d') holds floats only)
-    return value_texts(values.tolist() if hasattr(values, "tolist") else list(values), doubles)
+def float_row_texts(columns: list) -> list[str]:
+    """For each row i, the reprs of columns[k][i] joined by "," (columns: equal-length sequences
+    of floats, array('d') or lists): steps.csv's "time,duration" pieces. The columns are
+    interleaved into one numpy array, which orjson writes straight from its buffer (no float
+    objects made), and the text is cut into rows at every len(columns)-th comma. A row holding a
+    value orjson writes otherwise (0 < |x| < 1e-4, NaN, infinities) is written by repr()."""
+    width = len(columns)
+    rows = len(columns[0]) if columns else 0
+    if orjson is None or not rows:
+        return [",".join(map(repr, row)) for row in zip(*columns)]
+    table = numpy.empty((rows, width))
+    for k, column in enumerate(columns):
+        table[:, k] = numpy.frombuffer(column, dtype=numpy.float64) if isinstance(column, array) else column
+    try:
+        raw = bytearray(orjson.dumps(table.reshape(-1), option=orjson.OPT_SERIALIZE_NUMPY))
+    except orjson.JSONEncodeError:  # (an orjson that cannot write numpy arrays)
+        return [",".join(map(repr, row)) for row in zip(*columns)]
+    if width > 1:  # every width-th comma ends a row
+        text = numpy.frombuffer(raw, dtype=numpy.uint8)
+        text[numpy.flatnonzero(text == ord(","))[width - 1::width]] = ord("\n")
+        del text  # (a bytearray with a view on it cannot be resized)
+    texts = raw[1:-1].decode().split("\n" if width > 1 else ",")
+    magnitude = numpy.abs(table)
+    odd = ((magnitude < 1e-4) & (magnitude > 0)) | ~numpy.isfinite(table)
+    for i in numpy.flatnonzero(odd.any(axis=1)).tolist():
+        texts[i] = ",".join(map(repr, table[i].tolist()))
+    return texts
 
 
 def value_texts(values: list, doubles: bool = False) -> list[str]:

@@ -9,6 +9,8 @@ from itertools import chain, islice, repeat
 from operator import sub, truediv
 from struct import Struct
 
+import numpy
+
 from pagesim.core.native import Number, attributes_of, set_attributes
 from pagesim.metrics.itl import sum_in_order
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
@@ -174,15 +176,16 @@ class StepLog:
         for i, (first, stop) in enumerate(zip(starts, stops)):
             yield first, stop, held[i * width:(i + 1) * width]
 
-    def held_rows(self, first: int, stop: int) -> tuple[list[tuple], list[int]]:
-        """The rows of held values that steps first .. stop - 1 hold (tuples, HELD_FIELDS in
-        order), and for each the number of those steps that hold it."""
+    def held_runs(self, first: int, stop: int) -> tuple[list[bytes], list[int]]:
+        """The rows of held values that steps first .. stop - 1 hold, each as its bytes (a key:
+        unpack_held gives its values, HELD_FIELDS in order), and for each the number of those
+        steps that hold it."""
         self._check_kept()
-        width = len(HELD_FIELDS)
         starts = self.held_from
         r0, r1 = bisect_right(starts, first) - 1, bisect_left(starts, stop)
         bounds = [first, *starts[r0 + 1:r1], stop]
-        return list(zip(*[iter(self.held[r0 * width:r1 * width])] * width)), list(map(sub, bounds[1:], bounds))
+        rows = numpy.frombuffer(self.held, _HELD_ROW)[r0:r1].tolist()  # (bytes objects, made in C)
+        return rows, list(map(sub, bounds[1:], bounds))
 
     def held_column(self, name: str):
         """One held field, step by step."""
@@ -225,7 +228,10 @@ class StepLog:
 
 # one row of held values as the bytes of array("i") items (native int, as the array holds them):
 # held.extend(row) converts a tuple item by item, ~3x slower for a row of ten
-_pack_held = Struct(f"{len(HELD_FIELDS)}i").pack
+_HELD_STRUCT = Struct(f"{len(HELD_FIELDS)}i")
+_pack_held = _HELD_STRUCT.pack
+unpack_held = _HELD_STRUCT.unpack
+_HELD_ROW = numpy.dtype((numpy.void, _HELD_STRUCT.size))  # (one row's bytes as one numpy item)
 
 
 def _extend(column: array, values) -> None:
@@ -302,8 +308,7 @@ class StepTotals:
             blocks = used.tolist()
             self.add(durations.tolist(), blocks, logical.tolist() if logical is not None else blocks)
             return
-        import numpy as np
-
+        np = numpy
         # (where every step's logical blocks were its used ones so far, the two totals are the same float)
         same = logical is None and self.logical_time == self.used_time
         step_seconds = np.frombuffer(durations, dtype=np.float64)

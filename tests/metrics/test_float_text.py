@@ -11,7 +11,7 @@ from array import array
 import pytest
 
 from pagesim.metrics import float_text
-from pagesim.metrics.float_text import float_texts, value_texts
+from pagesim.metrics.float_text import float_row_texts, value_texts
 
 orjson = pytest.importorskip("orjson")  # (the writers' speed-up; without it Python writes everything)
 
@@ -33,18 +33,41 @@ EDGES = [0.0, -0.0, 1e-4, 0.0001, 9.999999999999999e-05, 1e-05, 2.5e-05, -3e-07,
 
 
 @pytest.mark.parametrize("with_orjson", [True, False])
-def test_float_texts_are_the_reprs(with_orjson, monkeypatch):
+def test_float_row_texts_are_the_reprs(with_orjson, monkeypatch):
+    """Rows of one, two and three columns, as lists and as array('d'): each row's reprs joined by
+    commas, whatever the values (random bit patterns, every decade, edges, NaN and infinities,
+    tiny values alone in a row and beside ordinary ones)."""
     if not with_orjson:
         monkeypatch.setattr(float_text, "orjson", None)
     for values in (_random_doubles(20_000, 1), _every_decade(2), EDGES, [0.5, 1e-05, 3.25], [math.nan, 1.0],
                    [math.inf, -math.inf], []):
-        assert float_texts(values) == [repr(x) for x in values]
-        assert float_texts(array("d", values)) == [repr(x) for x in values]
+        for width in (1, 2, 3):
+            columns = [values[k:] + values[:k] for k in range(width)]  # (each row mixes values)
+            expected = [",".join(map(repr, row)) for row in zip(*columns)]
+            assert float_row_texts(columns) == expected, (width, values[:3])
+            assert float_row_texts([array("d", column) for column in columns]) == expected
+
+
+def test_rows_are_written_by_orjson_at_once_and_odd_ones_by_repr(monkeypatch):
+    """One orjson call writes every row; a row holding a value orjson writes otherwise is
+    written again by repr(), and only that row."""
+    calls = []
+    real = orjson.dumps
+    monkeypatch.setattr(float_text, "orjson", type("Spy", (), {
+        "dumps": staticmethod(lambda v, **options: calls.append(v) or real(v, **options)),
+        "JSONEncodeError": orjson.JSONEncodeError, "OPT_SERIALIZE_NUMPY": orjson.OPT_SERIALIZE_NUMPY}))
+    reprs = []
+    monkeypatch.setattr(float_text, "repr", lambda x: reprs.append(x) or repr(x), raising=False)
+    times = [1234.0001 + 0.02 * i for i in range(1000)]  # ("0.0000" inside tokens is no reason)
+    durations = [0.02] * 500 + [3e-05] + [0.0] * 499
+    texts = float_row_texts([times, durations])
+    assert texts == [f"{t!r},{d!r}" for t, d in zip(times, durations)]
+    assert len(calls) == 1 and reprs == [times[500], 3e-05]
 
 
 def test_a_stretch_is_written_by_orjson_unless_a_value_needs_repr(monkeypatch):
-    """The check that sends a stretch back to repr() fires on the values orjson writes otherwise
-    (and so the fast path is taken on ordinary times)."""
+    """value_texts' check that sends a stretch back to repr() fires on the values orjson writes
+    otherwise (and so the fast path is taken on ordinary times)."""
     calls = []
     real = float_text.orjson.dumps
     monkeypatch.setattr(float_text, "orjson", type("Spy", (), {"dumps": staticmethod(lambda v: calls.append(v) or real(v)),
@@ -54,7 +77,7 @@ def test_a_stretch_is_written_by_orjson_unless_a_value_needs_repr(monkeypatch):
     for tiny in (1e-05, -2e-05, 3e-07, 9.99e-05):
         text = real(times[:10] + [tiny] + times[10:]).decode()[1:-1]
         assert float_text._differs(text), tiny
-    assert float_texts(times) == [repr(x) for x in times] and len(calls) == 1
+    assert value_texts(times, doubles=True) == [repr(x) for x in times] and len(calls) == 1
 
 
 @pytest.mark.parametrize("with_orjson", [True, False])
