@@ -26,8 +26,6 @@ from itertools import chain, islice, repeat
 from operator import attrgetter
 from pathlib import Path
 
-import numpy
-
 from pagesim.metrics.float_text import float_row_texts, value_texts
 from pagesim.metrics.records import HELD_FIELDS, REQUEST_FIELDS, SESSION_FIELDS, STEP_FIELDS, RequestRecord, StepRecord
 from pagesim.metrics.step_log import StepLog, unpack_held
@@ -116,6 +114,8 @@ class _StepLines:
         self.counts = _Memo(lambda count: f"{count},")
 
     def text(self, first: int, stop: int) -> str:
+        import numpy  # (here: `import pagesim.metrics` stays light)
+
         log, row_ids = self.log, self.row_ids
         if len(row_ids) >= MEMO_ENTRIES:  # (bounded memory; between stretches: ids stay valid through one)
             row_ids.clear(), self.middles.clear(), self.lasts.clear()

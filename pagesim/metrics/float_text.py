@@ -17,8 +17,6 @@ from __future__ import annotations
 import re
 from array import array
 
-import numpy
-
 try:
     import orjson
 except ImportError:  # (an optional speed-up: the bytes are the same without it)
@@ -47,6 +45,8 @@ def float_row_texts(columns: list) -> list[str]:
     rows = len(columns[0]) if columns else 0
     if orjson is None or not rows:
         return [",".join(map(repr, row)) for row in zip(*columns)]
+    import numpy  # (here: `import pagesim.metrics` stays light)
+
     table = numpy.empty((rows, width))
     for k, column in enumerate(columns):
         table[:, k] = numpy.frombuffer(column, dtype=numpy.float64) if isinstance(column, array) else column

@@ -9,8 +9,6 @@ from itertools import chain, islice, repeat
 from operator import sub, truediv
 from struct import Struct
 
-import numpy
-
 from pagesim.core.native import Number, attributes_of, set_attributes
 from pagesim.metrics.itl import sum_in_order
 from pagesim.metrics.records import HELD_FIELDS, STEP_FIELDS, StepRecord
@@ -184,7 +182,10 @@ class StepLog:
         starts = self.held_from
         r0, r1 = bisect_right(starts, first) - 1, bisect_left(starts, stop)
         bounds = [first, *starts[r0 + 1:r1], stop]
-        rows = numpy.frombuffer(self.held, _HELD_ROW)[r0:r1].tolist()  # (bytes objects, made in C)
+        import numpy  # (here: `import pagesim.metrics` stays light)
+
+        row = numpy.dtype((numpy.void, _HELD_STRUCT.size))  # (one row's bytes as one numpy item)
+        rows = numpy.frombuffer(self.held, row)[r0:r1].tolist()  # (bytes objects, made in C)
         return rows, list(map(sub, bounds[1:], bounds))
 
     def held_column(self, name: str):
@@ -231,7 +232,6 @@ class StepLog:
 _HELD_STRUCT = Struct(f"{len(HELD_FIELDS)}i")
 _pack_held = _HELD_STRUCT.pack
 unpack_held = _HELD_STRUCT.unpack
-_HELD_ROW = numpy.dtype((numpy.void, _HELD_STRUCT.size))  # (one row's bytes as one numpy item)
 
 
 def _extend(column: array, values) -> None:
@@ -308,7 +308,8 @@ class StepTotals:
             blocks = used.tolist()
             self.add(durations.tolist(), blocks, logical.tolist() if logical is not None else blocks)
             return
-        np = numpy
+        import numpy as np
+
         # (where every step's logical blocks were its used ones so far, the two totals are the same float)
         same = logical is None and self.logical_time == self.used_time
         step_seconds = np.frombuffer(durations, dtype=np.float64)
