@@ -75,6 +75,8 @@ def best(runs: list[dict]) -> dict:
 
 
 def main() -> int:
+    from benchmarks.profile_sim import write_report  # (here: a peer's process runs this file's measure() alone)
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=3, help="processes of each tree, interleaved")
@@ -102,9 +104,7 @@ def main() -> int:
                 other = peer_best[name][file]
                 row += f" {other * 1e3:.1f} | {other / n * 1e9:.0f} | {seconds / other:.2f} |"
             lines.append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, lines)
     return 0
 
 
