@@ -22,7 +22,7 @@ import csv
 import math
 from bisect import bisect_left
 from dataclasses import fields
-from itertools import chain, islice, repeat
+from itertools import chain, islice
 from operator import attrgetter
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from pagesim.metrics.step_log import StepLog, unpack_held
 
 STEPS_CHOICES = ("all", "sampled", "none")
 CHUNK_STEPS = 1 << 12  # lines made per write (of steps.csv, ~350 kB: its pieces stay in cache; of requests.csv)
-MEMO_ENTRIES = 1 << 16  # texts a memo of steps.csv pieces holds at most (a few MB)
+MEMO_ENTRIES = 1 << 16  # rows of held values steps.csv's writer keeps ids and texts of at most (a few MB)
 
 # the fields requests.csv keeps (the others are derived from them), and their types when read
 _STORED = {"request_id": int, "status": str, "reject_reason": str, "arrival_time": float, "first_scheduled_time": float,
@@ -98,61 +98,80 @@ def write_steps_csv(path: Path, log: StepLog, which: str = "all") -> None:
 class _StepLines:
     """steps.csv's lines, a stretch of steps at a time: "time,duration" (float_row_texts: both
     reprs at once, most of the cost), the middle and last pieces of the step's row of held values
-    (rows recur: 4,006 distinct of 47,159 in a 10k chunked-prefill replay, so each row's pieces
-    are made once, under an id) and "used,logical,utilization," (memoized by block count). Each
-    piece goes into every line that holds it by slice assignment, the rows' by their ids
-    repeated by numpy, and the stretch is joined once."""
+    (rows recur: 4,006 distinct of 47,159 in a 10k chunked-prefill replay, so each row gets an id
+    and its pieces are made once) and "used,logical,utilization," (made once per block count).
+    The pieces are gathered by numpy from the lines' row ids and block counts (_Texts), put in
+    place by slice assignment, and the stretch is joined once."""
 
     def __init__(self, log: StepLog):
         self.log = log
         total = log.total_blocks
-        self.row_ids: dict[bytes, int] = {}  # a row of held values (its bytes) -> its id, an index into:
-        self.middles: list[str] = []  # the row's first six fields (",a,b,c,d,e,f,")
-        self.lasts: list[str] = []  # and its last four ("g,h,i,j\n")
-        self.utilization = _Memo(lambda used: f"{used / total if total else 0.0!r},")
-        self.blocks = _Memo(lambda used: f"{used},{used},{self.utilization[used]}")  # (logical = used: no sharing)
-        self.counts = _Memo(lambda count: f"{count},")
+        self.row_ids: dict[bytes, int] = {}  # a row of held values (its bytes) -> its id
+        self.rows: list[bytes] = []  # by id
+        self.middles = _Texts(lambda row_id: _MIDDLE % unpack_held(self.rows[row_id])[:6])
+        self.lasts = _Texts(lambda row_id: _LAST % unpack_held(self.rows[row_id])[6:])
+        self.utilization = _Texts(lambda used: f"{used / total if total else 0.0!r},")
+        self.blocks = _Texts(lambda used: f"{used},{used},{used / total if total else 0.0!r},")  # (no sharing)
+        self.counts = _Texts(lambda count: f"{count},")
 
     def text(self, first: int, stop: int) -> str:
         import numpy  # (here: `import pagesim.metrics` stays light)
 
         log, row_ids = self.log, self.row_ids
         if len(row_ids) >= MEMO_ENTRIES:  # (bounded memory; between stretches: ids stay valid through one)
-            row_ids.clear(), self.middles.clear(), self.lasts.clear()
-        rows, counts = log.held_runs(first, stop)
+            row_ids.clear(), self.rows.clear(), self.middles.forget(), self.lasts.forget()
+        held, counts = log.held_runs(first, stop)
         known = len(row_ids)
-        ids = [row_ids.setdefault(row, len(row_ids)) for row in rows]
-        for row in map(unpack_held, islice(row_ids, known, None)):
-            self.middles.append(_MIDDLE % row[:6])
-            self.lasts.append(_LAST % row[6:])
-        line_ids = numpy.repeat(numpy.array(ids, numpy.int64), counts).tolist()
-        used = log.kv_blocks_used[first:stop]
-        logical = log.kv_blocks_logical[first:stop] if log.shares_blocks else used
+        ids = [row_ids.setdefault(row, len(row_ids)) for row in held]
+        self.rows += islice(row_ids, known, None)
+        line_ids = numpy.repeat(numpy.array(ids, numpy.intp), counts)
+        used = numpy.frombuffer(log.kv_blocks_used, numpy.intc)[first:stop]
+        logical = numpy.frombuffer(log.kv_blocks_logical, numpy.intc)[first:stop] if log.shares_blocks else used
         parts = [""] * (4 * (stop - first))
         parts[0::4] = float_row_texts([log.time[first:stop], log.duration[first:stop]])
-        parts[1::4] = map(self.middles.__getitem__, line_ids)
-        if logical == used:
-            parts[2::4] = map(self.blocks.__getitem__, used)
+        parts[1::4] = self.middles.of(line_ids)
+        if logical is used or numpy.array_equal(logical, used):
+            parts[2::4] = self.blocks.of(used)
         else:
-            count, utilization = self.counts.__getitem__, self.utilization.__getitem__
-            parts[2::4] = map("".join, zip(map(count, used), map(count, logical), map(utilization, used)))
-        parts[3::4] = map(self.lasts.__getitem__, line_ids)
+            parts[2::4] = map("".join, zip(self.counts.of(used), self.counts.of(logical), self.utilization.of(used)))
+        parts[3::4] = self.lasts.of(line_ids)
         return "".join(parts)
 
 
-class _Memo(dict):
-    """Texts of values that recur (block counts), made by `make` on first sight; emptied when it
-    holds MEMO_ENTRIES, so memory stays bounded."""
+class _Texts:
+    """Texts by a non-negative integer (a held row's id, a block count), each made by `make` the
+    first time a stretch needs it and kept in a numpy object array that grows to the largest
+    integer seen (a block count's: at most the pool's size), so that a stretch's texts are
+    gathered by numpy from its lines' integers, not looked up one by one."""
 
     def __init__(self, make):
-        super().__init__()
-        self.make = make
+        import numpy
 
-    def __missing__(self, value):
-        if len(self) >= MEMO_ENTRIES:
-            self.clear()
-        text = self[value] = self.make(value)
-        return text
+        self.make = make
+        self.texts = numpy.empty(0, object)
+        self.made = numpy.zeros(0, bool)
+
+    def of(self, indices) -> list[str]:
+        """The texts of indices (a numpy integer array), in order."""
+        import numpy
+
+        if not len(indices):
+            return []
+        top = int(indices.max()) + 1
+        if top > len(self.texts):  # (grown by doubling: a few copies over a run)
+            grown = max(top, 2 * len(self.texts))
+            self.texts = numpy.concatenate([self.texts, numpy.empty(grown - len(self.texts), object)])
+            self.made = numpy.concatenate([self.made, numpy.zeros(grown - len(self.made), bool)])
+        new = indices[~self.made[indices]]
+        if len(new):
+            for index in numpy.unique(new).tolist():
+                self.texts[index] = self.make(index)
+            self.made[new] = True
+        return self.texts[indices].tolist()
+
+    def forget(self) -> None:
+        """Make every text again when next needed (its integers now stand for other things)."""
+        self.made[:] = False
 
 
 # a line: "time,duration", then a held row's first six fields (the middle), the blocks
