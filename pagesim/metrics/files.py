@@ -46,23 +46,22 @@ def write_requests_csv(path: Path, requests: list[RequestRecord]) -> None:
     (what csv.writer writes: str() of each value). Rows are made CHUNK_STEPS at a time, a column's
     texts at once (float_text.value_texts) and zipped into lines: csv.writer tests every
     character of every field for one that needs quotes (a third of the file's cost). Where a text
-    field could need quotes or holds "None", csv.writer writes the file."""
+    field of a stretch could need quotes or holds "None", csv.writer writes the stretch."""
     with open(path, "w", newline="") as f:
         f.write(",".join(REQUEST_FIELDS) + "\n")
-        if not all(map(_plain_text, set(chain.from_iterable(map(_TEXT_FIELDS, requests))))):
-            csv.writer(f, lineterminator="\n").writerows(map(attrgetter(*REQUEST_FIELDS), requests))
-            return
         records = iter(requests)
         while chunk := list(islice(records, CHUNK_STEPS)):
-            columns = [value_texts(list(map(field, chunk))) for field in _REQUEST_COLUMNS]
-            f.write("\n".join(map(",".join, zip(*columns))) + "\n")
+            columns = [list(map(field, chunk)) for field in _REQUEST_COLUMNS]
+            if all(map(_plain_text, set(chain.from_iterable(columns[i] for i in _TEXT_COLUMNS)))):
+                f.write("\n".join(map(",".join, zip(*map(value_texts, columns)))) + "\n")
+            else:
+                csv.writer(f, lineterminator="\n").writerows(zip(*columns))
 
 
 _REQUEST_COLUMNS = [attrgetter(name) for name in REQUEST_FIELDS]
-
-
-# requests.csv's fields that hold text (status, reject_reason, session_id)
-_TEXT_FIELDS = attrgetter(*(f.name for f in fields(RequestRecord) if f.name in REQUEST_FIELDS and "str" in str(f.type)))
+# requests.csv's fields that hold text (status, reject_reason, session_id), by position
+_TEXT_COLUMNS = [REQUEST_FIELDS.index(f.name) for f in fields(RequestRecord)
+                 if f.name in REQUEST_FIELDS and "str" in str(f.type)]
 
 
 def _plain_text(value) -> bool:
