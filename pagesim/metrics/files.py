@@ -109,8 +109,12 @@ class _StepLines:
         self.rows: list[bytes] = []  # by id
         self.middles = _Texts(lambda row_id: _MIDDLE % unpack_held(self.rows[row_id])[:6])
         self.lasts = _Texts(lambda row_id: _LAST % unpack_held(self.rows[row_id])[6:])
-        self.utilization = _Texts(lambda used: f"{used / total if total else 0.0!r},")
-        self.blocks = _Texts(lambda used: f"{used},{used},{used / total if total else 0.0!r},")  # (no sharing)
+
+        def utilization(used: int) -> str:
+            return f"{used / total if total else 0.0!r},"
+
+        self.utilization = _Texts(utilization)
+        self.blocks = _Texts(lambda used: f"{used},{used},{utilization(used)}")  # (logical = used: no sharing)
         self.counts = _Texts(lambda count: f"{count},")
 
     def text(self, first: int, stop: int) -> str:

@@ -43,16 +43,18 @@ def float_row_texts(columns: list) -> list[str]:
     value orjson writes otherwise (0 < |x| < 1e-4, NaN, infinities) is written by repr()."""
     width = len(columns)
     rows = len(columns[0]) if columns else 0
-    if orjson is None or not rows:
-        return [",".join(map(repr, row)) for row in zip(*columns)]
-    import numpy  # (here: `import pagesim.metrics` stays light)
+    raw = None
+    if orjson is not None and rows:
+        import numpy  # (here: `import pagesim.metrics` stays light)
 
-    table = numpy.empty((rows, width))
-    for k, column in enumerate(columns):
-        table[:, k] = numpy.frombuffer(column, dtype=numpy.float64) if isinstance(column, array) else column
-    try:
-        raw = bytearray(orjson.dumps(table.reshape(-1), option=orjson.OPT_SERIALIZE_NUMPY))
-    except orjson.JSONEncodeError:  # (an orjson that cannot write numpy arrays)
+        table = numpy.empty((rows, width))
+        for k, column in enumerate(columns):
+            table[:, k] = numpy.frombuffer(column, dtype=numpy.float64) if isinstance(column, array) else column
+        try:
+            raw = bytearray(orjson.dumps(table.reshape(-1), option=orjson.OPT_SERIALIZE_NUMPY))
+        except orjson.JSONEncodeError:  # (an orjson that cannot write numpy arrays)
+            pass
+    if raw is None:
         return [",".join(map(repr, row)) for row in zip(*columns)]
     if width > 1:  # every width-th comma ends a row
         text = numpy.frombuffer(raw, dtype=numpy.uint8)
@@ -66,17 +68,16 @@ def float_row_texts(columns: list) -> list[str]:
     return texts
 
 
-def value_texts(values: list, doubles: bool = False) -> list[str]:
+def value_texts(values: list) -> list[str]:
     """What csv.writer writes for each of a column's values: "" for None, str() of the rest
-    (a float's repr). doubles: every value is known to be a float (no None, int or other type
-    to look for)."""
+    (a float's repr)."""
     # (min() before the scans for 0.0000: they are slow on texts full of 0.0, as step durations are)
-    if orjson is not None and values and (doubles or set(map(type, values)) <= _PLAIN_TYPES):
+    if orjson is not None and values and set(map(type, values)) <= _PLAIN_TYPES:
         try:
             text = orjson.dumps(values).decode()[1:-1]
         except orjson.JSONEncodeError:  # (an int beyond 64 bits)
             text = None
-        nones = 0 if doubles else values.count(None)
+        nones = values.count(None)
         # every null a None (not a NaN or an infinity), and no number written otherwise
         if text is not None and text.count("null") == nones and ((not nones and min(values) >= 1e-4) or not _differs(text)):
             return text.replace("null", "").split(",") if nones else text.split(",")

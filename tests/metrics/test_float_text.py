@@ -77,7 +77,7 @@ def test_a_stretch_is_written_by_orjson_unless_a_value_needs_repr(monkeypatch):
     for tiny in (1e-05, -2e-05, 3e-07, 9.99e-05):
         text = real(times[:10] + [tiny] + times[10:]).decode()[1:-1]
         assert float_text._differs(text), tiny
-    assert value_texts(times, doubles=True) == [repr(x) for x in times] and len(calls) == 1
+    assert value_texts(times) == [repr(x) for x in times] and len(calls) == 1
 
 
 @pytest.mark.parametrize("with_orjson", [True, False])
